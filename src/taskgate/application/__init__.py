@@ -1,0 +1,1 @@
+"""Use cases and the ports they need. Imports the domain only."""

@@ -1,0 +1,351 @@
+"""Session use cases: create a session, fire triggers on it, and read its history back.
+
+How races are prevented. Every write runs in a write unit of work, which the adapters serialise:
+SQLite takes the database write lock up front (`BEGIN IMMEDIATE`, plus an in-process FIFO lock so
+coroutines queue instead of busy-polling); PostgreSQL locks rows with `SELECT … FOR UPDATE`. `fire`
+locks the session row first, then (only for transitions that enter the WIP window or complete a task)
+the plan row, always in that order, so concurrent `start`s of one plan count WIP one at a time and
+cannot deadlock. `create_session` locks the task row, and a partial unique index on
+`sessions(task_id) WHERE state NOT IN (completed, cancelled)` backs up "one active session per task".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from taskgate.application.guards import GuardEvaluator
+from taskgate.application.ports import Clock, IdGenerator, UnitOfWork, UnitOfWorkFactory
+from taskgate.application.session_machine import SessionMachine
+from taskgate.domain.entities import (
+    Outcome,
+    PlanStatus,
+    Session,
+    TransitionRecord,
+    task_status_for,
+)
+from taskgate.domain.errors import (
+    ConcurrentModification,
+    InvalidInput,
+    InvalidTransition,
+    PolicyViolation,
+    ProjectArchived,
+    SessionAlreadyActive,
+    TaskgateError,
+)
+from taskgate.domain.policies import GuardFacts, Verdict
+from taskgate.domain.session_fsm import TransitionSpec, find_transition, allowed_triggers, prior_state_after
+from taskgate.domain.states import TERMINAL_STATES, WIP_STATES, SessionState, Trigger
+
+SYSTEM_ACTOR = "system"
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSession:
+    task_id: str
+    actor: str
+    operator_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FireTrigger:
+    session_id: str
+    trigger: str
+    actor: str
+    reason: str | None = None
+    expected_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StartTask:
+    task_id: str
+    actor: str
+    operator_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FireResult:
+    session: Session
+    record: TransitionRecord
+
+
+def parse_trigger(name: str) -> Trigger:
+    """The trigger called `name`. Raises: InvalidInput naming the valid triggers."""
+    try:
+        return Trigger(name)
+    except ValueError:
+        valid = ", ".join(t.value for t in Trigger if t != Trigger.CREATE)
+        raise InvalidInput(f"unknown trigger '{name}'; valid triggers: {valid}") from None
+
+
+def _needs_plan_lock(row: TransitionSpec) -> bool:
+    return row.enters_wip or row.dest == SessionState.COMPLETED
+
+
+class SessionService:
+    """The session engine's write side and its history reads."""
+
+    def __init__(
+        self, uow: UnitOfWorkFactory, guards: GuardEvaluator, clock: Clock, ids: IdGenerator,
+        machine: SessionMachine | None = None,
+    ) -> None:
+        self._uow, self._guards, self._clock, self._ids = uow, guards, clock, ids
+        self._machine = machine or SessionMachine()
+
+    async def create_session(self, cmd: CreateSession) -> Session:
+        """Create a session in `created` for a task. Nothing is written when a guard refuses.
+
+        Raises: TaskNotFound, OperatorNotFound, ProjectArchived, PolicyViolation, SessionAlreadyActive.
+        """
+        row = find_transition(None, Trigger.CREATE, None)
+        assert row is not None
+        async with self._uow(write=True) as uow:
+            facts = await self._creation_facts(uow, cmd, row)
+            verdict = await self._guards.evaluate(row, _constant(facts))
+            if not verdict.allowed:
+                raise PolicyViolation(row.trigger.value, verdict.blocking())
+            session = self._new_session(cmd, facts)
+            await uow.sessions.add(session)
+            await uow.transitions.append(_record(session, row, None, Outcome.APPLIED, cmd.actor, None, verdict))
+            await uow.events.append("session.created", session.created_at, {"task_id": cmd.task_id}, session.id)
+            await uow.commit()
+        return session
+
+    async def fire(self, cmd: FireTrigger) -> FireResult:
+        """Fire one trigger as one transaction: lock, check version, guard, update, append to the log.
+
+        A guard refusal is logged as a blocked row and raised as PolicyViolation; nothing else changes.
+        Raises: InvalidInput, SessionNotFound, InvalidTransition, ConcurrentModification, PolicyViolation.
+        """
+        trigger = parse_trigger(cmd.trigger)
+        if trigger == Trigger.CREATE:
+            raise InvalidInput("'create' is not fired on a session; use create_session")
+        async with self._uow(write=True) as uow:
+            session = await uow.sessions.get(cmd.session_id, lock=True)
+            row = self._select_row(session, trigger, cmd.expected_version)
+            if _needs_plan_lock(row) and session.plan_id is not None:
+                await uow.plans.get(session.plan_id, lock=True)
+            verdict = Verdict()
+
+            async def guard(spec: TransitionSpec) -> bool:
+                nonlocal verdict
+                verdict = await self._guards.evaluate(spec, lambda: self._fire_facts(uow, session, spec, cmd.actor))
+                return verdict.allowed
+
+            new_state = await self._machine.run(session.state, row, guard)
+            if not verdict.allowed:
+                await self._log_blocked(uow, session, row, cmd, verdict)
+                raise PolicyViolation(row.trigger.value, verdict.blocking(), session.id)
+            return await self._apply(uow, session, row, new_state, cmd, verdict)
+
+    async def start_task(self, cmd: StartTask) -> FireResult:
+        """What an operator means by "start this task": reuse its ready session or create one, then `start`.
+
+        A new session runs the automatic `initialize` and `context_discovered` triggers first. If `start`
+        is refused (say by the WIP limit) the session stays `ready`, and the PolicyViolation says so.
+        Raises: as create_session and fire, and SessionAlreadyActive when the task's session is past ready.
+        """
+        session = await self._ready_session_for(cmd)
+        try:
+            return await self.fire(FireTrigger(session.id, Trigger.START.value, cmd.actor))
+        except PolicyViolation as exc:
+            exc.args = (f"{exc.args[0]}; session {session.id} stays ready",)
+            raise
+
+    async def get(self, session_id: str) -> Session:
+        """Raises: SessionNotFound."""
+        async with self._uow(write=False) as uow:
+            return await uow.sessions.get(session_id)
+
+    async def history(self, session_id: str, limit: int = 100) -> list[TransitionRecord]:
+        """The newest `limit` log rows of a session (applied and blocked), oldest first.
+
+        Raises: SessionNotFound, InvalidInput when limit < 1.
+        """
+        if limit < 1:
+            raise InvalidInput(f"limit must be at least 1, got {limit}")
+        async with self._uow(write=False) as uow:
+            await uow.sessions.get(session_id)
+            return await uow.transitions.history(session_id, limit=limit)
+
+    async def state_at(self, session_id: str, at: datetime) -> SessionState:
+        """The state the session was in at `at`, rebuilt by replaying its log through the transition table.
+
+        Raises: SessionNotFound; InvalidInput when `at` is naive or before the session existed;
+        TaskgateError when the stored log does not replay (tampering or a bug: never silently wrong).
+        """
+        if at.tzinfo is None:
+            raise InvalidInput("timestamp must carry a timezone (e.g. 2026-11-21T10:00:00Z)")
+        async with self._uow(write=False) as uow:
+            session = await uow.sessions.get(session_id)
+            rows = await uow.transitions.applied_until(session_id, at)
+        if not rows:
+            raise InvalidInput(f"session {session_id} did not exist at {at.isoformat()} (created {session.created_at.isoformat()})")
+        return replay(rows)
+
+    async def active_sessions(self, project_id: int | None = None, plan_id: int | None = None) -> list[Session]:
+        """Sessions that have not reached a terminal state."""
+        states = set(SessionState) - TERMINAL_STATES
+        async with self._uow(write=False) as uow:
+            return await uow.sessions.list(project_id=project_id, plan_id=plan_id, states=states)
+
+    async def list_sessions(self, project_id: int | None = None, states: set[SessionState] | None = None) -> list[Session]:
+        async with self._uow(write=False) as uow:
+            return await uow.sessions.list(project_id=project_id, states=states)
+
+    # -- internals ---------------------------------------------------------------------------------------------
+
+    def _select_row(self, session: Session, trigger: Trigger, expected_version: int | None) -> TransitionSpec:
+        if expected_version is not None and expected_version != session.version:
+            raise ConcurrentModification(
+                f"session {session.id} is at version {session.version}, not {expected_version}; reload and retry"
+            )
+        row = find_transition(session.state, trigger, session.prior_state)
+        if row is None:
+            raise InvalidTransition(session.id, session.state.value, trigger.value,
+                                    allowed_triggers(session.state, session.prior_state))
+        return row
+
+    async def _creation_facts(self, uow: UnitOfWork, cmd: CreateSession, row: TransitionSpec) -> GuardFacts:
+        task = await uow.tasks.get(cmd.task_id, lock=True)
+        project = await uow.projects.get(task.project_id)
+        if project.archived_at is not None:
+            raise ProjectArchived(project.name)
+        if cmd.operator_id is not None:
+            await uow.operators.get(cmd.operator_id)
+        plan = await uow.plans.get(task.plan_id) if task.plan_id is not None else None
+        return GuardFacts(
+            transition=row, task=task, plan=plan, project=project,
+            blockers=tuple(await uow.tasks.blockers_of(task.id)),
+            other_active_sessions=tuple(await uow.sessions.active_for_task(task.id)),
+            actor=cmd.actor,
+        )
+
+    async def _fire_facts(self, uow: UnitOfWork, session: Session, row: TransitionSpec, actor: str) -> GuardFacts:
+        task = await uow.tasks.get(session.task_id)
+        plan = await uow.plans.get(session.plan_id) if session.plan_id is not None else None
+        wip = await uow.sessions.count_in_states(plan.id, WIP_STATES) if plan is not None else 0
+        return GuardFacts(
+            transition=row, task=task, plan=plan, project=await uow.projects.get(session.project_id),
+            session=session, blockers=tuple(await uow.tasks.blockers_of(task.id)),
+            plan_sessions_in_wip=wip, actor=actor,
+        )
+
+    def _new_session(self, cmd: CreateSession, facts: GuardFacts) -> Session:
+        now = self._clock.now()
+        return Session(
+            id=self._ids.new_session_id(), task_id=facts.task.id, project_id=facts.project.id,
+            plan_id=facts.task.plan_id, operator_id=cmd.operator_id, state=SessionState.CREATED,
+            version=1, created_at=now, updated_at=now,
+        )
+
+    async def _log_blocked(self, uow: UnitOfWork, session: Session, row: TransitionSpec, cmd: FireTrigger,
+                           verdict: Verdict) -> None:
+        record = _record(session, row, session.state, Outcome.BLOCKED, cmd.actor, cmd.reason, verdict,
+                         at=self._clock.now(), to_state=session.state)
+        await uow.transitions.append(record)
+        payload = {"trigger": row.trigger.value, "violations": [v.describe() for v in verdict.blocking()]}
+        await uow.events.append("session.blocked", record.at, payload, session.id)
+        await uow.commit()
+
+    async def _apply(self, uow: UnitOfWork, session: Session, row: TransitionSpec, new_state: SessionState,
+                     cmd: FireTrigger, verdict: Verdict) -> FireResult:
+        now = self._clock.now()
+        updated = _advance(session, row, new_state, now)
+        await uow.sessions.update(updated, expected_version=session.version)
+        await self._follow_task_and_plan(uow, session, updated)
+        record = _record(updated, row, session.state, Outcome.APPLIED, cmd.actor, cmd.reason, verdict, at=now)
+        await uow.transitions.append(record)
+        await uow.events.append("session.transition", now, {"trigger": row.trigger.value, "from": session.state.value,
+                                                             "to": new_state.value}, session.id)
+        await uow.commit()
+        return FireResult(updated, record)
+
+    async def _follow_task_and_plan(self, uow: UnitOfWork, before: Session, after: Session) -> None:
+        status = task_status_for(after.state, before.state)
+        if status is not None:
+            await uow.tasks.set_status(after.task_id, status)
+        if after.plan_id is None:
+            return
+        if after.state in WIP_STATES and before.state not in WIP_STATES:
+            plan = await uow.plans.get(after.plan_id)
+            if plan.status == PlanStatus.OPEN:
+                await uow.plans.set_status(plan.id, PlanStatus.IN_PROGRESS)
+        elif after.state == SessionState.COMPLETED and await uow.tasks.count_unfinished(after.plan_id) == 0:
+            await uow.plans.set_status(after.plan_id, PlanStatus.CLOSED)
+
+    async def _ready_session_for(self, cmd: StartTask) -> Session:
+        async with self._uow(write=False) as uow:
+            await uow.tasks.get(cmd.task_id)  # raises TaskNotFound before anything else
+            active = await uow.sessions.active_for_task(cmd.task_id)
+            existing = await uow.sessions.get(active[0]) if active else None
+        if existing is None:
+            return await self._create_and_prepare(cmd)
+        if existing.state != SessionState.READY:
+            raise SessionAlreadyActive(
+                f"task {cmd.task_id} already has session {existing.id} in state '{existing.state.value}'"
+            )
+        return existing
+
+    async def _create_and_prepare(self, cmd: StartTask) -> Session:
+        session = await self.create_session(CreateSession(cmd.task_id, cmd.actor, cmd.operator_id))
+        for trigger in (Trigger.INITIALIZE, Trigger.CONTEXT_DISCOVERED):
+            session = (await self.fire(FireTrigger(session.id, trigger.value, SYSTEM_ACTOR))).session
+        return session
+
+
+def _advance(session: Session, row: TransitionSpec, new_state: SessionState, now: datetime) -> Session:
+    return replace(
+        session,
+        state=new_state,
+        prior_state=prior_state_after(row, session.state, session.prior_state),
+        version=session.version + 1,
+        updated_at=now,
+        started_at=session.started_at or (now if new_state == SessionState.PLANNING else None),
+        completed_at=now if new_state in TERMINAL_STATES else None,
+    )
+
+
+def _record(session: Session, row: TransitionSpec, from_state: SessionState | None, outcome: Outcome, actor: str,
+            reason: str | None, verdict: Verdict, *, at: datetime | None = None,
+            to_state: SessionState | None = None) -> TransitionRecord:
+    return TransitionRecord(
+        seq=None, session_id=session.id, trigger=row.trigger.value,
+        from_state=from_state.value if from_state else None, to_state=(to_state or session.state).value,
+        outcome=outcome, actor=actor, reason=reason, guard_results=[r.as_dict() for r in verdict.results],
+        session_version=session.version, at=at or session.created_at,
+    )
+
+
+def _constant(facts: GuardFacts):
+    async def load() -> GuardFacts:
+        return facts
+
+    return load
+
+
+def replay(rows: list[TransitionRecord]) -> SessionState:
+    """Fold applied log rows through the transition table; the result is the state after the last row.
+
+    Raises: TaskgateError when a row does not follow from the state before it.
+    """
+    state: SessionState | None = None
+    prior: SessionState | None = None
+    for rec in rows:
+        row = find_transition(state, Trigger(rec.trigger), prior)
+        if row is None or row.dest.value != rec.to_state or (rec.from_state or None) != (state.value if state else None):
+            raise TaskgateError(f"transition log of session {rec.session_id} does not replay at seq {rec.seq}")
+        prior = prior_state_after(row, state, prior) if state is not None else None
+        state = row.dest
+    assert state is not None
+    return state
+
+
+def describe_record(rec: TransitionRecord) -> dict[str, Any]:
+    """A transition record as plain JSON-able data (for CLI and MCP output)."""
+    return {
+        "seq": rec.seq, "session_id": rec.session_id, "trigger": rec.trigger, "from_state": rec.from_state,
+        "to_state": rec.to_state, "outcome": rec.outcome.value, "actor": rec.actor, "reason": rec.reason,
+        "guard_results": rec.guard_results, "session_version": rec.session_version, "at": rec.at.isoformat(),
+    }

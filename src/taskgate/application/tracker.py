@@ -1,0 +1,223 @@
+"""The built-in tracker: projects, plans, tasks with priorities and blockers, and operators."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory, VcsProvider
+from taskgate.domain.entities import Operator, Permission, Plan, Project, Role, Task, TaskStatus
+from taskgate.domain.errors import AlreadyExists, InvalidInput, ProjectArchived, ProjectNotFound
+from taskgate.domain.states import TERMINAL_STATES, SessionState
+
+MAX_TITLE = 500
+MAX_DESCRIPTION = 20_000
+_NAME_RE = re.compile(r"^[\w][\w .:/+-]{0,99}$")
+
+
+@dataclass(frozen=True, slots=True)
+class AddTask:
+    project_id: int
+    title: str
+    description: str = ""
+    plan_id: int | None = None
+    priority: int = 2
+    blocked_by: list[str] = field(default_factory=list)
+
+
+def _check_name(kind: str, name: str) -> str:
+    cleaned = name.strip()
+    if not _NAME_RE.match(cleaned):
+        raise InvalidInput(
+            f"{kind} name {name!r} is invalid: 1-100 characters, letters, digits, space and . _ : / + - only"
+        )
+    return cleaned
+
+
+def _project_key(name: str) -> str:
+    key = re.sub(r"[^A-Za-z0-9]", "", name).upper()[:8]
+    return key if key and key[0].isalpha() else f"P{key}"[:8]
+
+
+class TrackerService:
+    """Use cases of the built-in tracker. Every write checks the project is not archived."""
+
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, vcs: VcsProvider) -> None:
+        self._uow, self._clock, self._vcs = uow, clock, vcs
+
+    async def init_project(self, path: str, name: str | None = None) -> Project:
+        """Register the git repository containing `path` as a project.
+
+        Raises: InvalidInput (not a git repository, bad name), AlreadyExists (repository or name taken).
+        """
+        info = await self._vcs.inspect_repository(path)
+        name = _check_name("project", name or Path(info.root).name)
+        async with self._uow(write=True) as uow:
+            if await uow.projects.find(root_path=info.root):
+                raise AlreadyExists(f"repository {info.root} is already registered as a project")
+            if await uow.projects.find(name=name):
+                raise AlreadyExists(f"a project named '{name}' already exists; pass --name")
+            project = await uow.projects.add(name, await self._free_key(uow, name), info.root, self._clock.now())
+            await uow.commit()
+        return project
+
+    async def archive_project(self, project_id: int) -> Project:
+        """Make a project read-only. Raises: ProjectNotFound, InvalidInput while it has active sessions."""
+        async with self._uow(write=True) as uow:
+            project = await uow.projects.get(project_id)
+            active = await uow.sessions.list(project_id=project_id, states=set(SessionState) - TERMINAL_STATES)
+            if active:
+                raise InvalidInput(
+                    f"project '{project.name}' has {len(active)} active session(s); cancel or finish them first"
+                )
+            await uow.projects.archive(project_id, self._clock.now())
+            await uow.commit()
+            return await self._reload(project_id)
+
+    async def resolve_project(self, ref: str | None, cwd: str | None = None) -> Project:
+        """The project named by `ref` (id, name or key); without one, the only project or the one holding `cwd`.
+
+        Raises: ProjectNotFound, InvalidInput when several projects match.
+        """
+        async with self._uow(write=False) as uow:
+            if ref is not None:
+                return await self._find_ref(uow, ref)
+            projects = await uow.projects.list()
+        if len(projects) == 1:
+            return projects[0]
+        here = Path(cwd).resolve() if cwd else None
+        holding = [p for p in projects if here and (here == Path(p.root_path) or Path(p.root_path) in here.parents)]
+        if len(holding) == 1:
+            return holding[0]
+        if not projects:
+            raise ProjectNotFound("(none registered; run `taskgate init PATH`)")
+        raise InvalidInput(f"{len(projects)} projects exist; choose one with --project NAME")
+
+    async def list_projects(self) -> list[Project]:
+        async with self._uow(write=False) as uow:
+            return await uow.projects.list()
+
+    async def add_plan(self, project_id: int, name: str) -> Plan:
+        """Raises: ProjectNotFound, ProjectArchived, InvalidInput."""
+        name = _check_name("plan", name)
+        async with self._uow(write=True) as uow:
+            await self._writable(uow, project_id)
+            plan = await uow.plans.add(project_id, name, self._clock.now())
+            await uow.commit()
+        return plan
+
+    async def list_plans(self, project_id: int) -> list[Plan]:
+        async with self._uow(write=False) as uow:
+            await uow.projects.get(project_id)
+            return await uow.plans.list(project_id)
+
+    async def add_task(self, cmd: AddTask) -> Task:
+        """Add a task to the project (and plan); blockers must be tasks of the same project.
+
+        Raises: ProjectNotFound, ProjectArchived, PlanNotFound, TaskNotFound (blocker), InvalidInput.
+        """
+        title, description = self._validated_text(cmd)
+        async with self._uow(write=True) as uow:
+            project = await self._writable(uow, cmd.project_id)
+            await self._check_plan_and_blockers(uow, cmd)
+            number = await uow.projects.allocate_task_number(project.id)
+            task = Task(id=f"{project.key}-{number}", project_id=project.id, plan_id=cmd.plan_id, title=title,
+                        description=description, priority=cmd.priority, status=TaskStatus.OPEN,
+                        created_at=self._clock.now(), blockers=list(dict.fromkeys(cmd.blocked_by)))
+            await uow.tasks.add(task)
+            await uow.commit()
+        return task
+
+    async def list_tasks(self, project_id: int, plan_id: int | None = None, status: str | None = None) -> list[Task]:
+        """Raises: ProjectNotFound, InvalidInput for an unknown status."""
+        wanted = _parse_status(status)
+        async with self._uow(write=False) as uow:
+            await uow.projects.get(project_id)
+            return await uow.tasks.list(project_id, plan_id=plan_id, status=wanted)
+
+    async def ready_tasks(self, project_id: int) -> list[Task]:
+        """Open tasks without an active session whose blockers are all completed, most urgent first."""
+        async with self._uow(write=False) as uow:
+            await uow.projects.get(project_id)
+            return await uow.tasks.ready(project_id)
+
+    async def ensure_operator(self, operator_id: str, name: str | None = None) -> Operator:
+        """The operator `operator_id`, created with the admin role if it does not exist yet."""
+        _check_name("operator", operator_id)
+        async with self._uow(write=True) as uow:
+            existing = await uow.operators.find(operator_id)
+            if existing is not None:
+                return existing
+            operator = Operator(id=operator_id, name=name or operator_id, email=None, roles=[Role.ADMIN.value],
+                                permissions=[p.value for p in Permission], max_active_sessions=10,
+                                created_at=self._clock.now())
+            await uow.operators.add(operator)
+            await uow.commit()
+        return operator
+
+    async def list_operators(self) -> list[Operator]:
+        async with self._uow(write=False) as uow:
+            return await uow.operators.list()
+
+    # -- internals ---------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _validated_text(cmd: AddTask) -> tuple[str, str]:
+        title = cmd.title.strip()
+        if not title or len(title) > MAX_TITLE or "\x00" in title:
+            raise InvalidInput(f"task title must be 1-{MAX_TITLE} characters without NUL")
+        if len(cmd.description) > MAX_DESCRIPTION or "\x00" in cmd.description:
+            raise InvalidInput(f"task description must be at most {MAX_DESCRIPTION} characters without NUL")
+        if not 0 <= cmd.priority <= 4:
+            raise InvalidInput(f"priority must be 0 (most urgent) to 4, got {cmd.priority}")
+        return title, cmd.description
+
+    @staticmethod
+    async def _check_plan_and_blockers(uow: UnitOfWork, cmd: AddTask) -> None:
+        if cmd.plan_id is not None:
+            plan = await uow.plans.get(cmd.plan_id)
+            if plan.project_id != cmd.project_id:
+                raise InvalidInput(f"plan {plan.id} belongs to another project")
+        for blocker_id in cmd.blocked_by:
+            blocker = await uow.tasks.get(blocker_id)
+            if blocker.project_id != cmd.project_id:
+                raise InvalidInput(f"blocker {blocker_id} belongs to another project")
+
+    @staticmethod
+    async def _writable(uow: UnitOfWork, project_id: int) -> Project:
+        project = await uow.projects.get(project_id)
+        if project.archived_at is not None:
+            raise ProjectArchived(project.name)
+        return project
+
+    @staticmethod
+    async def _free_key(uow: UnitOfWork, name: str) -> str:
+        base = _project_key(name)
+        key, n = base, 1
+        while await uow.projects.find(key=key):
+            n += 1
+            key = f"{base[:6]}{n}"
+        return key
+
+    async def _reload(self, project_id: int) -> Project:
+        async with self._uow(write=False) as uow:
+            return await uow.projects.get(project_id)
+
+    @staticmethod
+    async def _find_ref(uow: UnitOfWork, ref: str) -> Project:
+        if ref.isdigit():
+            return await uow.projects.get(int(ref))
+        found = await uow.projects.find(name=ref) or await uow.projects.find(key=ref.upper())
+        if found is None:
+            raise ProjectNotFound(ref)
+        return found
+
+
+def _parse_status(status: str | None) -> TaskStatus | None:
+    if status is None:
+        return None
+    try:
+        return TaskStatus(status)
+    except ValueError:
+        raise InvalidInput(f"unknown task status '{status}'; valid: {', '.join(s.value for s in TaskStatus)}") from None

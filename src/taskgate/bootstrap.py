@@ -1,0 +1,65 @@
+"""The composition root: the one place that builds taskgate's services from settings. Tests call it with fakes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from taskgate.application.audit import AuditService
+from taskgate.application.guards import GuardEvaluator
+from taskgate.application.ports import Clock, IdGenerator, UnitOfWorkFactory, VcsProvider
+from taskgate.application.sessions import SessionService
+from taskgate.application.tracker import TrackerService
+from taskgate.domain.policies import Policy, default_policies
+from taskgate.infrastructure.db import migrations
+from taskgate.infrastructure.db.engine import Database
+from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
+from taskgate.infrastructure.git import GitPythonVcs
+from taskgate.infrastructure.settings import Settings
+from taskgate.infrastructure.system import SystemClock, UuidGenerator
+
+
+@dataclass
+class App:
+    """Everything an entrypoint needs; `close()` releases the database."""
+
+    settings: Settings | None
+    sessions: SessionService
+    tracker: TrackerService
+    audit: AuditService
+    database: Database | None = None
+
+    async def close(self) -> None:
+        if self.database is not None:
+            await self.database.dispose()
+
+
+def build_services(uow: UnitOfWorkFactory, *, clock: Clock, ids: IdGenerator, vcs: VcsProvider,
+                   policies: list[Policy]) -> tuple[SessionService, TrackerService, AuditService]:
+    """Wire the use cases to any set of adapters (real or fake)."""
+    sessions = SessionService(uow, GuardEvaluator(policies), clock, ids)
+    return sessions, TrackerService(uow, clock, vcs), AuditService(uow)
+
+
+async def bootstrap(settings: Settings, *, clock: Clock | None = None, ids: IdGenerator | None = None,
+                    migrate: bool = True) -> App:
+    """Open the configured database, run the migrations, and build the services.
+
+    Raises: InvalidInput for an unsupported URL; StorageError when the database cannot be reached or migrated.
+    """
+    url = settings.resolved_database_url
+    if url.startswith("sqlite"):
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    database = Database(url, busy_timeout_ms=settings.sqlite.busy_timeout_ms, synchronous=settings.sqlite.synchronous)
+    try:
+        if migrate:
+            await migrations.upgrade(database)
+    except Exception:
+        await database.dispose()
+        raise
+
+    def uow(*, write: bool) -> SqlAlchemyUnitOfWork:
+        return SqlAlchemyUnitOfWork(database, write=write)
+
+    services = build_services(uow, clock=clock or SystemClock(), ids=ids or UuidGenerator(), vcs=GitPythonVcs(),
+                              policies=default_policies(settings.policies.wip_limit.limit))
+    return App(settings, *services, database=database)

@@ -1,0 +1,208 @@
+"""Entities of DESIGN §2 as plain dataclasses, and the rule that task status follows its session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from taskgate.domain.states import SessionState
+
+
+class ProjectStatus(StrEnum):
+    ACTIVE = "active"
+    ARCHIVED = "archived"
+
+
+class PlanStatus(StrEnum):
+    OPEN = "open"
+    IN_PROGRESS = "in_progress"
+    CLOSED = "closed"
+
+
+class TaskStatus(StrEnum):
+    OPEN = "open"
+    IN_PROGRESS = "in_progress"
+    PENDING_REVIEW = "pending_review"
+    APPROVED = "approved"
+    MERGED = "merged"
+    COMPLETED = "completed"
+
+
+class AgentStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Role(StrEnum):
+    ARCHITECT = "architect"
+    DEVELOPER = "developer"
+    REVIEWER = "reviewer"
+    QA = "qa"
+    ADMIN = "admin"
+
+
+class Permission(StrEnum):
+    READ = "read"
+    WRITE = "write"
+    APPROVE = "approve"
+    OVERRIDE = "override"
+    ADMIN = "admin"
+
+
+class Outcome(StrEnum):
+    """What became of a fired trigger: applied (state changed) or blocked (a guard refused)."""
+
+    APPLIED = "applied"
+    BLOCKED = "blocked"
+
+
+@dataclass(slots=True)
+class Project:
+    id: int
+    name: str
+    key: str
+    root_path: str
+    created_at: datetime
+    config: dict[str, Any] = field(default_factory=dict)
+    archived_at: datetime | None = None
+
+    @property
+    def status(self) -> ProjectStatus:
+        return ProjectStatus.ARCHIVED if self.archived_at else ProjectStatus.ACTIVE
+
+
+@dataclass(slots=True)
+class Plan:
+    id: int
+    project_id: int
+    name: str
+    status: PlanStatus
+    created_at: datetime
+
+
+@dataclass(slots=True)
+class Task:
+    id: str
+    project_id: int
+    plan_id: int | None
+    title: str
+    description: str
+    priority: int
+    status: TaskStatus
+    created_at: datetime
+    blockers: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Operator:
+    id: str
+    name: str
+    email: str | None
+    roles: list[str]
+    permissions: list[str]
+    max_active_sessions: int
+    created_at: datetime
+
+
+@dataclass(slots=True)
+class Agent:
+    id: str
+    session_id: str
+    agent_type: str
+    command: list[str]
+    status: AgentStatus
+    exit_code: int | None = None
+    output_path: str | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+
+
+@dataclass(slots=True)
+class Session:
+    """A persisted state machine for one task. `version` increases by one with every applied transition."""
+
+    id: str
+    task_id: str
+    project_id: int
+    plan_id: int | None
+    operator_id: str | None
+    state: SessionState
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    prior_state: SessionState | None = None
+    state_data: dict[str, Any] = field(default_factory=dict)
+    workflow_stack: list[dict[str, Any]] = field(default_factory=list)
+    branch_name: str | None = None
+    worktree_path: str | None = None
+    compensation_plan: str | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    deadline: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GuardResult:
+    """The verdict of one policy on one transition, stored with the log row."""
+
+    policy: str
+    passed: bool
+    severity: str
+    message: str = ""
+    suggestion: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "passed": self.passed,
+            "severity": self.severity,
+            "message": self.message,
+            "suggestion": self.suggestion,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionRecord:
+    """One row of the append-only transition log."""
+
+    seq: int | None
+    session_id: str
+    trigger: str
+    from_state: str | None
+    to_state: str
+    outcome: Outcome
+    actor: str
+    reason: str | None
+    guard_results: list[dict[str, Any]]
+    session_version: int
+    at: datetime
+
+
+_TASK_STATUS_BY_SESSION_STATE: dict[SessionState, TaskStatus] = {
+    SessionState.PLANNING: TaskStatus.IN_PROGRESS,
+    SessionState.EXECUTING: TaskStatus.IN_PROGRESS,
+    SessionState.VERIFYING: TaskStatus.PENDING_REVIEW,
+    SessionState.AWAITING_MERGE: TaskStatus.APPROVED,
+    SessionState.MERGED: TaskStatus.MERGED,
+    SessionState.FAILED: TaskStatus.OPEN,
+    SessionState.CANCELLED: TaskStatus.OPEN,
+    SessionState.ROLLED_BACK: TaskStatus.OPEN,
+}
+
+
+def task_status_for(state: SessionState, previous: SessionState | None) -> TaskStatus | None:
+    """The task status implied by its session entering `state` (DESIGN §2), or None to leave it as it is.
+
+    `completed` completes the task only when the session got there through a merge; a rolled-back session
+    that finishes its cleanup leaves the task open for another attempt. States not in the mapping
+    (suspended, timed_out, abandoned, ...) leave the task unchanged.
+    """
+    if state == SessionState.COMPLETED:
+        return TaskStatus.COMPLETED if previous == SessionState.MERGED else None
+    return _TASK_STATUS_BY_SESSION_STATE.get(state)

@@ -1,0 +1,111 @@
+"""Errors of taskgate, raised by the domain and application layers and mapped at every boundary.
+
+    TaskgateError
+    ├── NotFound
+    │   ├── ProjectNotFound, PlanNotFound, TaskNotFound, SessionNotFound, OperatorNotFound
+    ├── InvalidInput            bad argument: malformed timestamp, empty title, unknown trigger, ...
+    ├── InvalidTransition       trigger not allowed from the session's current state
+    ├── PolicyViolation         a guard refused; carries the violations
+    ├── ConflictError
+    │   ├── ConcurrentModification   version changed under us / lock could not be taken
+    │   ├── SessionAlreadyActive     one active session per task
+    │   └── AlreadyExists            unique name or path taken
+    ├── ProjectArchived         archived projects are read-only
+    └── StorageError            the database failed in a way the caller cannot fix
+
+Every message names the thing that was wrong and, where there is one, what to do next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from taskgate.domain.policies import Violation
+
+
+class TaskgateError(Exception):
+    """Base of every error taskgate raises on purpose."""
+
+
+class NotFound(TaskgateError):
+    """A referenced entity does not exist."""
+
+    kind = "entity"
+
+    def __init__(self, ident: object) -> None:
+        self.ident = ident
+        super().__init__(f"{self.kind} {ident!s} not found")
+
+
+class ProjectNotFound(NotFound):
+    kind = "project"
+
+
+class PlanNotFound(NotFound):
+    kind = "plan"
+
+
+class TaskNotFound(NotFound):
+    kind = "task"
+
+
+class SessionNotFound(NotFound):
+    kind = "session"
+
+
+class OperatorNotFound(NotFound):
+    kind = "operator"
+
+
+class InvalidInput(TaskgateError):
+    """An argument is malformed or out of range."""
+
+
+class InvalidTransition(TaskgateError):
+    """The trigger is not allowed from the session's current state."""
+
+    def __init__(self, session_id: str, state: str, trigger: str, allowed: Sequence[str]) -> None:
+        self.session_id, self.state, self.trigger, self.allowed = session_id, state, trigger, list(allowed)
+        hint = ", ".join(self.allowed) if self.allowed else "none (the session is terminal)"
+        super().__init__(
+            f"trigger '{trigger}' is not allowed for session {session_id} in state '{state}'; allowed: {hint}"
+        )
+
+
+class PolicyViolation(TaskgateError):
+    """One or more guards with error severity refused the transition."""
+
+    def __init__(self, trigger: str, violations: Sequence[Violation], session_id: str | None = None) -> None:
+        self.trigger, self.violations, self.session_id = trigger, list(violations), session_id
+        details = "; ".join(v.describe() for v in self.violations)
+        target = f" session {session_id}" if session_id else ""
+        super().__init__(f"'{trigger}' refused for{target or ' new session'}: {details}")
+
+
+class ConflictError(TaskgateError):
+    """The request collides with the current state of the data."""
+
+
+class ConcurrentModification(ConflictError):
+    """The session changed between read and write (optimistic version check failed)."""
+
+
+class SessionAlreadyActive(ConflictError):
+    """A task already has a session that has not reached a terminal state."""
+
+
+class AlreadyExists(ConflictError):
+    """A unique name, key or path is already taken."""
+
+
+class ProjectArchived(TaskgateError):
+    """Archived projects are read-only."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"project '{name}' is archived and read-only")
+
+
+class StorageError(TaskgateError):
+    """The database failed; the message says how, without a traceback."""

@@ -1,0 +1,1 @@
+"""User-facing entrypoints: the CLI (and, later, the MCP server)."""

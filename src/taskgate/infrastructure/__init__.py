@@ -1,0 +1,1 @@
+"""Adapters: SQLAlchemy persistence, Alembic, GitPython, settings, clock and ids."""

@@ -1,0 +1,1 @@
+"""SQLAlchemy persistence: tables, engine and locking, repositories, unit of work, migrations."""

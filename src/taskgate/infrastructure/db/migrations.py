@@ -1,0 +1,82 @@
+"""Runs the Alembic migration chain from inside the service (at every start; a no-op when already at head).
+
+The upgrade runs in one transaction that also serialises concurrent migrators: SQLite takes `BEGIN IMMEDIATE`
+(a second process waits, then finds the schema at head), PostgreSQL takes a transaction-scoped advisory lock.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+
+from taskgate.domain.errors import StorageError
+from taskgate.infrastructure.db.engine import Database
+
+_ADVISORY_LOCK_ID = 7_274_283  # arbitrary constant shared by every taskgate process
+
+
+def migrations_dir() -> Path:
+    """The migration scripts: shipped inside the wheel, or the repository's top-level `migrations/`."""
+    packaged = Path(__file__).resolve().parents[2] / "_migrations"
+    if packaged.is_dir():
+        return packaged
+    repo = Path(__file__).resolve().parents[4] / "migrations"
+    if repo.is_dir():
+        return repo
+    raise StorageError(f"migration scripts not found (looked in {packaged} and {repo})")
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def _upgrade(connection: Connection, target: str) -> None:
+    command.upgrade(alembic_config(connection), target)
+
+
+def _current(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+async def upgrade(db: Database, target: str = "head") -> None:
+    """Bring the schema to `target` in one locked transaction. Raises: StorageError."""
+    await db.acquire_writer()
+    try:
+        async with db.engine.connect() as conn:
+            await db.begin(conn, write=True)
+            if not db.is_sqlite:
+                await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK_ID})")
+            await conn.run_sync(_upgrade, target)
+            await conn.commit()
+    finally:
+        db.release_writer()
+
+
+async def downgrade(db: Database, target: str) -> None:
+    """Downgrade the schema to `target` (used by the migration tests)."""
+    await db.acquire_writer()
+    try:
+        async with db.engine.connect() as conn:
+            await db.begin(conn, write=True)
+            await conn.run_sync(lambda c: command.downgrade(alembic_config(c), target))
+            await conn.commit()
+    finally:
+        db.release_writer()
+
+
+async def current_revision(db: Database) -> str | None:
+    async with db.engine.connect() as conn:
+        return await conn.run_sync(_current)

@@ -1,0 +1,320 @@
+"""Repositories over SQLAlchemy Core: rows in, domain dataclasses out, no ORM identity map or lazy loads.
+
+Each repository works on the connection of its unit of work. `lock=True` adds `FOR UPDATE` on PostgreSQL;
+on SQLite the unit of work already holds the database write lock (`BEGIN IMMEDIATE`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, and_, exists, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from taskgate.application.ports import TransitionQuery
+from taskgate.domain.entities import (
+    Operator,
+    Outcome,
+    Plan,
+    PlanStatus,
+    Project,
+    Session,
+    Task,
+    TaskStatus,
+    TransitionRecord,
+)
+from taskgate.domain.errors import (
+    OperatorNotFound,
+    PlanNotFound,
+    ProjectNotFound,
+    SessionAlreadyActive,
+    SessionNotFound,
+    TaskNotFound,
+    ConcurrentModification,
+)
+from taskgate.domain.policies import BlockerFact
+from taskgate.domain.states import TERMINAL_STATES, SessionState
+from taskgate.infrastructure.db import tables as t
+
+_TERMINAL = [s.value for s in TERMINAL_STATES]
+
+
+class _Repository:
+    def __init__(self, conn: AsyncConnection, dialect: str) -> None:
+        self._conn, self._dialect = conn, dialect
+
+    def _locked(self, stmt: Select[Any], lock: bool) -> Select[Any]:
+        return stmt.with_for_update() if lock and self._dialect == "postgresql" else stmt
+
+    async def _one(self, stmt: Select[Any]) -> Any:
+        return (await self._conn.execute(stmt)).mappings().first()
+
+    async def _all(self, stmt: Select[Any]) -> list[Any]:
+        return list((await self._conn.execute(stmt)).mappings().all())
+
+
+class SqlAlchemyProjectRepository(_Repository):
+    async def add(self, name: str, key: str, root_path: str, created_at: datetime) -> Project:
+        values = {"name": name, "key": key, "root_path": root_path, "config": {}, "created_at": created_at}
+        result = await self._conn.execute(insert(t.projects).values(**values))
+        return Project(id=result.inserted_primary_key[0], name=name, key=key, root_path=root_path,
+                       created_at=created_at)
+
+    async def get(self, project_id: int) -> Project:
+        row = await self._one(select(t.projects).where(t.projects.c.id == project_id))
+        if row is None:
+            raise ProjectNotFound(project_id)
+        return _project(row)
+
+    async def find(self, *, name: str | None = None, root_path: str | None = None, key: str | None = None):
+        c = t.projects.c
+        column, value = (c.name, name) if name is not None else (c.root_path, root_path) if root_path else (c.key, key)
+        row = await self._one(select(t.projects).where(column == value))
+        return _project(row) if row else None
+
+    async def list(self) -> list[Project]:
+        return [_project(r) for r in await self._all(select(t.projects).order_by(t.projects.c.id))]
+
+    async def archive(self, project_id: int, at: datetime) -> None:
+        await self._conn.execute(update(t.projects).where(t.projects.c.id == project_id).values(archived_at=at))
+
+    async def allocate_task_number(self, project_id: int) -> int:
+        stmt = (update(t.projects).where(t.projects.c.id == project_id)
+                .values(task_seq=t.projects.c.task_seq + 1).returning(t.projects.c.task_seq))
+        number = (await self._conn.execute(stmt)).scalar_one_or_none()
+        if number is None:
+            raise ProjectNotFound(project_id)
+        return number
+
+
+class SqlAlchemyPlanRepository(_Repository):
+    async def add(self, project_id: int, name: str, created_at: datetime) -> Plan:
+        values = {"project_id": project_id, "name": name, "status": PlanStatus.OPEN.value, "created_at": created_at}
+        result = await self._conn.execute(insert(t.plans).values(**values))
+        return Plan(result.inserted_primary_key[0], project_id, name, PlanStatus.OPEN, created_at)
+
+    async def get(self, plan_id: int, *, lock: bool = False) -> Plan:
+        row = await self._one(self._locked(select(t.plans).where(t.plans.c.id == plan_id), lock))
+        if row is None:
+            raise PlanNotFound(plan_id)
+        return Plan(row["id"], row["project_id"], row["name"], PlanStatus(row["status"]), row["created_at"])
+
+    async def list(self, project_id: int) -> list[Plan]:
+        rows = await self._all(select(t.plans).where(t.plans.c.project_id == project_id).order_by(t.plans.c.id))
+        return [Plan(r["id"], r["project_id"], r["name"], PlanStatus(r["status"]), r["created_at"]) for r in rows]
+
+    async def set_status(self, plan_id: int, status: PlanStatus) -> None:
+        await self._conn.execute(update(t.plans).where(t.plans.c.id == plan_id).values(status=status.value))
+
+
+class SqlAlchemyTaskRepository(_Repository):
+    async def add(self, task: Task) -> None:
+        await self._conn.execute(insert(t.tasks).values(
+            id=task.id, project_id=task.project_id, plan_id=task.plan_id, title=task.title,
+            description=task.description, priority=task.priority, status=task.status.value,
+            created_at=task.created_at))
+        if task.blockers:
+            await self._conn.execute(insert(t.task_dependencies), [
+                {"task_id": task.id, "depends_on_id": b, "type": "blocks"} for b in task.blockers])
+
+    async def get(self, task_id: str, *, lock: bool = False) -> Task:
+        row = await self._one(self._locked(select(t.tasks).where(t.tasks.c.id == task_id), lock))
+        if row is None:
+            raise TaskNotFound(task_id)
+        return (await self._with_blockers([row]))[0]
+
+    async def list(self, project_id: int, *, plan_id: int | None = None, status: TaskStatus | None = None):
+        stmt = select(t.tasks).where(t.tasks.c.project_id == project_id)
+        if plan_id is not None:
+            stmt = stmt.where(t.tasks.c.plan_id == plan_id)
+        if status is not None:
+            stmt = stmt.where(t.tasks.c.status == status.value)
+        return await self._with_blockers(await self._all(stmt.order_by(t.tasks.c.created_at, t.tasks.c.id)))
+
+    async def ready(self, project_id: int) -> list[Task]:
+        tk, dep, s = t.tasks, t.task_dependencies, t.sessions
+        blocker = t.tasks.alias("blocker")
+        has_active_session = exists().where(and_(s.c.task_id == tk.c.id, s.c.state.not_in(_TERMINAL)))
+        has_open_blocker = exists().where(and_(
+            dep.c.task_id == tk.c.id, dep.c.depends_on_id == blocker.c.id,
+            blocker.c.status != TaskStatus.COMPLETED.value))
+        stmt = (select(tk).where(tk.c.project_id == project_id, tk.c.status == TaskStatus.OPEN.value,
+                                 ~has_active_session, ~has_open_blocker)
+                .order_by(tk.c.priority, tk.c.created_at, tk.c.id))
+        return await self._with_blockers(await self._all(stmt))
+
+    async def blockers_of(self, task_id: str) -> list[BlockerFact]:
+        dep = t.task_dependencies
+        stmt = (select(t.tasks.c.id, t.tasks.c.status).join(dep, dep.c.depends_on_id == t.tasks.c.id)
+                .where(dep.c.task_id == task_id).order_by(t.tasks.c.id))
+        return [BlockerFact(r["id"], TaskStatus(r["status"])) for r in await self._all(stmt)]
+
+    async def set_status(self, task_id: str, status: TaskStatus) -> None:
+        await self._conn.execute(update(t.tasks).where(t.tasks.c.id == task_id).values(status=status.value))
+
+    async def count_unfinished(self, plan_id: int) -> int:
+        stmt = select(func.count()).select_from(t.tasks).where(
+            t.tasks.c.plan_id == plan_id, t.tasks.c.status != TaskStatus.COMPLETED.value)
+        return (await self._conn.execute(stmt)).scalar_one()
+
+    async def _with_blockers(self, rows: list[Any]) -> list[Task]:
+        if not rows:
+            return []
+        dep = t.task_dependencies
+        links = await self._all(select(dep).where(dep.c.task_id.in_([r["id"] for r in rows])))
+        blockers: dict[str, list[str]] = {}
+        for link in links:
+            blockers.setdefault(link["task_id"], []).append(link["depends_on_id"])
+        return [_task(r, sorted(blockers.get(r["id"], []))) for r in rows]
+
+
+class SqlAlchemyOperatorRepository(_Repository):
+    async def add(self, operator: Operator) -> None:
+        await self._conn.execute(insert(t.operators).values(
+            id=operator.id, name=operator.name, email=operator.email, roles=operator.roles,
+            permissions=operator.permissions, max_active_sessions=operator.max_active_sessions,
+            created_at=operator.created_at))
+
+    async def get(self, operator_id: str) -> Operator:
+        found = await self.find(operator_id)
+        if found is None:
+            raise OperatorNotFound(operator_id)
+        return found
+
+    async def find(self, operator_id: str) -> Operator | None:
+        row = await self._one(select(t.operators).where(t.operators.c.id == operator_id))
+        return Operator(**dict(row)) if row else None
+
+    async def list(self) -> list[Operator]:
+        return [Operator(**dict(r)) for r in await self._all(select(t.operators).order_by(t.operators.c.id))]
+
+
+class SqlAlchemySessionRepository(_Repository):
+    async def add(self, session: Session) -> None:
+        try:
+            await self._conn.execute(insert(t.sessions).values(**_session_values(session)))
+        except IntegrityError as exc:
+            raise SessionAlreadyActive(f"task {session.task_id} already has an active session") from exc
+
+    async def get(self, session_id: str, *, lock: bool = False) -> Session:
+        row = await self._one(self._locked(select(t.sessions).where(t.sessions.c.id == session_id), lock))
+        if row is None:
+            raise SessionNotFound(session_id)
+        return _session(row)
+
+    async def update(self, session: Session, expected_version: int) -> None:
+        values = _session_values(session)
+        stmt = (update(t.sessions)
+                .where(t.sessions.c.id == session.id, t.sessions.c.version == expected_version).values(**values))
+        if (await self._conn.execute(stmt)).rowcount != 1:
+            raise ConcurrentModification(f"session {session.id} changed concurrently (expected version {expected_version})")
+
+    async def list(self, *, project_id: int | None = None, plan_id: int | None = None,
+                   states: set[SessionState] | None = None) -> list[Session]:
+        c = t.sessions.c
+        stmt = select(t.sessions)
+        if project_id is not None:
+            stmt = stmt.where(c.project_id == project_id)
+        if plan_id is not None:
+            stmt = stmt.where(c.plan_id == plan_id)
+        if states is not None:
+            stmt = stmt.where(c.state.in_([s.value for s in states]))
+        return [_session(r) for r in await self._all(stmt.order_by(c.created_at, c.id))]
+
+    async def active_for_task(self, task_id: str) -> list[str]:
+        c = t.sessions.c
+        rows = await self._all(select(c.id).where(c.task_id == task_id, c.state.not_in(_TERMINAL)))
+        return [r["id"] for r in rows]
+
+    async def count_in_states(self, plan_id: int, states: frozenset[SessionState]) -> int:
+        c = t.sessions.c
+        stmt = select(func.count()).where(c.plan_id == plan_id, c.state.in_([s.value for s in states]))
+        return (await self._conn.execute(stmt)).scalar_one()
+
+
+class SqlAlchemyTransitionLog(_Repository):
+    async def append(self, record: TransitionRecord) -> int:
+        result = await self._conn.execute(insert(t.transition_log).values(**_record_values(record)))
+        return result.inserted_primary_key[0]
+
+    async def history(self, session_id: str, *, limit: int) -> list[TransitionRecord]:
+        c = t.transition_log.c
+        rows = await self._all(select(t.transition_log).where(c.session_id == session_id)
+                               .order_by(c.seq.desc()).limit(limit))
+        return [_record(r) for r in reversed(rows)]
+
+    async def applied_until(self, session_id: str, at: datetime) -> list[TransitionRecord]:
+        c = t.transition_log.c
+        stmt = (select(t.transition_log)
+                .where(c.session_id == session_id, c.at <= at, c.outcome == Outcome.APPLIED.value)
+                .order_by(c.seq))
+        return [_record(r) for r in await self._all(stmt)]
+
+    async def query(self, query: TransitionQuery) -> list[TransitionRecord]:
+        c = t.transition_log.c
+        conditions = [cond for cond in (
+            c.session_id == query.session_id if query.session_id else None,
+            c.actor == query.actor if query.actor else None,
+            c.to_state == query.state if query.state else None,
+            c.outcome == query.outcome if query.outcome else None,
+            c.at >= query.since if query.since else None,
+            c.at <= query.until if query.until else None,
+        ) if cond is not None]
+        stmt = select(t.transition_log).where(*conditions).order_by(c.at, c.seq).limit(query.limit)
+        return [_record(r) for r in await self._all(stmt)]
+
+
+class SqlAlchemyEventLog(_Repository):
+    async def append(self, kind: str, at: datetime, payload: dict[str, Any], session_id: str | None = None) -> None:
+        await self._conn.execute(insert(t.events).values(kind=kind, at=at, payload=payload, session_id=session_id))
+
+    async def list(self, session_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        stmt = select(t.events).order_by(t.events.c.id.desc()).limit(limit)
+        if session_id is not None:
+            stmt = stmt.where(t.events.c.session_id == session_id)
+        return [dict(r) for r in reversed(await self._all(stmt))]
+
+
+def _project(row: Any) -> Project:
+    return Project(id=row["id"], name=row["name"], key=row["key"], root_path=row["root_path"],
+                   created_at=row["created_at"], config=row["config"] or {}, archived_at=row["archived_at"])
+
+
+def _task(row: Any, blockers: list[str]) -> Task:
+    return Task(id=row["id"], project_id=row["project_id"], plan_id=row["plan_id"], title=row["title"],
+                description=row["description"], priority=row["priority"], status=TaskStatus(row["status"]),
+                created_at=row["created_at"], blockers=blockers)
+
+
+_SESSION_FIELDS = ("id", "task_id", "project_id", "plan_id", "operator_id", "version", "state_data", "workflow_stack",
+                   "branch_name", "worktree_path", "compensation_plan", "created_at", "started_at", "updated_at",
+                   "completed_at", "deadline")
+
+
+def _session_values(session: Session) -> dict[str, Any]:
+    values = {name: getattr(session, name) for name in _SESSION_FIELDS}
+    values["state"] = session.state.value
+    values["prior_state"] = session.prior_state.value if session.prior_state else None
+    return values
+
+
+def _session(row: Any) -> Session:
+    values = {name: row[name] for name in _SESSION_FIELDS}
+    prior = row["prior_state"]
+    return Session(state=SessionState(row["state"]), prior_state=SessionState(prior) if prior else None, **values)
+
+
+def _record_values(record: TransitionRecord) -> dict[str, Any]:
+    return {"session_id": record.session_id, "trigger": record.trigger, "from_state": record.from_state,
+            "to_state": record.to_state, "outcome": record.outcome.value, "actor": record.actor,
+            "reason": record.reason, "guard_results": record.guard_results,
+            "session_version": record.session_version, "at": record.at}
+
+
+def _record(row: Any) -> TransitionRecord:
+    return TransitionRecord(seq=row["seq"], session_id=row["session_id"], trigger=row["trigger"],
+                            from_state=row["from_state"], to_state=row["to_state"], outcome=Outcome(row["outcome"]),
+                            actor=row["actor"], reason=row["reason"], guard_results=row["guard_results"],
+                            session_version=row["session_version"], at=row["at"])

@@ -1,0 +1,196 @@
+"""The schema as SQLAlchemy Core tables. Alembic migrations create it; nothing calls `create_all` outside tests
+of the migrations themselves. Timestamps are stored as UTC and come back timezone-aware."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    text,
+)
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+BigId = BigInteger().with_variant(Integer, "sqlite")  # SQLite autoincrements only INTEGER PRIMARY KEY
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in, aware UTC datetimes out, on SQLite (which has no time zones) and PostgreSQL."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the database")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+TERMINAL_SQL = "state NOT IN ('completed', 'cancelled')"
+
+projects = Table(
+    "projects", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(100), nullable=False, unique=True),
+    Column("key", String(8), nullable=False, unique=True),
+    Column("root_path", Text, nullable=False, unique=True),
+    Column("config", JSON, nullable=False, default=dict),
+    Column("task_seq", Integer, nullable=False, server_default=text("0")),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("archived_at", UtcDateTime, nullable=True),
+)
+
+plans = Table(
+    "plans", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("project_id", Integer, ForeignKey("projects.id"), nullable=False, index=True),
+    Column("name", String(100), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+tasks = Table(
+    "tasks", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("project_id", Integer, ForeignKey("projects.id"), nullable=False),
+    Column("plan_id", Integer, ForeignKey("plans.id"), nullable=True, index=True),
+    Column("title", Text, nullable=False),
+    Column("description", Text, nullable=False, default=""),
+    Column("priority", Integer, nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Index("ix_tasks_project_status", "project_id", "status"),
+)
+
+task_dependencies = Table(
+    "task_dependencies", metadata,
+    Column("task_id", String(64), ForeignKey("tasks.id"), primary_key=True),
+    Column("depends_on_id", String(64), ForeignKey("tasks.id"), primary_key=True, index=True),
+    Column("type", String(32), nullable=False, default="blocks"),
+)
+
+operators = Table(
+    "operators", metadata,
+    Column("id", String(100), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("email", String(320), nullable=True),
+    Column("roles", JSON, nullable=False),
+    Column("permissions", JSON, nullable=False),
+    Column("max_active_sessions", Integer, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+sessions = Table(
+    "sessions", metadata,
+    Column("id", String(36), primary_key=True),
+    Column("task_id", String(64), ForeignKey("tasks.id"), nullable=False),
+    Column("project_id", Integer, ForeignKey("projects.id"), nullable=False, index=True),
+    Column("plan_id", Integer, ForeignKey("plans.id"), nullable=True),
+    Column("operator_id", String(100), ForeignKey("operators.id"), nullable=True),
+    Column("state", String(20), nullable=False),
+    Column("prior_state", String(20), nullable=True),
+    Column("state_data", JSON, nullable=False),
+    Column("workflow_stack", JSON, nullable=False),
+    Column("branch_name", Text, nullable=True),
+    Column("worktree_path", Text, nullable=True),
+    Column("compensation_plan", String(32), nullable=True),
+    Column("version", Integer, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("started_at", UtcDateTime, nullable=True),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("completed_at", UtcDateTime, nullable=True),
+    Column("deadline", UtcDateTime, nullable=True),
+    Index("ix_sessions_plan_state", "plan_id", "state"),
+    Index("ix_sessions_task_id", "task_id"),
+    # Backstop for "one active session per task": the guard reads under a lock, the index makes it impossible.
+    Index("uq_sessions_active_task", "task_id", unique=True,
+          sqlite_where=text(TERMINAL_SQL), postgresql_where=text(TERMINAL_SQL)),
+)
+
+transition_log = Table(
+    "transition_log", metadata,
+    Column("seq", BigId, primary_key=True, autoincrement=True),
+    Column("session_id", String(36), ForeignKey("sessions.id"), nullable=False),
+    Column("trigger", String(32), nullable=False),
+    Column("from_state", String(20), nullable=True),
+    Column("to_state", String(20), nullable=False),
+    Column("outcome", String(10), nullable=False),
+    Column("actor", String(200), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("guard_results", JSON, nullable=False),
+    Column("session_version", Integer, nullable=False),
+    Column("at", UtcDateTime, nullable=False),
+    Index("ix_transition_log_session_seq", "session_id", "seq"),
+    Index("ix_transition_log_session_at", "session_id", "at"),
+    Index("ix_transition_log_actor_at", "actor", "at"),
+    Index("ix_transition_log_to_state_at", "to_state", "at"),
+    Index("ix_transition_log_at", "at"),
+)
+
+decisions = Table(
+    "decisions", metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("session_id", String(36), ForeignKey("sessions.id"), nullable=False, index=True),
+    Column("operator_id", String(100), ForeignKey("operators.id"), nullable=False),
+    Column("decision", String(20), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("instructions", Text, nullable=True),
+    Column("override_policies", JSON, nullable=False),
+    Column("compensation", String(32), nullable=True),
+    Column("session_version", Integer, nullable=False),
+    Column("policy_results", JSON, nullable=False),
+    Column("at", UtcDateTime, nullable=False),
+)
+
+agents = Table(
+    "agents", metadata,
+    Column("id", String(36), primary_key=True),
+    Column("session_id", String(36), ForeignKey("sessions.id"), nullable=False, index=True),
+    Column("agent_type", String(100), nullable=False),
+    Column("command", JSON, nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("exit_code", Integer, nullable=True),
+    Column("output_path", Text, nullable=True),
+    Column("started_at", UtcDateTime, nullable=True),
+    Column("completed_at", UtcDateTime, nullable=True),
+    Column("heartbeat_at", UtcDateTime, nullable=True),
+)
+
+events = Table(
+    "events", metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("session_id", String(36), nullable=True, index=True),
+    Column("kind", String(64), nullable=False),
+    Column("payload", JSON, nullable=False),
+    Column("at", UtcDateTime, nullable=False, index=True),
+)
+
+ALL_TABLES = [projects, plans, tasks, task_dependencies, operators, sessions, transition_log, decisions, agents, events]

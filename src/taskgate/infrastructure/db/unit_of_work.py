@@ -1,0 +1,92 @@
+"""`SqlAlchemyUnitOfWork`: one connection, one transaction, the repositories bound to it."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from taskgate.domain.errors import ConcurrentModification, StorageError
+from taskgate.infrastructure.db.engine import Database
+from taskgate.infrastructure.db.repositories import (
+    SqlAlchemyEventLog,
+    SqlAlchemyOperatorRepository,
+    SqlAlchemyPlanRepository,
+    SqlAlchemyProjectRepository,
+    SqlAlchemySessionRepository,
+    SqlAlchemyTaskRepository,
+    SqlAlchemyTransitionLog,
+)
+
+_CONFLICT_SQLSTATES = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
+
+
+class SqlAlchemyUnitOfWork:
+    """A transaction on `db`. Uncommitted work is rolled back on exit; database errors become taskgate errors."""
+
+    def __init__(self, db: Database, *, write: bool) -> None:
+        self._db, self._write = db, write
+        self._conn: AsyncConnection | None = None
+        self._committed = False
+
+    async def __aenter__(self) -> SqlAlchemyUnitOfWork:
+        if self._write:
+            await self._db.acquire_writer()
+        try:
+            self._conn = await self._db.engine.connect()
+            await self._db.begin(self._conn, write=self._write)
+        except DBAPIError as exc:
+            await self._close()
+            raise _translate(exc) from exc
+        except BaseException:
+            await self._close()
+            raise
+        self._bind(self._conn)
+        return self
+
+    def _bind(self, conn: AsyncConnection) -> None:
+        dialect = self._db.dialect or "sqlite"
+        self.projects = SqlAlchemyProjectRepository(conn, dialect)
+        self.plans = SqlAlchemyPlanRepository(conn, dialect)
+        self.tasks = SqlAlchemyTaskRepository(conn, dialect)
+        self.operators = SqlAlchemyOperatorRepository(conn, dialect)
+        self.sessions = SqlAlchemySessionRepository(conn, dialect)
+        self.transitions = SqlAlchemyTransitionLog(conn, dialect)
+        self.events = SqlAlchemyEventLog(conn, dialect)
+
+    async def commit(self) -> None:
+        assert self._conn is not None
+        try:
+            await self._conn.commit()
+        except DBAPIError as exc:
+            raise _translate(exc) from exc
+        self._committed = True
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self._close()
+        if isinstance(exc, DBAPIError):
+            raise _translate(exc) from exc
+
+    async def _close(self) -> None:
+        try:
+            if self._conn is not None:
+                if not self._committed and self._conn.in_transaction():
+                    await self._conn.rollback()
+                await self._conn.close()
+        finally:
+            self._conn = None
+            if self._write:
+                self._db.release_writer()
+
+
+def _translate(exc: BaseException) -> Exception:
+    """Map a driver error to the taskgate error a caller can act on (STYLE: translate at the adapter edge)."""
+    sqlstate = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    if sqlstate in _CONFLICT_SQLSTATES:
+        return ConcurrentModification(f"the database refused a conflicting concurrent change ({sqlstate}); retry")
+    if isinstance(exc, OperationalError) and "locked" in str(exc):
+        return ConcurrentModification("the SQLite database stayed locked past busy_timeout; retry")
+    first_line = str(getattr(exc, "orig", exc)).splitlines()[0] if str(exc) else type(exc).__name__
+    return StorageError(f"database error: {first_line}")

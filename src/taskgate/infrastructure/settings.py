@@ -1,0 +1,126 @@
+"""Settings from `config/taskgate.toml` and `TASKGATE_*` environment variables (nested with `__`).
+
+Environment wins over the file, the file over defaults. pydantic-settings ignores a missing TOML file
+silently, so the file is resolved here to an absolute path and `Settings.config_file` says which one (if any)
+was loaded; an explicit `TASKGATE_CONFIG` that does not exist is an error.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+from taskgate.domain.errors import InvalidInput
+
+DEFAULT_CONFIG = Path("config") / "taskgate.toml"
+
+
+class OperatorSettings(BaseModel):
+    default: str = Field(default_factory=lambda: os.environ.get("USER") or "operator")
+
+
+class WipLimitSettings(BaseModel):
+    limit: int = Field(default=3, ge=1, le=1000)
+
+
+class PoliciesSettings(BaseModel):
+    wip_limit: WipLimitSettings = WipLimitSettings()
+
+
+class SqliteSettings(BaseModel):
+    busy_timeout_ms: int = Field(default=30_000, ge=0)
+    synchronous: str = "FULL"
+
+    @field_validator("synchronous")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if value.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+            raise ValueError("must be OFF, NORMAL, FULL or EXTRA")
+        return value.upper()
+
+
+class Settings(BaseSettings):
+    """All of taskgate's configuration. Build it with `load_settings()`."""
+
+    model_config = SettingsConfigDict(env_prefix="TASKGATE_", env_nested_delimiter="__", extra="forbid")
+
+    data_dir: Path = Path("data")
+    database_url: str | None = None
+    operator: OperatorSettings = OperatorSettings()
+    policies: PoliciesSettings = PoliciesSettings()
+    sqlite: SqliteSettings = SqliteSettings()
+    config_file: Path | None = Field(default=None, exclude=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings)
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The database URL, defaulting to a SQLite file under the data directory."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'taskgate.db').resolve()}"
+
+
+def find_config_file(cwd: Path | None = None) -> Path | None:
+    """`TASKGATE_CONFIG` if set (it must exist), else `config/taskgate.toml` under `cwd` if present.
+
+    Raises: InvalidInput when TASKGATE_CONFIG names a missing file.
+    """
+    explicit = os.environ.get("TASKGATE_CONFIG")
+    if explicit:
+        path = Path(explicit).expanduser().resolve()
+        if not path.is_file():
+            raise InvalidInput(f"TASKGATE_CONFIG={explicit} does not exist")
+        return path
+    candidate = ((cwd or Path.cwd()) / DEFAULT_CONFIG).resolve()
+    return candidate if candidate.is_file() else None
+
+
+def load_settings(cwd: Path | None = None, **overrides: Any) -> Settings:
+    """Settings from (in order of precedence) `overrides`, the environment, the config file, defaults.
+
+    Relative paths in the config file are resolved against the directory holding `config/`.
+    Raises: InvalidInput for a missing explicit config file or invalid values (message names the field).
+    """
+    path = find_config_file(cwd)
+    base = path.parent.parent if path and path.parent.name == "config" else (path.parent if path else (cwd or Path.cwd()))
+    try:
+        settings = _settings_class(path)(**overrides)
+    except ValueError as exc:
+        raise InvalidInput(f"invalid configuration ({path or 'defaults'}): {_first_error(exc)}") from None
+    data_dir = settings.data_dir if settings.data_dir.is_absolute() else (base / settings.data_dir)
+    return settings.model_copy(update={"data_dir": data_dir.resolve(), "config_file": path})
+
+
+def _settings_class(path: Path | None) -> type[Settings]:
+    if path is None:
+        return Settings
+
+    class FileSettings(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=path))
+
+    return FileSettings
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+    return str(exc)
