@@ -11,11 +11,13 @@ from taskgate.application.sessions import SessionService
 from taskgate.application.tracker import TrackerService
 from taskgate.domain.policies import Policy, default_policies
 from taskgate.infrastructure.db import migrations
-from taskgate.infrastructure.db.engine import Database
+from taskgate.infrastructure.db.engine import Database, redact
 from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 from taskgate.infrastructure.git import GitPythonVcs
-from taskgate.infrastructure.settings import Settings
+from taskgate.infrastructure.settings import Settings, load_settings
 from taskgate.infrastructure.system import SystemClock, UuidGenerator
+
+__all__ = ["App", "Settings", "bootstrap", "build_services", "database_report", "load_settings"]
 
 
 @dataclass
@@ -33,15 +35,17 @@ class App:
             await self.database.dispose()
 
 
-def build_services(uow: UnitOfWorkFactory, *, clock: Clock, ids: IdGenerator, vcs: VcsProvider,
-                   policies: list[Policy]) -> tuple[SessionService, TrackerService, AuditService]:
+def build_services(
+    uow: UnitOfWorkFactory, *, clock: Clock, ids: IdGenerator, vcs: VcsProvider, policies: list[Policy]
+) -> tuple[SessionService, TrackerService, AuditService]:
     """Wire the use cases to any set of adapters (real or fake)."""
     sessions = SessionService(uow, GuardEvaluator(policies), clock, ids)
     return sessions, TrackerService(uow, clock, vcs), AuditService(uow)
 
 
-async def bootstrap(settings: Settings, *, clock: Clock | None = None, ids: IdGenerator | None = None,
-                    migrate: bool = True) -> App:
+async def bootstrap(
+    settings: Settings, *, clock: Clock | None = None, ids: IdGenerator | None = None, migrate: bool = True
+) -> App:
     """Open the configured database, run the migrations, and build the services.
 
     Raises: InvalidInput for an unsupported URL; StorageError when the database cannot be reached or migrated.
@@ -60,6 +64,22 @@ async def bootstrap(settings: Settings, *, clock: Clock | None = None, ids: IdGe
     def uow(*, write: bool) -> SqlAlchemyUnitOfWork:
         return SqlAlchemyUnitOfWork(database, write=write)
 
-    services = build_services(uow, clock=clock or SystemClock(), ids=ids or UuidGenerator(), vcs=GitPythonVcs(),
-                              policies=default_policies(settings.policies.wip_limit.limit))
+    services = build_services(
+        uow,
+        clock=clock or SystemClock(),
+        ids=ids or UuidGenerator(),
+        vcs=GitPythonVcs(),
+        policies=default_policies(settings.policies.wip_limit.limit),
+    )
     return App(settings, *services, database=database)
+
+
+async def database_report(app: App) -> dict[str, object]:
+    """What `taskgate info` shows about the database: redacted URL, dialect, schema revision against head."""
+    assert app.database is not None and app.settings is not None
+    return {
+        "database_url": redact(app.database.url),
+        "dialect": app.database.dialect,
+        "schema_revision": await migrations.current_revision(app.database),
+        "head_revision": migrations.head_revision(),
+    }

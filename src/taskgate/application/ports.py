@@ -41,7 +41,10 @@ class ProjectRepository(Protocol):
     async def add(self, name: str, key: str, root_path: str, created_at: datetime) -> Project: ...
     async def get(self, project_id: int) -> Project:
         """Raises: ProjectNotFound."""
-    async def find(self, *, name: str | None = None, root_path: str | None = None, key: str | None = None) -> Project | None: ...
+
+    async def find(
+        self, *, name: str | None = None, root_path: str | None = None, key: str | None = None
+    ) -> Project | None: ...
     async def list(self) -> list[Project]: ...
     async def archive(self, project_id: int, at: datetime) -> None: ...
     async def allocate_task_number(self, project_id: int) -> int:
@@ -52,6 +55,7 @@ class PlanRepository(Protocol):
     async def add(self, project_id: int, name: str, created_at: datetime) -> Plan: ...
     async def get(self, plan_id: int, *, lock: bool = False) -> Plan:
         """Raises: PlanNotFound. `lock` takes a row lock until the unit of work ends."""
+
     async def list(self, project_id: int) -> list[Plan]: ...
     async def set_status(self, plan_id: int, status: PlanStatus) -> None: ...
 
@@ -60,9 +64,13 @@ class TaskRepository(Protocol):
     async def add(self, task: Task) -> None: ...
     async def get(self, task_id: str, *, lock: bool = False) -> Task:
         """Raises: TaskNotFound."""
-    async def list(self, project_id: int, *, plan_id: int | None = None, status: TaskStatus | None = None) -> list[Task]: ...
+
+    async def list(
+        self, project_id: int, *, plan_id: int | None = None, status: TaskStatus | None = None
+    ) -> list[Task]: ...
     async def ready(self, project_id: int) -> list[Task]:
         """Open tasks with no active session whose blockers are all completed, by priority then id."""
+
     async def blockers_of(self, task_id: str) -> list[BlockerFact]: ...
     async def set_status(self, task_id: str, status: TaskStatus) -> None: ...
     async def count_unfinished(self, plan_id: int) -> int: ...
@@ -72,6 +80,7 @@ class OperatorRepository(Protocol):
     async def add(self, operator: Operator) -> None: ...
     async def get(self, operator_id: str) -> Operator:
         """Raises: OperatorNotFound."""
+
     async def find(self, operator_id: str) -> Operator | None: ...
     async def list(self) -> list[Operator]: ...
 
@@ -79,24 +88,31 @@ class OperatorRepository(Protocol):
 class SessionRepository(Protocol):
     async def add(self, session: Session) -> None:
         """Raises: SessionAlreadyActive when the task already has a non-terminal session."""
+
     async def get(self, session_id: str, *, lock: bool = False) -> Session:
         """Raises: SessionNotFound. `lock` holds the row until the unit of work ends."""
+
     async def update(self, session: Session, expected_version: int) -> None:
         """Write `session` if the stored version is still `expected_version`. Raises: ConcurrentModification."""
+
     async def list(
         self, *, project_id: int | None = None, plan_id: int | None = None, states: set[SessionState] | None = None
     ) -> list[Session]: ...
     async def active_for_task(self, task_id: str) -> list[str]: ...
+    async def ids_with_prefix(self, prefix: str, limit: int) -> list[str]: ...
     async def count_in_states(self, plan_id: int, states: frozenset[SessionState]) -> int: ...
 
 
 class TransitionLog(Protocol):
     async def append(self, record: TransitionRecord) -> int:
         """Append one row; returns its sequence number (the log is never updated or deleted)."""
+
     async def history(self, session_id: str, *, limit: int) -> list[TransitionRecord]:
         """The newest `limit` rows of the session, oldest first."""
+
     async def applied_until(self, session_id: str, at: datetime) -> list[TransitionRecord]:
         """Applied rows of the session at or before `at`, in log order (for replay)."""
+
     async def query(self, query: TransitionQuery) -> list[TransitionRecord]:
         """Rows matching the filters, oldest first, at most `query.limit`."""
 
@@ -120,6 +136,7 @@ class UnitOfWork(Protocol):
     async def __aenter__(self) -> UnitOfWork: ...
     async def __aexit__(self, *exc_info: object) -> None:
         """Rolls back whatever was not committed."""
+
     async def commit(self) -> None: ...
 
 

@@ -52,8 +52,12 @@ class SessionMachine:
             model=None,
             states=[state.value for state in SessionState],
             transitions=[
-                {"trigger": row.trigger.value, "source": src.value, "dest": row.dest.value,
-                 "conditions": [_condition_for(row)]}
+                {
+                    "trigger": row.trigger.value,
+                    "source": src.value,
+                    "dest": row.dest.value,
+                    "conditions": [_condition_for(row)],
+                }
                 for row in TRANSITIONS
                 for src in sorted(row.sources)
             ],

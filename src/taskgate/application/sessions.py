@@ -32,10 +32,11 @@ from taskgate.domain.errors import (
     PolicyViolation,
     ProjectArchived,
     SessionAlreadyActive,
+    SessionNotFound,
     TaskgateError,
 )
 from taskgate.domain.policies import GuardFacts, Verdict
-from taskgate.domain.session_fsm import TransitionSpec, find_transition, allowed_triggers, prior_state_after
+from taskgate.domain.session_fsm import TransitionSpec, allowed_triggers, find_transition, prior_state_after
 from taskgate.domain.states import TERMINAL_STATES, WIP_STATES, SessionState, Trigger
 
 SYSTEM_ACTOR = "system"
@@ -87,7 +88,11 @@ class SessionService:
     """The session engine's write side and its history reads."""
 
     def __init__(
-        self, uow: UnitOfWorkFactory, guards: GuardEvaluator, clock: Clock, ids: IdGenerator,
+        self,
+        uow: UnitOfWorkFactory,
+        guards: GuardEvaluator,
+        clock: Clock,
+        ids: IdGenerator,
         machine: SessionMachine | None = None,
     ) -> None:
         self._uow, self._guards, self._clock, self._ids = uow, guards, clock, ids
@@ -153,6 +158,22 @@ class SessionService:
             exc.args = (f"{exc.args[0]}; session {session.id} stays ready",)
             raise
 
+    async def resolve_id(self, ref: str) -> str:
+        """The full id of the session whose id is or starts with `ref` (at least 4 characters).
+
+        Raises: InvalidInput (too short or ambiguous), SessionNotFound.
+        """
+        ref = ref.strip().lower()
+        if len(ref) < 4:
+            raise InvalidInput(f"session id '{ref}' is too short; give at least 4 characters")
+        async with self._uow(write=False) as uow:
+            matches = await uow.sessions.ids_with_prefix(ref, limit=2)
+        if not matches:
+            raise SessionNotFound(ref)
+        if len(matches) > 1 and ref not in matches:
+            raise InvalidInput(f"session id prefix '{ref}' is ambiguous ({', '.join(matches)}, ...)")
+        return ref if ref in matches else matches[0]
+
     async def get(self, session_id: str) -> Session:
         """Raises: SessionNotFound."""
         async with self._uow(write=False) as uow:
@@ -181,7 +202,9 @@ class SessionService:
             session = await uow.sessions.get(session_id)
             rows = await uow.transitions.applied_until(session_id, at)
         if not rows:
-            raise InvalidInput(f"session {session_id} did not exist at {at.isoformat()} (created {session.created_at.isoformat()})")
+            raise InvalidInput(
+                f"session {session_id} did not exist at {at.isoformat()} (created {session.created_at.isoformat()})"
+            )
         return replay(rows)
 
     async def active_sessions(self, project_id: int | None = None, plan_id: int | None = None) -> list[Session]:
@@ -190,7 +213,9 @@ class SessionService:
         async with self._uow(write=False) as uow:
             return await uow.sessions.list(project_id=project_id, plan_id=plan_id, states=states)
 
-    async def list_sessions(self, project_id: int | None = None, states: set[SessionState] | None = None) -> list[Session]:
+    async def list_sessions(
+        self, project_id: int | None = None, states: set[SessionState] | None = None
+    ) -> list[Session]:
         async with self._uow(write=False) as uow:
             return await uow.sessions.list(project_id=project_id, states=states)
 
@@ -203,8 +228,9 @@ class SessionService:
             )
         row = find_transition(session.state, trigger, session.prior_state)
         if row is None:
-            raise InvalidTransition(session.id, session.state.value, trigger.value,
-                                    allowed_triggers(session.state, session.prior_state))
+            raise InvalidTransition(
+                session.id, session.state.value, trigger.value, allowed_triggers(session.state, session.prior_state)
+            )
         return row
 
     async def _creation_facts(self, uow: UnitOfWork, cmd: CreateSession, row: TransitionSpec) -> GuardFacts:
@@ -216,7 +242,10 @@ class SessionService:
             await uow.operators.get(cmd.operator_id)
         plan = await uow.plans.get(task.plan_id) if task.plan_id is not None else None
         return GuardFacts(
-            transition=row, task=task, plan=plan, project=project,
+            transition=row,
+            task=task,
+            plan=plan,
+            project=project,
             blockers=tuple(await uow.tasks.blockers_of(task.id)),
             other_active_sessions=tuple(await uow.sessions.active_for_task(task.id)),
             actor=cmd.actor,
@@ -227,38 +256,70 @@ class SessionService:
         plan = await uow.plans.get(session.plan_id) if session.plan_id is not None else None
         wip = await uow.sessions.count_in_states(plan.id, WIP_STATES) if plan is not None else 0
         return GuardFacts(
-            transition=row, task=task, plan=plan, project=await uow.projects.get(session.project_id),
-            session=session, blockers=tuple(await uow.tasks.blockers_of(task.id)),
-            plan_sessions_in_wip=wip, actor=actor,
+            transition=row,
+            task=task,
+            plan=plan,
+            project=await uow.projects.get(session.project_id),
+            session=session,
+            blockers=tuple(await uow.tasks.blockers_of(task.id)),
+            plan_sessions_in_wip=wip,
+            actor=actor,
         )
 
     def _new_session(self, cmd: CreateSession, facts: GuardFacts) -> Session:
         now = self._clock.now()
         return Session(
-            id=self._ids.new_session_id(), task_id=facts.task.id, project_id=facts.project.id,
-            plan_id=facts.task.plan_id, operator_id=cmd.operator_id, state=SessionState.CREATED,
-            version=1, created_at=now, updated_at=now,
+            id=self._ids.new_session_id(),
+            task_id=facts.task.id,
+            project_id=facts.project.id,
+            plan_id=facts.task.plan_id,
+            operator_id=cmd.operator_id,
+            state=SessionState.CREATED,
+            version=1,
+            created_at=now,
+            updated_at=now,
         )
 
-    async def _log_blocked(self, uow: UnitOfWork, session: Session, row: TransitionSpec, cmd: FireTrigger,
-                           verdict: Verdict) -> None:
-        record = _record(session, row, session.state, Outcome.BLOCKED, cmd.actor, cmd.reason, verdict,
-                         at=self._clock.now(), to_state=session.state)
+    async def _log_blocked(
+        self, uow: UnitOfWork, session: Session, row: TransitionSpec, cmd: FireTrigger, verdict: Verdict
+    ) -> None:
+        record = _record(
+            session,
+            row,
+            session.state,
+            Outcome.BLOCKED,
+            cmd.actor,
+            cmd.reason,
+            verdict,
+            at=self._clock.now(),
+            to_state=session.state,
+        )
         await uow.transitions.append(record)
         payload = {"trigger": row.trigger.value, "violations": [v.describe() for v in verdict.blocking()]}
         await uow.events.append("session.blocked", record.at, payload, session.id)
         await uow.commit()
 
-    async def _apply(self, uow: UnitOfWork, session: Session, row: TransitionSpec, new_state: SessionState,
-                     cmd: FireTrigger, verdict: Verdict) -> FireResult:
+    async def _apply(
+        self,
+        uow: UnitOfWork,
+        session: Session,
+        row: TransitionSpec,
+        new_state: SessionState,
+        cmd: FireTrigger,
+        verdict: Verdict,
+    ) -> FireResult:
         now = self._clock.now()
         updated = _advance(session, row, new_state, now)
         await uow.sessions.update(updated, expected_version=session.version)
         await self._follow_task_and_plan(uow, session, updated)
         record = _record(updated, row, session.state, Outcome.APPLIED, cmd.actor, cmd.reason, verdict, at=now)
         await uow.transitions.append(record)
-        await uow.events.append("session.transition", now, {"trigger": row.trigger.value, "from": session.state.value,
-                                                             "to": new_state.value}, session.id)
+        await uow.events.append(
+            "session.transition",
+            now,
+            {"trigger": row.trigger.value, "from": session.state.value, "to": new_state.value},
+            session.id,
+        )
         await uow.commit()
         return FireResult(updated, record)
 
@@ -307,14 +368,30 @@ def _advance(session: Session, row: TransitionSpec, new_state: SessionState, now
     )
 
 
-def _record(session: Session, row: TransitionSpec, from_state: SessionState | None, outcome: Outcome, actor: str,
-            reason: str | None, verdict: Verdict, *, at: datetime | None = None,
-            to_state: SessionState | None = None) -> TransitionRecord:
+def _record(
+    session: Session,
+    row: TransitionSpec,
+    from_state: SessionState | None,
+    outcome: Outcome,
+    actor: str,
+    reason: str | None,
+    verdict: Verdict,
+    *,
+    at: datetime | None = None,
+    to_state: SessionState | None = None,
+) -> TransitionRecord:
     return TransitionRecord(
-        seq=None, session_id=session.id, trigger=row.trigger.value,
-        from_state=from_state.value if from_state else None, to_state=(to_state or session.state).value,
-        outcome=outcome, actor=actor, reason=reason, guard_results=[r.as_dict() for r in verdict.results],
-        session_version=session.version, at=at or session.created_at,
+        seq=None,
+        session_id=session.id,
+        trigger=row.trigger.value,
+        from_state=from_state.value if from_state else None,
+        to_state=(to_state or session.state).value,
+        outcome=outcome,
+        actor=actor,
+        reason=reason,
+        guard_results=[r.as_dict() for r in verdict.results],
+        session_version=session.version,
+        at=at or session.created_at,
     )
 
 
@@ -334,7 +411,11 @@ def replay(rows: list[TransitionRecord]) -> SessionState:
     prior: SessionState | None = None
     for rec in rows:
         row = find_transition(state, Trigger(rec.trigger), prior)
-        if row is None or row.dest.value != rec.to_state or (rec.from_state or None) != (state.value if state else None):
+        if (
+            row is None
+            or row.dest.value != rec.to_state
+            or (rec.from_state or None) != (state.value if state else None)
+        ):
             raise TaskgateError(f"transition log of session {rec.session_id} does not replay at seq {rec.seq}")
         prior = prior_state_after(row, state, prior) if state is not None else None
         state = row.dest
@@ -345,7 +426,15 @@ def replay(rows: list[TransitionRecord]) -> SessionState:
 def describe_record(rec: TransitionRecord) -> dict[str, Any]:
     """A transition record as plain JSON-able data (for CLI and MCP output)."""
     return {
-        "seq": rec.seq, "session_id": rec.session_id, "trigger": rec.trigger, "from_state": rec.from_state,
-        "to_state": rec.to_state, "outcome": rec.outcome.value, "actor": rec.actor, "reason": rec.reason,
-        "guard_results": rec.guard_results, "session_version": rec.session_version, "at": rec.at.isoformat(),
+        "seq": rec.seq,
+        "session_id": rec.session_id,
+        "trigger": rec.trigger,
+        "from_state": rec.from_state,
+        "to_state": rec.to_state,
+        "outcome": rec.outcome.value,
+        "actor": rec.actor,
+        "reason": rec.reason,
+        "guard_results": rec.guard_results,
+        "session_version": rec.session_version,
+        "at": rec.at.isoformat(),
     }

@@ -122,9 +122,17 @@ class TrackerService:
             project = await self._writable(uow, cmd.project_id)
             await self._check_plan_and_blockers(uow, cmd)
             number = await uow.projects.allocate_task_number(project.id)
-            task = Task(id=f"{project.key}-{number}", project_id=project.id, plan_id=cmd.plan_id, title=title,
-                        description=description, priority=cmd.priority, status=TaskStatus.OPEN,
-                        created_at=self._clock.now(), blockers=list(dict.fromkeys(cmd.blocked_by)))
+            task = Task(
+                id=f"{project.key}-{number}",
+                project_id=project.id,
+                plan_id=cmd.plan_id,
+                title=title,
+                description=description,
+                priority=cmd.priority,
+                status=TaskStatus.OPEN,
+                created_at=self._clock.now(),
+                blockers=list(dict.fromkeys(cmd.blocked_by)),
+            )
             await uow.tasks.add(task)
             await uow.commit()
         return task
@@ -149,9 +157,15 @@ class TrackerService:
             existing = await uow.operators.find(operator_id)
             if existing is not None:
                 return existing
-            operator = Operator(id=operator_id, name=name or operator_id, email=None, roles=[Role.ADMIN.value],
-                                permissions=[p.value for p in Permission], max_active_sessions=10,
-                                created_at=self._clock.now())
+            operator = Operator(
+                id=operator_id,
+                name=name or operator_id,
+                email=None,
+                roles=[Role.ADMIN.value],
+                permissions=[p.value for p in Permission],
+                max_active_sessions=10,
+                created_at=self._clock.now(),
+            )
             await uow.operators.add(operator)
             await uow.commit()
         return operator

@@ -93,7 +93,8 @@ class WipLimit:
         return [
             Violation(
                 self.name,
-                f"plan '{facts.plan.name}' already has {facts.plan_sessions_in_wip} of {self.limit} sessions in progress",
+                f"plan '{facts.plan.name}' already has {facts.plan_sessions_in_wip} of {self.limit} "
+                "sessions in progress",
                 self.severity,
                 "finish, suspend or cancel a session of this plan, then start again",
             )
@@ -115,7 +116,9 @@ class PlanOpen:
     def check(self, facts: GuardFacts) -> list[Violation]:
         if facts.plan is None or facts.plan.status != PlanStatus.CLOSED:
             return []
-        return [Violation(self.name, f"plan '{facts.plan.name}' is closed", self.severity, "add the task to an open plan")]
+        return [
+            Violation(self.name, f"plan '{facts.plan.name}' is closed", self.severity, "add the task to an open plan")
+        ]
 
 
 @dataclass(slots=True)

@@ -60,9 +60,7 @@ WIP_STATES: frozenset[SessionState] = frozenset({S.PLANNING, S.EXECUTING, S.VERI
 SUSPENDABLE_STATES: frozenset[SessionState] = WIP_STATES
 """Suspend is allowed from exactly the WIP states, and resume returns to the one suspended from."""
 
-ACTIVE_STATES: frozenset[SessionState] = frozenset(
-    {S.CREATED, S.INITIALIZING, S.READY, *WIP_STATES, S.SUSPENDED}
-)
+ACTIVE_STATES: frozenset[SessionState] = frozenset({S.CREATED, S.INITIALIZING, S.READY, *WIP_STATES, S.SUSPENDED})
 """A session doing or waiting to do work: the sweeper may abandon it, an error may fail it."""
 
 

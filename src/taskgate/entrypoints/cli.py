@@ -1,2 +1,472 @@
-def main():
-    raise SystemExit("not yet")
+"""The `taskgate` command line (Typer + Rich). Every command exits non-zero with a one-line reason on error."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+
+from taskgate import __version__
+from taskgate.application.ports import TransitionQuery
+from taskgate.application.sessions import FireTrigger, StartTask
+from taskgate.application.tracker import AddTask
+from taskgate.bootstrap import App, bootstrap, database_report, load_settings
+from taskgate.domain import session_fsm
+from taskgate.domain.errors import InvalidInput, TaskgateError
+from taskgate.entrypoints import render
+from taskgate.entrypoints.render import console, err_console
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    help="taskgate: run AI coding agents in guarded, audited sessions.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+plan_app = typer.Typer(help="Plans (phases) of a project.", no_args_is_help=True)
+task_app = typer.Typer(help="Tasks of the built-in tracker.", no_args_is_help=True)
+session_app = typer.Typer(help="Sessions: one guarded state machine per task.", no_args_is_help=True)
+audit_app = typer.Typer(help="Audit queries over the transition log.", no_args_is_help=True)
+project_app = typer.Typer(help="Registered projects.", no_args_is_help=True)
+for sub, name in (
+    (project_app, "project"),
+    (plan_app, "plan"),
+    (task_app, "task"),
+    (session_app, "session"),
+    (audit_app, "audit"),
+):
+    app.add_typer(sub, name=name)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+ProjectOpt = Annotated[str | None, typer.Option("--project", "-p", help="Project id, name or key.")]
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print a one-line error to stderr and exit with `code`."""
+    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def run(work: Callable[[App], Awaitable[T]]) -> T:
+    """Open taskgate (settings, database, migrations), run `work`, close. Errors become one line and exit 1."""
+
+    async def main() -> T:
+        services = await bootstrap(load_settings())
+        try:
+            return await work(services)
+        finally:
+            await services.close()
+
+    try:
+        return asyncio.run(main())
+    except TaskgateError as exc:
+        fail(str(exc))
+    except Exception as exc:  # the promise is one line, never a traceback, unless asked for
+        if os.environ.get("TASKGATE_DEBUG"):
+            raise
+        fail(f"internal error: {type(exc).__name__}: {exc} (set TASKGATE_DEBUG=1 for a traceback)", 3)
+    raise AssertionError("unreachable")
+
+
+def parse_timestamp(text: str) -> datetime:
+    """ISO 8601; a timestamp without a zone is read as UTC. Raises: InvalidInput."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(f"malformed timestamp '{text}': use ISO 8601, e.g. 2026-11-21T10:00:00Z") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _timestamp_or_fail(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return parse_timestamp(text)
+    except InvalidInput as exc:
+        fail(str(exc))
+    raise AssertionError("unreachable")
+
+
+@app.callback()
+def _root(
+    config: Annotated[
+        Path | None, typer.Option("--config", help="Config file (else $TASKGATE_CONFIG, else ./config/taskgate.toml).")
+    ] = None,
+) -> None:
+    if config is not None:
+        os.environ["TASKGATE_CONFIG"] = str(config)
+
+
+@app.command()
+def version() -> None:
+    """Print taskgate's version."""
+    print(__version__)
+
+
+@app.command()
+def info(as_json: JsonOpt = False) -> None:
+    """Say which config file, data directory and database taskgate uses, and the schema revision."""
+
+    async def work(services: App) -> dict[str, object]:
+        settings = services.settings
+        assert settings is not None
+        return {
+            "version": __version__,
+            "config_file": str(settings.config_file) if settings.config_file else None,
+            "data_dir": str(settings.data_dir),
+            **await database_report(services),
+            "default_operator": settings.operator.default,
+            "wip_limit": settings.policies.wip_limit.limit,
+        }
+
+    report = run(work)
+    if as_json:
+        render.print_json(report)
+        return
+    for key, value in report.items():
+        shown = value if value is not None else "(none: built-in defaults)" if key == "config_file" else "-"
+        console.print(f"[bold]{key:>17}[/bold]  {shown}", highlight=False)
+
+
+@app.command()
+def init(
+    path: Annotated[Path, typer.Argument(help="A directory inside the git repository to register.")] = Path("."),
+    name: Annotated[str | None, typer.Option(help="Project name (default: the repository folder's name).")] = None,
+) -> None:
+    """Register a git repository as a project, and set up the default local operator."""
+
+    async def work(services: App):
+        project = await services.tracker.init_project(str(path), name)
+        assert services.settings is not None
+        operator = await services.tracker.ensure_operator(services.settings.operator.default)
+        return project, operator
+
+    project, operator = run(work)
+    console.print(f"project [bold]{project.name}[/bold] (id {project.id}, key {project.key}) at {project.root_path}")
+    console.print(f"operator [bold]{operator.id}[/bold] ready; task ids look like {project.key}-1")
+
+
+@project_app.command("list")
+def project_list(as_json: JsonOpt = False) -> None:
+    """List registered projects."""
+    projects = run(lambda s: s.tracker.list_projects())
+    if as_json:
+        render.print_json(projects)
+        return
+    console.print(
+        render.table(
+            "Projects",
+            ["id", "name", "key", "status", "root"],
+            ([p.id, p.name, p.key, p.status.value, p.root_path] for p in projects),
+        )
+    )
+
+
+@project_app.command("archive")
+def project_archive(project: Annotated[str, typer.Argument(help="Project id, name or key.")]) -> None:
+    """Archive a project: read-only, no new sessions. Refused while it has active sessions."""
+
+    async def work(services: App):
+        found = await services.tracker.resolve_project(project)
+        return await services.tracker.archive_project(found.id)
+
+    archived = run(work)
+    console.print(f"project [bold]{archived.name}[/bold] archived")
+
+
+@plan_app.command("add")
+def plan_add(name: Annotated[str, typer.Argument(help="Plan name, e.g. 'Phase 1'.")], project: ProjectOpt = None):
+    """Add a plan (phase) to a project."""
+
+    async def work(services: App):
+        found = await services.tracker.resolve_project(project, os.getcwd())
+        return await services.tracker.add_plan(found.id, name)
+
+    plan = run(work)
+    console.print(f"plan [bold]{plan.name}[/bold] added (id {plan.id})")
+
+
+@plan_app.command("list")
+def plan_list(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
+    """List the plans of a project."""
+
+    async def work(services: App):
+        found = await services.tracker.resolve_project(project, os.getcwd())
+        return await services.tracker.list_plans(found.id)
+
+    plans = run(work)
+    if as_json:
+        render.print_json(plans)
+        return
+    console.print(render.table("Plans", ["id", "name", "status"], ([p.id, p.name, p.status.value] for p in plans)))
+
+
+@task_app.command("add")
+def task_add(
+    title: Annotated[str, typer.Argument(help="What the task is.")],
+    description: Annotated[str, typer.Option("--description", "-d")] = "",
+    plan: Annotated[int | None, typer.Option("--plan", help="Plan id.")] = None,
+    priority: Annotated[int, typer.Option("--priority", help="0 (most urgent) .. 4.")] = 2,
+    blocked_by: Annotated[
+        list[str] | None, typer.Option("--blocked-by", help="A blocking task id (repeatable).")
+    ] = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add a task to the built-in tracker."""
+
+    async def work(services: App):
+        found = await services.tracker.resolve_project(project, os.getcwd())
+        return await services.tracker.add_task(AddTask(found.id, title, description, plan, priority, blocked_by or []))
+
+    task = run(work)
+    if as_json:
+        render.print_json(task)
+        return
+    console.print(f"task [bold]{task.id}[/bold] added: {task.title}")
+
+
+@task_app.command("list")
+def task_list(
+    plan: Annotated[int | None, typer.Option("--plan")] = None,
+    status: Annotated[str | None, typer.Option("--status")] = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List tasks, oldest first."""
+
+    async def work(services: App):
+        found = await services.tracker.resolve_project(project, os.getcwd())
+        return await services.tracker.list_tasks(found.id, plan, status)
+
+    tasks = run(work)
+    render.print_json(tasks) if as_json else console.print(render.tasks_table(tasks))
+
+
+@task_app.command("ready")
+def task_ready(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
+    """Tasks that can start now: open, no active session, every blocker completed; most urgent first."""
+
+    async def work(services: App):
+        found = await services.tracker.resolve_project(project, os.getcwd())
+        return await services.tracker.ready_tasks(found.id)
+
+    tasks = run(work)
+    render.print_json(tasks) if as_json else console.print(render.tasks_table(tasks, "Ready tasks"))
+
+
+def _operator_actor(services: App, operator: str | None) -> tuple[str, str]:
+    assert services.settings is not None
+    operator_id = operator or services.settings.operator.default
+    return operator_id, f"operator:{operator_id}"
+
+
+@session_app.command("start")
+def session_start(
+    task_id: Annotated[str, typer.Argument(help="The task to work on.")],
+    operator: Annotated[str | None, typer.Option("--operator", help="Operator id (default: operator.default).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start work on a task: create (or reuse the ready) session and fire `start` (WIP-limited)."""
+
+    async def work(services: App):
+        operator_id, actor = _operator_actor(services, operator)
+        return await services.sessions.start_task(StartTask(task_id, actor, operator_id))
+
+    result = run(work)
+    if as_json:
+        render.print_json(result.session)
+        return
+    console.print(
+        f"session [bold]{result.session.id}[/bold] for {task_id} is now [green]{result.session.state}[/green]"
+    )
+
+
+@session_app.command("fire")
+def session_fire(
+    session_id: Annotated[str, typer.Argument(help="Session id or a unique prefix of it.")],
+    trigger: Annotated[str, typer.Argument(help="Trigger name; see `taskgate fsm`.")],
+    reason: Annotated[str | None, typer.Option("--reason", help="Why (recorded in the log).")] = None,
+    expected_version: Annotated[int | None, typer.Option(help="Refuse if the session moved past this version.")] = None,
+    operator: Annotated[str | None, typer.Option("--operator")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fire a trigger on a session (one guarded, logged transaction)."""
+
+    async def work(services: App):
+        full_id = await services.sessions.resolve_id(session_id)
+        _, actor = _operator_actor(services, operator)
+        return await services.sessions.fire(FireTrigger(full_id, trigger, actor, reason, expected_version))
+
+    result = run(work)
+    if as_json:
+        render.print_json(result.record)
+        return
+    console.print(
+        f"{result.record.from_state} → [green]{result.record.to_state}[/green] "
+        f"(session {result.session.id[:8]}, version {result.session.version})"
+    )
+
+
+@session_app.command("show")
+def session_show(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt = False) -> None:
+    """Show one session."""
+
+    async def work(services: App):
+        return await services.sessions.get(await services.sessions.resolve_id(session_id))
+
+    session = run(work)
+    if as_json:
+        render.print_json(session)
+        return
+    allowed = session_fsm.allowed_triggers(session.state, session.prior_state)
+    for key, value in render.jsonable(session).items():
+        console.print(f"[bold]{key:>17}[/bold]  {value if value not in (None, {}, []) else '-'}", highlight=False)
+    console.print(f"[bold]{'next triggers':>17}[/bold]  {', '.join(allowed) or '-'}", highlight=False)
+
+
+@session_app.command("list")
+def session_list(
+    all_states: Annotated[bool, typer.Option("--all", help="Include completed and cancelled sessions.")] = False,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List active sessions (or all of them)."""
+
+    async def work(services: App):
+        found = await services.tracker.resolve_project(project, os.getcwd())
+        if all_states:
+            return await services.sessions.list_sessions(found.id)
+        return await services.sessions.active_sessions(found.id)
+
+    sessions = run(work)
+    render.print_json(sessions) if as_json else console.print(render.sessions_table(sessions))
+
+
+@session_app.command("history")
+def session_history(
+    session_id: Annotated[str, typer.Argument()],
+    limit: Annotated[int, typer.Option("--limit", help="Newest N rows.")] = 100,
+    as_json: JsonOpt = False,
+) -> None:
+    """The session's transition log (applied and blocked), oldest first."""
+
+    async def work(services: App):
+        return await services.sessions.history(await services.sessions.resolve_id(session_id), limit)
+
+    records = run(work)
+    render.print_json(records) if as_json else console.print(render.transitions_table(records))
+
+
+@session_app.command("state-at")
+def session_state_at(
+    session_id: Annotated[str, typer.Argument()],
+    timestamp: Annotated[str, typer.Argument(help="ISO 8601; no zone means UTC.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """The state the session was in at TIMESTAMP, rebuilt by replaying its log."""
+    at = _timestamp_or_fail(timestamp)
+
+    async def work(services: App):
+        return await services.sessions.state_at(await services.sessions.resolve_id(session_id), at)
+
+    state = run(work)
+    if as_json:
+        render.print_json({"session_id": session_id, "at": at, "state": state})
+        return
+    print(state.value)
+
+
+class AuditFormat(StrEnum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+@audit_app.command("transitions")
+def audit_transitions(
+    session: Annotated[str | None, typer.Option("--session", help="Session id or prefix.")] = None,
+    actor: Annotated[str | None, typer.Option("--actor", help="e.g. operator:alice or system.")] = None,
+    state: Annotated[str | None, typer.Option("--state", help="Transitions that entered this state.")] = None,
+    outcome: Annotated[str | None, typer.Option("--outcome", help="applied or blocked.")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="ISO 8601, inclusive.")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="ISO 8601, inclusive.")] = None,
+    limit: Annotated[int, typer.Option("--limit")] = 1000,
+    fmt: Annotated[AuditFormat, typer.Option("--format")] = AuditFormat.table,
+    as_json: JsonOpt = False,
+) -> None:
+    """Query the transition log: who moved which session where, when, and what the guards said."""
+    since_at, until_at = _timestamp_or_fail(since), _timestamp_or_fail(until)
+
+    async def work(services: App):
+        session_id = await services.sessions.resolve_id(session) if session else None
+        return await services.audit.transitions(
+            TransitionQuery(session_id, actor, state, outcome, since_at, until_at, limit)
+        )
+
+    records = run(work)
+    if as_json or fmt == AuditFormat.json:
+        render.print_json(records)
+    elif fmt == AuditFormat.csv:
+        print(render.transitions_csv(records), end="")
+    else:
+        console.print(render.transitions_table(records))
+
+
+class FsmFormat(StrEnum):
+    table = "table"
+    mermaid = "mermaid"
+    json = "json"
+
+
+@app.command()
+def fsm(fmt: Annotated[FsmFormat, typer.Option("--format")] = FsmFormat.table) -> None:
+    """The session state machine, generated from the transition table."""
+    if fmt == FsmFormat.mermaid:
+        print(session_fsm.to_mermaid())
+        return
+    rows = [
+        (
+            r.trigger.value,
+            ", ".join(sorted(s.value for s in r.sources)) or "(new)",
+            r.dest.value,
+            r.when_prior.value if r.when_prior else "",
+            r.initiator.value,
+            r.description,
+        )
+        for r in session_fsm.TRANSITIONS
+    ]
+    if fmt == FsmFormat.json:
+        keys = ["trigger", "sources", "dest", "when_prior", "initiator", "description"]
+        render.print_json([dict(zip(keys, row, strict=True)) for row in rows])
+        return
+    console.print(render.table("Session transitions", ["trigger", "from", "to", "when prior", "by", "what"], rows))
+
+
+@app.command()
+def demo(
+    workdir: Annotated[Path | None, typer.Option(help="Where to put the scratch repo and database.")] = None,
+) -> None:
+    """Run the guided demo on a scratch git repository and a fresh SQLite database."""
+    from taskgate.entrypoints.demo import run_demo
+
+    try:
+        asyncio.run(run_demo(workdir))
+    except TaskgateError as exc:
+        fail(str(exc))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -57,8 +57,11 @@ class Settings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(
-        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings)
@@ -93,7 +96,9 @@ def load_settings(cwd: Path | None = None, **overrides: Any) -> Settings:
     Raises: InvalidInput for a missing explicit config file or invalid values (message names the field).
     """
     path = find_config_file(cwd)
-    base = path.parent.parent if path and path.parent.name == "config" else (path.parent if path else (cwd or Path.cwd()))
+    base = (
+        path.parent.parent if path and path.parent.name == "config" else (path.parent if path else (cwd or Path.cwd()))
+    )
     try:
         settings = _settings_class(path)(**overrides)
     except ValueError as exc:
@@ -109,8 +114,11 @@ def _settings_class(path: Path | None) -> type[Settings]:
     class FileSettings(Settings):
         @classmethod
         def settings_customise_sources(
-            cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
             file_secret_settings: PydanticBaseSettingsSource,
         ) -> tuple[PydanticBaseSettingsSource, ...]:
             return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=path))

@@ -32,8 +32,15 @@ def redact(url: str) -> str:
 class Database:
     """An async engine plus what it takes to run correct transactions on it. Nothing connects until used."""
 
-    def __init__(self, url: str, *, busy_timeout_ms: int = 30_000, synchronous: str = "FULL",
-                 pool_size: int = 10, max_overflow: int = 20) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        busy_timeout_ms: int = 30_000,
+        synchronous: str = "FULL",
+        pool_size: int = 10,
+        max_overflow: int = 20,
+    ) -> None:
         parsed = make_url(url)
         self.dialect = SUPPORTED.get(parsed.drivername)
         if self.dialect is None:
@@ -61,8 +68,12 @@ class Database:
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
             dbapi_connection.isolation_level = None  # we emit BEGIN ourselves (see module docstring)
             cursor = dbapi_connection.cursor()
-            for pragma in ("journal_mode=WAL", "foreign_keys=ON", f"busy_timeout={int(busy_timeout_ms)}",
-                           f"synchronous={synchronous}"):
+            for pragma in (
+                "journal_mode=WAL",
+                "foreign_keys=ON",
+                f"busy_timeout={int(busy_timeout_ms)}",
+                f"synchronous={synchronous}",
+            ):
                 cursor.execute(f"PRAGMA {pragma}")
             cursor.close()
 

@@ -13,9 +13,10 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from taskgate.domain.errors import StorageError
-from taskgate.infrastructure.db.engine import Database
+from taskgate.infrastructure.db.engine import Database, redact
 
 _ADVISORY_LOCK_ID = 7_274_283  # arbitrary constant shared by every taskgate process
 
@@ -52,7 +53,18 @@ def _current(connection: Connection) -> str | None:
 
 
 async def upgrade(db: Database, target: str = "head") -> None:
-    """Bring the schema to `target` in one locked transaction. Raises: StorageError."""
+    """Bring the schema to `target` in one locked transaction.
+
+    Raises: StorageError naming the (password-redacted) database when it cannot be reached or migrated.
+    """
+    try:
+        await _upgrade_locked(db, target)
+    except (OSError, DBAPIError) as exc:
+        reason = str(getattr(exc, "orig", exc)).splitlines()[0] or type(exc).__name__
+        raise StorageError(f"cannot open database {redact(db.url)}: {reason}") from exc
+
+
+async def _upgrade_locked(db: Database, target: str) -> None:
     await db.acquire_writer()
     try:
         async with db.engine.connect() as conn:

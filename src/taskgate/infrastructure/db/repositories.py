@@ -26,13 +26,13 @@ from taskgate.domain.entities import (
     TransitionRecord,
 )
 from taskgate.domain.errors import (
+    ConcurrentModification,
     OperatorNotFound,
     PlanNotFound,
     ProjectNotFound,
     SessionAlreadyActive,
     SessionNotFound,
     TaskNotFound,
-    ConcurrentModification,
 )
 from taskgate.domain.policies import BlockerFact
 from taskgate.domain.states import TERMINAL_STATES, SessionState
@@ -59,8 +59,9 @@ class SqlAlchemyProjectRepository(_Repository):
     async def add(self, name: str, key: str, root_path: str, created_at: datetime) -> Project:
         values = {"name": name, "key": key, "root_path": root_path, "config": {}, "created_at": created_at}
         result = await self._conn.execute(insert(t.projects).values(**values))
-        return Project(id=result.inserted_primary_key[0], name=name, key=key, root_path=root_path,
-                       created_at=created_at)
+        return Project(
+            id=result.inserted_primary_key[0], name=name, key=key, root_path=root_path, created_at=created_at
+        )
 
     async def get(self, project_id: int) -> Project:
         row = await self._one(select(t.projects).where(t.projects.c.id == project_id))
@@ -81,8 +82,12 @@ class SqlAlchemyProjectRepository(_Repository):
         await self._conn.execute(update(t.projects).where(t.projects.c.id == project_id).values(archived_at=at))
 
     async def allocate_task_number(self, project_id: int) -> int:
-        stmt = (update(t.projects).where(t.projects.c.id == project_id)
-                .values(task_seq=t.projects.c.task_seq + 1).returning(t.projects.c.task_seq))
+        stmt = (
+            update(t.projects)
+            .where(t.projects.c.id == project_id)
+            .values(task_seq=t.projects.c.task_seq + 1)
+            .returning(t.projects.c.task_seq)
+        )
         number = (await self._conn.execute(stmt)).scalar_one_or_none()
         if number is None:
             raise ProjectNotFound(project_id)
@@ -111,13 +116,23 @@ class SqlAlchemyPlanRepository(_Repository):
 
 class SqlAlchemyTaskRepository(_Repository):
     async def add(self, task: Task) -> None:
-        await self._conn.execute(insert(t.tasks).values(
-            id=task.id, project_id=task.project_id, plan_id=task.plan_id, title=task.title,
-            description=task.description, priority=task.priority, status=task.status.value,
-            created_at=task.created_at))
+        await self._conn.execute(
+            insert(t.tasks).values(
+                id=task.id,
+                project_id=task.project_id,
+                plan_id=task.plan_id,
+                title=task.title,
+                description=task.description,
+                priority=task.priority,
+                status=task.status.value,
+                created_at=task.created_at,
+            )
+        )
         if task.blockers:
-            await self._conn.execute(insert(t.task_dependencies), [
-                {"task_id": task.id, "depends_on_id": b, "type": "blocks"} for b in task.blockers])
+            await self._conn.execute(
+                insert(t.task_dependencies),
+                [{"task_id": task.id, "depends_on_id": b, "type": "blocks"} for b in task.blockers],
+            )
 
     async def get(self, task_id: str, *, lock: bool = False) -> Task:
         row = await self._one(self._locked(select(t.tasks).where(t.tasks.c.id == task_id), lock))
@@ -137,26 +152,44 @@ class SqlAlchemyTaskRepository(_Repository):
         tk, dep, s = t.tasks, t.task_dependencies, t.sessions
         blocker = t.tasks.alias("blocker")
         has_active_session = exists().where(and_(s.c.task_id == tk.c.id, s.c.state.not_in(_TERMINAL)))
-        has_open_blocker = exists().where(and_(
-            dep.c.task_id == tk.c.id, dep.c.depends_on_id == blocker.c.id,
-            blocker.c.status != TaskStatus.COMPLETED.value))
-        stmt = (select(tk).where(tk.c.project_id == project_id, tk.c.status == TaskStatus.OPEN.value,
-                                 ~has_active_session, ~has_open_blocker)
-                .order_by(tk.c.priority, tk.c.created_at, tk.c.id))
+        has_open_blocker = exists().where(
+            and_(
+                dep.c.task_id == tk.c.id,
+                dep.c.depends_on_id == blocker.c.id,
+                blocker.c.status != TaskStatus.COMPLETED.value,
+            )
+        )
+        stmt = (
+            select(tk)
+            .where(
+                tk.c.project_id == project_id,
+                tk.c.status == TaskStatus.OPEN.value,
+                ~has_active_session,
+                ~has_open_blocker,
+            )
+            .order_by(tk.c.priority, tk.c.created_at, tk.c.id)
+        )
         return await self._with_blockers(await self._all(stmt))
 
     async def blockers_of(self, task_id: str) -> list[BlockerFact]:
         dep = t.task_dependencies
-        stmt = (select(t.tasks.c.id, t.tasks.c.status).join(dep, dep.c.depends_on_id == t.tasks.c.id)
-                .where(dep.c.task_id == task_id).order_by(t.tasks.c.id))
+        stmt = (
+            select(t.tasks.c.id, t.tasks.c.status)
+            .join(dep, dep.c.depends_on_id == t.tasks.c.id)
+            .where(dep.c.task_id == task_id)
+            .order_by(t.tasks.c.id)
+        )
         return [BlockerFact(r["id"], TaskStatus(r["status"])) for r in await self._all(stmt)]
 
     async def set_status(self, task_id: str, status: TaskStatus) -> None:
         await self._conn.execute(update(t.tasks).where(t.tasks.c.id == task_id).values(status=status.value))
 
     async def count_unfinished(self, plan_id: int) -> int:
-        stmt = select(func.count()).select_from(t.tasks).where(
-            t.tasks.c.plan_id == plan_id, t.tasks.c.status != TaskStatus.COMPLETED.value)
+        stmt = (
+            select(func.count())
+            .select_from(t.tasks)
+            .where(t.tasks.c.plan_id == plan_id, t.tasks.c.status != TaskStatus.COMPLETED.value)
+        )
         return (await self._conn.execute(stmt)).scalar_one()
 
     async def _with_blockers(self, rows: list[Any]) -> list[Task]:
@@ -172,10 +205,17 @@ class SqlAlchemyTaskRepository(_Repository):
 
 class SqlAlchemyOperatorRepository(_Repository):
     async def add(self, operator: Operator) -> None:
-        await self._conn.execute(insert(t.operators).values(
-            id=operator.id, name=operator.name, email=operator.email, roles=operator.roles,
-            permissions=operator.permissions, max_active_sessions=operator.max_active_sessions,
-            created_at=operator.created_at))
+        await self._conn.execute(
+            insert(t.operators).values(
+                id=operator.id,
+                name=operator.name,
+                email=operator.email,
+                roles=operator.roles,
+                permissions=operator.permissions,
+                max_active_sessions=operator.max_active_sessions,
+                created_at=operator.created_at,
+            )
+        )
 
     async def get(self, operator_id: str) -> Operator:
         found = await self.find(operator_id)
@@ -206,13 +246,19 @@ class SqlAlchemySessionRepository(_Repository):
 
     async def update(self, session: Session, expected_version: int) -> None:
         values = _session_values(session)
-        stmt = (update(t.sessions)
-                .where(t.sessions.c.id == session.id, t.sessions.c.version == expected_version).values(**values))
+        stmt = (
+            update(t.sessions)
+            .where(t.sessions.c.id == session.id, t.sessions.c.version == expected_version)
+            .values(**values)
+        )
         if (await self._conn.execute(stmt)).rowcount != 1:
-            raise ConcurrentModification(f"session {session.id} changed concurrently (expected version {expected_version})")
+            raise ConcurrentModification(
+                f"session {session.id} changed concurrently (expected version {expected_version})"
+            )
 
-    async def list(self, *, project_id: int | None = None, plan_id: int | None = None,
-                   states: set[SessionState] | None = None) -> list[Session]:
+    async def list(
+        self, *, project_id: int | None = None, plan_id: int | None = None, states: set[SessionState] | None = None
+    ) -> list[Session]:
         c = t.sessions.c
         stmt = select(t.sessions)
         if project_id is not None:
@@ -228,6 +274,12 @@ class SqlAlchemySessionRepository(_Repository):
         rows = await self._all(select(c.id).where(c.task_id == task_id, c.state.not_in(_TERMINAL)))
         return [r["id"] for r in rows]
 
+    async def ids_with_prefix(self, prefix: str, limit: int) -> list[str]:
+        c = t.sessions.c
+        upper = prefix + "\uffff"  # a range scan on the primary key instead of LIKE (no wildcard escaping)
+        rows = await self._all(select(c.id).where(c.id >= prefix, c.id < upper).order_by(c.id).limit(limit))
+        return [r["id"] for r in rows]
+
     async def count_in_states(self, plan_id: int, states: frozenset[SessionState]) -> int:
         c = t.sessions.c
         stmt = select(func.count()).where(c.plan_id == plan_id, c.state.in_([s.value for s in states]))
@@ -241,27 +293,34 @@ class SqlAlchemyTransitionLog(_Repository):
 
     async def history(self, session_id: str, *, limit: int) -> list[TransitionRecord]:
         c = t.transition_log.c
-        rows = await self._all(select(t.transition_log).where(c.session_id == session_id)
-                               .order_by(c.seq.desc()).limit(limit))
+        rows = await self._all(
+            select(t.transition_log).where(c.session_id == session_id).order_by(c.seq.desc()).limit(limit)
+        )
         return [_record(r) for r in reversed(rows)]
 
     async def applied_until(self, session_id: str, at: datetime) -> list[TransitionRecord]:
         c = t.transition_log.c
-        stmt = (select(t.transition_log)
-                .where(c.session_id == session_id, c.at <= at, c.outcome == Outcome.APPLIED.value)
-                .order_by(c.seq))
+        stmt = (
+            select(t.transition_log)
+            .where(c.session_id == session_id, c.at <= at, c.outcome == Outcome.APPLIED.value)
+            .order_by(c.seq)
+        )
         return [_record(r) for r in await self._all(stmt)]
 
     async def query(self, query: TransitionQuery) -> list[TransitionRecord]:
         c = t.transition_log.c
-        conditions = [cond for cond in (
-            c.session_id == query.session_id if query.session_id else None,
-            c.actor == query.actor if query.actor else None,
-            c.to_state == query.state if query.state else None,
-            c.outcome == query.outcome if query.outcome else None,
-            c.at >= query.since if query.since else None,
-            c.at <= query.until if query.until else None,
-        ) if cond is not None]
+        conditions = [
+            cond
+            for cond in (
+                c.session_id == query.session_id if query.session_id else None,
+                c.actor == query.actor if query.actor else None,
+                c.to_state == query.state if query.state else None,
+                c.outcome == query.outcome if query.outcome else None,
+                c.at >= query.since if query.since else None,
+                c.at <= query.until if query.until else None,
+            )
+            if cond is not None
+        ]
         stmt = select(t.transition_log).where(*conditions).order_by(c.at, c.seq).limit(query.limit)
         return [_record(r) for r in await self._all(stmt)]
 
@@ -278,19 +337,49 @@ class SqlAlchemyEventLog(_Repository):
 
 
 def _project(row: Any) -> Project:
-    return Project(id=row["id"], name=row["name"], key=row["key"], root_path=row["root_path"],
-                   created_at=row["created_at"], config=row["config"] or {}, archived_at=row["archived_at"])
+    return Project(
+        id=row["id"],
+        name=row["name"],
+        key=row["key"],
+        root_path=row["root_path"],
+        created_at=row["created_at"],
+        config=row["config"] or {},
+        archived_at=row["archived_at"],
+    )
 
 
 def _task(row: Any, blockers: list[str]) -> Task:
-    return Task(id=row["id"], project_id=row["project_id"], plan_id=row["plan_id"], title=row["title"],
-                description=row["description"], priority=row["priority"], status=TaskStatus(row["status"]),
-                created_at=row["created_at"], blockers=blockers)
+    return Task(
+        id=row["id"],
+        project_id=row["project_id"],
+        plan_id=row["plan_id"],
+        title=row["title"],
+        description=row["description"],
+        priority=row["priority"],
+        status=TaskStatus(row["status"]),
+        created_at=row["created_at"],
+        blockers=blockers,
+    )
 
 
-_SESSION_FIELDS = ("id", "task_id", "project_id", "plan_id", "operator_id", "version", "state_data", "workflow_stack",
-                   "branch_name", "worktree_path", "compensation_plan", "created_at", "started_at", "updated_at",
-                   "completed_at", "deadline")
+_SESSION_FIELDS = (
+    "id",
+    "task_id",
+    "project_id",
+    "plan_id",
+    "operator_id",
+    "version",
+    "state_data",
+    "workflow_stack",
+    "branch_name",
+    "worktree_path",
+    "compensation_plan",
+    "created_at",
+    "started_at",
+    "updated_at",
+    "completed_at",
+    "deadline",
+)
 
 
 def _session_values(session: Session) -> dict[str, Any]:
@@ -307,14 +396,31 @@ def _session(row: Any) -> Session:
 
 
 def _record_values(record: TransitionRecord) -> dict[str, Any]:
-    return {"session_id": record.session_id, "trigger": record.trigger, "from_state": record.from_state,
-            "to_state": record.to_state, "outcome": record.outcome.value, "actor": record.actor,
-            "reason": record.reason, "guard_results": record.guard_results,
-            "session_version": record.session_version, "at": record.at}
+    return {
+        "session_id": record.session_id,
+        "trigger": record.trigger,
+        "from_state": record.from_state,
+        "to_state": record.to_state,
+        "outcome": record.outcome.value,
+        "actor": record.actor,
+        "reason": record.reason,
+        "guard_results": record.guard_results,
+        "session_version": record.session_version,
+        "at": record.at,
+    }
 
 
 def _record(row: Any) -> TransitionRecord:
-    return TransitionRecord(seq=row["seq"], session_id=row["session_id"], trigger=row["trigger"],
-                            from_state=row["from_state"], to_state=row["to_state"], outcome=Outcome(row["outcome"]),
-                            actor=row["actor"], reason=row["reason"], guard_results=row["guard_results"],
-                            session_version=row["session_version"], at=row["at"])
+    return TransitionRecord(
+        seq=row["seq"],
+        session_id=row["session_id"],
+        trigger=row["trigger"],
+        from_state=row["from_state"],
+        to_state=row["to_state"],
+        outcome=Outcome(row["outcome"]),
+        actor=row["actor"],
+        reason=row["reason"],
+        guard_results=row["guard_results"],
+        session_version=row["session_version"],
+        at=row["at"],
+    )

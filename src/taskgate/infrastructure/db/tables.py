@@ -57,7 +57,8 @@ class UtcDateTime(TypeDecorator[datetime]):
 TERMINAL_SQL = "state NOT IN ('completed', 'cancelled')"
 
 projects = Table(
-    "projects", metadata,
+    "projects",
+    metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("name", String(100), nullable=False, unique=True),
     Column("key", String(8), nullable=False, unique=True),
@@ -69,7 +70,8 @@ projects = Table(
 )
 
 plans = Table(
-    "plans", metadata,
+    "plans",
+    metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("project_id", Integer, ForeignKey("projects.id"), nullable=False, index=True),
     Column("name", String(100), nullable=False),
@@ -78,7 +80,8 @@ plans = Table(
 )
 
 tasks = Table(
-    "tasks", metadata,
+    "tasks",
+    metadata,
     Column("id", String(64), primary_key=True),
     Column("project_id", Integer, ForeignKey("projects.id"), nullable=False),
     Column("plan_id", Integer, ForeignKey("plans.id"), nullable=True, index=True),
@@ -91,14 +94,16 @@ tasks = Table(
 )
 
 task_dependencies = Table(
-    "task_dependencies", metadata,
+    "task_dependencies",
+    metadata,
     Column("task_id", String(64), ForeignKey("tasks.id"), primary_key=True),
     Column("depends_on_id", String(64), ForeignKey("tasks.id"), primary_key=True, index=True),
     Column("type", String(32), nullable=False, default="blocks"),
 )
 
 operators = Table(
-    "operators", metadata,
+    "operators",
+    metadata,
     Column("id", String(100), primary_key=True),
     Column("name", String(200), nullable=False),
     Column("email", String(320), nullable=True),
@@ -109,7 +114,8 @@ operators = Table(
 )
 
 sessions = Table(
-    "sessions", metadata,
+    "sessions",
+    metadata,
     Column("id", String(36), primary_key=True),
     Column("task_id", String(64), ForeignKey("tasks.id"), nullable=False),
     Column("project_id", Integer, ForeignKey("projects.id"), nullable=False, index=True),
@@ -131,12 +137,18 @@ sessions = Table(
     Index("ix_sessions_plan_state", "plan_id", "state"),
     Index("ix_sessions_task_id", "task_id"),
     # Backstop for "one active session per task": the guard reads under a lock, the index makes it impossible.
-    Index("uq_sessions_active_task", "task_id", unique=True,
-          sqlite_where=text(TERMINAL_SQL), postgresql_where=text(TERMINAL_SQL)),
+    Index(
+        "uq_sessions_active_task",
+        "task_id",
+        unique=True,
+        sqlite_where=text(TERMINAL_SQL),
+        postgresql_where=text(TERMINAL_SQL),
+    ),
 )
 
 transition_log = Table(
-    "transition_log", metadata,
+    "transition_log",
+    metadata,
     Column("seq", BigId, primary_key=True, autoincrement=True),
     Column("session_id", String(36), ForeignKey("sessions.id"), nullable=False),
     Column("trigger", String(32), nullable=False),
@@ -156,7 +168,8 @@ transition_log = Table(
 )
 
 decisions = Table(
-    "decisions", metadata,
+    "decisions",
+    metadata,
     Column("id", BigId, primary_key=True, autoincrement=True),
     Column("session_id", String(36), ForeignKey("sessions.id"), nullable=False, index=True),
     Column("operator_id", String(100), ForeignKey("operators.id"), nullable=False),
@@ -171,7 +184,8 @@ decisions = Table(
 )
 
 agents = Table(
-    "agents", metadata,
+    "agents",
+    metadata,
     Column("id", String(36), primary_key=True),
     Column("session_id", String(36), ForeignKey("sessions.id"), nullable=False, index=True),
     Column("agent_type", String(100), nullable=False),
@@ -185,7 +199,8 @@ agents = Table(
 )
 
 events = Table(
-    "events", metadata,
+    "events",
+    metadata,
     Column("id", BigId, primary_key=True, autoincrement=True),
     Column("session_id", String(36), nullable=True, index=True),
     Column("kind", String(64), nullable=False),

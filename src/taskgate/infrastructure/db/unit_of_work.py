@@ -63,8 +63,9 @@ class SqlAlchemyUnitOfWork:
             raise _translate(exc) from exc
         self._committed = True
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self._close()
         if isinstance(exc, DBAPIError):
             raise _translate(exc) from exc

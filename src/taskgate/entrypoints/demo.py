@@ -1,0 +1,122 @@
+"""The guided demo: a scratch git repo, a fresh SQLite database, and sessions driven through the engine.
+
+It shows, in order: a plan with a blocked task, the blocked task refused, three sessions started and a
+fourth refused by the WIP limit, one session through the whole happy path, one rejected and rolled back,
+the freed slot taken, `state_at` replaying the log, and the transition log as a Rich table.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+from rich.panel import Panel
+from rich.rule import Rule
+
+from taskgate.application.ports import TransitionQuery
+from taskgate.application.sessions import FireTrigger, StartTask
+from taskgate.application.tracker import AddTask
+from taskgate.bootstrap import App, bootstrap, load_settings
+from taskgate.domain.entities import Session
+from taskgate.domain.errors import PolicyViolation
+from taskgate.entrypoints.render import console, sessions_table, tasks_table, transitions_table
+
+OPERATOR = "demo-operator"
+ACTOR = f"operator:{OPERATOR}"
+
+
+def _step(title: str) -> None:
+    console.print(Rule(f"[bold cyan]{title}[/bold cyan]", align="left"))
+
+
+def make_scratch_repo(root: Path) -> Path:
+    """A git repository with one commit on `main`, like a user's project."""
+    repo = root / "scratch-repo"
+    repo.mkdir(parents=True)
+    (repo / "README.md").write_text("# scratch project for the taskgate demo\n")
+    for args in (["init", "-q", "-b", "main"], ["add", "README.md"],
+                 ["-c", "user.name=taskgate demo", "-c", "user.email=demo@example.invalid", "commit", "-q", "-m",
+                  "initial commit"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    return repo
+
+
+async def _fire_all(app: App, session: Session, triggers: list[str], reason: str | None = None) -> Session:
+    for trigger in triggers:
+        result = await app.sessions.fire(FireTrigger(session.id, trigger, ACTOR, reason))
+        console.print(f"  {trigger:<16} {result.record.from_state} → [green]{result.record.to_state}[/green]")
+        session = result.session
+    return session
+
+
+async def _start(app: App, task_id: str) -> Session | None:
+    try:
+        result = await app.sessions.start_task(StartTask(task_id, ACTOR, OPERATOR))
+    except PolicyViolation as exc:
+        console.print(f"  [red]refused[/red] {task_id}: {exc}")
+        return None
+    console.print(f"  started {task_id}: session {result.session.id[:8]} is [green]{result.session.state}[/green]")
+    return result.session
+
+
+async def run_demo(workdir: Path | None = None) -> None:
+    """Run the demo end to end; `workdir` defaults to a new temporary directory that is kept for exploring."""
+    root = (workdir or Path(tempfile.mkdtemp(prefix="taskgate-demo-"))).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    settings = load_settings(data_dir=root / "data", database_url=None)
+    console.print(Panel.fit(f"taskgate demo\nworkdir   {root}\ndatabase  {settings.resolved_database_url}",
+                            border_style="cyan"))
+    app = await bootstrap(settings)
+    try:
+        await _story(app, make_scratch_repo(root))
+    finally:
+        await app.close()
+    console.print(Panel.fit(
+        f"Explore it yourself:\n  export TASKGATE_DATA_DIR={root / 'data'}\n  taskgate session list --all\n"
+        "  taskgate audit transitions --outcome blocked\n  taskgate fsm --format mermaid", border_style="cyan"))
+
+
+async def _story(app: App, repo: Path) -> None:
+    _step("1. Register the repository, add a plan and tasks (one blocked by another)")
+    project = await app.tracker.init_project(str(repo), "demo")
+    await app.tracker.ensure_operator(OPERATOR)
+    plan = await app.tracker.add_plan(project.id, "Phase 1")
+    titles = ["Implement the API", "Add a CLI", "Write integration tests", "Set up CI"]
+    tasks = [await app.tracker.add_task(AddTask(project.id, t, plan_id=plan.id, priority=i % 3))
+             for i, t in enumerate(titles)]
+    docs = await app.tracker.add_task(AddTask(project.id, "Document the API", plan_id=plan.id,
+                                              blocked_by=[tasks[0].id]))
+    console.print(tasks_table(await app.tracker.list_tasks(project.id)))
+    console.print(tasks_table(await app.tracker.ready_tasks(project.id), "Ready tasks (the blocked one is absent)"))
+
+    _step("2. A blocked task is refused, and nothing is written")
+    await _start(app, docs.id)
+
+    _step("3. Start sessions: the WIP limit (3 per plan) refuses the fourth")
+    sessions = [await _start(app, task.id) for task in tasks]
+    happy, doomed, _third, waiting = sessions
+    assert happy and doomed and waiting is None
+
+    _step(f"4. Session {happy.id[:8]}: the whole happy path")
+    await _fire_all(app, happy, ["plan_complete", "work_complete", "suspend", "resume", "approve", "merge",
+                                 "cleanup_done"])
+
+    _step(f"5. Session {doomed.id[:8]}: rejected, rolled back, cleaned up")
+    await _fire_all(app, doomed, ["plan_complete", "work_complete"])
+    await _fire_all(app, doomed, ["reject", "compensate", "cleanup_done"], reason="tests do not cover the edge cases")
+
+    _step("6. Slots freed: the fourth task starts now; the docs task is unblocked")
+    await _start(app, tasks[3].id)
+    console.print(tasks_table(await app.tracker.ready_tasks(project.id), "Ready tasks"))
+    console.print(sessions_table(await app.sessions.list_sessions(project.id), "All sessions"))
+
+    _step("7. Replaying the log: what state was the happy session in, back then?")
+    history = await app.sessions.history(happy.id)
+    midway = history[len(history) // 2]
+    console.print(f"  at {midway.at.isoformat()} session {happy.id[:8]} was "
+                  f"[bold]{await app.sessions.state_at(happy.id, midway.at)}[/bold]; now it is "
+                  f"[bold]{(await app.sessions.get(happy.id)).state}[/bold]")
+
+    _step("8. The transition log (every applied and blocked transition, with guard results)")
+    console.print(transitions_table(await app.audit.transitions(TransitionQuery(limit=500))))

@@ -1,0 +1,133 @@
+"""Turning results into Rich tables, JSON and CSV for the CLI."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import os
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from taskgate.domain.entities import Outcome, Session, Task, TransitionRecord
+
+console = Console()
+if not console.is_terminal and "COLUMNS" not in os.environ:
+    console.width = 120  # logs and pipes: wide enough for the transition table, still readable
+err_console = Console(stderr=True)
+
+
+def jsonable(value: Any) -> Any:
+    """Dataclasses, enums and datetimes as plain JSON data."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def print_json(value: Any) -> None:
+    """JSON on stdout, unstyled, so it pipes into jq."""
+    print(json.dumps(jsonable(value), indent=2, ensure_ascii=False))
+
+
+def _when(at: datetime | None) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if at else ""
+
+
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+    out = Table(title=title, title_justify="left", header_style="bold")
+    for column in columns:
+        out.add_column(column, overflow="fold")
+    for row in rows:
+        out.add_row(*[("" if cell is None else str(cell)) for cell in row])
+    return out
+
+
+def tasks_table(tasks: list[Task], title: str = "Tasks") -> Table:
+    return table(
+        title,
+        ["id", "pri", "status", "plan", "blocked by", "title"],
+        ([t.id, t.priority, t.status.value, t.plan_id, ", ".join(t.blockers), t.title] for t in tasks),
+    )
+
+
+def sessions_table(sessions: list[Session], title: str = "Sessions") -> Table:
+    return table(
+        title,
+        ["id", "task", "state", "prior", "version", "operator", "updated"],
+        (
+            [
+                s.id,
+                s.task_id,
+                s.state.value,
+                s.prior_state.value if s.prior_state else "",
+                s.version,
+                s.operator_id,
+                _when(s.updated_at),
+            ]
+            for s in sessions
+        ),
+    )
+
+
+def _notes(record: TransitionRecord) -> str:
+    """The reason, then failed guards in full, or a count of passed ones."""
+    failed = [g for g in record.guard_results if not g.get("passed")]
+    notes = [record.reason] if record.reason else []
+    notes += [f"[red]✗ {g['policy']}[/red]: {g['message']}" for g in failed]
+    if record.guard_results and not failed:
+        notes.append(f"[green]✓[/green] {len(record.guard_results)} guard(s)")
+    return "; ".join(notes)
+
+
+def _move(record: TransitionRecord) -> str:
+    if record.outcome == Outcome.BLOCKED:
+        return f"{record.from_state} [red]✗ blocked[/red]"
+    return f"{record.from_state or '∅'} → {record.to_state}"
+
+
+def transitions_table(records: list[TransitionRecord], title: str = "Transition log") -> Table:
+    rows = (
+        [r.seq, r.at.strftime("%H:%M:%S.%f")[:-3], r.session_id[:8], r.trigger, _move(r), r.session_version,
+         r.actor, _notes(r)]
+        for r in records
+    )
+    return table(title, ["seq", "at (UTC)", "session", "trigger", "from → to", "ver", "actor", "notes"], rows)
+
+
+TRANSITION_FIELDS = [
+    "seq",
+    "at",
+    "session_id",
+    "trigger",
+    "from_state",
+    "to_state",
+    "outcome",
+    "session_version",
+    "actor",
+    "reason",
+    "guard_results",
+]
+
+
+def transitions_csv(records: list[TransitionRecord]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(TRANSITION_FIELDS)
+    for r in records:
+        data = jsonable(r)
+        writer.writerow([json.dumps(data[f]) if f == "guard_results" else data[f] for f in TRANSITION_FIELDS])
+    return buffer.getvalue()

@@ -1,0 +1,196 @@
+"""Fixtures shared by every test layer.
+
+`backend` parametrises a test over the in-memory fakes, a real SQLite file and the real PostgreSQL server.
+PostgreSQL is required, never skipped: an unreachable server fails the run (see `pg_url`).
+Schemas always come from the Alembic migrations: SQLite migrates once into a template file that each test
+copies; PostgreSQL migrates once per run and each test truncates the tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from taskgate.application.audit import AuditService
+from taskgate.application.sessions import SessionService
+from taskgate.application.tracker import TrackerService
+from taskgate.bootstrap import build_services
+from taskgate.domain.errors import StorageError
+from taskgate.domain.policies import default_policies
+from taskgate.infrastructure.db import migrations
+from taskgate.infrastructure.db.engine import Database
+from taskgate.infrastructure.db.tables import ALL_TABLES
+from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
+from taskgate.infrastructure.git import GitPythonVcs
+from taskgate.infrastructure.system import SystemClock, UuidGenerator
+from tests.fakes import InMemoryDatabase
+
+PG_URL = os.environ.get("TASKGATE_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+BACKENDS = ["memory", "sqlite", "postgresql"]
+SQL_BACKENDS = ["sqlite", "postgresql"]
+
+
+@dataclass
+class Services:
+    """The use cases wired to one backend, plus what tests need to inspect it."""
+
+    backend: str
+    sessions: SessionService
+    tracker: TrackerService
+    audit: AuditService
+    uow: object
+    database: Database | InMemoryDatabase
+    url: str | None = None
+
+    async def snapshot(self) -> dict[str, list]:
+        """Every row of every table (or the fake store), to prove a refused call wrote nothing."""
+        if isinstance(self.database, InMemoryDatabase):
+            store = self.database.store
+            return {k: repr(v) for k, v in vars(store).items() if k != "next_id"}
+        async with self.database.engine.connect() as conn:
+            return {tbl.name: [tuple(r) for r in (await conn.execute(tbl.select())).all()] for tbl in ALL_TABLES}
+
+
+def run_in_fresh_loop(make_coro) -> None:
+    """Run a coroutine to completion on its own loop in a worker thread.
+
+    Session fixtures may be first requested from inside a running test loop (via getfixturevalue), where
+    `asyncio.run` is not allowed.
+    """
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(lambda: asyncio.run(make_coro())).result()
+
+
+def make_git_repo(path: Path) -> Path:
+    """A real git repository with one commit on `main`."""
+    path.mkdir(parents=True, exist_ok=True)
+    run = lambda *args: subprocess.run(["git", *args], cwd=path, check=True, capture_output=True)  # noqa: E731
+    run("init", "-q", "-b", "main")
+    (path / "README.md").write_text("scratch\n")
+    run("add", "README.md")
+    run("-c", "user.name=taskgate", "-c", "user.email=taskgate@example.invalid", "commit", "-q", "-m", "init")
+    return path
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A throwaway PostgreSQL database for this test run, migrated once, dropped at the end.
+
+    Each run gets its own database so concurrent runs (developers, CI) never truncate each other's tables.
+    Fails, never skips, when the server is unreachable: PostgreSQL is required.
+    """
+    server = make_url(PG_URL)
+    name = f"taskgate_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    admin_dsn = server.set(drivername="postgresql").render_as_string(hide_password=False)
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(admin_dsn, timeout=10)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    async def prepare() -> None:
+        await admin(f'CREATE DATABASE "{name}"')
+        db = Database(url)
+        try:
+            await migrations.upgrade(db)
+        finally:
+            await db.dispose()
+
+    url = server.set(database=name).render_as_string(hide_password=False)
+    try:
+        run_in_fresh_loop(prepare)
+    except (OSError, StorageError, asyncpg.PostgresError) as exc:
+        pytest.fail(f"PostgreSQL is required for the test suite and is unreachable at {PG_URL}: {exc}")
+    yield url
+    run_in_fresh_loop(lambda: admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file brought to head by the real migrations; tests copy it."""
+    path = tmp_path_factory.mktemp("template") / "template.db"
+
+    async def prepare() -> None:
+        db = Database(f"sqlite+aiosqlite:///{path}")
+        try:
+            await migrations.upgrade(db)
+            async with db.engine.connect() as conn:
+                await conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            await db.dispose()
+
+    run_in_fresh_loop(prepare)
+    return path
+
+
+async def _truncate_pg(db: Database) -> None:
+    names = ", ".join(t.name for t in ALL_TABLES)
+    async with db.engine.begin() as conn:
+        await conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+
+
+async def open_database(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> tuple[object, str | None]:
+    """A clean database of `backend`: the fake, a copy of the SQLite template, or truncated PostgreSQL."""
+    if backend == "memory":
+        return InMemoryDatabase(), None
+    if backend == "sqlite":
+        target = tmp_path / "taskgate.db"
+        shutil.copy(request.getfixturevalue("sqlite_template"), target)
+        url = f"sqlite+aiosqlite:///{target}"
+        return Database(url, synchronous="NORMAL"), url
+    url = request.getfixturevalue("pg_url")
+    db = Database(url)
+    await _truncate_pg(db)
+    return db, url
+
+
+def wire(backend: str, database: object, url: str | None, *, clock=None, ids=None, wip_limit: int = 3) -> Services:
+    if isinstance(database, InMemoryDatabase):
+        uow = database.unit_of_work
+    else:
+
+        def uow(*, write: bool) -> SqlAlchemyUnitOfWork:
+            return SqlAlchemyUnitOfWork(database, write=write)
+
+    sessions, tracker, audit = build_services(
+        uow,
+        clock=clock or SystemClock(),
+        ids=ids or UuidGenerator(),
+        vcs=GitPythonVcs(),
+        policies=default_policies(wip_limit),
+    )
+    return Services(backend, sessions, tracker, audit, uow, database, url)
+
+
+@pytest.fixture(params=BACKENDS)
+async def services(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Services]:
+    database, url = await open_database(request.param, request, tmp_path)
+    yield wire(request.param, database, url)
+    if isinstance(database, Database):
+        await database.dispose()
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+async def sql_services(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Services]:
+    database, url = await open_database(request.param, request, tmp_path)
+    yield wire(request.param, database, url)
+    await database.dispose()
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> Path:
+    return make_git_repo(tmp_path / "repo")

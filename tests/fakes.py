@@ -1,0 +1,333 @@
+"""In-memory twins of every port, for fast tests of the application layer.
+
+`tests/contract` runs the same checks against these and the SQLAlchemy adapters. The fake unit of work is
+transactional like the real one: a write unit works on a private copy of the store, swapped in on commit,
+and write units are serialised by a lock (as SQLite's write lock does), so "nothing written on refusal"
+and the concurrency rules can be checked here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from taskgate.application.ports import RepositoryInfo, TransitionQuery
+from taskgate.domain.entities import (
+    Operator,
+    Outcome,
+    Plan,
+    PlanStatus,
+    Project,
+    Session,
+    Task,
+    TaskStatus,
+    TransitionRecord,
+)
+from taskgate.domain.errors import (
+    ConcurrentModification,
+    InvalidInput,
+    OperatorNotFound,
+    PlanNotFound,
+    ProjectNotFound,
+    SessionAlreadyActive,
+    SessionNotFound,
+    TaskNotFound,
+)
+from taskgate.domain.policies import BlockerFact
+from taskgate.domain.states import TERMINAL_STATES, SessionState
+
+
+@dataclass
+class InMemoryStore:
+    projects: dict[int, Project] = field(default_factory=dict)
+    task_seq: dict[int, int] = field(default_factory=dict)
+    plans: dict[int, Plan] = field(default_factory=dict)
+    tasks: dict[str, Task] = field(default_factory=dict)
+    operators: dict[str, Operator] = field(default_factory=dict)
+    sessions: dict[str, Session] = field(default_factory=dict)
+    log: list[TransitionRecord] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    next_id: dict[str, int] = field(default_factory=dict)
+
+    def allocate(self, kind: str) -> int:
+        self.next_id[kind] = self.next_id.get(kind, 0) + 1
+        return self.next_id[kind]
+
+
+class _Repo:
+    def __init__(self, store: InMemoryStore) -> None:
+        self.store = store
+
+
+class InMemoryProjectRepository(_Repo):
+    async def add(self, name: str, key: str, root_path: str, created_at: datetime) -> Project:
+        project = Project(
+            id=self.store.allocate("project"), name=name, key=key, root_path=root_path, created_at=created_at
+        )
+        self.store.projects[project.id] = project
+        return copy.deepcopy(project)
+
+    async def get(self, project_id: int) -> Project:
+        if project_id not in self.store.projects:
+            raise ProjectNotFound(project_id)
+        return copy.deepcopy(self.store.projects[project_id])
+
+    async def find(self, *, name=None, root_path=None, key=None) -> Project | None:
+        for p in self.store.projects.values():
+            if (
+                (name is not None and p.name == name)
+                or (root_path and p.root_path == root_path)
+                or (key is not None and name is None and not root_path and p.key == key)
+            ):
+                return copy.deepcopy(p)
+        return None
+
+    async def list(self) -> list[Project]:
+        return [copy.deepcopy(p) for _, p in sorted(self.store.projects.items())]
+
+    async def archive(self, project_id: int, at: datetime) -> None:
+        self.store.projects[project_id].archived_at = at
+
+    async def allocate_task_number(self, project_id: int) -> int:
+        if project_id not in self.store.projects:
+            raise ProjectNotFound(project_id)
+        self.store.task_seq[project_id] = self.store.task_seq.get(project_id, 0) + 1
+        return self.store.task_seq[project_id]
+
+
+class InMemoryPlanRepository(_Repo):
+    async def add(self, project_id: int, name: str, created_at: datetime) -> Plan:
+        plan = Plan(self.store.allocate("plan"), project_id, name, PlanStatus.OPEN, created_at)
+        self.store.plans[plan.id] = plan
+        return copy.deepcopy(plan)
+
+    async def get(self, plan_id: int, *, lock: bool = False) -> Plan:
+        if plan_id not in self.store.plans:
+            raise PlanNotFound(plan_id)
+        return copy.deepcopy(self.store.plans[plan_id])
+
+    async def list(self, project_id: int) -> list[Plan]:
+        return [copy.deepcopy(p) for _, p in sorted(self.store.plans.items()) if p.project_id == project_id]
+
+    async def set_status(self, plan_id: int, status: PlanStatus) -> None:
+        self.store.plans[plan_id].status = status
+
+
+class InMemoryTaskRepository(_Repo):
+    async def add(self, task: Task) -> None:
+        for blocker in task.blockers:
+            if blocker not in self.store.tasks:
+                raise TaskNotFound(blocker)
+        self.store.tasks[task.id] = copy.deepcopy(replace(task, blockers=sorted(task.blockers)))
+
+    async def get(self, task_id: str, *, lock: bool = False) -> Task:
+        if task_id not in self.store.tasks:
+            raise TaskNotFound(task_id)
+        return copy.deepcopy(self.store.tasks[task_id])
+
+    async def list(self, project_id: int, *, plan_id=None, status=None) -> list[Task]:
+        found = [
+            t
+            for t in self.store.tasks.values()
+            if t.project_id == project_id
+            and (plan_id is None or t.plan_id == plan_id)
+            and (status is None or t.status == status)
+        ]
+        return [copy.deepcopy(t) for t in sorted(found, key=lambda t: (t.created_at, t.id))]
+
+    async def ready(self, project_id: int) -> list[Task]:
+        active = {s.task_id for s in self.store.sessions.values() if s.state not in TERMINAL_STATES}
+        found = [
+            t
+            for t in self.store.tasks.values()
+            if t.project_id == project_id
+            and t.status == TaskStatus.OPEN
+            and t.id not in active
+            and all(self.store.tasks[b].status == TaskStatus.COMPLETED for b in t.blockers)
+        ]
+        return [copy.deepcopy(t) for t in sorted(found, key=lambda t: (t.priority, t.created_at, t.id))]
+
+    async def blockers_of(self, task_id: str) -> list[BlockerFact]:
+        task = self.store.tasks[task_id]
+        return [BlockerFact(b, self.store.tasks[b].status) for b in sorted(task.blockers)]
+
+    async def set_status(self, task_id: str, status: TaskStatus) -> None:
+        self.store.tasks[task_id].status = status
+
+    async def count_unfinished(self, plan_id: int) -> int:
+        return sum(1 for t in self.store.tasks.values() if t.plan_id == plan_id and t.status != TaskStatus.COMPLETED)
+
+
+class InMemoryOperatorRepository(_Repo):
+    async def add(self, operator: Operator) -> None:
+        self.store.operators[operator.id] = copy.deepcopy(operator)
+
+    async def get(self, operator_id: str) -> Operator:
+        found = await self.find(operator_id)
+        if found is None:
+            raise OperatorNotFound(operator_id)
+        return found
+
+    async def find(self, operator_id: str) -> Operator | None:
+        found = self.store.operators.get(operator_id)
+        return copy.deepcopy(found) if found else None
+
+    async def list(self) -> list[Operator]:
+        return [copy.deepcopy(o) for _, o in sorted(self.store.operators.items())]
+
+
+class InMemorySessionRepository(_Repo):
+    async def add(self, session: Session) -> None:
+        if session.state not in TERMINAL_STATES and await self.active_for_task(session.task_id):
+            raise SessionAlreadyActive(f"task {session.task_id} already has an active session")
+        self.store.sessions[session.id] = copy.deepcopy(session)
+
+    async def get(self, session_id: str, *, lock: bool = False) -> Session:
+        if session_id not in self.store.sessions:
+            raise SessionNotFound(session_id)
+        return copy.deepcopy(self.store.sessions[session_id])
+
+    async def update(self, session: Session, expected_version: int) -> None:
+        stored = self.store.sessions.get(session.id)
+        if stored is None or stored.version != expected_version:
+            raise ConcurrentModification(f"session {session.id} changed concurrently")
+        self.store.sessions[session.id] = copy.deepcopy(session)
+
+    async def list(self, *, project_id=None, plan_id=None, states=None) -> list[Session]:
+        found = [
+            s
+            for s in self.store.sessions.values()
+            if (project_id is None or s.project_id == project_id)
+            and (plan_id is None or s.plan_id == plan_id)
+            and (states is None or s.state in states)
+        ]
+        return [copy.deepcopy(s) for s in sorted(found, key=lambda s: (s.created_at, s.id))]
+
+    async def active_for_task(self, task_id: str) -> list[str]:
+        return [s.id for s in self.store.sessions.values() if s.task_id == task_id and s.state not in TERMINAL_STATES]
+
+    async def ids_with_prefix(self, prefix: str, limit: int) -> list[str]:
+        return sorted(i for i in self.store.sessions if i.startswith(prefix))[:limit]
+
+    async def count_in_states(self, plan_id: int, states: frozenset[SessionState]) -> int:
+        return sum(1 for s in self.store.sessions.values() if s.plan_id == plan_id and s.state in states)
+
+
+class InMemoryTransitionLog(_Repo):
+    async def append(self, record: TransitionRecord) -> int:
+        seq = self.store.allocate("log")
+        self.store.log.append(replace(record, seq=seq, guard_results=copy.deepcopy(record.guard_results)))
+        return seq
+
+    async def history(self, session_id: str, *, limit: int) -> list[TransitionRecord]:
+        return [r for r in self.store.log if r.session_id == session_id][-limit:]
+
+    async def applied_until(self, session_id: str, at: datetime) -> list[TransitionRecord]:
+        return [r for r in self.store.log if r.session_id == session_id and r.at <= at and r.outcome == Outcome.APPLIED]
+
+    async def query(self, query: TransitionQuery) -> list[TransitionRecord]:
+        def keep(r: TransitionRecord) -> bool:
+            return (
+                (query.session_id is None or r.session_id == query.session_id)
+                and (query.actor is None or r.actor == query.actor)
+                and (query.state is None or r.to_state == query.state)
+                and (query.outcome is None or r.outcome.value == query.outcome)
+                and (query.since is None or r.at >= query.since)
+                and (query.until is None or r.at <= query.until)
+            )
+
+        return sorted((r for r in self.store.log if keep(r)), key=lambda r: (r.at, r.seq))[: query.limit]
+
+
+class InMemoryEventLog(_Repo):
+    async def append(self, kind: str, at: datetime, payload: dict[str, Any], session_id: str | None = None) -> None:
+        self.store.events.append(
+            {
+                "id": self.store.allocate("event"),
+                "kind": kind,
+                "at": at,
+                "payload": copy.deepcopy(payload),
+                "session_id": session_id,
+            }
+        )
+
+    async def list(self, session_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        return [e for e in self.store.events if session_id is None or e["session_id"] == session_id][-limit:]
+
+
+class InMemoryUnitOfWork:
+    """A transaction over an `InMemoryStore`: writes go to a copy that replaces the store on commit."""
+
+    def __init__(self, database: InMemoryDatabase, *, write: bool) -> None:
+        self._db, self._write = database, write
+
+    async def __aenter__(self) -> InMemoryUnitOfWork:
+        if self._write:
+            await self._db.write_lock.acquire()
+        store = copy.deepcopy(self._db.store) if self._write else self._db.store
+        self._store = store
+        self.projects = InMemoryProjectRepository(store)
+        self.plans = InMemoryPlanRepository(store)
+        self.tasks = InMemoryTaskRepository(store)
+        self.operators = InMemoryOperatorRepository(store)
+        self.sessions = InMemorySessionRepository(store)
+        self.transitions = InMemoryTransitionLog(store)
+        self.events = InMemoryEventLog(store)
+        return self
+
+    async def commit(self) -> None:
+        if not self._write:
+            raise InvalidInput("commit on a read-only unit of work")
+        self._db.store = self._store
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._write:
+            self._db.write_lock.release()
+
+
+class InMemoryDatabase:
+    """Holds the committed store; `unit_of_work` is the `UnitOfWorkFactory`."""
+
+    def __init__(self) -> None:
+        self.store = InMemoryStore()
+        self.write_lock = asyncio.Lock()
+
+    def unit_of_work(self, *, write: bool) -> InMemoryUnitOfWork:
+        return InMemoryUnitOfWork(self, write=write)
+
+
+class FakeClock:
+    """A clock that moves only when told to (and by a microsecond per reading, so timestamps stay ordered)."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.current = start or datetime(2026, 1, 1, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        self.current += timedelta(microseconds=1)
+        return self.current
+
+    def advance(self, **delta: float) -> None:
+        self.current += timedelta(**delta)
+
+
+class SequentialIds:
+    def __init__(self) -> None:
+        self._counter = itertools.count(1)
+
+    def new_session_id(self) -> str:
+        return f"00000000-0000-4000-8000-{next(self._counter):012d}"
+
+
+class FakeVcs:
+    """Accepts any existing directory as a repository rooted there."""
+
+    async def inspect_repository(self, path: str) -> RepositoryInfo:
+        target = Path(path).resolve()
+        if not target.is_dir():
+            raise InvalidInput(f"path {target} does not exist")
+        return RepositoryInfo(root=str(target), head_branch="main")

@@ -1,0 +1,374 @@
+"""Concurrency: the write serialisation described in `taskgate.application.sessions` holds under real contention.
+
+Every test fires many calls at once (one `asyncio.gather`, or two OS processes sharing the database) and then
+checks invariants that hold whatever order the calls were serialised in:
+
+- the WIP limit is never exceeded and every refusal is a logged, typed `PolicyViolation` naming `wip_limit`;
+- no update is lost: a session's version is 1 + its applied transitions, the applied log rows in `seq` order
+  carry versions 1, 2, 3, ... and chain state to state, and the log replays to the stored state;
+- every call either applied exactly once or raised a typed taskgate error;
+- a task never gets a second active session.
+
+They run on the in-memory fake (whose unit of work serialises writes like SQLite), a SQLite file and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskgate.application.ports import TransitionQuery
+from taskgate.application.sessions import (
+    CreateSession,
+    FireResult,
+    FireTrigger,
+    StartTask,
+    replay,
+)
+from taskgate.application.tracker import AddTask
+from taskgate.domain.entities import Outcome, PlanStatus, Session, TransitionRecord
+from taskgate.domain.errors import (
+    ConcurrentModification,
+    InvalidTransition,
+    PolicyViolation,
+    SessionAlreadyActive,
+)
+from taskgate.domain.states import SessionState
+from tests.conftest import Services
+
+pytestmark = pytest.mark.timeout(120)
+
+WIP_LIMIT = 3  # what conftest.wire() configures
+ACTOR = "alice"
+OPERATOR = "op-1"
+WORKER = Path(__file__).with_name("_concurrency_worker.py")
+WORKER_TIMEOUT_S = 90.0
+
+
+# -- seeding and checks ---------------------------------------------------------------------------------------
+
+
+async def seed_project(svc: Services, git_repo: Path) -> int:
+    project = await svc.tracker.init_project(str(git_repo))
+    await svc.tracker.ensure_operator(OPERATOR)
+    return project.id
+
+
+async def seed_plan(svc: Services, project_id: int, name: str, tasks: int) -> tuple[int, list[str]]:
+    plan = await svc.tracker.add_plan(project_id, name)
+    task_ids = [(await svc.tracker.add_task(AddTask(project_id, f"{name} task {i}", plan_id=plan.id))).id
+                for i in range(tasks)]
+    return plan.id, task_ids
+
+
+async def executing_session(svc: Services, task_id: str) -> Session:
+    """A session for `task_id` moved to `executing` (create, initialize, context_discovered, start, plan_complete)."""
+    started = await svc.sessions.start_task(StartTask(task_id, ACTOR, OPERATOR))
+    result = await svc.sessions.fire(FireTrigger(started.session.id, "plan_complete", ACTOR))
+    assert result.session.state == SessionState.EXECUTING
+    return result.session
+
+
+async def plan_sessions(svc: Services, project_id: int, plan_id: int) -> list[Session]:
+    return [s for s in await svc.sessions.list_sessions(project_id=project_id) if s.plan_id == plan_id]
+
+
+async def assert_log_matches_session(svc: Services, session_id: str) -> list[TransitionRecord]:
+    """No lost update: the session's log, in `seq` order, accounts for every version step and replays to its state.
+
+    Returns the log rows (oldest first).
+    """
+    session = await svc.sessions.get(session_id)
+    rows = await svc.sessions.history(session_id, limit=10_000)
+    seqs = [r.seq for r in rows]
+    assert all(isinstance(s, int) for s in seqs), seqs
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), f"history is not in strict seq order: {seqs}"
+    applied = [r for r in rows if r.outcome == Outcome.APPLIED]
+    # log order == version order, one applied row per version, none missing, none duplicated
+    assert [r.session_version for r in applied] == list(range(1, session.version + 1)), (
+        f"session {session_id} at version {session.version} has applied rows "
+        f"{[(r.seq, r.trigger, r.session_version) for r in applied]}")
+    assert applied[0].trigger == "create" and applied[0].from_state is None
+    for before, after in zip(applied, applied[1:], strict=False):
+        assert after.from_state == before.to_state, f"log of {session_id} does not chain at seq {after.seq}"
+    assert applied[-1].to_state == session.state.value
+    assert replay(applied) == session.state
+    version = 0
+    for row in rows:  # a blocked row records the unchanged version and state it was refused at
+        if row.outcome == Outcome.APPLIED:
+            version = row.session_version
+        else:
+            assert row.session_version == version and row.from_state == row.to_state, row
+    return rows
+
+
+def split_outcomes(results: list[Any], *expected: type[BaseException]) -> tuple[list[Any], list[BaseException]]:
+    """(successful results, expected errors); fails on anything else, showing what it was."""
+    errors = [r for r in results if isinstance(r, BaseException)]
+    unexpected = [r for r in errors if not isinstance(r, expected)]
+    assert unexpected == [], f"unexpected outcomes: {[repr(e) for e in unexpected]}"
+    return [r for r in results if not isinstance(r, BaseException)], errors
+
+
+def toggle_triggers(pairs: int, seed: int) -> list[str]:
+    """`pairs` suspends and `pairs` resumes in a fixed shuffled order."""
+    triggers = ["suspend", "resume"] * pairs
+    random.Random(seed).shuffle(triggers)
+    return triggers
+
+
+# -- 1. WIP limit under 50 concurrent starts --------------------------------------------------------------------
+
+
+async def test_fifty_concurrent_starts_on_one_plan_with_wip_limit_3_leave_exactly_three_sessions_planning(
+        services: Services, git_repo: Path) -> None:
+    project_id = await seed_project(services, git_repo)
+    plan_id, task_ids = await seed_plan(services, project_id, "wip", 50)
+
+    results = await asyncio.gather(
+        *(services.sessions.start_task(StartTask(t, ACTOR, OPERATOR)) for t in task_ids), return_exceptions=True)
+
+    started, refused = split_outcomes(results, PolicyViolation)
+    assert len(started) == WIP_LIMIT and len(refused) == 50 - WIP_LIMIT
+    assert all(isinstance(r, FireResult) and r.session.state == SessionState.PLANNING for r in started)
+    for exc in refused:
+        assert isinstance(exc, PolicyViolation)
+        assert exc.trigger == "start" and exc.session_id is not None
+        assert [v.policy for v in exc.violations] == ["wip_limit"], exc
+        assert "wip_limit" in str(exc) and "stays ready" in str(exc)
+        # each refusal was decided on an exact count: never a stale 2, never an overshoot to 4
+        assert f"{WIP_LIMIT} of {WIP_LIMIT} sessions in progress" in exc.violations[0].message
+
+    sessions = await plan_sessions(services, project_id, plan_id)
+    assert len(sessions) == 50 and len({s.task_id for s in sessions}) == 50
+    assert Counter(s.state for s in sessions) == {SessionState.PLANNING: WIP_LIMIT, SessionState.READY: 47}
+    winners = {r.session.id for r in started}
+    losers = {exc.session_id for exc in refused}
+    assert {s.id for s in sessions if s.state == SessionState.PLANNING} == winners
+    assert {s.id for s in sessions if s.state == SessionState.READY} == losers
+    assert all(s.version == (4 if s.id in winners else 3) for s in sessions)
+
+    blocked = await services.audit.transitions(TransitionQuery(outcome="blocked", limit=10_000))
+    assert sorted(r.session_id for r in blocked) == sorted(losers)  # exactly one blocked row per refused start
+    for row in blocked:
+        assert (row.trigger, row.from_state, row.to_state, row.session_version) == ("start", "ready", "ready", 3)
+        assert {"policy": "wip_limit", "passed": False} in [
+            {"policy": g["policy"], "passed": g["passed"]} for g in row.guard_results]
+    applied_starts = await services.audit.transitions(TransitionQuery(state="planning", outcome="applied"))
+    assert sorted(r.session_id for r in applied_starts) == sorted(winners)
+    for session in sessions:
+        await assert_log_matches_session(services, session.id)
+    plan = next(p for p in await services.tracker.list_plans(project_id) if p.id == plan_id)
+    assert plan.status == PlanStatus.IN_PROGRESS
+
+
+# -- 2. many concurrent fires on one session ------------------------------------------------------------------
+
+
+async def test_twenty_concurrent_suspend_and_resume_fires_on_one_session_lose_no_update(
+        services: Services, git_repo: Path) -> None:
+    project_id = await seed_project(services, git_repo)
+    _plan_id, (task_id,) = await seed_plan(services, project_id, "toggle", 1)
+    session = await executing_session(services, task_id)
+    v0 = session.version
+    # Whatever the serialisation order, a suspend is valid exactly when the session is executing and a resume
+    # exactly when it is suspended; anything else must be a clean InvalidTransition, never a lost write.
+    triggers = toggle_triggers(10, seed=2026)
+
+    results = await asyncio.gather(
+        *(services.sessions.fire(FireTrigger(session.id, t, ACTOR)) for t in triggers), return_exceptions=True)
+
+    applied, invalid = split_outcomes(results, InvalidTransition)
+    assert len(applied) + len(invalid) == 20 and applied
+    for trigger, outcome in zip(triggers, results, strict=True):
+        if isinstance(outcome, InvalidTransition):  # refused only from the state that makes it invalid
+            assert outcome.state == ("suspended" if trigger == "suspend" else "executing"), (trigger, outcome)
+        else:
+            assert outcome.record.trigger == trigger and outcome.record.outcome == Outcome.APPLIED
+    # each applied fire took its own version step: none lost, none shared
+    assert sorted(r.record.session_version for r in applied) == list(range(v0 + 1, v0 + len(applied) + 1))
+
+    final = await services.sessions.get(session.id)
+    assert final.version == v0 + len(applied)
+    assert final.state == (SessionState.SUSPENDED if len(applied) % 2 else SessionState.EXECUTING)
+    rows = await assert_log_matches_session(services, session.id)
+    toggles = [r for r in rows if r.session_version > v0]
+    assert len(toggles) == len(applied) and all(r.outcome == Outcome.APPLIED for r in toggles)
+    assert [r.trigger for r in toggles] == ["suspend", "resume"] * (len(applied) // 2) + ["suspend"] * (len(applied) % 2)
+
+
+async def test_twenty_concurrent_fires_carrying_the_same_expected_version_apply_exactly_once(
+        services: Services, git_repo: Path) -> None:
+    project_id = await seed_project(services, git_repo)
+    _plan_id, (task_id,) = await seed_plan(services, project_id, "optimistic", 1)
+    session = await executing_session(services, task_id)
+    v0 = session.version
+
+    results = await asyncio.gather(
+        *(services.sessions.fire(FireTrigger(session.id, "suspend", ACTOR, expected_version=v0)) for _ in range(20)),
+        return_exceptions=True)
+
+    applied, stale = split_outcomes(results, ConcurrentModification)
+    assert len(applied) == 1 and len(stale) == 19
+    assert applied[0].record.session_version == v0 + 1
+    final = await services.sessions.get(session.id)
+    assert (final.state, final.version, final.prior_state) == (SessionState.SUSPENDED, v0 + 1, SessionState.EXECUTING)
+    rows = await assert_log_matches_session(services, session.id)
+    assert [r.trigger for r in rows if r.session_version > v0] == ["suspend"]
+
+
+# -- 4. one active session per task under concurrent creation ----------------------------------------------------
+
+
+async def test_twenty_concurrent_create_session_calls_for_one_task_leave_exactly_one_session(
+        services: Services, git_repo: Path) -> None:
+    project_id = await seed_project(services, git_repo)
+    _plan_id, (task_id,) = await seed_plan(services, project_id, "create", 1)
+
+    results = await asyncio.gather(
+        *(services.sessions.create_session(CreateSession(task_id, ACTOR, OPERATOR)) for _ in range(20)),
+        return_exceptions=True)
+
+    created, refused = split_outcomes(results, PolicyViolation, SessionAlreadyActive)
+    assert len(created) == 1 and len(refused) == 19
+    for exc in refused:
+        if isinstance(exc, PolicyViolation):
+            assert [v.policy for v in exc.violations] == ["one_active_session_per_task"], exc
+            assert created[0].id in str(exc)
+    sessions = await services.sessions.list_sessions(project_id=project_id)
+    assert [(s.id, s.task_id, s.state, s.version) for s in sessions] == [
+        (created[0].id, task_id, SessionState.CREATED, 1)]
+    log = await services.audit.transitions(TransitionQuery(limit=10_000))
+    assert [(r.session_id, r.trigger, r.outcome) for r in log] == [(created[0].id, "create", Outcome.APPLIED)]
+
+
+async def test_twenty_concurrent_start_task_calls_for_one_task_start_one_session_once(
+        services: Services, git_repo: Path) -> None:
+    project_id = await seed_project(services, git_repo)
+    _plan_id, (task_id,) = await seed_plan(services, project_id, "same-task", 1)
+
+    results = await asyncio.gather(
+        *(services.sessions.start_task(StartTask(task_id, ACTOR, OPERATOR)) for _ in range(20)),
+        return_exceptions=True)
+
+    # A loser either saw the session too early (created/initializing), lost the create race, or found it ready
+    # and lost the `start` race to another caller.
+    started, refused = split_outcomes(results, PolicyViolation, SessionAlreadyActive, InvalidTransition)
+    assert len(started) == 1
+    for exc in refused:
+        if isinstance(exc, PolicyViolation):
+            assert [v.policy for v in exc.violations] == ["one_active_session_per_task"], exc
+    (session,) = await services.sessions.list_sessions(project_id=project_id)
+    assert (session.id, session.state, session.version) == (started[0].session.id, SessionState.PLANNING, 4)
+    rows = await assert_log_matches_session(services, session.id)
+    assert [r.trigger for r in rows] == ["create", "initialize", "context_discovered", "start"]
+
+
+# -- 3. two OS processes sharing the database ---------------------------------------------------------------------
+
+
+async def run_workers(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Start one worker process per spec, release them together, and return each one's outcomes.
+
+    Every wait is bounded; a worker that overruns is killed and the test fails.
+    """
+    procs = [await asyncio.create_subprocess_exec(
+        sys.executable, str(WORKER), json.dumps(spec), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE) for spec in specs]
+    try:
+        async def ready(proc: asyncio.subprocess.Process) -> None:
+            assert proc.stdout is not None
+            line = await proc.stdout.readline()
+            if line.strip() != b"ready":
+                assert proc.stderr is not None
+                err = await proc.stderr.read()
+                pytest.fail(f"worker did not get ready: {line!r} {err.decode(errors='replace')[-3000:]}")
+
+        await asyncio.wait_for(asyncio.gather(*(ready(p) for p in procs)), timeout=WORKER_TIMEOUT_S)
+        for proc in procs:  # the starting gun
+            assert proc.stdin is not None
+            proc.stdin.write(b"go\n")
+        outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), timeout=WORKER_TIMEOUT_S)
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    reports = []
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, f"worker exited {proc.returncode}: {err.decode(errors='replace')[-3000:]}"
+        reports.append(json.loads(out.decode().strip().splitlines()[-1])["outcomes"])
+    return reports
+
+
+@pytest.mark.slow
+async def test_two_processes_sharing_the_database_respect_the_wip_limit_and_lose_no_update(
+        sql_services: Services, git_repo: Path) -> None:
+    svc = sql_services
+    assert svc.url is not None
+    project_id = await seed_project(svc, git_repo)
+    wip_plan, wip_tasks = await seed_plan(svc, project_id, "wip", 50)
+    _toggle_plan, toggle_tasks = await seed_plan(svc, project_id, "toggle", 2)
+    _create_plan, (create_task,) = await seed_plan(svc, project_id, "create", 1)
+    toggled = [await executing_session(svc, t) for t in toggle_tasks]  # 2 in WIP: resume is never WIP-blocked
+    v0 = {s.id: s.version for s in toggled}
+
+    specs = []
+    for n in range(2):
+        toggles = [[s.id, trigger] for i, s in enumerate(toggled) for trigger in toggle_triggers(5, seed=100 * n + i)]
+        random.Random(n).shuffle(toggles)
+        specs.append({"url": svc.url, "wip_limit": WIP_LIMIT, "actor": f"worker-{n}", "operator": OPERATOR,
+                      "start_tasks": wip_tasks[25 * n: 25 * (n + 1)], "toggles": toggles,
+                      "create_task": create_task, "creates": 5})
+
+    reports = await run_workers(specs)
+
+    outcomes = [o for report in reports for o in report]
+    assert [o for o in outcomes if o["outcome"] == "unexpected"] == []
+    by_kind = {kind: [o for o in outcomes if o["kind"] == kind] for kind in ("start", "toggle", "create")}
+    assert {k: len(v) for k, v in by_kind.items()} == {"start": 50, "toggle": 40, "create": 10}
+
+    # starts: exactly WIP_LIMIT won across both processes, every other one refused by wip_limit and logged
+    starts = by_kind["start"]
+    assert Counter(o["outcome"] for o in starts) == {"applied": WIP_LIMIT, "PolicyViolation": 50 - WIP_LIMIT}
+    assert all(o["policies"] == ["wip_limit"] for o in starts if o["outcome"] == "PolicyViolation")
+    sessions = await plan_sessions(svc, project_id, wip_plan)
+    assert len(sessions) == 50 and len({s.task_id for s in sessions}) == 50
+    assert Counter(s.state for s in sessions) == {SessionState.PLANNING: WIP_LIMIT, SessionState.READY: 47}
+    winners = {o["session_id"] for o in starts if o["outcome"] == "applied"}
+    losers = {o["session_id"] for o in starts if o["outcome"] == "PolicyViolation"}
+    assert {s.id for s in sessions if s.state == SessionState.PLANNING} == winners
+    blocked = await svc.audit.transitions(TransitionQuery(outcome="blocked", limit=10_000))
+    assert sorted(r.session_id for r in blocked) == sorted(losers) and len(losers) == 47
+    for session in sessions:
+        await assert_log_matches_session(svc, session.id)
+
+    # toggles: both processes fired on the same two sessions; every applied fire owns one distinct version step
+    for session_id, start_version in v0.items():
+        mine = [o for o in by_kind["toggle"] if o["key"] == session_id]
+        assert len(mine) == 20
+        assert {o["outcome"] for o in mine} <= {"applied", "InvalidTransition"}
+        for o in mine:
+            if o["outcome"] == "InvalidTransition":
+                assert o["state"] == ("suspended" if o["trigger"] == "suspend" else "executing"), o
+        versions = sorted(o["record_version"] for o in mine if o["outcome"] == "applied")
+        assert versions and versions == list(range(start_version + 1, start_version + len(versions) + 1))
+        final = await svc.sessions.get(session_id)
+        assert final.version == start_version + len(versions)
+        rows = await assert_log_matches_session(svc, session_id)
+        assert len([r for r in rows if r.session_version > start_version]) == len(versions)
+
+    # creates: one session for the contested task, whichever process won
+    creates = by_kind["create"]
+    assert Counter(o["outcome"] == "applied" for o in creates) == {True: 1, False: 9}
+    assert {o["outcome"] for o in creates} <= {"applied", "PolicyViolation", "SessionAlreadyActive"}
+    assert all(o["policies"] == ["one_active_session_per_task"] for o in creates if o["outcome"] == "PolicyViolation")
+    contested = [s for s in await svc.sessions.list_sessions(project_id=project_id) if s.task_id == create_task]
+    assert [s.id for s in contested] == [o["session_id"] for o in creates if o["outcome"] == "applied"]
