@@ -158,7 +158,8 @@ async def open_database(backend: str, request: pytest.FixtureRequest, tmp_path: 
     return db, url
 
 
-def wire(backend: str, database: object, url: str | None, *, clock=None, ids=None, wip_limit: int = 3) -> Services:
+def wire(backend: str, database: object, url: str | None, *, clock=None, ids=None, vcs=None,
+         wip_limit: int = 3) -> Services:
     if isinstance(database, InMemoryDatabase):
         uow = database.unit_of_work
     else:
@@ -170,7 +171,7 @@ def wire(backend: str, database: object, url: str | None, *, clock=None, ids=Non
         uow,
         clock=clock or SystemClock(),
         ids=ids or UuidGenerator(),
-        vcs=GitPythonVcs(),
+        vcs=vcs or GitPythonVcs(),
         policies=default_policies(wip_limit),
     )
     return Services(backend, sessions, tracker, audit, uow, database, url)

@@ -15,6 +15,7 @@ They run on the in-memory fake (whose unit of work serialises writes like SQLite
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import sys
@@ -96,7 +97,7 @@ async def assert_log_matches_session(svc: Services, session_id: str) -> list[Tra
         f"session {session_id} at version {session.version} has applied rows "
         f"{[(r.seq, r.trigger, r.session_version) for r in applied]}")
     assert applied[0].trigger == "create" and applied[0].from_state is None
-    for before, after in zip(applied, applied[1:], strict=False):
+    for before, after in itertools.pairwise(applied):
         assert after.from_state == before.to_state, f"log of {session_id} does not chain at seq {after.seq}"
     assert applied[-1].to_state == session.state.value
     assert replay(applied) == session.state
@@ -201,7 +202,8 @@ async def test_twenty_concurrent_suspend_and_resume_fires_on_one_session_lose_no
     rows = await assert_log_matches_session(services, session.id)
     toggles = [r for r in rows if r.session_version > v0]
     assert len(toggles) == len(applied) and all(r.outcome == Outcome.APPLIED for r in toggles)
-    assert [r.trigger for r in toggles] == ["suspend", "resume"] * (len(applied) // 2) + ["suspend"] * (len(applied) % 2)
+    alternating = ["suspend", "resume"] * (len(applied) // 2) + ["suspend"] * (len(applied) % 2)
+    assert [r.trigger for r in toggles] == alternating
 
 
 async def test_twenty_concurrent_fires_carrying_the_same_expected_version_apply_exactly_once(

@@ -92,7 +92,8 @@ async def test_the_wip_limit_refuses_a_fourth_start_and_logs_it_as_blocked(servi
 
 async def test_a_ready_session_starts_once_a_slot_is_freed(services, git_repo):
     seeded = await seed(services, git_repo, tasks=4)
-    first = [await start(services, task) for task in seeded.tasks[:3]][0]
+    started = [await start(services, task) for task in seeded.tasks[:3]]
+    first = started[0]
     with pytest.raises(PolicyViolation):
         await start(services, seeded.tasks[3])
     await fire(services, first, "suspend")

@@ -1,0 +1,36 @@
+# taskgate: `make demo` runs the guided demo, `make test` the whole test suite. Both create .venv themselves.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint install clean bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/taskgate demo
+
+# PostgreSQL is required by the suite (TASKGATE_TEST_PG_URL, default postgres@127.0.0.1:5432/test).
+test: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/lint-imports
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/lint-imports
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/transition_cost.py
+	$(BIN)/python benchmarks/audit_queries.py
+
+clean:
+	rm -rf $(VENV) data .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,74 @@
+"""Settings: TOML file, TASKGATE_* environment (nested with __), and which file was used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from taskgate.domain.errors import InvalidInput
+from taskgate.infrastructure.settings import load_settings
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in (
+        "TASKGATE_CONFIG",
+        "TASKGATE_DATABASE_URL",
+        "TASKGATE_DATA_DIR",
+        "TASKGATE_POLICIES__WIP_LIMIT__LIMIT",
+    ):
+        monkeypatch.delenv(name, raising=False)
+
+
+def write_config(root: Path, text: str) -> Path:
+    (root / "config").mkdir(parents=True, exist_ok=True)
+    path = root / "config" / "taskgate.toml"
+    path.write_text(text)
+    return path
+
+
+def test_without_a_config_file_the_defaults_put_sqlite_under_data(tmp_path):
+    settings = load_settings(tmp_path)
+    assert settings.config_file is None
+    assert settings.data_dir == (tmp_path / "data").resolve()
+    assert settings.resolved_database_url == f"sqlite+aiosqlite:///{tmp_path.resolve() / 'data' / 'taskgate.db'}"
+    assert settings.policies.wip_limit.limit == 3
+
+
+def test_the_config_file_is_found_and_named_and_its_paths_are_relative_to_the_project(tmp_path):
+    path = write_config(tmp_path, 'data_dir = "state"\n[policies.wip_limit]\nlimit = 5\n[operator]\ndefault = "ops"\n')
+    settings = load_settings(tmp_path)
+    assert settings.config_file == path.resolve()
+    assert settings.data_dir == (tmp_path / "state").resolve()
+    assert settings.policies.wip_limit.limit == 5 and settings.operator.default == "ops"
+
+
+def test_environment_wins_over_the_file_with_nested_names(tmp_path, monkeypatch):
+    write_config(tmp_path, "[policies.wip_limit]\nlimit = 5\n")
+    monkeypatch.setenv("TASKGATE_POLICIES__WIP_LIMIT__LIMIT", "7")
+    monkeypatch.setenv("TASKGATE_DATABASE_URL", "postgresql+asyncpg://u@h/db")
+    settings = load_settings(tmp_path)
+    assert settings.policies.wip_limit.limit == 7
+    assert settings.resolved_database_url == "postgresql+asyncpg://u@h/db"
+
+
+def test_an_explicit_config_that_does_not_exist_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("TASKGATE_CONFIG", str(tmp_path / "missing.toml"))
+    with pytest.raises(InvalidInput, match=r"missing\.toml does not exist"):
+        load_settings(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("[policies.wip_limit]\nlimit = 0\n", "policies.wip_limit.limit"),
+        ("bogus = 1\n", "bogus"),
+        ('[sqlite]\nsynchronous = "SOMETIMES"\n', "sqlite.synchronous"),
+    ],
+)
+def test_invalid_values_name_the_field_and_the_file(tmp_path, text, field):
+    write_config(tmp_path, text)
+    with pytest.raises(InvalidInput) as raised:
+        load_settings(tmp_path)
+    assert field in str(raised.value) and "taskgate.toml" in str(raised.value)
