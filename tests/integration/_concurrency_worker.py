@@ -53,8 +53,14 @@ async def _call(kind: str, key: str, trigger: str | None, make: Any) -> dict[str
         return {**base, **_describe_error(exc)}
     session = getattr(result, "session", result)
     record = getattr(result, "record", None)
-    return {**base, "outcome": "applied", "session_id": session.id, "state": session.state.value,
-            "version": session.version, "record_version": record.session_version if record else None}
+    return {
+        **base,
+        "outcome": "applied",
+        "session_id": session.id,
+        "state": session.state.value,
+        "version": session.version,
+        "record_version": record.session_version if record else None,
+    }
 
 
 async def main(spec: dict[str, Any]) -> int:
@@ -66,7 +72,8 @@ async def main(spec: dict[str, Any]) -> int:
         return SqlAlchemyUnitOfWork(database, write=write)
 
     sessions, _tracker, _audit = build_services(
-        uow, clock=SystemClock(), ids=UuidGenerator(), vcs=GitPythonVcs(), policies=default_policies(spec["wip_limit"]))
+        uow, clock=SystemClock(), ids=UuidGenerator(), vcs=GitPythonVcs(), policies=default_policies(spec["wip_limit"])
+    )
     try:
         await sessions.list_sessions()  # connect (and import the dialect) before the starting gun
         print("ready", flush=True)
@@ -74,15 +81,33 @@ async def main(spec: dict[str, Any]) -> int:
             return 3
         actor, operator = spec["actor"], spec["operator"]
         calls = [
-            *(_call("start", task_id, "start",
-                    lambda task_id=task_id: sessions.start_task(StartTask(task_id, actor, operator)))
-              for task_id in spec["start_tasks"]),
-            *(_call("toggle", session_id, trigger,
-                    lambda s=session_id, t=trigger: sessions.fire(FireTrigger(s, t, actor)))
-              for session_id, trigger in spec["toggles"]),
-            *(_call("create", spec["create_task"], "create",
-                    lambda: sessions.create_session(CreateSession(spec["create_task"], actor, operator)))
-              for _ in range(spec["creates"])),
+            *(
+                _call(
+                    "start",
+                    task_id,
+                    "start",
+                    lambda task_id=task_id: sessions.start_task(StartTask(task_id, actor, operator)),
+                )
+                for task_id in spec["start_tasks"]
+            ),
+            *(
+                _call(
+                    "toggle",
+                    session_id,
+                    trigger,
+                    lambda s=session_id, t=trigger: sessions.fire(FireTrigger(s, t, actor)),
+                )
+                for session_id, trigger in spec["toggles"]
+            ),
+            *(
+                _call(
+                    "create",
+                    spec["create_task"],
+                    "create",
+                    lambda: sessions.create_session(CreateSession(spec["create_task"], actor, operator)),
+                )
+                for _ in range(spec["creates"])
+            ),
         ]
         outcomes = await asyncio.gather(*calls)
         print(json.dumps({"outcomes": outcomes}), flush=True)

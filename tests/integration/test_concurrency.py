@@ -50,7 +50,7 @@ WIP_LIMIT = 3  # what conftest.wire() configures
 ACTOR = "alice"
 OPERATOR = "op-1"
 WORKER = Path(__file__).with_name("_concurrency_worker.py")
-WORKER_TIMEOUT_S = 90.0
+WORKER_TIMEOUT_S = 45.0  # per phase (get ready, run); the whole test stays inside its 120 s timeout
 
 
 # -- seeding and checks ---------------------------------------------------------------------------------------
@@ -64,8 +64,9 @@ async def seed_project(svc: Services, git_repo: Path) -> int:
 
 async def seed_plan(svc: Services, project_id: int, name: str, tasks: int) -> tuple[int, list[str]]:
     plan = await svc.tracker.add_plan(project_id, name)
-    task_ids = [(await svc.tracker.add_task(AddTask(project_id, f"{name} task {i}", plan_id=plan.id))).id
-                for i in range(tasks)]
+    task_ids = [
+        (await svc.tracker.add_task(AddTask(project_id, f"{name} task {i}", plan_id=plan.id))).id for i in range(tasks)
+    ]
     return plan.id, task_ids
 
 
@@ -95,7 +96,8 @@ async def assert_log_matches_session(svc: Services, session_id: str) -> list[Tra
     # log order == version order, one applied row per version, none missing, none duplicated
     assert [r.session_version for r in applied] == list(range(1, session.version + 1)), (
         f"session {session_id} at version {session.version} has applied rows "
-        f"{[(r.seq, r.trigger, r.session_version) for r in applied]}")
+        f"{[(r.seq, r.trigger, r.session_version) for r in applied]}"
+    )
     assert applied[0].trigger == "create" and applied[0].from_state is None
     for before, after in itertools.pairwise(applied):
         assert after.from_state == before.to_state, f"log of {session_id} does not chain at seq {after.seq}"
@@ -129,12 +131,14 @@ def toggle_triggers(pairs: int, seed: int) -> list[str]:
 
 
 async def test_fifty_concurrent_starts_on_one_plan_with_wip_limit_3_leave_exactly_three_sessions_planning(
-        services: Services, git_repo: Path) -> None:
+    services: Services, git_repo: Path
+) -> None:
     project_id = await seed_project(services, git_repo)
     plan_id, task_ids = await seed_plan(services, project_id, "wip", 50)
 
     results = await asyncio.gather(
-        *(services.sessions.start_task(StartTask(t, ACTOR, OPERATOR)) for t in task_ids), return_exceptions=True)
+        *(services.sessions.start_task(StartTask(t, ACTOR, OPERATOR)) for t in task_ids), return_exceptions=True
+    )
 
     started, refused = split_outcomes(results, PolicyViolation)
     assert len(started) == WIP_LIMIT and len(refused) == 50 - WIP_LIMIT
@@ -161,7 +165,8 @@ async def test_fifty_concurrent_starts_on_one_plan_with_wip_limit_3_leave_exactl
     for row in blocked:
         assert (row.trigger, row.from_state, row.to_state, row.session_version) == ("start", "ready", "ready", 3)
         assert {"policy": "wip_limit", "passed": False} in [
-            {"policy": g["policy"], "passed": g["passed"]} for g in row.guard_results]
+            {"policy": g["policy"], "passed": g["passed"]} for g in row.guard_results
+        ]
     applied_starts = await services.audit.transitions(TransitionQuery(state="planning", outcome="applied"))
     assert sorted(r.session_id for r in applied_starts) == sorted(winners)
     for session in sessions:
@@ -174,7 +179,8 @@ async def test_fifty_concurrent_starts_on_one_plan_with_wip_limit_3_leave_exactl
 
 
 async def test_twenty_concurrent_suspend_and_resume_fires_on_one_session_lose_no_update(
-        services: Services, git_repo: Path) -> None:
+    services: Services, git_repo: Path
+) -> None:
     project_id = await seed_project(services, git_repo)
     _plan_id, (task_id,) = await seed_plan(services, project_id, "toggle", 1)
     session = await executing_session(services, task_id)
@@ -184,7 +190,8 @@ async def test_twenty_concurrent_suspend_and_resume_fires_on_one_session_lose_no
     triggers = toggle_triggers(10, seed=2026)
 
     results = await asyncio.gather(
-        *(services.sessions.fire(FireTrigger(session.id, t, ACTOR)) for t in triggers), return_exceptions=True)
+        *(services.sessions.fire(FireTrigger(session.id, t, ACTOR)) for t in triggers), return_exceptions=True
+    )
 
     applied, invalid = split_outcomes(results, InvalidTransition)
     assert len(applied) + len(invalid) == 20 and applied
@@ -207,7 +214,8 @@ async def test_twenty_concurrent_suspend_and_resume_fires_on_one_session_lose_no
 
 
 async def test_twenty_concurrent_fires_carrying_the_same_expected_version_apply_exactly_once(
-        services: Services, git_repo: Path) -> None:
+    services: Services, git_repo: Path
+) -> None:
     project_id = await seed_project(services, git_repo)
     _plan_id, (task_id,) = await seed_plan(services, project_id, "optimistic", 1)
     session = await executing_session(services, task_id)
@@ -215,7 +223,8 @@ async def test_twenty_concurrent_fires_carrying_the_same_expected_version_apply_
 
     results = await asyncio.gather(
         *(services.sessions.fire(FireTrigger(session.id, "suspend", ACTOR, expected_version=v0)) for _ in range(20)),
-        return_exceptions=True)
+        return_exceptions=True,
+    )
 
     applied, stale = split_outcomes(results, ConcurrentModification)
     assert len(applied) == 1 and len(stale) == 19
@@ -230,13 +239,15 @@ async def test_twenty_concurrent_fires_carrying_the_same_expected_version_apply_
 
 
 async def test_twenty_concurrent_create_session_calls_for_one_task_leave_exactly_one_session(
-        services: Services, git_repo: Path) -> None:
+    services: Services, git_repo: Path
+) -> None:
     project_id = await seed_project(services, git_repo)
     _plan_id, (task_id,) = await seed_plan(services, project_id, "create", 1)
 
     results = await asyncio.gather(
         *(services.sessions.create_session(CreateSession(task_id, ACTOR, OPERATOR)) for _ in range(20)),
-        return_exceptions=True)
+        return_exceptions=True,
+    )
 
     created, refused = split_outcomes(results, PolicyViolation, SessionAlreadyActive)
     assert len(created) == 1 and len(refused) == 19
@@ -246,19 +257,21 @@ async def test_twenty_concurrent_create_session_calls_for_one_task_leave_exactly
             assert created[0].id in str(exc)
     sessions = await services.sessions.list_sessions(project_id=project_id)
     assert [(s.id, s.task_id, s.state, s.version) for s in sessions] == [
-        (created[0].id, task_id, SessionState.CREATED, 1)]
+        (created[0].id, task_id, SessionState.CREATED, 1)
+    ]
     log = await services.audit.transitions(TransitionQuery(limit=10_000))
     assert [(r.session_id, r.trigger, r.outcome) for r in log] == [(created[0].id, "create", Outcome.APPLIED)]
 
 
 async def test_twenty_concurrent_start_task_calls_for_one_task_start_one_session_once(
-        services: Services, git_repo: Path) -> None:
+    services: Services, git_repo: Path
+) -> None:
     project_id = await seed_project(services, git_repo)
     _plan_id, (task_id,) = await seed_plan(services, project_id, "same-task", 1)
 
     results = await asyncio.gather(
-        *(services.sessions.start_task(StartTask(task_id, ACTOR, OPERATOR)) for _ in range(20)),
-        return_exceptions=True)
+        *(services.sessions.start_task(StartTask(task_id, ACTOR, OPERATOR)) for _ in range(20)), return_exceptions=True
+    )
 
     # A loser either saw the session too early (created/initializing), lost the create race, or found it ready
     # and lost the `start` race to another caller.
@@ -281,10 +294,19 @@ async def run_workers(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]
 
     Every wait is bounded; a worker that overruns is killed and the test fails.
     """
-    procs = [await asyncio.create_subprocess_exec(
-        sys.executable, str(WORKER), json.dumps(spec), stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE) for spec in specs]
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(WORKER),
+            json.dumps(spec),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for spec in specs
+    ]
     try:
+
         async def ready(proc: asyncio.subprocess.Process) -> None:
             assert proc.stdout is not None
             line = await proc.stdout.readline()
@@ -294,10 +316,10 @@ async def run_workers(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]
                 pytest.fail(f"worker did not get ready: {line!r} {err.decode(errors='replace')[-3000:]}")
 
         await asyncio.wait_for(asyncio.gather(*(ready(p) for p in procs)), timeout=WORKER_TIMEOUT_S)
-        for proc in procs:  # the starting gun
-            assert proc.stdin is not None
-            proc.stdin.write(b"go\n")
-        outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), timeout=WORKER_TIMEOUT_S)
+        # the starting gun: both workers are connected and waiting; release them together and collect the reports
+        outputs = await asyncio.wait_for(
+            asyncio.gather(*(p.communicate(b"go\n") for p in procs)), timeout=WORKER_TIMEOUT_S
+        )
     finally:
         for proc in procs:
             if proc.returncode is None:
@@ -312,7 +334,8 @@ async def run_workers(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]
 
 @pytest.mark.slow
 async def test_two_processes_sharing_the_database_respect_the_wip_limit_and_lose_no_update(
-        sql_services: Services, git_repo: Path) -> None:
+    sql_services: Services, git_repo: Path
+) -> None:
     svc = sql_services
     assert svc.url is not None
     project_id = await seed_project(svc, git_repo)
@@ -326,9 +349,18 @@ async def test_two_processes_sharing_the_database_respect_the_wip_limit_and_lose
     for n in range(2):
         toggles = [[s.id, trigger] for i, s in enumerate(toggled) for trigger in toggle_triggers(5, seed=100 * n + i)]
         random.Random(n).shuffle(toggles)
-        specs.append({"url": svc.url, "wip_limit": WIP_LIMIT, "actor": f"worker-{n}", "operator": OPERATOR,
-                      "start_tasks": wip_tasks[25 * n: 25 * (n + 1)], "toggles": toggles,
-                      "create_task": create_task, "creates": 5})
+        specs.append(
+            {
+                "url": svc.url,
+                "wip_limit": WIP_LIMIT,
+                "actor": f"worker-{n}",
+                "operator": OPERATOR,
+                "start_tasks": wip_tasks[25 * n : 25 * (n + 1)],
+                "toggles": toggles,
+                "create_task": create_task,
+                "creates": 5,
+            }
+        )
 
     reports = await run_workers(specs)
 

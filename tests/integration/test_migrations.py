@@ -88,6 +88,10 @@ async def test_an_unreachable_database_is_a_clear_storage_error():
         await db.dispose()
 
 
+def test_the_fast_start_up_check_names_the_real_head_revision():
+    assert migrations.SCHEMA_HEAD == migrations.head_revision()
+
+
 def test_an_unsupported_database_url_is_refused_by_name():
     with pytest.raises(InvalidInput, match="unsupported database URL driver 'mysql'"):
         Database("mysql://root@localhost/x")
