@@ -1,0 +1,18 @@
+"""Docs that match the code: the state diagram in docs/architecture.md is the generated one."""
+
+from pathlib import Path
+
+from taskgate.domain.session_fsm import to_mermaid
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_architecture_doc_shows_the_diagram_generated_from_the_transition_table():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    assert f"```mermaid\n{to_mermaid()}\n```" in doc
+
+
+def test_the_readme_starts_with_the_two_commands():
+    readme = (ROOT / "README.md").read_text()
+    first_block = readme.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert [line.split("#")[0].strip() for line in first_block.splitlines()] == ["make demo", "make test"]
