@@ -155,8 +155,8 @@ class SessionService:
         try:
             return await self.fire(FireTrigger(session.id, Trigger.START.value, cmd.actor))
         except PolicyViolation as exc:
-            exc.args = (f"{exc.args[0]}; session {session.id} stays ready",)
-            raise
+            note = f"session {session.id} stays ready; start it again once the guards allow"
+            raise PolicyViolation(exc.trigger, exc.violations, session.id, note) from None
 
     async def resolve_id(self, ref: str) -> str:
         """The full id of the session whose id is or starts with `ref` (at least 4 characters).

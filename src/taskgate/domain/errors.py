@@ -77,11 +77,14 @@ class InvalidTransition(TaskgateError):
 class PolicyViolation(TaskgateError):
     """One or more guards with error severity refused the transition."""
 
-    def __init__(self, trigger: str, violations: Sequence[Violation], session_id: str | None = None) -> None:
+    def __init__(
+        self, trigger: str, violations: Sequence[Violation], session_id: str | None = None, note: str = ""
+    ) -> None:
         self.trigger, self.violations, self.session_id = trigger, list(violations), session_id
         details = "; ".join(v.describe() for v in self.violations)
         target = f" session {session_id}" if session_id else ""
-        super().__init__(f"'{trigger}' refused for{target or ' new session'}: {details}")
+        tail = f"; {note}" if note else ""
+        super().__init__(f"'{trigger}' refused for{target or ' new session'}: {details}{tail}")
 
 
 class ConflictError(TaskgateError):

@@ -18,6 +18,7 @@ from taskgate.application.sessions import FireTrigger, StartTask
 from taskgate.application.tracker import AddTask
 from taskgate.bootstrap import App, bootstrap, database_report, load_settings
 from taskgate.domain import session_fsm
+from taskgate.domain.entities import Project
 from taskgate.domain.errors import InvalidInput, TaskgateError
 from taskgate.entrypoints import render
 from taskgate.entrypoints.render import console, err_console
@@ -73,6 +74,23 @@ def run(work: Callable[[App], Awaitable[T]]) -> T:
             raise
         fail(f"internal error: {type(exc).__name__}: {exc} (set TASKGATE_DEBUG=1 for a traceback)", 3)
     raise AssertionError("unreachable")
+
+
+def run_in_project(project: str | None, work: Callable[[App, Project], Awaitable[T]]) -> T:
+    """`run`, with the project named by `project` (or implied by the current directory) resolved first."""
+
+    async def with_project(services: App) -> T:
+        return await work(services, await services.tracker.resolve_project(project, os.getcwd()))
+
+    return run(with_project)
+
+
+def emit(value: object, as_json: bool, as_table: Callable[[], object]) -> None:
+    """Print `value` as JSON, or the renderable `as_table()` builds."""
+    if as_json:
+        render.print_json(value)
+    else:
+        console.print(as_table())
 
 
 def parse_timestamp(text: str) -> datetime:
@@ -156,17 +174,9 @@ def init(
 @project_app.command("list")
 def project_list(as_json: JsonOpt = False) -> None:
     """List registered projects."""
-    projects = run(lambda s: s.tracker.list_projects())
-    if as_json:
-        render.print_json(projects)
-        return
-    console.print(
-        render.table(
-            "Projects",
-            ["id", "name", "key", "status", "root"],
-            ([p.id, p.name, p.key, p.status.value, p.root_path] for p in projects),
-        )
-    )
+    projects = run(lambda services: services.tracker.list_projects())
+    rows = ([p.id, p.name, p.key, p.status.value, p.root_path] for p in projects)
+    emit(projects, as_json, lambda: render.table("Projects", ["id", "name", "key", "status", "root"], rows))
 
 
 @project_app.command("archive")
@@ -185,11 +195,7 @@ def project_archive(project: Annotated[str, typer.Argument(help="Project id, nam
 def plan_add(name: Annotated[str, typer.Argument(help="Plan name, e.g. 'Phase 1'.")], project: ProjectOpt = None):
     """Add a plan (phase) to a project."""
 
-    async def work(services: App):
-        found = await services.tracker.resolve_project(project, os.getcwd())
-        return await services.tracker.add_plan(found.id, name)
-
-    plan = run(work)
+    plan = run_in_project(project, lambda services, found: services.tracker.add_plan(found.id, name))
     console.print(f"plan [bold]{plan.name}[/bold] added (id {plan.id})")
 
 
@@ -197,15 +203,12 @@ def plan_add(name: Annotated[str, typer.Argument(help="Plan name, e.g. 'Phase 1'
 def plan_list(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
     """List the plans of a project."""
 
-    async def work(services: App):
-        found = await services.tracker.resolve_project(project, os.getcwd())
-        return await services.tracker.list_plans(found.id)
-
-    plans = run(work)
-    if as_json:
-        render.print_json(plans)
-        return
-    console.print(render.table("Plans", ["id", "name", "status"], ([p.id, p.name, p.status.value] for p in plans)))
+    plans = run_in_project(project, lambda services, found: services.tracker.list_plans(found.id))
+    emit(
+        plans,
+        as_json,
+        lambda: render.table("Plans", ["id", "name", "status"], ([p.id, p.name, p.status.value] for p in plans)),
+    )
 
 
 @task_app.command("add")
@@ -222,15 +225,11 @@ def task_add(
 ) -> None:
     """Add a task to the built-in tracker."""
 
-    async def work(services: App):
-        found = await services.tracker.resolve_project(project, os.getcwd())
-        return await services.tracker.add_task(AddTask(found.id, title, description, plan, priority, blocked_by or []))
+    def add(services: App, found: Project):
+        return services.tracker.add_task(AddTask(found.id, title, description, plan, priority, blocked_by or []))
 
-    task = run(work)
-    if as_json:
-        render.print_json(task)
-        return
-    console.print(f"task [bold]{task.id}[/bold] added: {task.title}")
+    task = run_in_project(project, add)
+    emit(task, as_json, lambda: f"task [bold]{task.id}[/bold] added: {task.title}")
 
 
 @task_app.command("list")
@@ -242,24 +241,16 @@ def task_list(
 ) -> None:
     """List tasks, oldest first."""
 
-    async def work(services: App):
-        found = await services.tracker.resolve_project(project, os.getcwd())
-        return await services.tracker.list_tasks(found.id, plan, status)
-
-    tasks = run(work)
-    render.print_json(tasks) if as_json else console.print(render.tasks_table(tasks))
+    tasks = run_in_project(project, lambda services, found: services.tracker.list_tasks(found.id, plan, status))
+    emit(tasks, as_json, lambda: render.tasks_table(tasks))
 
 
 @task_app.command("ready")
 def task_ready(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
     """Tasks that can start now: open, no active session, every blocker completed; most urgent first."""
 
-    async def work(services: App):
-        found = await services.tracker.resolve_project(project, os.getcwd())
-        return await services.tracker.ready_tasks(found.id)
-
-    tasks = run(work)
-    render.print_json(tasks) if as_json else console.print(render.tasks_table(tasks, "Ready tasks"))
+    tasks = run_in_project(project, lambda services, found: services.tracker.ready_tasks(found.id))
+    emit(tasks, as_json, lambda: render.tasks_table(tasks, "Ready tasks"))
 
 
 def _operator_actor(services: App, operator: str | None) -> tuple[str, str]:
@@ -340,14 +331,13 @@ def session_list(
 ) -> None:
     """List active sessions (or all of them)."""
 
-    async def work(services: App):
-        found = await services.tracker.resolve_project(project, os.getcwd())
+    def listing(services: App, found: Project):
         if all_states:
-            return await services.sessions.list_sessions(found.id)
-        return await services.sessions.active_sessions(found.id)
+            return services.sessions.list_sessions(found.id)
+        return services.sessions.active_sessions(found.id)
 
-    sessions = run(work)
-    render.print_json(sessions) if as_json else console.print(render.sessions_table(sessions))
+    sessions = run_in_project(project, listing)
+    emit(sessions, as_json, lambda: render.sessions_table(sessions))
 
 
 @session_app.command("history")
@@ -362,7 +352,7 @@ def session_history(
         return await services.sessions.history(await services.sessions.resolve_id(session_id), limit)
 
     records = run(work)
-    render.print_json(records) if as_json else console.print(render.transitions_table(records))
+    emit(records, as_json, lambda: render.transitions_table(records))
 
 
 @session_app.command("state-at")

@@ -35,9 +35,20 @@ def make_scratch_repo(root: Path) -> Path:
     repo = root / "scratch-repo"
     repo.mkdir(parents=True)
     (repo / "README.md").write_text("# scratch project for the taskgate demo\n")
-    for args in (["init", "-q", "-b", "main"], ["add", "README.md"],
-                 ["-c", "user.name=taskgate demo", "-c", "user.email=demo@example.invalid", "commit", "-q", "-m",
-                  "initial commit"]):
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["add", "README.md"],
+        [
+            "-c",
+            "user.name=taskgate demo",
+            "-c",
+            "user.email=demo@example.invalid",
+            "commit",
+            "-q",
+            "-m",
+            "initial commit",
+        ],
+    ):
         subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
     return repo
 
@@ -65,16 +76,21 @@ async def run_demo(workdir: Path | None = None) -> None:
     root = (workdir or Path(tempfile.mkdtemp(prefix="taskgate-demo-"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
     settings = load_settings(data_dir=root / "data", database_url=None)
-    console.print(Panel.fit(f"taskgate demo\nworkdir   {root}\ndatabase  {settings.resolved_database_url}",
-                            border_style="cyan"))
+    console.print(
+        Panel.fit(f"taskgate demo\nworkdir   {root}\ndatabase  {settings.resolved_database_url}", border_style="cyan")
+    )
     app = await bootstrap(settings)
     try:
         await _story(app, make_scratch_repo(root))
     finally:
         await app.close()
-    console.print(Panel.fit(
-        f"Explore it yourself:\n  export TASKGATE_DATA_DIR={root / 'data'}\n  taskgate session list --all\n"
-        "  taskgate audit transitions --outcome blocked\n  taskgate fsm --format mermaid", border_style="cyan"))
+    console.print(
+        Panel.fit(
+            f"Explore it yourself:\n  export TASKGATE_DATA_DIR={root / 'data'}\n  taskgate session list --all\n"
+            "  taskgate audit transitions --outcome blocked\n  taskgate fsm --format mermaid",
+            border_style="cyan",
+        )
+    )
 
 
 async def _story(app: App, repo: Path) -> None:
@@ -83,10 +99,13 @@ async def _story(app: App, repo: Path) -> None:
     await app.tracker.ensure_operator(OPERATOR)
     plan = await app.tracker.add_plan(project.id, "Phase 1")
     titles = ["Implement the API", "Add a CLI", "Write integration tests", "Set up CI"]
-    tasks = [await app.tracker.add_task(AddTask(project.id, t, plan_id=plan.id, priority=i % 3))
-             for i, t in enumerate(titles)]
-    docs = await app.tracker.add_task(AddTask(project.id, "Document the API", plan_id=plan.id,
-                                              blocked_by=[tasks[0].id]))
+    tasks = [
+        await app.tracker.add_task(AddTask(project.id, t, plan_id=plan.id, priority=i % 3))
+        for i, t in enumerate(titles)
+    ]
+    docs = await app.tracker.add_task(
+        AddTask(project.id, "Document the API", plan_id=plan.id, blocked_by=[tasks[0].id])
+    )
     console.print(tasks_table(await app.tracker.list_tasks(project.id)))
     console.print(tasks_table(await app.tracker.ready_tasks(project.id), "Ready tasks (the blocked one is absent)"))
 
@@ -99,8 +118,9 @@ async def _story(app: App, repo: Path) -> None:
     assert happy and doomed and waiting is None
 
     _step(f"4. Session {happy.id[:8]}: the whole happy path")
-    await _fire_all(app, happy, ["plan_complete", "work_complete", "suspend", "resume", "approve", "merge",
-                                 "cleanup_done"])
+    await _fire_all(
+        app, happy, ["plan_complete", "work_complete", "suspend", "resume", "approve", "merge", "cleanup_done"]
+    )
 
     _step(f"5. Session {doomed.id[:8]}: rejected, rolled back, cleaned up")
     await _fire_all(app, doomed, ["plan_complete", "work_complete"])
@@ -114,9 +134,11 @@ async def _story(app: App, repo: Path) -> None:
     _step("7. Replaying the log: what state was the happy session in, back then?")
     history = await app.sessions.history(happy.id)
     midway = history[len(history) // 2]
-    console.print(f"  at {midway.at.isoformat()} session {happy.id[:8]} was "
-                  f"[bold]{await app.sessions.state_at(happy.id, midway.at)}[/bold]; now it is "
-                  f"[bold]{(await app.sessions.get(happy.id)).state}[/bold]")
+    console.print(
+        f"  at {midway.at.isoformat()} session {happy.id[:8]} was "
+        f"[bold]{await app.sessions.state_at(happy.id, midway.at)}[/bold]; now it is "
+        f"[bold]{(await app.sessions.get(happy.id)).state}[/bold]"
+    )
 
     _step("8. The transition log (every applied and blocked transition, with guard results)")
     console.print(transitions_table(await app.audit.transitions(TransitionQuery(limit=500))))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import os
 import json
+import os
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from enum import Enum
@@ -101,8 +101,16 @@ def _move(record: TransitionRecord) -> str:
 
 def transitions_table(records: list[TransitionRecord], title: str = "Transition log") -> Table:
     rows = (
-        [r.seq, r.at.strftime("%H:%M:%S.%f")[:-3], r.session_id[:8], r.trigger, _move(r), r.session_version,
-         r.actor, _notes(r)]
+        [
+            r.seq,
+            r.at.strftime("%H:%M:%S.%f")[:-3],
+            r.session_id[:8],
+            r.trigger,
+            _move(r),
+            r.session_version,
+            r.actor,
+            _notes(r),
+        ]
         for r in records
     )
     return table(title, ["seq", "at (UTC)", "session", "trigger", "from → to", "ver", "actor", "notes"], rows)

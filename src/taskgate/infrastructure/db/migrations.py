@@ -7,7 +7,6 @@ The upgrade runs in one transaction that also serialises concurrent migrators: S
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from sqlalchemy import text

@@ -6,6 +6,7 @@ on SQLite the unit of work already holds the database write lock (`BEGIN IMMEDIA
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -337,29 +338,15 @@ class SqlAlchemyEventLog(_Repository):
 
 
 def _project(row: Any) -> Project:
-    return Project(
-        id=row["id"],
-        name=row["name"],
-        key=row["key"],
-        root_path=row["root_path"],
-        created_at=row["created_at"],
-        config=row["config"] or {},
-        archived_at=row["archived_at"],
-    )
+    values = {name: row[name] for name in _PROJECT_FIELDS}
+    return Project(**values, config=row["config"] or {})
+
+
+_PROJECT_FIELDS = ("id", "name", "key", "root_path", "created_at", "archived_at")
 
 
 def _task(row: Any, blockers: list[str]) -> Task:
-    return Task(
-        id=row["id"],
-        project_id=row["project_id"],
-        plan_id=row["plan_id"],
-        title=row["title"],
-        description=row["description"],
-        priority=row["priority"],
-        status=TaskStatus(row["status"]),
-        created_at=row["created_at"],
-        blockers=blockers,
-    )
+    return Task(**{**row, "status": TaskStatus(row["status"]), "blockers": blockers})
 
 
 _SESSION_FIELDS = (
@@ -395,32 +382,14 @@ def _session(row: Any) -> Session:
     return Session(state=SessionState(row["state"]), prior_state=SessionState(prior) if prior else None, **values)
 
 
+_RECORD_FIELDS = tuple(f.name for f in fields(TransitionRecord) if f.name != "seq")
+
+
 def _record_values(record: TransitionRecord) -> dict[str, Any]:
-    return {
-        "session_id": record.session_id,
-        "trigger": record.trigger,
-        "from_state": record.from_state,
-        "to_state": record.to_state,
-        "outcome": record.outcome.value,
-        "actor": record.actor,
-        "reason": record.reason,
-        "guard_results": record.guard_results,
-        "session_version": record.session_version,
-        "at": record.at,
-    }
+    values = {name: getattr(record, name) for name in _RECORD_FIELDS}
+    values["outcome"] = record.outcome.value
+    return values
 
 
 def _record(row: Any) -> TransitionRecord:
-    return TransitionRecord(
-        seq=row["seq"],
-        session_id=row["session_id"],
-        trigger=row["trigger"],
-        from_state=row["from_state"],
-        to_state=row["to_state"],
-        outcome=Outcome(row["outcome"]),
-        actor=row["actor"],
-        reason=row["reason"],
-        guard_results=row["guard_results"],
-        session_version=row["session_version"],
-        at=row["at"],
-    )
+    return TransitionRecord(**{**row, "outcome": Outcome(row["outcome"])})
