@@ -157,6 +157,10 @@ class SessionService:
         except PolicyViolation as exc:
             note = f"session {session.id} stays ready; start it again once the guards allow"
             raise PolicyViolation(exc.trigger, exc.violations, session.id, note) from None
+        except InvalidTransition as exc:  # a concurrent caller started this ready session first
+            raise SessionAlreadyActive(
+                f"task {cmd.task_id} already has session {session.id} in state '{exc.state}'"
+            ) from None
 
     async def resolve_id(self, ref: str) -> str:
         """The full id of the session whose id is or starts with `ref` (at least 4 characters).
@@ -342,7 +346,13 @@ class SessionService:
             active = await uow.sessions.active_for_task(cmd.task_id)
             existing = await uow.sessions.get(active[0]) if active else None
         if existing is None:
-            return await self._create_and_prepare(cmd)
+            try:
+                return await self._create_and_prepare(cmd)
+            except PolicyViolation as exc:
+                if {v.policy for v in exc.violations} != {"one_active_session_per_task"}:
+                    raise
+                # a concurrent caller created the task's session between our read and our write
+                raise SessionAlreadyActive(f"task {cmd.task_id} got an active session concurrently") from None
         if existing.state != SessionState.READY:
             raise SessionAlreadyActive(
                 f"task {cmd.task_id} already has session {existing.id} in state '{existing.state.value}'"
