@@ -186,8 +186,8 @@ def test_the_same_commands_run_on_postgresql_by_setting_only_the_database_url(tm
     assert cli.json("info")["dialect"] == "postgresql"
     name = f"pg{os.getpid()}"
     cli.ok("init", "pgrepo", "--name", name)
-    cli.ok("plan", "add", "Phase 1", "--project", name)
-    task = cli.json("task", "add", "On PostgreSQL", "--plan", "1", "--project", name)
+    plan = cli.json("plan", "add", "Phase 1", "--project", name)
+    task = cli.json("task", "add", "On PostgreSQL", "--plan", str(plan["id"]), "--project", name)
     session = cli.json("session", "start", task["id"])
     assert session["state"] == "planning"
     assert [r["trigger"] for r in cli.json("session", "history", session["id"])][-1] == "start"

@@ -89,7 +89,7 @@ async def test_an_unreachable_database_is_a_clear_storage_error():
 
 
 def test_the_fast_start_up_check_names_the_real_head_revision():
-    assert migrations.SCHEMA_HEAD == migrations.head_revision()
+    assert migrations.head_revision() == migrations.SCHEMA_HEAD
 
 
 def test_an_unsupported_database_url_is_refused_by_name():

@@ -192,11 +192,14 @@ def project_archive(project: Annotated[str, typer.Argument(help="Project id, nam
 
 
 @plan_app.command("add")
-def plan_add(name: Annotated[str, typer.Argument(help="Plan name, e.g. 'Phase 1'.")], project: ProjectOpt = None):
+def plan_add(
+    name: Annotated[str, typer.Argument(help="Plan name, e.g. 'Phase 1'.")],
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Add a plan (phase) to a project."""
-
     plan = run_in_project(project, lambda services, found: services.tracker.add_plan(found.id, name))
-    console.print(f"plan [bold]{plan.name}[/bold] added (id {plan.id})")
+    emit(plan, as_json, lambda: f"plan [bold]{plan.name}[/bold] added (id {plan.id})")
 
 
 @plan_app.command("list")
