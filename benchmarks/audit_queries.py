@@ -64,13 +64,20 @@ WINDOW_ROWS = 100  # target size of one audit-query answer
 PASSED = {"passed": True, "severity": "error", "message": "", "suggestion": ""}
 START_GUARDS = [{"policy": p, **PASSED} for p in ("wip_limit", "plan_open", "task_unblocked")]
 RESUME_GUARDS = [{"policy": "wip_limit", **PASSED}]
-BLOCKED_GUARDS = [{"policy": "wip_limit", "passed": False, "severity": "error",
-                   "message": "plan 'plan-1' already has 3 of 3 sessions in progress",
-                   "suggestion": "finish, suspend or cancel a session of this plan, then start again"}]
+BLOCKED_GUARDS = [
+    {
+        "policy": "wip_limit",
+        "passed": False,
+        "severity": "error",
+        "message": "plan 'plan-1' already has 3 of 3 sessions in progress",
+        "suggestion": "finish, suspend or cancel a session of this plan, then start again",
+    }
+]
 GUARDS_BY_TRIGGER = {"start": START_GUARDS, "resume": RESUME_GUARDS}
 NO_GUARDS: list[dict[str, Any]] = []
-LOG_COLUMNS = ('seq, session_id, "trigger", from_state, to_state, outcome, actor, reason, guard_results, '
-               "session_version, at")
+LOG_COLUMNS = (
+    'seq, session_id, "trigger", from_state, to_state, outcome, actor, reason, guard_results, session_version, at'
+)
 
 Step = tuple[str, str | None, str, str]  # trigger, from_state, to_state, outcome
 Call = Callable[[], Awaitable[Any]]
@@ -105,8 +112,10 @@ FINISH: list[Step] = [
     ("merge", "awaiting_merge", "merged", "applied"),
     ("cleanup_done", "merged", "completed", "applied"),
 ]
-REWORK: list[Step] = [("request_changes", "verifying", "executing", "applied"),
-                      ("work_complete", "executing", "verifying", "applied")]
+REWORK: list[Step] = [
+    ("request_changes", "verifying", "executing", "applied"),
+    ("work_complete", "executing", "verifying", "applied"),
+]
 SUSPEND: Step = ("suspend", "verifying", "suspended", "applied")
 RESUME: Step = ("resume", "suspended", "verifying", "applied")
 RESUME_BLOCKED: Step = ("resume", "suspended", "suspended", "blocked")
@@ -159,28 +168,64 @@ def generate_session(number: int, length: int, plan_id: int, project_id: int, rn
     for step in session_chain(length, rng):
         trigger, src, dest, outcome = step
         version += outcome == "applied"
-        log.append({"session_id": session_id, "trigger": trigger, "from_state": src, "to_state": dest,
-                    "outcome": outcome, "actor": SYSTEM if trigger in AUTO_TRIGGERS else operator, "reason": None,
-                    "guard_results": guards_for(step), "session_version": version, "at": at})
+        log.append(
+            {
+                "session_id": session_id,
+                "trigger": trigger,
+                "from_state": src,
+                "to_state": dest,
+                "outcome": outcome,
+                "actor": SYSTEM if trigger in AUTO_TRIGGERS else operator,
+                "reason": None,
+                "guard_results": guards_for(step),
+                "session_version": version,
+                "at": at,
+            }
+        )
         at += timedelta(seconds=rng.uniform(60, 4 * 3600))
     return finish_session(number, session_id, operator, created, log, plan_id, project_id)
 
 
-def finish_session(number: int, session_id: str, operator: str, created: datetime, log: list[dict[str, Any]],
-                   plan_id: int, project_id: int) -> GeneratedSession:
+def finish_session(
+    number: int,
+    session_id: str,
+    operator: str,
+    created: datetime,
+    log: list[dict[str, Any]],
+    plan_id: int,
+    project_id: int,
+) -> GeneratedSession:
     """The `sessions` and `tasks` rows matching the end of `log`."""
     applied = [row for row in log if row["outcome"] == "applied"]
     last, state = applied[-1], SessionState(applied[-1]["to_state"])
     task_id = f"AUDIT-{number}"
     status = task_status_for(state, SessionState(last["from_state"])) or "in_progress"
-    session = {"id": session_id, "task_id": task_id, "project_id": project_id, "plan_id": plan_id,
-               "operator_id": operator, "state": state.value,
-               "prior_state": "verifying" if state == SessionState.SUSPENDED else None, "state_data": {},
-               "workflow_stack": [], "version": last["session_version"], "created_at": created,
-               "started_at": applied[3]["at"], "updated_at": last["at"],
-               "completed_at": last["at"] if state == SessionState.COMPLETED else None}
-    task = {"id": task_id, "project_id": project_id, "plan_id": plan_id, "title": f"audit task {number}",
-            "description": "", "priority": 2, "status": str(status), "created_at": created}
+    session = {
+        "id": session_id,
+        "task_id": task_id,
+        "project_id": project_id,
+        "plan_id": plan_id,
+        "operator_id": operator,
+        "state": state.value,
+        "prior_state": "verifying" if state == SessionState.SUSPENDED else None,
+        "state_data": {},
+        "workflow_stack": [],
+        "version": last["session_version"],
+        "created_at": created,
+        "started_at": applied[3]["at"],
+        "updated_at": last["at"],
+        "completed_at": last["at"] if state == SessionState.COMPLETED else None,
+    }
+    task = {
+        "id": task_id,
+        "project_id": project_id,
+        "plan_id": plan_id,
+        "title": f"audit task {number}",
+        "description": "",
+        "priority": 2,
+        "status": str(status),
+        "created_at": created,
+    }
     return GeneratedSession(log, session, task)
 
 
@@ -204,16 +249,34 @@ async def seed_owners(database: Database, plans: int) -> tuple[int, list[int]]:
     """The project, its plans and the operators every generated row points at."""
     now = datetime.now(UTC)
     async with write_transaction(database) as conn:
-        project = await conn.execute(insert(t.projects).values(
-            name="audit", key="AUDIT", root_path="/nonexistent/audit", config={}, created_at=now))
+        project = await conn.execute(
+            insert(t.projects).values(
+                name="audit", key="AUDIT", root_path="/nonexistent/audit", config={}, created_at=now
+            )
+        )
         project_id = project.inserted_primary_key[0]
-        await conn.execute(insert(t.operators), [
-            {"id": op, "name": op, "email": None, "roles": ["admin"], "permissions": ["read"],
-             "max_active_sessions": 10, "created_at": now} for op in OPERATORS])
+        await conn.execute(
+            insert(t.operators),
+            [
+                {
+                    "id": op,
+                    "name": op,
+                    "email": None,
+                    "roles": ["admin"],
+                    "permissions": ["read"],
+                    "max_active_sessions": 10,
+                    "created_at": now,
+                }
+                for op in OPERATORS
+            ],
+        )
         plan_ids = []
         for number in range(plans):
-            result = await conn.execute(insert(t.plans).values(
-                project_id=project_id, name=f"plan-{number}", status="in_progress", created_at=now))
+            result = await conn.execute(
+                insert(t.plans).values(
+                    project_id=project_id, name=f"plan-{number}", status="in_progress", created_at=now
+                )
+            )
             plan_ids.append(result.inserted_primary_key[0])
     return project_id, plan_ids
 
@@ -323,19 +386,23 @@ async def draw_probe(database: Database, runs: int, seed: int) -> Probe:
         counts = dict((await conn.execute(select(c.actor, func.count()).group_by(c.actor))).all())
         first, last = (await conn.execute(select(func.min(c.at), func.max(c.at)))).one()
         sample = rng.sample(ids, min(runs, len(ids)))
-        spans = {sid: (await conn.execute(select(func.min(c.at), func.max(c.at)).where(c.session_id == sid))).one()
-                 for sid in sample}
+        spans = {
+            sid: (await conn.execute(select(func.min(c.at), func.max(c.at)).where(c.session_id == sid))).one()
+            for sid in sample
+        }
     first, last = _aware(first), _aware(last)
     moments = [_aware(lo) + (_aware(hi) - _aware(lo)) * rng.random() for lo, hi in spans.values()]
     return Probe(sample, moments, _windows(counts, first, last, runs, rng), sum(counts.values()))
 
 
 def _aware(moment: datetime) -> datetime:
+    """The instant as an aware UTC datetime."""
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _windows(counts: dict[str, int], first: datetime, last: datetime, runs: int,
-             rng: random.Random) -> list[tuple[str, datetime, datetime]]:
+def _windows(
+    counts: dict[str, int], first: datetime, last: datetime, runs: int, rng: random.Random
+) -> list[tuple[str, datetime, datetime]]:
     """(actor, since, until) ranges each expected to hold about WINDOW_ROWS rows of that actor."""
     operators = [a for a in counts if a != SYSTEM] or list(counts)
     span = last - first
@@ -358,7 +425,8 @@ def wire(database: Database) -> tuple[SessionService, AuditService]:
         return SqlAlchemyUnitOfWork(database, write=write)
 
     sessions, _tracker, audit = build_services(
-        uow, clock=SystemClock(), ids=UuidGenerator(), vcs=GitPythonVcs(), policies=default_policies())
+        uow, clock=SystemClock(), ids=UuidGenerator(), vcs=GitPythonVcs(), policies=default_policies()
+    )
     return sessions, audit
 
 
@@ -374,8 +442,10 @@ async def verify_replay(sessions: SessionService, probe: Probe, checks: int = 50
             if record.outcome.value == "applied":
                 assert await sessions.state_at(session_id, record.at) == record.to_state
                 mid_checks += 1
-    print(f"  replay check: state_at(now) == live sessions.state for {min(checks, len(probe.session_ids))} "
-          f"sessions; state_at(row.at) == row.to_state for {mid_checks} rows: OK")
+    print(
+        f"  replay check: state_at(now) == live sessions.state for {min(checks, len(probe.session_ids))} "
+        f"sessions; state_at(row.at) == row.to_state for {mid_checks} rows: OK"
+    )
 
 
 # -- baselines ----------------------------------------------------------------------------------------------
@@ -387,8 +457,7 @@ def sqlite_ts(moment: datetime) -> str:
 
 
 HISTORY_SQL = f"SELECT {LOG_COLUMNS} FROM transition_log WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
-UNTIL_SQL = (f"SELECT {LOG_COLUMNS} FROM transition_log WHERE session_id = ? AND at <= ? AND outcome = ? "
-             "ORDER BY seq")
+UNTIL_SQL = f"SELECT {LOG_COLUMNS} FROM transition_log WHERE session_id = ? AND at <= ? AND outcome = ? ORDER BY seq"
 QUERY_SQL = f"SELECT {LOG_COLUMNS} FROM transition_log WHERE actor = ? AND at >= ? AND at <= ? ORDER BY at, seq LIMIT ?"
 SESSION_SQL = "SELECT * FROM sessions WHERE id = ?"
 
@@ -406,26 +475,34 @@ class SqliteBaseline:
         self.conn = sqlite3.connect(path, isolation_level=None)
 
     async def history(self, session_id: str) -> list[Any]:
+        """What `SessionService.history(limit=100)` sends."""
         self.conn.execute(SESSION_SQL, (session_id,)).fetchall()
         return self.conn.execute(HISTORY_SQL, (session_id, 100)).fetchall()
 
     async def state_at(self, session_id: str, at: datetime) -> list[Any]:
+        """What `SessionService.state_at` sends (no replay: the raw rows only)."""
         self.conn.execute(SESSION_SQL, (session_id,)).fetchall()
         return self.conn.execute(UNTIL_SQL, (session_id, sqlite_ts(at), "applied")).fetchall()
 
     async def transitions(self, actor: str, since: datetime, until: datetime) -> list[Any]:
+        """What `AuditService.transitions` sends for an actor and a time range (limit 1000)."""
         return self.conn.execute(QUERY_SQL, (actor, sqlite_ts(since), sqlite_ts(until), 1000)).fetchall()
 
     def plans(self, probe: Probe) -> dict[str, str]:
         """EXPLAIN QUERY PLAN of each log query, for the report."""
         actor, since, until = probe.windows[0]
-        args = {"history": (HISTORY_SQL, (probe.session_ids[0], 100)),
-                "state_at": (UNTIL_SQL, (probe.session_ids[0], sqlite_ts(probe.moments[0]), "applied")),
-                "transitions": (QUERY_SQL, (actor, sqlite_ts(since), sqlite_ts(until), 1000))}
-        return {name: "; ".join(r[-1] for r in self.conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
-                for name, (sql, params) in args.items()}
+        args = {
+            "history": (HISTORY_SQL, (probe.session_ids[0], 100)),
+            "state_at": (UNTIL_SQL, (probe.session_ids[0], sqlite_ts(probe.moments[0]), "applied")),
+            "transitions": (QUERY_SQL, (actor, sqlite_ts(since), sqlite_ts(until), 1000)),
+        }
+        return {
+            name: "; ".join(r[-1] for r in self.conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+            for name, (sql, params) in args.items()
+        }
 
     async def close(self) -> None:
+        """Close the connection."""
         self.conn.close()
 
 
@@ -436,56 +513,75 @@ class PgBaseline:
         self.conn = conn
 
     async def history(self, session_id: str) -> list[Any]:
+        """What `SessionService.history(limit=100)` sends."""
         await self.conn.fetch(pg_sql(SESSION_SQL), session_id)
         return await self.conn.fetch(pg_sql(HISTORY_SQL), session_id, 100)
 
     async def state_at(self, session_id: str, at: datetime) -> list[Any]:
+        """What `SessionService.state_at` sends (no replay: the raw rows only)."""
         await self.conn.fetch(pg_sql(SESSION_SQL), session_id)
         return await self.conn.fetch(pg_sql(UNTIL_SQL), session_id, at, "applied")
 
     async def transitions(self, actor: str, since: datetime, until: datetime) -> list[Any]:
+        """What `AuditService.transitions` sends for an actor and a time range (limit 1000)."""
         return await self.conn.fetch(pg_sql(QUERY_SQL), actor, since, until, 1000)
 
     def plans(self, _probe: Probe) -> dict[str, str]:
+        """No plans printed for PostgreSQL."""
         return {}
 
     async def close(self) -> None:
+        """Close the connection."""
         await self.conn.close()
 
 
 # -- measuring ----------------------------------------------------------------------------------------------
 
 
-async def sample(ours: list[Call], base: list[Call], warmup: int) -> tuple[list[int], list[int], int]:
-    """Time ours and the baseline call by call, alternating (after `warmup` untimed pairs).
+@dataclass
+class Samples:
+    """Nanoseconds per run: ours (wall and event-loop-thread CPU) and the baseline (wall)."""
 
-    Returns (our nanoseconds, baseline nanoseconds, rows the log query returned in total).
-    """
+    ours: list[int]
+    ours_cpu: list[int]
+    base: list[int]
+    rows: int  # rows the log query returned, summed over the runs
+
+
+async def sample(ours: list[Call], base: list[Call], warmup: int) -> Samples:
+    """Time ours and the baseline call by call, alternating (after `warmup` untimed pairs)."""
     for call in (*ours[:warmup], *base[:warmup]):
         await call()
-    ours_ns, base_ns, returned = [], [], 0
+    result = Samples([], [], [], 0)
     for mine, theirs in zip(ours, base, strict=True):
-        begin = time.perf_counter_ns()
+        cpu, begin = time.thread_time_ns(), time.perf_counter_ns()
         await mine()
-        ours_ns.append(time.perf_counter_ns() - begin)
+        result.ours.append(time.perf_counter_ns() - begin)
+        result.ours_cpu.append(time.thread_time_ns() - cpu)
         begin = time.perf_counter_ns()
-        returned += len(await theirs())
-        base_ns.append(time.perf_counter_ns() - begin)
-    return ours_ns, base_ns, returned
+        result.rows += len(await theirs())
+        result.base.append(time.perf_counter_ns() - begin)
+    return result
 
 
-def query_calls(sessions: SessionService, audit: AuditService, base: Any,
-                probe: Probe) -> dict[str, tuple[list[Call], list[Call]]]:
+def query_calls(
+    sessions: SessionService, audit: AuditService, base: Any, probe: Probe
+) -> dict[str, tuple[list[Call], list[Call]]]:
     """Per query: (our calls, baseline calls), one per run, with the same parameters."""
     pairs = list(zip(probe.session_ids, probe.moments, strict=True))
     return {
-        "history": ([lambda s=s: sessions.history(s, limit=100) for s in probe.session_ids],
-                    [lambda s=s: base.history(s) for s in probe.session_ids]),
-        "state_at": ([lambda s=s, m=m: sessions.state_at(s, m) for s, m in pairs],
-                     [lambda s=s, m=m: base.state_at(s, m) for s, m in pairs]),
-        "transitions": ([lambda w=w: audit.transitions(TransitionQuery(actor=w[0], since=w[1], until=w[2]))
-                         for w in probe.windows],
-                        [lambda w=w: base.transitions(*w) for w in probe.windows]),
+        "history": (
+            [lambda s=s: sessions.history(s, limit=100) for s in probe.session_ids],
+            [lambda s=s: base.history(s) for s in probe.session_ids],
+        ),
+        "state_at": (
+            [lambda s=s, m=m: sessions.state_at(s, m) for s, m in pairs],
+            [lambda s=s, m=m: base.state_at(s, m) for s, m in pairs],
+        ),
+        "transitions": (
+            [lambda w=w: audit.transitions(TransitionQuery(actor=w[0], since=w[1], until=w[2])) for w in probe.windows],
+            [lambda w=w: base.transitions(*w) for w in probe.windows],
+        ),
     }
 
 
@@ -495,22 +591,26 @@ async def measure(label: str, database: Database, base: Any, runs: int, seed: in
     probe = await draw_probe(database, runs, seed)
     print(f"\n== audit queries on {label}: {probe.total_rows:,} log rows, {len(probe.session_ids)} runs each ==")
     await verify_replay(sessions, probe)
-    print(f"  {'query':13} {'median':>9} {'p99':>9} {'goal':>7}  ratio-to-goal   "
-          f"{'baseline med':>12} {'p99':>9}  ratio med (p99)  rows/run")
+    print(
+        f"  {'query':13} {'median':>9} {'p99':>9} {'goal':>7}  ratio-to-goal   "
+        f"{'baseline med':>12} {'p99':>9}  ratio med (p99)  rows/run  loop CPU"
+    )
     for name, (ours_calls, base_calls) in query_calls(sessions, audit, base, probe).items():
-        ours, theirs, rows = await sample(ours_calls, base_calls, warmup=20)
-        report_line(name, ours, theirs, rows / len(ours_calls))
+        report_line(name, await sample(ours_calls, base_calls, warmup=20))
     for name, plan in base.plans(probe).items():
         print(f"  plan {name}: {plan}")
 
 
-def report_line(name: str, ours: list[int], base: list[int], rows: float) -> None:
+def report_line(name: str, found: Samples) -> None:
     """One row of the table: ours against the goal, and against the baseline."""
-    med, p99, goal = median_ms(ours), percentile(ours, 99), GOALS_MS[name]
-    base_med, base_p99 = median_ms(base), percentile(base, 99)
+    med, p99, goal = median_ms(found.ours), percentile(found.ours, 99), GOALS_MS[name]
+    base_med, base_p99 = median_ms(found.base), percentile(found.base, 99)
     met = "met" if p99 <= goal else ("median met" if med <= goal else "MISSED")
-    print(f"  {name:13} {med:8.3f}ms {p99:8.3f}ms {goal:5.0f}ms  {med / goal:4.2f} ({p99 / goal:4.2f}) {met:10} "
-          f"{base_med:10.3f}ms {base_p99:8.3f}ms  {med / base_med:5.1f}× ({p99 / base_p99:5.1f}×)  {rows:7.1f}")
+    print(
+        f"  {name:13} {med:8.3f}ms {p99:8.3f}ms {goal:5.0f}ms  {med / goal:4.2f} ({p99 / goal:4.2f}) {met:10} "
+        f"{base_med:10.3f}ms {base_p99:8.3f}ms  {med / base_med:5.1f}× ({p99 / base_p99:5.1f}×)  "
+        f"{found.rows / len(found.ours):7.1f} {median_ms(found.ours_cpu):8.3f}ms"
+    )
 
 
 # -- main ---------------------------------------------------------------------------------------------------

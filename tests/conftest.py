@@ -59,7 +59,7 @@ class Services:
         if isinstance(self.database, InMemoryDatabase):
             store = self.database.store
             return {k: repr(v) for k, v in vars(store).items() if k != "next_id"}
-        async with self.database.engine.connect() as conn:
+        async with self.database.connect() as conn:
             return {tbl.name: [tuple(r) for r in (await conn.execute(tbl.select())).all()] for tbl in ALL_TABLES}
 
 
@@ -125,10 +125,10 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("template") / "template.db"
 
     async def prepare() -> None:
-        db = Database(f"sqlite+aiosqlite:///{path}")
+        db = Database(f"sqlite:///{path}")
         try:
             await migrations.upgrade(db)
-            async with db.engine.connect() as conn:
+            async with db.connect() as conn:
                 await conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             await db.dispose()
@@ -139,8 +139,10 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 async def _truncate_pg(db: Database) -> None:
     names = ", ".join(t.name for t in ALL_TABLES)
-    async with db.engine.begin() as conn:
+    async with db.connect() as conn:
+        await conn.begin()
         await conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+        await conn.commit()
 
 
 async def open_database(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> tuple[object, str | None]:
@@ -150,7 +152,7 @@ async def open_database(backend: str, request: pytest.FixtureRequest, tmp_path: 
     if backend == "sqlite":
         target = tmp_path / "taskgate.db"
         shutil.copy(request.getfixturevalue("sqlite_template"), target)
-        url = f"sqlite+aiosqlite:///{target}"
+        url = f"sqlite:///{target}"
         return Database(url, synchronous="NORMAL"), url
     url = request.getfixturevalue("pg_url")
     db = Database(url)

@@ -125,10 +125,11 @@ class InMemoryTaskRepository(_Repo):
                 raise TaskNotFound(blocker)
         self.store.tasks[task.id] = copy.deepcopy(replace(task, blockers=sorted(task.blockers)))
 
-    async def get(self, task_id: str, *, lock: bool = False) -> Task:
+    async def get(self, task_id: str, *, lock: bool = False, with_blockers: bool = True) -> Task:
         if task_id not in self.store.tasks:
             raise TaskNotFound(task_id)
-        return copy.deepcopy(self.store.tasks[task_id])
+        task = copy.deepcopy(self.store.tasks[task_id])
+        return task if with_blockers else replace(task, blockers=[])
 
     async def list(self, project_id: int, *, plan_id=None, status=None) -> list[Task]:
         found = [

@@ -139,7 +139,7 @@ def test_fsm_prints_the_mermaid_diagram_generated_from_the_table(cli):
 def test_info_names_the_config_file_data_dir_and_database(cli, tmp_path):
     report = cli.json("info")
     assert report["config_file"] is None
-    assert report["database_url"] == f"sqlite+aiosqlite:///{tmp_path / 'data' / 'taskgate.db'}"
+    assert report["database_url"] == f"sqlite:///{tmp_path / 'data' / 'taskgate.db'}"
     assert report["schema_revision"] == report["head_revision"] is not None
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "taskgate.toml").write_text("[policies.wip_limit]\nlimit = 5\n")

@@ -25,7 +25,7 @@ def _table_names(connection) -> set[str]:
 
 async def _fresh_database(backend, request, tmp_path) -> Database:
     if backend == "sqlite":
-        return Database(f"sqlite+aiosqlite:///{tmp_path / 'fresh.db'}")
+        return Database(f"sqlite:///{tmp_path / 'fresh.db'}")
     return Database(request.getfixturevalue("pg_url"))
 
 
@@ -35,7 +35,7 @@ async def test_the_migrated_schema_matches_the_declared_tables(backend, request,
     try:
         if backend == "sqlite":
             await migrations.upgrade(db)
-        async with db.engine.connect() as conn:
+        async with db.connect() as conn:
             assert await conn.run_sync(_schema_diff) == []
         assert await migrations.current_revision(db) == migrations.head_revision()
     finally:
@@ -43,14 +43,14 @@ async def test_the_migrated_schema_matches_the_declared_tables(backend, request,
 
 
 async def test_upgrade_downgrade_upgrade_round_trips_on_sqlite(tmp_path):
-    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'trip.db'}")
+    db = Database(f"sqlite:///{tmp_path / 'trip.db'}")
     try:
         await migrations.upgrade(db)
         await migrations.downgrade(db, "base")
-        async with db.engine.connect() as conn:
+        async with db.connect() as conn:
             assert await conn.run_sync(_table_names) <= {"alembic_version"}
         await migrations.upgrade(db)
-        async with db.engine.connect() as conn:
+        async with db.connect() as conn:
             assert {t.name for t in ALL_TABLES} <= await conn.run_sync(_table_names)
     finally:
         await db.dispose()
@@ -60,7 +60,7 @@ async def test_upgrade_downgrade_upgrade_round_trips_on_postgresql(pg_url):
     db = Database(pg_url)
     try:
         await migrations.downgrade(db, "base")
-        async with db.engine.connect() as conn:
+        async with db.connect() as conn:
             assert await conn.run_sync(_table_names) <= {"alembic_version"}
     finally:
         await migrations.upgrade(db)  # leave the shared run database at head for the other tests
@@ -69,7 +69,7 @@ async def test_upgrade_downgrade_upgrade_round_trips_on_postgresql(pg_url):
 
 async def test_many_processes_starting_at_once_migrate_once(tmp_path):
     target = tmp_path / "race.db"
-    url = f"sqlite+aiosqlite:///{target}"
+    url = f"sqlite:///{target}"
     handles = [Database(url) for _ in range(5)]  # separate engines: as separate processes would be
     try:
         await asyncio.gather(*(migrations.upgrade(db) for db in handles))

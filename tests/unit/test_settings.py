@@ -32,7 +32,7 @@ def test_without_a_config_file_the_defaults_put_sqlite_under_data(tmp_path):
     settings = load_settings(tmp_path)
     assert settings.config_file is None
     assert settings.data_dir == (tmp_path / "data").resolve()
-    assert settings.resolved_database_url == f"sqlite+aiosqlite:///{tmp_path.resolve() / 'data' / 'taskgate.db'}"
+    assert settings.resolved_database_url == f"sqlite:///{tmp_path.resolve() / 'data' / 'taskgate.db'}"
     assert settings.policies.wip_limit.limit == 3
 
 

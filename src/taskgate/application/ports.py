@@ -62,8 +62,8 @@ class PlanRepository(Protocol):
 
 class TaskRepository(Protocol):
     async def add(self, task: Task) -> None: ...
-    async def get(self, task_id: str, *, lock: bool = False) -> Task:
-        """Raises: TaskNotFound."""
+    async def get(self, task_id: str, *, lock: bool = False, with_blockers: bool = True) -> Task:
+        """Raises: TaskNotFound. `with_blockers=False` skips loading the blocker ids (one query less)."""
 
     async def list(
         self, project_id: int, *, plan_id: int | None = None, status: TaskStatus | None = None

@@ -20,6 +20,7 @@ from taskgate.application.ports import Clock, IdGenerator, UnitOfWork, UnitOfWor
 from taskgate.application.session_machine import SessionMachine
 from taskgate.domain.entities import (
     Outcome,
+    Plan,
     PlanStatus,
     Session,
     TransitionRecord,
@@ -129,20 +130,25 @@ class SessionService:
         async with self._uow(write=True) as uow:
             session = await uow.sessions.get(cmd.session_id, lock=True)
             row = self._select_row(session, trigger, cmd.expected_version)
+            plan = None
             if _needs_plan_lock(row) and session.plan_id is not None:
-                await uow.plans.get(session.plan_id, lock=True)
+                plan = await uow.plans.get(session.plan_id, lock=True)
             verdict = Verdict()
 
             async def guard(spec: TransitionSpec) -> bool:
-                nonlocal verdict
-                verdict = await self._guards.evaluate(spec, lambda: self._fire_facts(uow, session, spec, cmd.actor))
+                nonlocal verdict, plan
+                if plan is None and session.plan_id is not None and self._guards.applicable(spec):
+                    plan = await uow.plans.get(session.plan_id)
+                verdict = await self._guards.evaluate(
+                    spec, lambda: self._fire_facts(uow, session, plan, spec, cmd.actor)
+                )
                 return verdict.allowed
 
             new_state = await self._machine.run(session.state, row, guard)
             if not verdict.allowed:
                 await self._log_blocked(uow, session, row, cmd, verdict)
                 raise PolicyViolation(row.trigger.value, verdict.blocking(), session.id)
-            return await self._apply(uow, session, row, new_state, cmd, verdict)
+            return await self._apply(uow, session, plan, row, new_state, cmd, verdict)
 
     async def start_task(self, cmd: StartTask) -> FireResult:
         """What an operator means by "start this task": reuse its ready session or create one, then `start`.
@@ -255,9 +261,10 @@ class SessionService:
             actor=cmd.actor,
         )
 
-    async def _fire_facts(self, uow: UnitOfWork, session: Session, row: TransitionSpec, actor: str) -> GuardFacts:
-        task = await uow.tasks.get(session.task_id)
-        plan = await uow.plans.get(session.plan_id) if session.plan_id is not None else None
+    async def _fire_facts(
+        self, uow: UnitOfWork, session: Session, plan: Plan | None, row: TransitionSpec, actor: str
+    ) -> GuardFacts:
+        task = await uow.tasks.get(session.task_id, with_blockers=False)  # blockers come with their status below
         wip = await uow.sessions.count_in_states(plan.id, WIP_STATES) if plan is not None else 0
         return GuardFacts(
             transition=row,
@@ -307,6 +314,7 @@ class SessionService:
         self,
         uow: UnitOfWork,
         session: Session,
+        plan: Plan | None,
         row: TransitionSpec,
         new_state: SessionState,
         cmd: FireTrigger,
@@ -315,7 +323,7 @@ class SessionService:
         now = self._clock.now()
         updated = _advance(session, row, new_state, now)
         await uow.sessions.update(updated, expected_version=session.version)
-        await self._follow_task_and_plan(uow, session, updated)
+        await self._follow_task_and_plan(uow, session, updated, plan)
         record = _record(updated, row, session.state, Outcome.APPLIED, cmd.actor, cmd.reason, verdict, at=now)
         await uow.transitions.append(record)
         await uow.events.append(
@@ -327,14 +335,18 @@ class SessionService:
         await uow.commit()
         return FireResult(updated, record)
 
-    async def _follow_task_and_plan(self, uow: UnitOfWork, before: Session, after: Session) -> None:
+    async def _follow_task_and_plan(self, uow: UnitOfWork, before: Session, after: Session, plan: Plan | None) -> None:
+        """Task status follows the session; the plan opens with its first WIP session, closes with its last task.
+
+        `plan` is the row locked for this transition whenever the plan may change (see `_needs_plan_lock`).
+        """
         status = task_status_for(after.state, before.state)
-        if status is not None:
+        # Only this session moves its task, so an unchanged implied status means an unchanged row: skip the write.
+        if status is not None and status != task_status_for(before.state, None):
             await uow.tasks.set_status(after.task_id, status)
-        if after.plan_id is None:
+        if plan is None:
             return
         if after.state in WIP_STATES and before.state not in WIP_STATES:
-            plan = await uow.plans.get(after.plan_id)
             if plan.status == PlanStatus.OPEN:
                 await uow.plans.set_status(plan.id, PlanStatus.IN_PROGRESS)
         elif after.state == SessionState.COMPLETED and await uow.tasks.count_unfinished(after.plan_id) == 0:

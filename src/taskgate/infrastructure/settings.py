@@ -71,7 +71,7 @@ class Settings(BaseSettings):
         """The database URL, defaulting to a SQLite file under the data directory."""
         if self.database_url:
             return self.database_url
-        return f"sqlite+aiosqlite:///{(self.data_dir / 'taskgate.db').resolve()}"
+        return f"sqlite:///{(self.data_dir / 'taskgate.db').resolve()}"
 
 
 def find_config_file(cwd: Path | None = None) -> Path | None:

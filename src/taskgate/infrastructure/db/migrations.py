@@ -6,6 +6,7 @@ The upgrade runs in one transaction that also serialises concurrent migrators: S
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,7 +69,7 @@ def _current(connection: Connection) -> str | None:
 
 async def _already_at_head(db: Database) -> bool:
     try:
-        async with db.engine.connect() as conn:
+        async with db.connect() as conn:
             return (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar() == SCHEMA_HEAD
     except DBAPIError:
         return False  # no alembic_version table yet: a new database
@@ -89,26 +90,26 @@ async def upgrade(db: Database, target: str = "head") -> None:
 
 
 async def _upgrade_locked(db: Database, target: str) -> None:
-    await db.acquire_writer()
-    try:
-        async with db.engine.connect() as conn:
-            await db.begin(conn, write=True)
-            if not db.is_sqlite:
-                await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK_ID})")
-            await conn.run_sync(_upgrade, target)
-            await conn.commit()
-    finally:
-        db.release_writer()
+    await _run_locked(db, _upgrade, target)
 
 
 async def downgrade(db: Database, target: str) -> None:
     """Downgrade the schema to `target` (used by the migration tests)."""
+    await _run_locked(db, _downgrade, target)
+
+
+async def _run_locked(db: Database, step: Callable[[Connection, str], None], target: str) -> None:
+    """Run an Alembic step in one write transaction that excludes every other migrator."""
     await db.acquire_writer()
     try:
-        async with db.engine.connect() as conn:
-            await db.begin(conn, write=True)
-            await conn.run_sync(_downgrade, target)
+        conn = await db.open(write=True)
+        try:
+            if not db.is_sqlite:
+                await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK_ID})")
+            await conn.run_sync(step, target)
             await conn.commit()
+        finally:
+            await conn.close()
     finally:
         db.release_writer()
 
@@ -120,5 +121,6 @@ def _downgrade(connection: Connection, target: str) -> None:
 
 
 async def current_revision(db: Database) -> str | None:
-    async with db.engine.connect() as conn:
+    """The revision the database is at (None for an empty database)."""
+    async with db.connect() as conn:
         return await conn.run_sync(_current)

@@ -12,7 +12,6 @@ from typing import Any
 
 from sqlalchemy import Select, and_, exists, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from taskgate.application.ports import TransitionQuery
 from taskgate.domain.entities import (
@@ -37,23 +36,28 @@ from taskgate.domain.errors import (
 )
 from taskgate.domain.policies import BlockerFact
 from taskgate.domain.states import TERMINAL_STATES, SessionState
+from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
+from taskgate.infrastructure.db.engine import AnyConnection
 
 _TERMINAL = [s.value for s in TERMINAL_STATES]
 
 
 class _Repository:
-    def __init__(self, conn: AsyncConnection, dialect: str) -> None:
+    def __init__(self, conn: AnyConnection, dialect: str) -> None:
         self._conn, self._dialect = conn, dialect
 
     def _locked(self, stmt: Select[Any], lock: bool) -> Select[Any]:
         return stmt.with_for_update() if lock and self._dialect == "postgresql" else stmt
 
-    async def _one(self, stmt: Select[Any]) -> Any:
-        return (await self._conn.execute(stmt)).mappings().first()
+    def _pick(self, plain: Select[Any], for_update: Select[Any], lock: bool) -> Select[Any]:
+        return for_update if lock and self._dialect == "postgresql" else plain
 
-    async def _all(self, stmt: Select[Any]) -> list[Any]:
-        return list((await self._conn.execute(stmt)).mappings().all())
+    async def _one(self, stmt: Any, params: dict[str, Any] | None = None) -> Any:
+        return (await self._conn.execute(stmt, params)).mappings().first()
+
+    async def _all(self, stmt: Any, params: dict[str, Any] | None = None) -> list[Any]:
+        return list((await self._conn.execute(stmt, params)).mappings().all())
 
 
 class SqlAlchemyProjectRepository(_Repository):
@@ -65,7 +69,7 @@ class SqlAlchemyProjectRepository(_Repository):
         )
 
     async def get(self, project_id: int) -> Project:
-        row = await self._one(select(t.projects).where(t.projects.c.id == project_id))
+        row = await self._one(sql.PROJECT_BY_ID, {"id": project_id})
         if row is None:
             raise ProjectNotFound(project_id)
         return _project(row)
@@ -102,7 +106,7 @@ class SqlAlchemyPlanRepository(_Repository):
         return Plan(result.inserted_primary_key[0], project_id, name, PlanStatus.OPEN, created_at)
 
     async def get(self, plan_id: int, *, lock: bool = False) -> Plan:
-        row = await self._one(self._locked(select(t.plans).where(t.plans.c.id == plan_id), lock))
+        row = await self._one(self._pick(sql.PLAN_BY_ID, sql.PLAN_BY_ID_FOR_UPDATE, lock), {"id": plan_id})
         if row is None:
             raise PlanNotFound(plan_id)
         return Plan(row["id"], row["project_id"], row["name"], PlanStatus(row["status"]), row["created_at"])
@@ -112,7 +116,7 @@ class SqlAlchemyPlanRepository(_Repository):
         return [Plan(r["id"], r["project_id"], r["name"], PlanStatus(r["status"]), r["created_at"]) for r in rows]
 
     async def set_status(self, plan_id: int, status: PlanStatus) -> None:
-        await self._conn.execute(update(t.plans).where(t.plans.c.id == plan_id).values(status=status.value))
+        await self._conn.execute(sql.SET_PLAN_STATUS, {"match_id": plan_id, "status": status.value})
 
 
 class SqlAlchemyTaskRepository(_Repository):
@@ -135,11 +139,11 @@ class SqlAlchemyTaskRepository(_Repository):
                 [{"task_id": task.id, "depends_on_id": b, "type": "blocks"} for b in task.blockers],
             )
 
-    async def get(self, task_id: str, *, lock: bool = False) -> Task:
-        row = await self._one(self._locked(select(t.tasks).where(t.tasks.c.id == task_id), lock))
+    async def get(self, task_id: str, *, lock: bool = False, with_blockers: bool = True) -> Task:
+        row = await self._one(self._pick(sql.TASK_BY_ID, sql.TASK_BY_ID_FOR_UPDATE, lock), {"id": task_id})
         if row is None:
             raise TaskNotFound(task_id)
-        return (await self._with_blockers([row]))[0]
+        return (await self._with_blockers([row]))[0] if with_blockers else _task(row, [])
 
     async def list(self, project_id: int, *, plan_id: int | None = None, status: TaskStatus | None = None):
         stmt = select(t.tasks).where(t.tasks.c.project_id == project_id)
@@ -173,17 +177,11 @@ class SqlAlchemyTaskRepository(_Repository):
         return await self._with_blockers(await self._all(stmt))
 
     async def blockers_of(self, task_id: str) -> list[BlockerFact]:
-        dep = t.task_dependencies
-        stmt = (
-            select(t.tasks.c.id, t.tasks.c.status)
-            .join(dep, dep.c.depends_on_id == t.tasks.c.id)
-            .where(dep.c.task_id == task_id)
-            .order_by(t.tasks.c.id)
-        )
-        return [BlockerFact(r["id"], TaskStatus(r["status"])) for r in await self._all(stmt)]
+        rows = await self._all(sql.BLOCKERS_WITH_STATUS, {"task_id": task_id})
+        return [BlockerFact(r["id"], TaskStatus(r["status"])) for r in rows]
 
     async def set_status(self, task_id: str, status: TaskStatus) -> None:
-        await self._conn.execute(update(t.tasks).where(t.tasks.c.id == task_id).values(status=status.value))
+        await self._conn.execute(sql.SET_TASK_STATUS, {"match_id": task_id, "status": status.value})
 
     async def count_unfinished(self, plan_id: int) -> int:
         stmt = (
@@ -196,8 +194,7 @@ class SqlAlchemyTaskRepository(_Repository):
     async def _with_blockers(self, rows: list[Any]) -> list[Task]:
         if not rows:
             return []
-        dep = t.task_dependencies
-        links = await self._all(select(dep).where(dep.c.task_id.in_([r["id"] for r in rows])))
+        links = await self._all(sql.BLOCKER_IDS, {"ids": [r["id"] for r in rows]})
         blockers: dict[str, list[str]] = {}
         for link in links:
             blockers.setdefault(link["task_id"], []).append(link["depends_on_id"])
@@ -240,19 +237,14 @@ class SqlAlchemySessionRepository(_Repository):
             raise SessionAlreadyActive(f"task {session.task_id} already has an active session") from exc
 
     async def get(self, session_id: str, *, lock: bool = False) -> Session:
-        row = await self._one(self._locked(select(t.sessions).where(t.sessions.c.id == session_id), lock))
+        row = await self._one(self._pick(sql.SESSION_BY_ID, sql.SESSION_BY_ID_FOR_UPDATE, lock), {"id": session_id})
         if row is None:
             raise SessionNotFound(session_id)
         return _session(row)
 
     async def update(self, session: Session, expected_version: int) -> None:
-        values = _session_values(session)
-        stmt = (
-            update(t.sessions)
-            .where(t.sessions.c.id == session.id, t.sessions.c.version == expected_version)
-            .values(**values)
-        )
-        if (await self._conn.execute(stmt)).rowcount != 1:
+        params = {**_session_values(session), "match_id": session.id, "match_version": expected_version}
+        if (await self._conn.execute(sql.UPDATE_SESSION, params)).rowcount != 1:
             raise ConcurrentModification(
                 f"session {session.id} changed concurrently (expected version {expected_version})"
             )
@@ -271,8 +263,7 @@ class SqlAlchemySessionRepository(_Repository):
         return [_session(r) for r in await self._all(stmt.order_by(c.created_at, c.id))]
 
     async def active_for_task(self, task_id: str) -> list[str]:
-        c = t.sessions.c
-        rows = await self._all(select(c.id).where(c.task_id == task_id, c.state.not_in(_TERMINAL)))
+        rows = await self._all(sql.ACTIVE_SESSIONS_OF_TASK, {"task_id": task_id, "terminal": _TERMINAL})
         return [r["id"] for r in rows]
 
     async def ids_with_prefix(self, prefix: str, limit: int) -> list[str]:
@@ -282,31 +273,22 @@ class SqlAlchemySessionRepository(_Repository):
         return [r["id"] for r in rows]
 
     async def count_in_states(self, plan_id: int, states: frozenset[SessionState]) -> int:
-        c = t.sessions.c
-        stmt = select(func.count()).where(c.plan_id == plan_id, c.state.in_([s.value for s in states]))
-        return (await self._conn.execute(stmt)).scalar_one()
+        params = {"plan_id": plan_id, "states": [s.value for s in states]}
+        return (await self._conn.execute(sql.COUNT_PLAN_SESSIONS_IN, params)).scalar_one()
 
 
 class SqlAlchemyTransitionLog(_Repository):
     async def append(self, record: TransitionRecord) -> int:
-        result = await self._conn.execute(insert(t.transition_log).values(**_record_values(record)))
+        result = await self._conn.execute(sql.INSERT_TRANSITION, _record_values(record))
         return result.inserted_primary_key[0]
 
     async def history(self, session_id: str, *, limit: int) -> list[TransitionRecord]:
-        c = t.transition_log.c
-        rows = await self._all(
-            select(t.transition_log).where(c.session_id == session_id).order_by(c.seq.desc()).limit(limit)
-        )
+        rows = await self._all(sql.HISTORY, {"session_id": session_id, "limit": limit})
         return [_record(r) for r in reversed(rows)]
 
     async def applied_until(self, session_id: str, at: datetime) -> list[TransitionRecord]:
-        c = t.transition_log.c
-        stmt = (
-            select(t.transition_log)
-            .where(c.session_id == session_id, c.at <= at, c.outcome == Outcome.APPLIED.value)
-            .order_by(c.seq)
-        )
-        return [_record(r) for r in await self._all(stmt)]
+        rows = await self._all(sql.APPLIED_UNTIL, {"session_id": session_id, "at": at})
+        return [_record(r) for r in rows]
 
     async def query(self, query: TransitionQuery) -> list[TransitionRecord]:
         c = t.transition_log.c
@@ -328,7 +310,9 @@ class SqlAlchemyTransitionLog(_Repository):
 
 class SqlAlchemyEventLog(_Repository):
     async def append(self, kind: str, at: datetime, payload: dict[str, Any], session_id: str | None = None) -> None:
-        await self._conn.execute(insert(t.events).values(kind=kind, at=at, payload=payload, session_id=session_id))
+        await self._conn.execute(
+            sql.INSERT_EVENT, {"kind": kind, "at": at, "payload": payload, "session_id": session_id}
+        )
 
     async def list(self, session_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         stmt = select(t.events).order_by(t.events.c.id.desc()).limit(limit)

@@ -5,10 +5,9 @@ from __future__ import annotations
 from types import TracebackType
 
 from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from taskgate.domain.errors import ConcurrentModification, StorageError
-from taskgate.infrastructure.db.engine import Database
+from taskgate.infrastructure.db.engine import AnyConnection, Database
 from taskgate.infrastructure.db.repositories import (
     SqlAlchemyEventLog,
     SqlAlchemyOperatorRepository,
@@ -27,25 +26,24 @@ class SqlAlchemyUnitOfWork:
 
     def __init__(self, db: Database, *, write: bool) -> None:
         self._db, self._write = db, write
-        self._conn: AsyncConnection | None = None
+        self._conn: AnyConnection | None = None
         self._committed = False
 
     async def __aenter__(self) -> SqlAlchemyUnitOfWork:
         if self._write:
             await self._db.acquire_writer()
         try:
-            self._conn = await self._db.engine.connect()
-            await self._db.begin(self._conn, write=self._write)
+            self._conn = await self._db.open(write=self._write)
         except DBAPIError as exc:
-            await self._close()
+            self._release()
             raise _translate(exc) from exc
         except BaseException:
-            await self._close()
+            self._release()
             raise
         self._bind(self._conn)
         return self
 
-    def _bind(self, conn: AsyncConnection) -> None:
+    def _bind(self, conn: AnyConnection) -> None:
         dialect = self._db.dialect or "sqlite"
         self.projects = SqlAlchemyProjectRepository(conn, dialect)
         self.plans = SqlAlchemyPlanRepository(conn, dialect)
@@ -66,11 +64,6 @@ class SqlAlchemyUnitOfWork:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self._close()
-        if isinstance(exc, DBAPIError):
-            raise _translate(exc) from exc
-
-    async def _close(self) -> None:
         try:
             if self._conn is not None:
                 if not self._committed and self._conn.in_transaction():
@@ -78,8 +71,13 @@ class SqlAlchemyUnitOfWork:
                 await self._conn.close()
         finally:
             self._conn = None
-            if self._write:
-                self._db.release_writer()
+            self._release()
+        if isinstance(exc, DBAPIError):
+            raise _translate(exc) from exc
+
+    def _release(self) -> None:
+        if self._write:
+            self._db.release_writer()
 
 
 def _translate(exc: BaseException) -> Exception:
@@ -88,6 +86,6 @@ def _translate(exc: BaseException) -> Exception:
     if sqlstate in _CONFLICT_SQLSTATES:
         return ConcurrentModification(f"the database refused a conflicting concurrent change ({sqlstate}); retry")
     if isinstance(exc, OperationalError) and "locked" in str(exc):
-        return ConcurrentModification("the SQLite database stayed locked past busy_timeout; retry")
+        return ConcurrentModification("the SQLite database is locked by another process; retry")
     first_line = str(getattr(exc, "orig", exc)).splitlines()[0] if str(exc) else type(exc).__name__
     return StorageError(f"database error: {first_line}")

@@ -1,0 +1,56 @@
+"""Statements of the hot paths, built once at import.
+
+Building a Core statement per call (`where(col == value)`, `.values(**row)`) coerces every value into a new
+bind parameter and regenerates the statement's cache key: measured, that was most of a transition's cost.
+Prebuilt statements with `bindparam` placeholders compile once and take their values as parameters.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import bindparam, func, insert, select, update
+
+from taskgate.infrastructure.db import tables as t
+
+_s, _p, _t, _log, _dep = t.sessions.c, t.plans.c, t.tasks.c, t.transition_log.c, t.task_dependencies.c
+
+SESSION_BY_ID = select(t.sessions).where(_s.id == bindparam("id"))
+SESSION_BY_ID_FOR_UPDATE = SESSION_BY_ID.with_for_update()
+# The WHERE placeholders must not share a name with a column: the other parameter keys become the SET clause.
+UPDATE_SESSION = update(t.sessions).where(_s.id == bindparam("match_id"), _s.version == bindparam("match_version"))
+COUNT_PLAN_SESSIONS_IN = select(func.count()).where(
+    _s.plan_id == bindparam("plan_id"), _s.state.in_(bindparam("states", expanding=True))
+)
+ACTIVE_SESSIONS_OF_TASK = select(_s.id).where(
+    _s.task_id == bindparam("task_id"), _s.state.not_in(bindparam("terminal", expanding=True))
+)
+
+PLAN_BY_ID = select(t.plans).where(_p.id == bindparam("id"))
+PLAN_BY_ID_FOR_UPDATE = PLAN_BY_ID.with_for_update()
+SET_PLAN_STATUS = update(t.plans).where(_p.id == bindparam("match_id"))
+
+PROJECT_BY_ID = select(t.projects).where(t.projects.c.id == bindparam("id"))
+
+TASK_BY_ID = select(t.tasks).where(_t.id == bindparam("id"))
+TASK_BY_ID_FOR_UPDATE = TASK_BY_ID.with_for_update()
+SET_TASK_STATUS = update(t.tasks).where(_t.id == bindparam("match_id"))
+BLOCKER_IDS = select(_dep.task_id, _dep.depends_on_id).where(_dep.task_id.in_(bindparam("ids", expanding=True)))
+BLOCKERS_WITH_STATUS = (
+    select(_t.id, _t.status)
+    .join(t.task_dependencies, _dep.depends_on_id == _t.id)
+    .where(_dep.task_id == bindparam("task_id"))
+    .order_by(_t.id)
+)
+
+INSERT_TRANSITION = insert(t.transition_log)
+INSERT_EVENT = insert(t.events)
+HISTORY = (
+    select(t.transition_log)
+    .where(_log.session_id == bindparam("session_id"))
+    .order_by(_log.seq.desc())
+    .limit(bindparam("limit"))
+)
+APPLIED_UNTIL = (
+    select(t.transition_log)
+    .where(_log.session_id == bindparam("session_id"), _log.at <= bindparam("at"), _log.outcome == "applied")
+    .order_by(_log.seq)
+)
