@@ -35,7 +35,6 @@ from typing import Any
 
 import asyncpg
 from sqlalchemy import func, insert, select, text
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from taskgate.application.audit import AuditService
 from taskgate.application.ports import TransitionQuery
@@ -46,7 +45,7 @@ from taskgate.domain.policies import default_policies
 from taskgate.domain.states import SessionState
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db import tables as t
-from taskgate.infrastructure.db.engine import Database
+from taskgate.infrastructure.db.engine import AnyConnection, Database
 from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 from taskgate.infrastructure.git import GitPythonVcs
 from taskgate.infrastructure.system import SystemClock, UuidGenerator
@@ -233,16 +232,17 @@ def finish_session(
 
 
 @asynccontextmanager
-async def write_transaction(database: Database) -> AsyncIterator[AsyncConnection]:
+async def write_transaction(database: Database) -> AsyncIterator[AnyConnection]:
     """A connection inside a real write transaction, committed on success.
 
-    `engine.begin()` is not enough on SQLite: taskgate turns pysqlite's implicit BEGIN off, so without
-    `Database.begin` every row of an executemany would commit on its own.
+    `Database.open(write=True)` takes SQLite's write lock up front, as taskgate's own writes do.
     """
-    async with database.engine.connect() as conn:
-        await database.begin(conn, write=True)
+    conn = await database.open(write=True)
+    try:
         yield conn
         await conn.commit()
+    finally:
+        await conn.close()
 
 
 async def seed_owners(database: Database, plans: int) -> tuple[int, list[int]]:
@@ -294,7 +294,7 @@ async def insert_batch(database: Database, batch: list[GeneratedSession]) -> int
 async def speed_up_build(database: Database) -> None:
     """Build-only PRAGMAs on every pooled SQLite connection (not used while measuring)."""
     if database.is_sqlite:
-        async with database.engine.connect() as conn:
+        async with database.connect() as conn:
             await conn.exec_driver_sql("PRAGMA synchronous=OFF")
             await conn.exec_driver_sql("PRAGMA cache_size=-512000")
 
@@ -319,7 +319,7 @@ async def build(database: Database, rows: int, seed: int) -> None:
                 print(f"  built {written:>9,} / {rows:,} rows ({written / elapsed:,.0f} rows/s)", flush=True)
     print(f"  built in {time.perf_counter() - begin:.1f} s ({sessions:,} sessions, {per_session}+ rows each)")
     if not database.is_sqlite:
-        async with database.engine.begin() as conn:
+        async with write_transaction(database) as conn:
             await conn.execute(text("ANALYZE"))
 
 
@@ -330,7 +330,7 @@ async def prepare_sqlite(path: Path | None, rows: int, seed: int) -> Path:
         return path
     target = path or Path(tempfile.mkdtemp(prefix="taskgate-audit-")) / f"audit-{rows}.db"
     print(f"building {target} through the migrations")
-    database = Database(f"sqlite+aiosqlite:///{target}")
+    database = Database(f"sqlite:///{target}")
     try:
         await migrations.upgrade(database)
         await build(database, rows, seed)
@@ -354,7 +354,7 @@ async def prepare_postgres(url: str, rows: int, seed: int) -> None:
     """Drop and recreate schema public, migrate, and build the same rows on PostgreSQL."""
     database = Database(url)
     try:
-        async with database.engine.begin() as conn:
+        async with write_transaction(database) as conn:
             await conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
             await conn.execute(text("CREATE SCHEMA public"))
         await migrations.upgrade(database)
@@ -381,7 +381,7 @@ async def draw_probe(database: Database, runs: int, seed: int) -> Probe:
     """Sample sessions, instants and actor windows sized to return about WINDOW_ROWS rows."""
     rng = random.Random(seed + 1)
     c = t.transition_log.c
-    async with database.engine.connect() as conn:
+    async with database.connect() as conn:
         ids = sorted((await conn.execute(select(t.sessions.c.id))).scalars())
         counts = dict((await conn.execute(select(c.actor, func.count()).group_by(c.actor))).all())
         first, last = (await conn.execute(select(func.min(c.at), func.max(c.at)))).one()
@@ -634,7 +634,7 @@ def parse_args() -> argparse.Namespace:
 async def run_sqlite(args: argparse.Namespace) -> None:
     """Build or reuse the SQLite file and measure on it; a temporary file is deleted afterwards."""
     path = await prepare_sqlite(args.db, args.rows, args.seed)
-    database, base = Database(f"sqlite+aiosqlite:///{path}"), SqliteBaseline(path)
+    database, base = Database(f"sqlite:///{path}"), SqliteBaseline(path)
     try:
         await measure(f"SQLite ({path.stat().st_size / 2**20:,.0f} MiB)", database, base, args.runs, args.seed)
     finally:

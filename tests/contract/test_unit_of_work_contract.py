@@ -196,3 +196,12 @@ async def test_plan_status_and_project_archiving_are_stored(services):
         assert (await uow.projects.get(pid)).archived_at == T0
         assert (await uow.projects.find(key="DEMO")).id == pid
         assert (await uow.projects.find(root_path="/tmp/demo")).id == pid
+
+
+def test_the_log_table_columns_are_in_transition_record_field_order():
+    # repositories._records builds records positionally from log rows; this keeps the two orders in step
+    from dataclasses import fields
+
+    from taskgate.infrastructure.db.tables import transition_log
+
+    assert [c.name for c in transition_log.columns] == [f.name for f in fields(TransitionRecord)]
