@@ -136,9 +136,7 @@ class SessionService:
             verdict = Verdict()
 
             async def guard(spec: TransitionSpec) -> bool:
-                nonlocal verdict, plan
-                if plan is None and session.plan_id is not None and self._guards.applicable(spec):
-                    plan = await uow.plans.get(session.plan_id)
+                nonlocal verdict
                 verdict = await self._guards.evaluate(
                     spec, lambda: self._fire_facts(uow, session, plan, spec, cmd.actor)
                 )
@@ -264,6 +262,8 @@ class SessionService:
     async def _fire_facts(
         self, uow: UnitOfWork, session: Session, plan: Plan | None, row: TransitionSpec, actor: str
     ) -> GuardFacts:
+        if plan is None and session.plan_id is not None:  # not locked for this trigger: a plain read will do
+            plan = await uow.plans.get(session.plan_id)
         task = await uow.tasks.get(session.task_id, with_blockers=False)  # blockers come with their status below
         wip = await uow.sessions.count_in_states(plan.id, WIP_STATES) if plan is not None else 0
         return GuardFacts(
