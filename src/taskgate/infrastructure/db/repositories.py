@@ -121,18 +121,8 @@ class SqlAlchemyPlanRepository(_Repository):
 
 class SqlAlchemyTaskRepository(_Repository):
     async def add(self, task: Task) -> None:
-        await self._conn.execute(
-            insert(t.tasks).values(
-                id=task.id,
-                project_id=task.project_id,
-                plan_id=task.plan_id,
-                title=task.title,
-                description=task.description,
-                priority=task.priority,
-                status=task.status.value,
-                created_at=task.created_at,
-            )
-        )
+        row = {name: getattr(task, name) for name in _TASK_COLUMNS}
+        await self._conn.execute(insert(t.tasks), {**row, "status": task.status.value})
         if task.blockers:
             await self._conn.execute(
                 insert(t.task_dependencies),
@@ -203,17 +193,7 @@ class SqlAlchemyTaskRepository(_Repository):
 
 class SqlAlchemyOperatorRepository(_Repository):
     async def add(self, operator: Operator) -> None:
-        await self._conn.execute(
-            insert(t.operators).values(
-                id=operator.id,
-                name=operator.name,
-                email=operator.email,
-                roles=operator.roles,
-                permissions=operator.permissions,
-                max_active_sessions=operator.max_active_sessions,
-                created_at=operator.created_at,
-            )
-        )
+        await self._conn.execute(insert(t.operators), {f.name: getattr(operator, f.name) for f in fields(operator)})
 
     async def get(self, operator_id: str) -> Operator:
         found = await self.find(operator_id)
@@ -326,6 +306,9 @@ def _project(row: Any) -> Project:
 
 
 _PROJECT_FIELDS = ("id", "name", "key", "root_path", "created_at", "archived_at")
+
+
+_TASK_COLUMNS = tuple(f.name for f in fields(Task) if f.name != "blockers")  # blockers live in task_dependencies
 
 
 def _task(row: Any, blockers: list[str]) -> Task:
