@@ -9,6 +9,7 @@ import os
 from logging.config import fileConfig
 
 from alembic import context
+from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -28,12 +29,23 @@ def run_with(connection: Connection) -> None:
         context.run_migrations()
 
 
-async def run_standalone() -> None:
-    url = os.environ.get("TASKGATE_DATABASE_URL") or config.get_main_option("sqlalchemy.url")
+async def run_standalone_async(url: str) -> None:
     engine = create_async_engine(url)
     async with engine.begin() as conn:
         await conn.run_sync(run_with)
     await engine.dispose()
+
+
+def run_standalone() -> None:
+    """The `alembic` command line: SQLite through the sync driver (as taskgate runs it), PostgreSQL via asyncpg."""
+    url = os.environ.get("TASKGATE_DATABASE_URL") or config.get_main_option("sqlalchemy.url")
+    if url.startswith("sqlite"):
+        engine = create_engine(url.replace("sqlite+aiosqlite", "sqlite"))
+        with engine.begin() as conn:
+            run_with(conn)
+        engine.dispose()
+    else:
+        asyncio.run(run_standalone_async(url))
 
 
 connection = config.attributes.get("connection")
@@ -42,4 +54,4 @@ if connection is not None:
 else:
     if config.config_file_name is not None:
         fileConfig(config.config_file_name, disable_existing_loggers=False)
-    asyncio.run(run_standalone())
+    run_standalone()

@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from taskgate.application.access import AccessService
 from taskgate.application.audit import AuditService
 from taskgate.application.sessions import SessionService
 from taskgate.application.tracker import TrackerService
@@ -50,6 +51,7 @@ class Services:
     sessions: SessionService
     tracker: TrackerService
     audit: AuditService
+    access: AccessService
     uow: object
     database: Database | InMemoryDatabase
     url: str | None = None
@@ -169,14 +171,14 @@ def wire(backend: str, database: object, url: str | None, *, clock=None, ids=Non
         def uow(*, write: bool) -> SqlAlchemyUnitOfWork:
             return SqlAlchemyUnitOfWork(database, write=write)
 
-    sessions, tracker, audit = build_services(
+    sessions, tracker, audit, access = build_services(
         uow,
         clock=clock or SystemClock(),
         ids=ids or UuidGenerator(),
         vcs=vcs or GitPythonVcs(),
         policies=default_policies(wip_limit),
     )
-    return Services(backend, sessions, tracker, audit, uow, database, url)
+    return Services(backend, sessions, tracker, audit, access, uow, database, url)
 
 
 @pytest.fixture(params=BACKENDS)

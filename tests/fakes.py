@@ -18,6 +18,7 @@ from typing import Any
 
 from taskgate.application.ports import RepositoryInfo, TransitionQuery
 from taskgate.domain.entities import (
+    ApiToken,
     Operator,
     Outcome,
     Plan,
@@ -52,6 +53,7 @@ class InMemoryStore:
     sessions: dict[str, Session] = field(default_factory=dict)
     log: list[TransitionRecord] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    tokens: dict[str, ApiToken] = field(default_factory=dict)
     next_id: dict[str, int] = field(default_factory=dict)
 
     def allocate(self, kind: str) -> int:
@@ -261,6 +263,25 @@ class InMemoryEventLog(_Repo):
         return [e for e in self.store.events if session_id is None or e["session_id"] == session_id][-limit:]
 
 
+class InMemoryTokenRepository(_Repo):
+    async def add(self, token: ApiToken) -> None:
+        if any(t.token_hash == token.token_hash for t in self.store.tokens.values()):
+            raise InvalidInput("duplicate token hash")
+        self.store.tokens[token.id] = token
+
+    async def find_by_hash(self, token_hash: str) -> ApiToken | None:
+        return next((t for t in self.store.tokens.values() if t.token_hash == token_hash), None)
+
+    async def list(self) -> list[ApiToken]:
+        return sorted(self.store.tokens.values(), key=lambda t: (t.created_at, t.id))
+
+    async def revoke(self, token_id: str, at: datetime) -> bool:
+        if token_id not in self.store.tokens:
+            return False
+        self.store.tokens[token_id] = replace(self.store.tokens[token_id], revoked_at=at)
+        return True
+
+
 class InMemoryUnitOfWork:
     """A transaction over an `InMemoryStore`: writes go to a copy that replaces the store on commit."""
 
@@ -279,6 +300,7 @@ class InMemoryUnitOfWork:
         self.sessions = InMemorySessionRepository(store)
         self.transitions = InMemoryTransitionLog(store)
         self.events = InMemoryEventLog(store)
+        self.tokens = InMemoryTokenRepository(store)
         return self
 
     async def commit(self) -> None:

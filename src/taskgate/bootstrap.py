@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from taskgate.application.access import AccessService
 from taskgate.application.audit import AuditService
 from taskgate.application.guards import GuardEvaluator
 from taskgate.application.ports import Clock, IdGenerator, UnitOfWorkFactory, VcsProvider
@@ -28,6 +29,7 @@ class App:
     sessions: SessionService
     tracker: TrackerService
     audit: AuditService
+    access: AccessService
     database: Database | None = None
 
     async def close(self) -> None:
@@ -37,10 +39,10 @@ class App:
 
 def build_services(
     uow: UnitOfWorkFactory, *, clock: Clock, ids: IdGenerator, vcs: VcsProvider, policies: list[Policy]
-) -> tuple[SessionService, TrackerService, AuditService]:
+) -> tuple[SessionService, TrackerService, AuditService, AccessService]:
     """Wire the use cases to any set of adapters (real or fake)."""
     sessions = SessionService(uow, GuardEvaluator(policies), clock, ids)
-    return sessions, TrackerService(uow, clock, vcs), AuditService(uow)
+    return sessions, TrackerService(uow, clock, vcs), AuditService(uow), AccessService(uow, clock)
 
 
 async def bootstrap(

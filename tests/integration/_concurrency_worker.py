@@ -71,7 +71,7 @@ async def main(spec: dict[str, Any]) -> int:
     def uow(*, write: bool) -> SqlAlchemyUnitOfWork:
         return SqlAlchemyUnitOfWork(database, write=write)
 
-    sessions, _tracker, _audit = build_services(
+    sessions, _tracker, _audit, _access = build_services(
         uow, clock=SystemClock(), ids=UuidGenerator(), vcs=GitPythonVcs(), policies=default_policies(spec["wip_limit"])
     )
     try:

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from taskgate.domain.entities import (
+    ApiToken,
     Operator,
     Plan,
     PlanStatus,
@@ -122,6 +123,14 @@ class EventLog(Protocol):
     async def list(self, session_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]: ...
 
 
+class TokenRepository(Protocol):
+    async def add(self, token: ApiToken) -> None: ...
+    async def find_by_hash(self, token_hash: str) -> ApiToken | None: ...
+    async def list(self) -> list[ApiToken]: ...
+    async def revoke(self, token_id: str, at: datetime) -> bool:
+        """Mark revoked; False when no such token exists."""
+
+
 class UnitOfWork(Protocol):
     """One database transaction. Write units serialise against each other (see the adapter for how)."""
 
@@ -132,6 +141,7 @@ class UnitOfWork(Protocol):
     sessions: SessionRepository
     transitions: TransitionLog
     events: EventLog
+    tokens: TokenRepository
 
     async def __aenter__(self) -> UnitOfWork: ...
     async def __aexit__(self, *exc_info: object) -> None:

@@ -206,3 +206,17 @@ def task_status_for(state: SessionState, previous: SessionState | None) -> TaskS
     if state == SessionState.COMPLETED:
         return TaskStatus.COMPLETED if previous == SessionState.MERGED else None
     return _TASK_STATUS_BY_SESSION_STATE.get(state)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiToken:
+    """An issued bearer token. Only its SHA-256 is stored; the token itself is shown once."""
+
+    id: str
+    token_hash: str
+    kind: str
+    created_at: datetime
+    operator_id: str | None = None
+    session_id: str | None = None
+    label: str = ""
+    revoked_at: datetime | None = None

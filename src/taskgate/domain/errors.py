@@ -11,6 +11,8 @@
     │   ├── SessionAlreadyActive     one active session per task
     │   └── AlreadyExists            unique name or path taken
     ├── ProjectArchived         archived projects are read-only
+    ├── Unauthenticated         no or an unknown/revoked token
+    ├── Forbidden               the caller may not do this (agent scope, operator mismatch)
     └── StorageError            the database failed in a way the caller cannot fix
 
 Every message names the thing that was wrong and, where there is one, what to do next.
@@ -108,6 +110,14 @@ class ProjectArchived(TaskgateError):
 
     def __init__(self, name: str) -> None:
         super().__init__(f"project '{name}' is archived and read-only")
+
+
+class Unauthenticated(TaskgateError):
+    """No credentials, or credentials taskgate does not know (or has revoked)."""
+
+
+class Forbidden(TaskgateError):
+    """The caller is known but may not do this."""
 
 
 class StorageError(TaskgateError):

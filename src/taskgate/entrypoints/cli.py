@@ -36,7 +36,9 @@ task_app = typer.Typer(help="Tasks of the built-in tracker.", no_args_is_help=Tr
 session_app = typer.Typer(help="Sessions: one guarded state machine per task.", no_args_is_help=True)
 audit_app = typer.Typer(help="Audit queries over the transition log.", no_args_is_help=True)
 project_app = typer.Typer(help="Registered projects.", no_args_is_help=True)
+token_app = typer.Typer(help="Bearer tokens for the MCP HTTP transport.", no_args_is_help=True)
 for sub, name in (
+    (token_app, "token"),
     (project_app, "project"),
     (plan_app, "plan"),
     (task_app, "task"),
@@ -454,6 +456,82 @@ def demo(
         asyncio.run(run_demo(workdir))
     except TaskgateError as exc:
         fail(str(exc))
+
+
+@app.command()
+def serve(
+    http: Annotated[bool, typer.Option("--http", help="Streamable HTTP (bearer tokens) instead of stdio.")] = False,
+    host: Annotated[str | None, typer.Option(help="HTTP host (default: mcp.host, 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port (default: mcp.port, 8765).")] = None,
+) -> None:
+    """Run the MCP server: over stdio as the local operator, or over HTTP for token holders."""
+    from taskgate.entrypoints.mcp.runner import serve_http, serve_stdio
+
+    try:
+        settings = load_settings()
+        if http:
+            serve_http(settings, host or settings.mcp.host, port or settings.mcp.port)
+        else:
+            serve_stdio(settings)
+    except TaskgateError as exc:
+        fail(str(exc))
+
+
+@token_app.command("create")
+def token_create(
+    operator: Annotated[str | None, typer.Option("--operator", help="An operator token for this operator id.")] = None,
+    agent: Annotated[bool, typer.Option("--agent", help="An agent token, scoped to --session.")] = False,
+    session: Annotated[str | None, typer.Option("--session", help="The session an agent token reaches.")] = None,
+    label: Annotated[str, typer.Option("--label", help="A note to recognise the token by.")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Issue a bearer token. It is shown once; only its hash is stored."""
+    if agent == (operator is not None) or (agent and not session) or (session and not agent):
+        fail("give either --operator ID, or --agent --session ID")
+
+    async def work(services: App):
+        if agent:
+            assert session is not None
+            return await services.access.create_agent_token(await services.sessions.resolve_id(session), label)
+        assert operator is not None
+        return await services.access.create_operator_token(operator, label)
+
+    issued = run(work)
+    if as_json:
+        render.print_json({"token": issued.secret, **render.jsonable(issued.token)})
+        return
+    console.print(f"token {issued.token.id} ({issued.token.kind}) created; it is shown only this once:")
+    print(issued.secret)
+
+
+@token_app.command("list")
+def token_list(as_json: JsonOpt = False) -> None:
+    """List issued tokens (never their secrets)."""
+    tokens = run(lambda services: services.access.list_tokens())
+    rows = (
+        [
+            t.id,
+            t.kind,
+            t.operator_id or "",
+            t.session_id or "",
+            t.label,
+            t.created_at.isoformat(timespec="seconds"),
+            "revoked" if t.revoked_at else "active",
+        ]
+        for t in tokens
+    )
+    emit(
+        [{**render.jsonable(t), "token_hash": None} for t in tokens],
+        as_json,
+        lambda: render.table("Tokens", ["id", "kind", "operator", "session", "label", "created", "status"], rows),
+    )
+
+
+@token_app.command("revoke")
+def token_revoke(token_id: Annotated[str, typer.Argument(help="The token id (see token list).")]) -> None:
+    """Revoke a token: it stops working at once."""
+    token = run(lambda services: services.access.revoke(token_id))
+    console.print(f"token {token.id} revoked")
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
@@ -29,6 +29,12 @@ class WipLimitSettings(BaseModel):
 
 class PoliciesSettings(BaseModel):
     wip_limit: WipLimitSettings = WipLimitSettings()
+
+
+class McpSettings(BaseModel):
+    tool_names: Literal["underscore", "colon"] = "underscore"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=1, le=65535)
 
 
 class SqliteSettings(BaseModel):
@@ -53,6 +59,7 @@ class Settings(BaseSettings):
     operator: OperatorSettings = OperatorSettings()
     policies: PoliciesSettings = PoliciesSettings()
     sqlite: SqliteSettings = SqliteSettings()
+    mcp: McpSettings = McpSettings()
     config_file: Path | None = Field(default=None, exclude=True)
 
     @classmethod

@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from taskgate.application.ports import TransitionQuery
 from taskgate.domain.entities import (
+    ApiToken,
     Operator,
     Outcome,
     Plan,
@@ -298,6 +299,23 @@ class SqlAlchemyEventLog(_Repository):
         if session_id is not None:
             stmt = stmt.where(t.events.c.session_id == session_id)
         return [dict(r) for r in reversed(await self._all(stmt))]
+
+
+class SqlAlchemyTokenRepository(_Repository):
+    async def add(self, token: ApiToken) -> None:
+        await self._conn.execute(insert(t.api_tokens), {f.name: getattr(token, f.name) for f in fields(token)})
+
+    async def find_by_hash(self, token_hash: str) -> ApiToken | None:
+        row = await self._one(select(t.api_tokens).where(t.api_tokens.c.token_hash == token_hash))
+        return ApiToken(**row) if row else None
+
+    async def list(self) -> list[ApiToken]:
+        rows = await self._all(select(t.api_tokens).order_by(t.api_tokens.c.created_at, t.api_tokens.c.id))
+        return [ApiToken(**r) for r in rows]
+
+    async def revoke(self, token_id: str, at: datetime) -> bool:
+        stmt = update(t.api_tokens).where(t.api_tokens.c.id == token_id).values(revoked_at=at)
+        return (await self._conn.execute(stmt)).rowcount == 1
 
 
 def _project(row: Any) -> Project:

@@ -208,4 +208,29 @@ events = Table(
     Column("at", UtcDateTime, nullable=False, index=True),
 )
 
-ALL_TABLES = [projects, plans, tasks, task_dependencies, operators, sessions, transition_log, decisions, agents, events]
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("kind", String(16), nullable=False),
+    Column("operator_id", String(100), ForeignKey("operators.id"), nullable=True),
+    Column("session_id", String(36), ForeignKey("sessions.id"), nullable=True),
+    Column("label", String(200), nullable=False, server_default=text("''")),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("revoked_at", UtcDateTime, nullable=True),
+)
+
+ALL_TABLES = [
+    projects,
+    plans,
+    tasks,
+    task_dependencies,
+    operators,
+    sessions,
+    transition_log,
+    decisions,
+    agents,
+    events,
+    api_tokens,
+]

@@ -15,6 +15,7 @@ from taskgate.infrastructure.db.repositories import (
     SqlAlchemyProjectRepository,
     SqlAlchemySessionRepository,
     SqlAlchemyTaskRepository,
+    SqlAlchemyTokenRepository,
     SqlAlchemyTransitionLog,
 )
 
@@ -52,6 +53,7 @@ class SqlAlchemyUnitOfWork:
         self.sessions = SqlAlchemySessionRepository(conn, dialect)
         self.transitions = SqlAlchemyTransitionLog(conn, dialect)
         self.events = SqlAlchemyEventLog(conn, dialect)
+        self.tokens = SqlAlchemyTokenRepository(conn, dialect)
 
     async def commit(self) -> None:
         assert self._conn is not None

@@ -1,0 +1,91 @@
+"""Bearer tokens for the MCP HTTP transport: issue, authenticate, list, revoke.
+
+Tokens are 256-bit random strings; only their SHA-256 is stored (a fast hash is enough for secrets with
+that much entropy: there is nothing to brute-force), so a database leak reveals no usable token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from taskgate.application.ports import Clock, UnitOfWorkFactory
+from taskgate.domain.access import Principal, PrincipalKind
+from taskgate.domain.entities import ApiToken
+from taskgate.domain.errors import InvalidInput, Unauthenticated
+
+TOKEN_PREFIX = "tg_"
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    """A new token: `secret` is shown to the user once and never stored."""
+
+    secret: str
+    token: ApiToken
+
+
+def hash_token(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class AccessService:
+    """Issues tokens and turns a presented token into a `Principal`."""
+
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+        self._uow, self._clock = uow, clock
+
+    async def create_operator_token(self, operator_id: str, label: str = "") -> IssuedToken:
+        """Raises: OperatorNotFound."""
+        async with self._uow(write=True) as uow:
+            await uow.operators.get(operator_id)
+            return await self._issue(uow, PrincipalKind.OPERATOR, label, operator_id=operator_id)
+
+    async def create_agent_token(self, session_id: str, label: str = "") -> IssuedToken:
+        """A token that reaches only `session_id`. Raises: SessionNotFound."""
+        async with self._uow(write=True) as uow:
+            await uow.sessions.get(session_id)
+            return await self._issue(uow, PrincipalKind.AGENT, label, session_id=session_id)
+
+    async def authenticate(self, secret: str | None) -> Principal:
+        """The principal a bearer token stands for. Raises: Unauthenticated (missing, unknown or revoked)."""
+        if not secret or not secret.startswith(TOKEN_PREFIX) or len(secret) > 200:
+            raise Unauthenticated("a bearer token issued by `taskgate token create` is required")
+        async with self._uow(write=False) as uow:
+            token = await uow.tokens.find_by_hash(hash_token(secret))
+        if token is None or token.revoked_at is not None:
+            raise Unauthenticated("the bearer token is unknown or revoked")
+        if token.kind == PrincipalKind.AGENT:
+            assert token.session_id is not None
+            return Principal.agent(token.id, token.session_id)
+        assert token.operator_id is not None
+        return Principal.operator(token.operator_id)
+
+    async def list_tokens(self) -> list[ApiToken]:
+        async with self._uow(write=False) as uow:
+            return await uow.tokens.list()
+
+    async def revoke(self, token_id: str) -> ApiToken:
+        """Raises: InvalidInput for an unknown token id."""
+        async with self._uow(write=True) as uow:
+            if not await uow.tokens.revoke(token_id, self._clock.now()):
+                raise InvalidInput(f"token {token_id} not found")
+            await uow.commit()
+            return next(t for t in await uow.tokens.list() if t.id == token_id)
+
+    async def _issue(self, uow, kind: PrincipalKind, label: str, **owner: str) -> IssuedToken:
+        if len(label) > 200:
+            raise InvalidInput("token label must be at most 200 characters")
+        secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = ApiToken(
+            id=secrets.token_hex(6),
+            token_hash=hash_token(secret),
+            kind=kind.value,
+            created_at=self._clock.now(),
+            label=label,
+            **owner,
+        )
+        await uow.tokens.add(token)
+        await uow.commit()
+        return IssuedToken(secret, token)

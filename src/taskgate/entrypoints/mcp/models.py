@@ -1,0 +1,187 @@
+"""Structured outputs of the MCP tools. Each starts with a one-line `summary` a person or model can read."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from taskgate.domain.entities import Plan, Project, Session, Task, TransitionRecord
+from taskgate.domain.session_fsm import allowed_triggers
+
+
+class ProjectOut(BaseModel):
+    summary: str
+    id: int
+    name: str
+    key: str = Field(description="Prefix of the project's task ids, e.g. SHOP in SHOP-12.")
+    root_path: str
+    archived: bool
+
+    @classmethod
+    def of(cls, p: Project, summary: str = "") -> ProjectOut:
+        return cls(
+            summary=summary or f"project {p.name} (key {p.key}) at {p.root_path}",
+            id=p.id,
+            name=p.name,
+            key=p.key,
+            root_path=p.root_path,
+            archived=p.archived_at is not None,
+        )
+
+
+class PlanOut(BaseModel):
+    summary: str
+    id: int
+    project_id: int
+    name: str
+    status: str
+
+    @classmethod
+    def of(cls, p: Plan) -> PlanOut:
+        return cls(
+            summary=f"plan {p.id} '{p.name}' is {p.status.value}",
+            id=p.id,
+            project_id=p.project_id,
+            name=p.name,
+            status=p.status.value,
+        )
+
+
+class PlanList(BaseModel):
+    summary: str
+    plans: list[PlanOut]
+
+
+class TaskOut(BaseModel):
+    summary: str
+    id: str
+    title: str
+    description: str
+    priority: int = Field(description="0 is most urgent, 4 least.")
+    status: str
+    plan_id: int | None
+    blockers: list[str] = Field(description="Ids of tasks that must complete before this one can start.")
+
+    @classmethod
+    def of(cls, t: Task) -> TaskOut:
+        blocked = f", blocked by {', '.join(t.blockers)}" if t.blockers else ""
+        return cls(
+            summary=f"{t.id} [{t.status.value}, p{t.priority}] {t.title}{blocked}",
+            id=t.id,
+            title=t.title,
+            description=t.description,
+            priority=t.priority,
+            status=t.status.value,
+            plan_id=t.plan_id,
+            blockers=t.blockers,
+        )
+
+
+class TaskList(BaseModel):
+    summary: str
+    tasks: list[TaskOut]
+
+    @classmethod
+    def of(cls, tasks: list[Task], what: str = "tasks") -> TaskList:
+        return cls(summary=f"{len(tasks)} {what}", tasks=[TaskOut.of(t) for t in tasks])
+
+
+class SessionOut(BaseModel):
+    summary: str
+    id: str
+    task_id: str
+    state: str
+    prior_state: str | None = Field(description="Where `resume` returns to, while suspended.")
+    version: int = Field(description="Increases by one with every applied transition.")
+    operator_id: str | None
+    allowed_triggers: list[str] = Field(description="Triggers that can fire from the current state.")
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+
+    @classmethod
+    def of(cls, s: Session) -> SessionOut:
+        nxt = allowed_triggers(s.state, s.prior_state)
+        return cls(
+            summary=f"session {s.id} for {s.task_id} is {s.state.value} (version {s.version}); "
+            f"next: {', '.join(nxt) or 'nothing, it is finished'}",
+            id=s.id,
+            task_id=s.task_id,
+            state=s.state.value,
+            prior_state=s.prior_state.value if s.prior_state else None,
+            version=s.version,
+            operator_id=s.operator_id,
+            allowed_triggers=nxt,
+            created_at=s.created_at,
+            updated_at=s.updated_at,
+            started_at=s.started_at,
+            completed_at=s.completed_at,
+        )
+
+
+class SessionList(BaseModel):
+    summary: str
+    sessions: list[SessionOut]
+
+
+class TransitionOut(BaseModel):
+    seq: int | None
+    at: datetime
+    session_id: str
+    trigger: str
+    from_state: str | None
+    to_state: str
+    outcome: str = Field(description="applied, or blocked when a guard refused it.")
+    actor: str
+    reason: str | None
+    session_version: int
+    guard_results: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, r: TransitionRecord) -> TransitionOut:
+        return cls(
+            seq=r.seq,
+            at=r.at,
+            session_id=r.session_id,
+            trigger=r.trigger,
+            from_state=r.from_state,
+            to_state=r.to_state,
+            outcome=r.outcome.value,
+            actor=r.actor,
+            reason=r.reason,
+            session_version=r.session_version,
+            guard_results=r.guard_results,
+        )
+
+
+class TransitionList(BaseModel):
+    summary: str
+    transitions: list[TransitionOut]
+
+    @classmethod
+    def of(cls, records: list[TransitionRecord]) -> TransitionList:
+        blocked = sum(1 for r in records if r.outcome.value == "blocked")
+        return cls(
+            summary=f"{len(records)} transition(s), {blocked} blocked",
+            transitions=[TransitionOut.of(r) for r in records],
+        )
+
+
+class FireOut(BaseModel):
+    summary: str
+    session: SessionOut
+    transition: TransitionOut
+
+
+class StateAtOut(BaseModel):
+    summary: str
+    session_id: str
+    at: datetime
+    state: str
+
+
+class Pong(BaseModel):
+    summary: str = "pong"

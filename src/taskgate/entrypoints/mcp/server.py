@@ -1,0 +1,125 @@
+"""Builds taskgate's `MCPServer`, and runs it over stdio or streamable HTTP behind a bearer-token gate.
+
+Over stdio the caller is the local operator of the config (`operator.default`). Over HTTP every request must
+carry `Authorization: Bearer <token>` (issued by `taskgate token create`); `BearerGate` answers 401 with
+`WWW-Authenticate` otherwise, and puts the token's principal into the ASGI scope, where the tools read it.
+The principal never comes from a tool parameter or a client-supplied header the gate did not verify.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+
+from taskgate import __version__
+from taskgate.bootstrap import App
+from taskgate.domain.access import Principal
+from taskgate.domain.errors import Unauthenticated
+from taskgate.entrypoints.mcp.tools import PRINCIPAL_SCOPE_KEY, TOOLS, Runtime
+
+ToolNames = Literal["underscore", "colon"]
+
+INSTRUCTIONS = """taskgate runs AI coding agents in guarded, audited sessions, one per task.
+Typical flow: project_init (once) → plan_add → task_add → project_ready_tasks → project_session_start(task_id)
+→ session_fire(session_id, plan_complete / work_complete / approve / merge / cleanup_done) → session_history.
+session_status lists the triggers allowed next. Refusals (WIP limit, blocked task, wrong state) come back as
+tool errors that say why and what to do; they change nothing. audit_query answers who did what, when."""
+
+
+def tool_name(name: str, style: ToolNames) -> str:
+    """`project_session_start` → `project:session_start` in the seed's colon style; unchanged otherwise."""
+    if style == "colon" and "_" in name:
+        group, rest = name.split("_", 1)
+        return f"{group}:{rest}"
+    return name
+
+
+def build_server(
+    open_app: Callable[[], AbstractAsyncContextManager[App]],
+    *,
+    local_principal: Principal | None,
+    tool_names: ToolNames = "underscore",
+) -> MCPServer:
+    """The taskgate MCP server. `open_app` is entered once per server run (the lifespan) and yields the services.
+
+    `local_principal` is the caller when the transport carries no token (stdio, in-process clients).
+    """
+
+    @asynccontextmanager
+    async def lifespan(_server: MCPServer) -> AsyncIterator[Runtime]:
+        async with open_app() as app:
+            yield Runtime(app, local_principal)
+
+    server = MCPServer(
+        "taskgate",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        lifespan=lifespan,
+        title="taskgate: guarded, audited sessions for AI coding agents",
+    )
+    if tool_names == "colon":  # the seed's names: the SDK warns that ':' is outside SEP-986; that is the point
+        logging.getLogger("mcp.shared.tool_name_validation").setLevel(logging.ERROR)
+    for fn in TOOLS:
+        server.add_tool(fn, name=tool_name(fn.__name__, tool_names), structured_output=True)
+    return server
+
+
+class BearerGate:
+    """ASGI middleware: no valid bearer token, no MCP. Sets the principal for the tools on success."""
+
+    def __init__(self, app: Any, authenticate: Callable[[str | None], Any]) -> None:
+        self._app, self._authenticate = app, authenticate
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        try:
+            scope[PRINCIPAL_SCOPE_KEY] = await self._authenticate(_bearer(scope))
+        except Unauthenticated as exc:
+            await _unauthorized(send, str(exc))
+            return
+        await self._app(scope, receive, send)
+
+
+def _bearer(scope: dict[str, Any]) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
+
+
+async def _unauthorized(send: Any, message: str) -> None:
+    body = json.dumps({"error": "unauthorized", "message": message}).encode()
+    challenge = f'Bearer realm="taskgate", error="invalid_token", error_description="{message}"'
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"www-authenticate", challenge.encode()),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def http_app(server: MCPServer, runtime_app: Callable[[], App | None], host: str) -> Any:
+    """The streamable-HTTP ASGI app at /mcp, behind `BearerGate`. Tokens are checked against the open database."""
+    inner = server.streamable_http_app(streamable_http_path="/mcp", host=host)
+
+    async def authenticate(token: str | None) -> Principal:
+        app = runtime_app()
+        if app is None:
+            raise Unauthenticated("taskgate is starting; retry")
+        return await app.access.authenticate(token)
+
+    return BearerGate(inner, authenticate)

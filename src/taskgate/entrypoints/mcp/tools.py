@@ -1,0 +1,369 @@
+"""The MCP tools. Each checks what the caller may do, calls one use case, and returns a pydantic model.
+
+The caller is the token's principal over HTTP and the configured local operator over stdio; it is never a
+tool parameter. A refused or invalid call raises `ToolError` with what was wrong and what to do next, and
+writes nothing (the use cases guarantee it). No annotation here may be a string: the SDK reads them at runtime.
+"""
+
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from taskgate.application.ports import TransitionQuery
+from taskgate.application.sessions import FireTrigger, StartTask, parse_trigger
+from taskgate.application.tracker import AddTask
+from taskgate.bootstrap import App
+from taskgate.domain.access import Capability, Principal, authorize, check_operator_param
+from taskgate.domain.errors import InvalidInput, PolicyViolation, TaskgateError, Unauthenticated
+from taskgate.domain.states import SessionState
+from taskgate.entrypoints.mcp.models import (
+    FireOut,
+    PlanList,
+    PlanOut,
+    Pong,
+    ProjectOut,
+    SessionList,
+    SessionOut,
+    StateAtOut,
+    TaskList,
+    TaskOut,
+    TransitionList,
+    TransitionOut,
+)
+
+PRINCIPAL_SCOPE_KEY = "taskgate.principal"
+
+
+@dataclass
+class Runtime:
+    """What the server's lifespan opened: the services, and who the caller is when no token says otherwise."""
+
+    app: App
+    local_principal: Principal | None
+
+
+@dataclass
+class Call:
+    app: App
+    principal: Principal
+
+
+def _call(ctx: Context) -> Call:
+    runtime: Runtime = ctx.request_context.lifespan_context
+    scope = getattr(ctx.request_context.request, "scope", None)
+    principal = scope.get(PRINCIPAL_SCOPE_KEY) if isinstance(scope, dict) else None
+    principal = principal or runtime.local_principal
+    if principal is None:
+        raise Unauthenticated("no principal for this call; HTTP callers need a bearer token")
+    return Call(runtime.app, principal)
+
+
+def _hint(exc: TaskgateError) -> str:
+    if isinstance(exc, PolicyViolation):
+        return " Nothing was changed; the refusal is in the session's history."
+    return " Nothing was changed."
+
+
+def tool_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """Turn taskgate errors into tool errors that say what was wrong; anything else stays an internal error."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        except TaskgateError as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}.{_hint(exc)}") from exc
+
+    return wrapper
+
+
+ProjectRef = Annotated[
+    str | None,
+    Field(description="Project id, name or key; omit when only one project exists.", max_length=200),
+]
+SessionRef = Annotated[
+    str, Field(description="Session id, or a unique prefix of at least 4 characters.", min_length=1, max_length=64)
+]
+Reason = Annotated[str | None, Field(description="Why; recorded in the transition log.", max_length=2000)]
+Timestamp = Annotated[str, Field(description="ISO 8601, e.g. 2026-11-21T10:00:00Z; no zone means UTC.", max_length=64)]
+
+
+def _timestamp(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(f"malformed timestamp '{text[:64]}': use ISO 8601, e.g. 2026-11-21T10:00:00Z") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+async def _session_id(call: Call, ref: str, capability: Capability = Capability.READ_SESSION, trigger=None) -> str:
+    session_id = await call.app.sessions.resolve_id(ref)
+    authorize(call.principal, capability, session_id=session_id, trigger=trigger)
+    return session_id
+
+
+@tool_errors
+async def ping() -> Pong:
+    """Check that taskgate answers. Does nothing else."""
+    return Pong()
+
+
+@tool_errors
+async def project_init(
+    path: Annotated[str, Field(description="A directory inside the git repository to register.", max_length=4096)],
+    ctx: Context,
+    name: Annotated[
+        str | None, Field(description="Project name; default: the repository folder's name.", max_length=100)
+    ] = None,
+) -> ProjectOut:
+    """Register a git repository as a taskgate project (and make sure the calling operator exists).
+
+    Task ids of the project will be KEY-1, KEY-2, ... where KEY comes from the name."""
+    call = _call(ctx)
+    authorize(call.principal, Capability.MANAGE)
+    project = await call.app.tracker.init_project(path, name)
+    if call.principal.operator_id:
+        await call.app.tracker.ensure_operator(call.principal.operator_id)
+    return ProjectOut.of(project, f"registered project {project.name}; task ids look like {project.key}-1")
+
+
+@tool_errors
+async def plan_add(
+    name: Annotated[str, Field(description="Plan (phase) name, e.g. 'Phase 1'.", max_length=100)],
+    ctx: Context,
+    project: ProjectRef = None,
+) -> PlanOut:
+    """Add a plan (a phase of work) to a project. Tasks are grouped in plans; the WIP limit is per plan."""
+    call = _call(ctx)
+    authorize(call.principal, Capability.MANAGE)
+    found = await call.app.tracker.resolve_project(project)
+    return PlanOut.of(await call.app.tracker.add_plan(found.id, name))
+
+
+@tool_errors
+async def plan_list(ctx: Context, project: ProjectRef = None) -> PlanList:
+    """List the plans of a project with their status (open, in_progress, closed)."""
+    call = _call(ctx)
+    authorize(call.principal, Capability.READ)
+    found = await call.app.tracker.resolve_project(project)
+    plans = [PlanOut.of(p) for p in await call.app.tracker.list_plans(found.id)]
+    return PlanList(summary=f"{len(plans)} plan(s) in {found.name}", plans=plans)
+
+
+@tool_errors
+async def task_add(
+    title: Annotated[str, Field(description="What the task is.", max_length=500)],
+    ctx: Context,
+    description: Annotated[str, Field(description="Details for the agents.", max_length=20000)] = "",
+    plan_id: Annotated[int | None, Field(description="The plan it belongs to (see plan_list).")] = None,
+    priority: Annotated[int, Field(description="0 (most urgent) to 4.", ge=0, le=4)] = 2,
+    blocked_by: Annotated[
+        list[Annotated[str, Field(max_length=64)]],
+        Field(description="Ids of tasks that must complete first.", max_length=100),
+    ] = [],  # noqa: B006 (pydantic copies)
+    project: ProjectRef = None,
+) -> TaskOut:
+    """Add a task to the built-in tracker. A task with unfinished blockers cannot be started."""
+    call = _call(ctx)
+    authorize(call.principal, Capability.MANAGE)
+    found = await call.app.tracker.resolve_project(project)
+    command = AddTask(found.id, title, description, plan_id, priority, list(blocked_by))
+    return TaskOut.of(await call.app.tracker.add_task(command))
+
+
+@tool_errors
+async def task_list(
+    ctx: Context,
+    project: ProjectRef = None,
+    plan_id: Annotated[int | None, Field(description="Only tasks of this plan.")] = None,
+    status: Annotated[
+        Literal["open", "in_progress", "pending_review", "approved", "merged", "completed"] | None,
+        Field(description="Only tasks with this status."),
+    ] = None,
+) -> TaskList:
+    """List tasks of a project, oldest first."""
+    call = _call(ctx)
+    authorize(call.principal, Capability.READ)
+    found = await call.app.tracker.resolve_project(project)
+    return TaskList.of(await call.app.tracker.list_tasks(found.id, plan_id, status))
+
+
+@tool_errors
+async def project_ready_tasks(ctx: Context, project: ProjectRef = None) -> TaskList:
+    """Tasks that can start now: open, no active session, every blocker completed; most urgent first."""
+    call = _call(ctx)
+    authorize(call.principal, Capability.READ)
+    found = await call.app.tracker.resolve_project(project)
+    return TaskList.of(await call.app.tracker.ready_tasks(found.id), "ready task(s)")
+
+
+@tool_errors
+async def project_session_start(
+    task_id: Annotated[str, Field(description="The task to start work on (see project_ready_tasks).", max_length=64)],
+    ctx: Context,
+    operator_id: Annotated[
+        str | None,
+        Field(
+            description="Optional; must equal the caller. The operator always comes from the caller's identity.",
+            max_length=100,
+        ),
+    ] = None,
+) -> SessionOut:
+    """Start work on a task: create its session (or reuse its ready one) and fire `start` (ready → planning).
+
+    Guarded by the WIP limit of the plan, plan_open and task_unblocked; a refusal says which guard and why,
+    and leaves the session `ready` to start later."""
+    call = _call(ctx)
+    authorize(call.principal, Capability.START)
+    operator = check_operator_param(call.principal, operator_id)
+    result = await call.app.sessions.start_task(StartTask(task_id, call.principal.actor, operator))
+    return SessionOut.of(result.session)
+
+
+@tool_errors
+async def project_sessions_ready(ctx: Context, project: ProjectRef = None) -> SessionList:
+    """Sessions waiting for an operator's review (state `verifying`), oldest first."""
+    call = _call(ctx)
+    authorize(call.principal, Capability.READ)
+    found = await call.app.tracker.resolve_project(project)
+    waiting = await call.app.sessions.list_sessions(found.id, {SessionState.VERIFYING})
+    waiting.sort(key=lambda s: s.updated_at)
+    return SessionList(
+        summary=f"{len(waiting)} session(s) waiting for review", sessions=[SessionOut.of(s) for s in waiting]
+    )
+
+
+@tool_errors
+async def session_status(session_id: SessionRef, ctx: Context) -> SessionOut:
+    """One session: state, version, prior state (while suspended), and the triggers allowed next."""
+    call = _call(ctx)
+    return SessionOut.of(await call.app.sessions.get(await _session_id(call, session_id)))
+
+
+@tool_errors
+async def session_history(
+    session_id: SessionRef,
+    ctx: Context,
+    limit: Annotated[int, Field(description="Newest N rows.", ge=1, le=10000)] = 100,
+) -> TransitionList:
+    """The session's transition log, applied and blocked rows, oldest first, with guard results and actors."""
+    call = _call(ctx)
+    sid = await _session_id(call, session_id)
+    return TransitionList.of(await call.app.sessions.history(sid, limit))
+
+
+@tool_errors
+async def session_state_at(session_id: SessionRef, timestamp: Timestamp, ctx: Context) -> StateAtOut:
+    """The state the session was in at a moment, rebuilt by replaying its log."""
+    call = _call(ctx)
+    sid = await _session_id(call, session_id)
+    at = _timestamp(timestamp)
+    assert at is not None
+    state = await call.app.sessions.state_at(sid, at)
+    return StateAtOut(
+        summary=f"session {sid} was {state.value} at {at.isoformat()}", session_id=sid, at=at, state=state.value
+    )
+
+
+async def _fire(
+    ctx: Context, session_id: str, trigger: str, reason: str | None, expected_version: int | None = None
+) -> FireOut:
+    call = _call(ctx)
+    sid = await _session_id(call, session_id, Capability.FIRE, parse_trigger(trigger))
+    result = await call.app.sessions.fire(FireTrigger(sid, trigger, call.principal.actor, reason, expected_version))
+    return FireOut(
+        summary=f"{trigger}: {result.record.from_state} → {result.record.to_state} "
+        f"(session {sid}, version {result.session.version})",
+        session=SessionOut.of(result.session),
+        transition=TransitionOut.of(result.record),
+    )
+
+
+@tool_errors
+async def session_fire(
+    session_id: SessionRef,
+    trigger: Annotated[
+        str,
+        Field(
+            description="e.g. plan_complete, work_complete, approve, merge, cleanup_done; "
+            "session_status lists the allowed ones.",
+            max_length=64,
+        ),
+    ],
+    ctx: Context,
+    reason: Reason = None,
+    expected_version: Annotated[
+        int | None, Field(description="Refuse if the session is no longer at this version (optimistic concurrency).")
+    ] = None,
+) -> FireOut:
+    """Fire a trigger on a session: one guarded, logged transition. Agents may fire only plan_complete,
+    work_complete and fail on their own session."""
+    return await _fire(ctx, session_id, trigger, reason, expected_version)
+
+
+@tool_errors
+async def session_suspend(session_id: SessionRef, ctx: Context, reason: Reason = None) -> FireOut:
+    """Pause a session in planning, executing, verifying or awaiting_merge; it frees a WIP slot."""
+    return await _fire(ctx, session_id, "suspend", reason)
+
+
+@tool_errors
+async def session_resume(session_id: SessionRef, ctx: Context, reason: Reason = None) -> FireOut:
+    """Resume a suspended session into the state it was suspended from (WIP-limited), or an abandoned one to ready."""
+    return await _fire(ctx, session_id, "resume", reason)
+
+
+@tool_errors
+async def session_cancel(session_id: SessionRef, ctx: Context, reason: Reason = None) -> FireOut:
+    """Cancel a session for good (terminal); its task becomes open again."""
+    return await _fire(ctx, session_id, "cancel", reason)
+
+
+@tool_errors
+async def audit_query(
+    ctx: Context,
+    session_id: Annotated[str | None, Field(description="Only this session (id or prefix).", max_length=64)] = None,
+    actor: Annotated[
+        str | None, Field(description="e.g. operator:alice, system, agent:TOKENID.", max_length=200)
+    ] = None,
+    state: Annotated[str | None, Field(description="Only transitions that entered this state.", max_length=32)] = None,
+    outcome: Annotated[Literal["applied", "blocked"] | None, Field(description="applied or blocked.")] = None,
+    since: Annotated[str | None, Field(description="ISO 8601, inclusive.", max_length=64)] = None,
+    until: Annotated[str | None, Field(description="ISO 8601, inclusive.", max_length=64)] = None,
+    limit: Annotated[int, Field(description="At most this many rows.", ge=1, le=10000)] = 1000,
+) -> TransitionList:
+    """Who moved which session where, when, and what the guards said: the transition log, filtered, oldest first."""
+    call = _call(ctx)
+    authorize(call.principal, Capability.AUDIT)
+    sid = await call.app.sessions.resolve_id(session_id) if session_id else None
+    query = TransitionQuery(sid, actor, state, outcome, _timestamp(since), _timestamp(until), limit)
+    return TransitionList.of(await call.app.audit.transitions(query))
+
+
+TOOLS: list[Callable[..., Awaitable[Any]]] = [
+    ping,
+    project_init,
+    plan_add,
+    plan_list,
+    task_add,
+    task_list,
+    project_ready_tasks,
+    project_session_start,
+    project_sessions_ready,
+    session_status,
+    session_history,
+    session_state_at,
+    session_fire,
+    session_suspend,
+    session_resume,
+    session_cancel,
+    audit_query,
+]
