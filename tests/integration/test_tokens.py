@@ -1,0 +1,38 @@
+"""Bearer tokens: issued once, stored as a hash, authenticated to their principal, revocable."""
+
+from __future__ import annotations
+
+import pytest
+
+from taskgate.domain.access import Principal
+from taskgate.domain.errors import InvalidInput, OperatorNotFound, SessionNotFound, Unauthenticated
+from tests.builders import seed, start
+
+
+async def test_tokens_authenticate_as_their_principal_and_stop_working_when_revoked(services, git_repo):
+    seeded = await seed(services, git_repo, tasks=1)
+    session = await start(services, seeded.tasks[0])
+    operator = await services.access.create_operator_token("alice", "laptop")
+    agent = await services.access.create_agent_token(session.id)
+    assert await services.access.authenticate(operator.secret) == Principal.operator("alice")
+    assert await services.access.authenticate(agent.secret) == Principal.agent(agent.token.id, session.id)
+    stored = repr(await services.snapshot())
+    assert operator.secret not in stored and agent.secret not in stored and operator.token.token_hash in stored
+    revoked = await services.access.revoke(operator.token.id)
+    assert revoked.revoked_at is not None
+    for bad in (operator.secret, None, "", "tg_unknown", "Bearer x", "tg_" + "x" * 500):
+        with pytest.raises(Unauthenticated):
+            await services.access.authenticate(bad)
+    assert [t.id for t in await services.access.list_tokens()] == [operator.token.id, agent.token.id]
+
+
+async def test_tokens_are_refused_for_unknown_owners(services, git_repo):
+    await seed(services, git_repo, tasks=1)
+    before = await services.snapshot()
+    with pytest.raises(OperatorNotFound, match="operator bob not found"):
+        await services.access.create_operator_token("bob")
+    with pytest.raises(SessionNotFound):
+        await services.access.create_agent_token("no-such-session")
+    with pytest.raises(InvalidInput):
+        await services.access.revoke("nope")
+    assert await services.snapshot() == before
