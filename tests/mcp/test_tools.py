@@ -194,3 +194,16 @@ async def test_the_colon_setting_registers_the_seeds_names(services):
         names = {t.name for t in (await tools.client.list_tools()).tools}
     assert {"project:init", "project:session_start", "session:status", "audit:query", "ping"} <= names
     assert not any("_" in n.split(":")[0] for n in names)
+
+
+async def test_tracker_changes_record_the_calling_principal_in_the_events_log(services, tmp_path):
+    async with connect(services, ALICE) as operator_tools:
+        await seed(operator_tools, tmp_path, tasks=1)
+    async with services.uow(write=False) as uow:
+        events = await uow.events.list()
+    recorded = [(e["kind"], e["payload"]["actor"]) for e in events]
+    assert recorded == [
+        ("project.registered", "operator:alice"),
+        ("plan.added", "operator:alice"),
+        ("task.added", "operator:alice"),
+    ]

@@ -24,6 +24,7 @@ class AddTask:
     plan_id: int | None = None
     priority: int = 2
     blocked_by: list[str] = field(default_factory=list)
+    actor: str = "system"
 
 
 def _check_name(kind: str, name: str) -> str:
@@ -46,7 +47,7 @@ class TrackerService:
     def __init__(self, uow: UnitOfWorkFactory, clock: Clock, vcs: VcsProvider) -> None:
         self._uow, self._clock, self._vcs = uow, clock, vcs
 
-    async def init_project(self, path: str, name: str | None = None) -> Project:
+    async def init_project(self, path: str, name: str | None = None, actor: str = "system") -> Project:
         """Register the git repository containing `path` as a project.
 
         Raises: InvalidInput (not a git repository, bad name), AlreadyExists (repository or name taken).
@@ -59,10 +60,11 @@ class TrackerService:
             if await uow.projects.find(name=name):
                 raise AlreadyExists(f"a project named '{name}' already exists; pass --name")
             project = await uow.projects.add(name, await self._free_key(uow, name), info.root, self._clock.now())
+            await self._record(uow, "project.registered", actor, project=project.id, root=info.root)
             await uow.commit()
         return project
 
-    async def archive_project(self, project_id: int) -> Project:
+    async def archive_project(self, project_id: int, actor: str = "system") -> Project:
         """Make a project read-only. Raises: ProjectNotFound, InvalidInput while it has active sessions."""
         async with self._uow(write=True) as uow:
             project = await uow.projects.get(project_id)
@@ -72,6 +74,7 @@ class TrackerService:
                     f"project '{project.name}' has {len(active)} active session(s); cancel or finish them first"
                 )
             await uow.projects.archive(project_id, self._clock.now())
+            await self._record(uow, "project.archived", actor, project=project_id)
             await uow.commit()
             return await self._reload(project_id)
 
@@ -98,12 +101,13 @@ class TrackerService:
         async with self._uow(write=False) as uow:
             return await uow.projects.list()
 
-    async def add_plan(self, project_id: int, name: str) -> Plan:
+    async def add_plan(self, project_id: int, name: str, actor: str = "system") -> Plan:
         """Raises: ProjectNotFound, ProjectArchived, InvalidInput."""
         name = _check_name("plan", name)
         async with self._uow(write=True) as uow:
             await self._writable(uow, project_id)
             plan = await uow.plans.add(project_id, name, self._clock.now())
+            await self._record(uow, "plan.added", actor, project=project_id, plan=plan.id)
             await uow.commit()
         return plan
 
@@ -134,6 +138,7 @@ class TrackerService:
                 blockers=list(dict.fromkeys(cmd.blocked_by)),
             )
             await uow.tasks.add(task)
+            await self._record(uow, "task.added", cmd.actor, project=project.id, task=task.id)
             await uow.commit()
         return task
 
@@ -175,6 +180,10 @@ class TrackerService:
             return await uow.operators.list()
 
     # -- internals ---------------------------------------------------------------------------------------------
+
+    async def _record(self, uow: UnitOfWork, kind: str, actor: str, **details: object) -> None:
+        """Who changed the tracker, in the events log (session transitions have their own log)."""
+        await uow.events.append(kind, self._clock.now(), {"actor": actor, **details})
 
     @staticmethod
     def _validated_text(cmd: AddTask) -> tuple[str, str]:

@@ -163,7 +163,7 @@ def init(
     """Register a git repository as a project, and set up the default local operator."""
 
     async def work(services: App):
-        project = await services.tracker.init_project(str(path), name)
+        project = await services.tracker.init_project(str(path), name, _local_actor(services))
         assert services.settings is not None
         operator = await services.tracker.ensure_operator(services.settings.operator.default)
         return project, operator
@@ -187,7 +187,7 @@ def project_archive(project: Annotated[str, typer.Argument(help="Project id, nam
 
     async def work(services: App):
         found = await services.tracker.resolve_project(project)
-        return await services.tracker.archive_project(found.id)
+        return await services.tracker.archive_project(found.id, _local_actor(services))
 
     archived = run(work)
     console.print(f"project [bold]{archived.name}[/bold] archived")
@@ -200,7 +200,9 @@ def plan_add(
     as_json: JsonOpt = False,
 ) -> None:
     """Add a plan (phase) to a project."""
-    plan = run_in_project(project, lambda services, found: services.tracker.add_plan(found.id, name))
+    plan = run_in_project(
+        project, lambda services, found: services.tracker.add_plan(found.id, name, _local_actor(services))
+    )
     emit(plan, as_json, lambda: f"plan [bold]{plan.name}[/bold] added (id {plan.id})")
 
 
@@ -231,7 +233,8 @@ def task_add(
     """Add a task to the built-in tracker."""
 
     def add(services: App, found: Project):
-        return services.tracker.add_task(AddTask(found.id, title, description, plan, priority, blocked_by or []))
+        command = AddTask(found.id, title, description, plan, priority, blocked_by or [], _local_actor(services))
+        return services.tracker.add_task(command)
 
     task = run_in_project(project, add)
     emit(task, as_json, lambda: f"task [bold]{task.id}[/bold] added: {task.title}")
@@ -256,6 +259,12 @@ def task_ready(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
 
     tasks = run_in_project(project, lambda services, found: services.tracker.ready_tasks(found.id))
     emit(tasks, as_json, lambda: render.tasks_table(tasks, "Ready tasks"))
+
+
+def _local_actor(services: App) -> str:
+    """The CLI acts as the configured local operator."""
+    assert services.settings is not None
+    return f"operator:{services.settings.operator.default}"
 
 
 def _operator_actor(services: App, operator: str | None) -> tuple[str, str]:

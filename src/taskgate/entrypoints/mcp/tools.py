@@ -129,7 +129,7 @@ async def project_init(
     Task ids of the project will be KEY-1, KEY-2, ... where KEY comes from the name."""
     call = _call(ctx)
     authorize(call.principal, Capability.MANAGE)
-    project = await call.app.tracker.init_project(path, name)
+    project = await call.app.tracker.init_project(path, name, call.principal.actor)
     if call.principal.operator_id:
         await call.app.tracker.ensure_operator(call.principal.operator_id)
     return ProjectOut.of(project, f"registered project {project.name}; task ids look like {project.key}-1")
@@ -145,7 +145,7 @@ async def plan_add(
     call = _call(ctx)
     authorize(call.principal, Capability.MANAGE)
     found = await call.app.tracker.resolve_project(project)
-    return PlanOut.of(await call.app.tracker.add_plan(found.id, name))
+    return PlanOut.of(await call.app.tracker.add_plan(found.id, name, call.principal.actor))
 
 
 @tool_errors
@@ -175,7 +175,7 @@ async def task_add(
     call = _call(ctx)
     authorize(call.principal, Capability.MANAGE)
     found = await call.app.tracker.resolve_project(project)
-    command = AddTask(found.id, title, description, plan_id, priority, list(blocked_by))
+    command = AddTask(found.id, title, description, plan_id, priority, list(blocked_by), call.principal.actor)
     return TaskOut.of(await call.app.tracker.add_task(command))
 
 
