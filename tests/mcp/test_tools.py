@@ -207,3 +207,16 @@ async def test_tracker_changes_record_the_calling_principal_in_the_events_log(se
         ("plan.added", "operator:alice"),
         ("task.added", "operator:alice"),
     ]
+
+
+async def test_an_agent_cannot_learn_other_session_ids_by_probing_prefixes(services, tmp_path):
+    async with connect(services, ALICE) as operator_tools:
+        await seed(operator_tools, tmp_path, tasks=2)
+        mine = await operator_tools.ok("project_session_start", task_id="SHOP-1")
+        other = await operator_tools.ok("project_session_start", task_id="SHOP-2")
+    async with connect(services, Principal.agent("tok123", mine["id"])) as agent:
+        for probe in (other["id"][:4], other["id"], "0000", "zzzz"):
+            refusal = await agent.refused("session_status", session_id=probe)
+            assert other["id"] not in refusal and "not found" not in refusal
+        fired = await agent.ok("session_fire", session_id=mine["id"][:6], trigger="plan_complete")
+        assert fired["transition"]["seq"] is not None

@@ -325,7 +325,7 @@ class SessionService:
         await uow.sessions.update(updated, expected_version=session.version)
         await self._follow_task_and_plan(uow, session, updated, plan)
         record = _record(updated, row, session.state, Outcome.APPLIED, cmd.actor, cmd.reason, verdict, at=now)
-        await uow.transitions.append(record)
+        record = replace(record, seq=await uow.transitions.append(record))
         await uow.events.append(
             "session.transition",
             now,

@@ -71,7 +71,7 @@ def authorize(
     if capability not in _AGENT_CAPABILITIES:
         raise Forbidden(f"agent tokens may not {capability.value}; ask an operator")
     if session_id != principal.session_id:
-        raise Forbidden(f"this agent token is scoped to session {principal.session_id}, not {session_id}")
+        raise Forbidden(f"this agent token is scoped to session {principal.session_id} only")
     if trigger is not None and trigger not in AGENT_TRIGGERS:
         allowed = ", ".join(sorted(t.value for t in AGENT_TRIGGERS))
         raise Forbidden(

@@ -507,7 +507,7 @@ def token_create(
 
     issued = run(work)
     if as_json:
-        render.print_json({"token": issued.secret, **render.jsonable(issued.token)})
+        render.print_json({**render.jsonable(issued.token), "token_hash": None, "token": issued.secret})
         return
     console.print(f"token {issued.token.id} ({issued.token.kind}) created; it is shown only this once:")
     print(issued.secret)

@@ -65,8 +65,8 @@ def _call(ctx: Context) -> Call:
 
 
 def _hint(exc: TaskgateError) -> str:
-    if isinstance(exc, PolicyViolation):
-        return " Nothing was changed; the refusal is in the session's history."
+    if isinstance(exc, PolicyViolation) and exc.session_id:
+        return " The refused transition changed nothing; it is logged as blocked in the session's history."
     return " Nothing was changed."
 
 
@@ -105,6 +105,12 @@ def _timestamp(text: str | None) -> datetime | None:
 
 
 async def _session_id(call: Call, ref: str, capability: Capability = Capability.READ_SESSION, trigger=None) -> str:
+    own = call.principal.session_id
+    if own is not None:  # an agent: never resolve (and so never confirm or reveal) another session's id
+        wanted = ref.strip().lower()
+        reached = own if len(wanted) >= 4 and own.startswith(wanted) else None
+        authorize(call.principal, capability, session_id=reached, trigger=trigger)
+        return own
     session_id = await call.app.sessions.resolve_id(ref)
     authorize(call.principal, capability, session_id=session_id, trigger=trigger)
     return session_id

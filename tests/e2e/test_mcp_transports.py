@@ -1,0 +1,383 @@
+"""The MCP server as a client sees it: `taskgate serve` as a real subprocess, over stdio and over HTTP.
+
+Stdio: the official SDK client spawns the server and drives a session from `project_init` to `completed`; the
+caller is the configured local operator. HTTP: the data dir is prepared with the CLI, tokens are issued with
+`taskgate token create`, and the bearer gate, the operator and agent principals, the agent rules of
+`domain/access.py`, the `operator_id` check and revocation are exercised over the wire.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp.client import Client  # not `from mcp import`: ruff's isort would take `mcp` for the tests/mcp package
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from taskgate import __version__
+from taskgate.entrypoints.mcp.tools import TOOLS
+from tests.conftest import make_git_repo
+
+TASKGATE = str(Path(sys.executable).with_name("taskgate"))
+TOOL_NAMES = {fn.__name__ for fn in TOOLS}
+HAPPY_PATH = [
+    ("plan_complete", "planning", "executing"),
+    ("work_complete", "executing", "verifying"),
+    ("approve", "verifying", "awaiting_merge"),
+    ("merge", "awaiting_merge", "merged"),
+    ("cleanup_done", "merged", "completed"),
+]
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw-http-probe", "version": "0"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def taskgate_env(workdir: Path) -> dict[str, str]:
+    """A private data dir (and so SQLite file) and operator for the server and the CLI of one test."""
+    return {"TASKGATE_DATA_DIR": str(workdir / "data"), "TASKGATE_OPERATOR__DEFAULT": "alice", "COLUMNS": "200"}
+
+
+async def ok(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    """Call a tool that must succeed; its structured output."""
+    result = await client.call_tool(tool, arguments)
+    text = " ".join(getattr(c, "text", "") for c in result.content)
+    assert not result.is_error, f"{tool}({arguments}) failed: {text}"
+    assert result.structured_content is not None, f"{tool} returned no structured output"
+    return result.structured_content
+
+
+async def refused(client: Client, tool: str, **arguments: Any) -> str:
+    """Call a tool that must be refused as a tool error: a readable message, no traceback, nothing changed."""
+    result = await client.call_tool(tool, arguments)
+    text = " ".join(getattr(c, "text", "") for c in result.content)
+    assert result.is_error, f"{tool}({arguments}) should have been refused, got {result.structured_content}"
+    assert "Traceback" not in text and 'File "' not in text, text
+    assert "Nothing was changed" in text, text
+    return text
+
+
+# -- stdio ------------------------------------------------------------------------------------------------------
+
+
+async def test_over_stdio_a_client_drives_a_session_from_project_init_to_completed(tmp_path: Path):
+    repo = make_git_repo(tmp_path / "repo")
+    params = StdioServerParameters(command=TASKGATE, args=["serve"], env=taskgate_env(tmp_path), cwd=str(tmp_path))
+    server_log = tmp_path / "server.stderr"
+    with server_log.open("w") as errlog:
+        # `Client(params)` would do; the explicit transport lets the test read the server's stderr.
+        async with Client(stdio_client(params, errlog=errlog), read_timeout_seconds=60) as client:
+            assert client.server_info is not None
+            assert (client.server_info.name, client.server_info.version) == ("taskgate", __version__)
+            assert client.instructions and "project_session_start" in client.instructions
+
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert set(tools) == TOOL_NAMES
+            for tool in tools.values():
+                assert tool.description and tool.description.strip(), tool.name
+                assert tool.input_schema["type"] == "object", tool.name
+                assert tool.output_schema is not None and "summary" in tool.output_schema["properties"], tool.name
+            fire_schema = tools["session_fire"].input_schema
+            assert fire_schema["required"] == ["session_id", "trigger"]
+            assert "ctx" not in fire_schema["properties"]
+
+            project = await ok(client, "project_init", path=str(repo), name="demo")
+            assert (project["key"], project["root_path"], project["archived"]) == ("DEMO", str(repo), False)
+            plan = await ok(client, "plan_add", name="Phase 1")
+            assert (plan["id"], plan["status"]) == (1, "open")
+            first = await ok(client, "task_add", title="Build the API", plan_id=1, priority=1)
+            second = await ok(client, "task_add", title="Document it", plan_id=1, blocked_by=["DEMO-1"])
+            assert (first["id"], second["id"], second["blockers"]) == ("DEMO-1", "DEMO-2", ["DEMO-1"])
+            ready = await ok(client, "project_ready_tasks")
+            assert [t["id"] for t in ready["tasks"]] == ["DEMO-1"]
+
+            session = await ok(client, "project_session_start", task_id="DEMO-1")
+            assert (session["state"], session["operator_id"], session["version"]) == ("planning", "alice", 4)
+            assert "plan_complete" in session["allowed_triggers"]
+            sid = session["id"]
+
+            version = session["version"]
+            for trigger, before, after in HAPPY_PATH:
+                if before == "executing":  # a refusal over stdio: a tool error that says why, and nothing moves
+                    text = await refused(client, "session_fire", session_id=sid[:8], trigger="merge")
+                    assert "InvalidTransition" in text and "'merge' is not allowed" in text and "executing" in text
+                    unchanged = await ok(client, "session_status", session_id=sid)
+                    assert (unchanged["state"], unchanged["version"]) == ("executing", version)
+                fired = await ok(client, "session_fire", session_id=sid[:8], trigger=trigger, reason=f"via {trigger}")
+                version += 1
+                assert (fired["transition"]["from_state"], fired["transition"]["to_state"]) == (before, after)
+                assert (fired["session"]["state"], fired["session"]["version"]) == (after, version)
+                assert fired["transition"]["actor"] == "operator:alice"
+                assert fired["transition"]["reason"] == f"via {trigger}"
+
+            done = await ok(client, "session_status", session_id=sid)
+            assert (done["state"], done["version"], done["allowed_triggers"]) == ("completed", 9, [])
+            assert done["completed_at"] is not None
+
+            history = (await ok(client, "session_history", session_id=sid))["transitions"]
+            assert [r["to_state"] for r in history] == [
+                "created", "initializing", "ready", "planning", *(after for _, _, after in HAPPY_PATH)
+            ]  # fmt: skip
+            assert {r["outcome"] for r in history} == {"applied"}  # the refused merge wrote nothing
+            by_operator = [r for r in history if r["trigger"] in {"start", *(t for t, _, _ in HAPPY_PATH)}]
+            assert len(by_operator) == 6 and {r["actor"] for r in by_operator} == {"operator:alice"}
+
+            audit = await ok(client, "audit_query", actor="operator:alice", session_id=sid)
+            assert [r["trigger"] for r in audit["transitions"]][-5:] == [t for t, _, _ in HAPPY_PATH]
+            ready = await ok(client, "project_ready_tasks")
+            assert [t["id"] for t in ready["tasks"]] == ["DEMO-2"]
+    assert "Traceback" not in server_log.read_text()
+
+
+# -- streamable HTTP --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class HttpServer:
+    url: str
+    workdir: Path
+    env: dict[str, str]
+    operator_token: str
+    agent_token: str
+    agent_token_id: str
+    agent_session: str  # session 1 (DEMO-1): the one the agent token reaches
+    other_session: str  # session 2 (DEMO-2)
+
+    def cli(self, *args: str) -> str:
+        return run_cli(self.workdir, self.env, *args)
+
+    def cli_json(self, *args: str) -> Any:
+        return json.loads(self.cli(*args, "--json"))
+
+
+def run_cli(workdir: Path, env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([TASKGATE, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"taskgate {' '.join(args)} failed: {done.stderr}"
+    return done.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_until_listening(process: subprocess.Popen, port: int, log: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"taskgate serve --http exited with {process.returncode}: {log.read_text()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return  # uvicorn binds only after the app's lifespan (which opens the database) has started
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail(f"taskgate serve --http did not listen on port {port} within {timeout:.0f}s: {log.read_text()}")
+
+
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
+    """`taskgate serve --http` over a data dir prepared with the CLI: project demo, plan 1, DEMO-1..3, sessions
+    for DEMO-1 and DEMO-2 (both planning), an operator token for alice and an agent token for DEMO-1's session."""
+    workdir = tmp_path_factory.mktemp("mcp-http")
+    make_git_repo(workdir / "repo")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKGATE_")} | taskgate_env(workdir)
+
+    def cli_json(*args: str) -> Any:
+        return json.loads(run_cli(workdir, env, *args, "--json"))
+
+    run_cli(workdir, env, "init", "repo", "--name", "demo")
+    run_cli(workdir, env, "plan", "add", "Phase 1")
+    for title in ("Build the API", "Write the client", "Document it"):
+        run_cli(workdir, env, "task", "add", title, "--plan", "1")
+    first = cli_json("session", "start", "DEMO-1")["id"]
+    second = cli_json("session", "start", "DEMO-2")["id"]
+    operator = cli_json("token", "create", "--operator", "alice")
+    agent = cli_json("token", "create", "--agent", "--session", first[:8])
+    assert (operator["kind"], agent["kind"], agent["session_id"]) == ("operator", "agent", first)
+
+    port = _free_port()
+    log = workdir / "server.stderr"
+    with log.open("w") as errlog:
+        process = subprocess.Popen(
+            [TASKGATE, "serve", "--http", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=errlog,
+            stderr=errlog,
+        )
+    try:
+        _wait_until_listening(process, port, log)
+        yield HttpServer(
+            f"http://127.0.0.1:{port}/mcp",
+            workdir,
+            env,
+            operator["token"],
+            agent["token"],
+            agent["id"],
+            first,
+            second,
+        )
+        assert process.poll() is None, f"the server died: {log.read_text()}"
+        assert "Traceback" not in log.read_text(), log.read_text()
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@asynccontextmanager
+async def connect(server: HttpServer, token: str) -> AsyncIterator[Client]:
+    """An SDK client whose every request carries `Authorization: Bearer <token>`."""
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=60.0)) as http,
+        Client(streamable_http_client(server.url, http_client=http), read_timeout_seconds=60) as client,
+    ):
+        yield client
+
+
+def raw_post(server: HttpServer, token: str | None) -> httpx2.Response:
+    headers = dict(MCP_HEADERS) | ({"Authorization": f"Bearer {token}"} if token is not None else {})
+    return httpx2.post(server.url, json=INITIALIZE, headers=headers, timeout=30.0)
+
+
+def assert_401(response: httpx2.Response, says: str) -> None:
+    assert response.status_code == 401, response.text
+    challenge = response.headers["www-authenticate"]
+    assert challenge.startswith("Bearer ") and 'realm="taskgate"' in challenge and says in challenge
+    assert response.json()["error"] == "unauthorized" and says in response.json()["message"]
+
+
+def test_http_without_a_valid_bearer_token_is_401_with_a_bearer_challenge(http_server: HttpServer):
+    assert_401(raw_post(http_server, None), "a bearer token issued by `taskgate token create` is required")
+    assert_401(raw_post(http_server, "tg_" + "x" * 43), "unknown or revoked")
+    assert_401(raw_post(http_server, "not-even-a-taskgate-token"), "bearer token issued by")
+    basic = httpx2.post(
+        http_server.url, json=INITIALIZE, headers=MCP_HEADERS | {"Authorization": "Basic YWxpY2U6eA=="}, timeout=30.0
+    )
+    assert basic.status_code == 401
+    # the same request with the operator's token passes the gate: the 401s above are the gate's, not the body's
+    assert raw_post(http_server, http_server.operator_token).status_code == 200
+
+
+async def test_http_operator_token_drives_a_session_to_completed_as_that_operator(http_server: HttpServer):
+    async with connect(http_server, http_server.operator_token) as client:
+        assert client.server_info is not None and client.server_info.name == "taskgate"
+        assert {t.name for t in (await client.list_tools()).tools} == TOOL_NAMES
+        sid = http_server.other_session
+        assert (await ok(client, "session_status", session_id=sid))["state"] == "planning"
+        for trigger, before, after in HAPPY_PATH:
+            fired = await ok(client, "session_fire", session_id=sid, trigger=trigger)
+            assert (fired["transition"]["from_state"], fired["session"]["state"]) == (before, after)
+            assert fired["transition"]["actor"] == "operator:alice"
+        history = (await ok(client, "session_history", session_id=sid, limit=5))["transitions"]
+        assert [r["trigger"] for r in history] == [t for t, _, _ in HAPPY_PATH]
+        assert {r["actor"] for r in history} == {"operator:alice"}
+        assert (await ok(client, "session_status", session_id=sid))["state"] == "completed"
+    # what the server logged is what the CLI reads from the same database
+    rows = http_server.cli_json("session", "history", sid, "--limit", "5")
+    assert [(r["trigger"], r["actor"]) for r in rows] == [(t, "operator:alice") for t, _, _ in HAPPY_PATH]
+
+
+async def test_http_agent_token_reaches_only_its_own_session_and_only_its_own_triggers(http_server: HttpServer):
+    own, other = http_server.agent_session, http_server.other_session
+    async with connect(http_server, http_server.agent_token) as client:
+        before = await ok(client, "session_status", session_id=own[:8])
+        assert before["id"] == own
+
+        # operator-only tools: refused as tool errors that say agents may not
+        for tool, arguments in [
+            ("project_session_start", {"task_id": "DEMO-3"}),
+            ("project_init", {"path": str(http_server.workdir / "repo")}),
+            ("audit_query", {}),
+            ("project_ready_tasks", {}),
+            ("task_add", {"title": "sneaky"}),
+        ]:
+            text = await refused(client, tool, **arguments)
+            assert "Forbidden: agent tokens may not" in text and "ask an operator" in text, text
+        for trigger in ("approve", "merge", "cancel"):
+            text = await refused(client, "session_fire", session_id=own, trigger=trigger)
+            assert f"Forbidden: agents may not fire '{trigger}'" in text, text
+        text = await refused(client, "session_suspend", session_id=own)
+        assert "agents may not fire 'suspend'" in text
+
+        # another session: neither readable nor fireable, even with a trigger agents may fire
+        for tool, arguments in [
+            ("session_status", {"session_id": other}),
+            ("session_history", {"session_id": other}),
+            ("session_fire", {"session_id": other, "trigger": "plan_complete"}),
+        ]:
+            text = await refused(client, tool, **arguments)
+            assert f"Forbidden: this agent token is scoped to session {own}" in text, text
+
+        unchanged = await ok(client, "session_status", session_id=own)
+        assert (unchanged["state"], unchanged["version"]) == ("planning", before["version"])
+
+        # its own work: reported by the agent, logged as the agent
+        actor = f"agent:{http_server.agent_token_id}"
+        for trigger, from_state, to_state in HAPPY_PATH[:2]:
+            fired = await ok(client, "session_fire", session_id=own, trigger=trigger, reason="done")
+            assert (fired["transition"]["from_state"], fired["session"]["state"]) == (from_state, to_state)
+            assert fired["transition"]["actor"] == actor
+        history = (await ok(client, "session_history", session_id=own, limit=2))["transitions"]
+        assert [(r["trigger"], r["actor"]) for r in history] == [("plan_complete", actor), ("work_complete", actor)]
+        text = await refused(client, "session_fire", session_id=own, trigger="approve")
+        assert "agents may not fire 'approve'" in text
+
+    async with connect(http_server, http_server.operator_token) as operator:
+        other_now = await ok(operator, "session_status", session_id=other)
+        assert other_now["state"] in {"planning", "completed"}  # untouched by the agent (the operator test may run)
+        by_agent = await ok(operator, "audit_query", actor=actor)
+        assert {r["session_id"] for r in by_agent["transitions"]} == {own}
+
+
+async def test_http_operator_id_must_match_the_token(http_server: HttpServer):
+    async with connect(http_server, http_server.operator_token) as client:
+        text = await refused(client, "project_session_start", task_id="DEMO-3", operator_id="bob")
+        assert "Forbidden: operator_id 'bob' does not match the caller (operator:alice)" in text
+        assert "DEMO-3" in [t["id"] for t in (await ok(client, "project_ready_tasks"))["tasks"]]
+        started = await ok(client, "project_session_start", task_id="DEMO-3", operator_id="alice")
+        assert (started["state"], started["operator_id"]) == ("planning", "alice")
+        start_row = (await ok(client, "session_history", session_id=started["id"], limit=1))["transitions"][0]
+        assert (start_row["trigger"], start_row["actor"]) == ("start", "operator:alice")
+    async with connect(http_server, http_server.agent_token) as agent:  # an agent is no operator at all
+        text = await refused(agent, "project_session_start", task_id="DEMO-3", operator_id="alice")
+        assert "agent tokens may not start sessions" in text
+
+
+async def test_http_a_revoked_token_stops_working_at_once(http_server: HttpServer):
+    issued = http_server.cli_json("token", "create", "--operator", "alice", "--label", "to revoke")
+    async with connect(http_server, issued["token"]) as client:
+        assert (await ok(client, "ping"))["summary"] == "pong"
+        http_server.cli("token", "revoke", issued["id"])
+        with pytest.raises(MCPError, match="Server returned an error response"):  # the SDK's view of a 401
+            await client.call_tool("ping", {})
+    assert_401(raw_post(http_server, issued["token"]), "unknown or revoked")
+    assert raw_post(http_server, http_server.operator_token).status_code == 200  # only that token is gone
+    listed = {t["id"]: t for t in http_server.cli_json("token", "list")}
+    assert listed[issued["id"]]["revoked_at"] is not None and listed[issued["id"]]["token_hash"] is None
