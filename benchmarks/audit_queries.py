@@ -424,7 +424,7 @@ def wire(database: Database) -> tuple[SessionService, AuditService]:
     def uow(*, write: bool) -> SqlAlchemyUnitOfWork:
         return SqlAlchemyUnitOfWork(database, write=write)
 
-    sessions, _tracker, audit = build_services(
+    sessions, _tracker, audit, _access = build_services(
         uow, clock=SystemClock(), ids=UuidGenerator(), vcs=GitPythonVcs(), policies=default_policies()
     )
     return sessions, audit

@@ -118,7 +118,7 @@ async def open_stack(url: str, *, synchronous: str = "FULL", wip_limit: int = TA
     def uow(*, write: bool) -> SqlAlchemyUnitOfWork:
         return SqlAlchemyUnitOfWork(database, write=write)
 
-    sessions, _tracker, _audit = build_services(
+    sessions, _tracker, _audit, _access = build_services(
         uow, clock=SystemClock(), ids=UuidGenerator(), vcs=GitPythonVcs(), policies=default_policies(wip_limit)
     )
     return Stack(database, sessions, uow)

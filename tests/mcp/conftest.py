@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcp import Client
+
 from taskgate.bootstrap import App
 from taskgate.domain.access import Principal
 from taskgate.entrypoints.mcp.server import build_server
