@@ -220,3 +220,22 @@ async def test_an_agent_cannot_learn_other_session_ids_by_probing_prefixes(servi
             assert other["id"] not in refusal and "not found" not in refusal
         fired = await agent.ok("session_fire", session_id=mine["id"][:6], trigger="plan_complete")
         assert fired["transition"]["seq"] is not None
+
+
+async def test_nul_characters_huge_ids_and_out_of_range_timestamps_are_refused_by_name(services, tmp_path):
+    async with connect(services, ALICE) as tools:
+        await seed(tools, tmp_path, tasks=1)
+        session = await tools.ok("project_session_start", task_id="SHOP-1")
+        before = await services.snapshot()
+        assert "parameter 'reason' contains a NUL" in await tools.refused(
+            "session_suspend", session_id=session["id"], reason="a\x00b"
+        )
+        assert "parameter 'blocked_by' contains a NUL" in await tools.refused(
+            "task_add", title="x", blocked_by=["SHOP-1\x00"]
+        )
+        assert f"plan {2**63} not found" in await tools.refused("task_add", title="x", plan_id=2**63)
+        assert "project ² not found" in await tools.refused("plan_list", project="²")
+        assert "out of range" in await tools.refused(
+            "session_state_at", session_id=session["id"], timestamp="0001-01-01T00:00:00+14:00"
+        )
+        assert await services.snapshot() == before

@@ -229,7 +229,7 @@ class TrackerService:
 
     @staticmethod
     async def _find_ref(uow: UnitOfWork, ref: str) -> Project:
-        if ref.isdigit():
+        if ref.isascii() and ref.isdigit():  # not '²': str.isdigit() accepts it, int() does not
             return await uow.projects.get(int(ref))
         found = await uow.projects.find(name=ref) or await uow.projects.find(key=ref.upper())
         if found is None:

@@ -101,7 +101,12 @@ def parse_timestamp(text: str) -> datetime:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
         raise InvalidInput(f"malformed timestamp '{text}': use ISO 8601, e.g. 2026-11-21T10:00:00Z") from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+    value = value if value.tzinfo else value.replace(tzinfo=UTC)
+    try:
+        value.astimezone(UTC)  # what the database stores; 0001-01-01T00:00+14:00 has no UTC equivalent
+    except OverflowError:
+        raise InvalidInput(f"timestamp '{text}' is out of range once converted to UTC") from None
+    return value
 
 
 def _timestamp_or_fail(text: str | None) -> datetime | None:

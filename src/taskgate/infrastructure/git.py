@@ -21,13 +21,16 @@ class GitPythonVcs:
 
     @staticmethod
     def _inspect(path: str) -> RepositoryInfo:
-        target = Path(path).expanduser().resolve()
-        if not target.exists():
-            raise InvalidInput(f"path {target} does not exist")
         try:
+            target = Path(path).expanduser().resolve()
+            if not target.exists():
+                raise InvalidInput(f"path {target} does not exist")
             repo = Repo(target, search_parent_directories=True)
         except (InvalidGitRepositoryError, NoSuchPathError):
             raise InvalidInput(f"{target} is not inside a git repository (run `git init` there first)") from None
+        except (OSError, ValueError, RuntimeError) as exc:  # name too long, NUL byte, unknown ~user, no access
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise InvalidInput(f"path '{path[:200]}' cannot be used: {reason}") from None
         try:
             if repo.bare or repo.working_tree_dir is None:
                 raise InvalidInput(f"{target} is a bare repository; taskgate needs a working tree")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -29,8 +31,18 @@ class _OpenApp:
             await app.close()
 
 
+def _plain_logging() -> None:
+    """WARNING and up, as plain lines on stderr. Without this the SDK's `MCPServer` installs rich's handler at
+    INFO: every transition then renders two INFO lines of the `transitions` library (~1.4 ms each, on the event
+    loop) and every crash a rich traceback (~2 s)."""
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+
+
 def serve_stdio(settings: Settings) -> None:
     """MCP over stdin/stdout; the caller is the configured local operator."""
+    _plain_logging()
     opener = _OpenApp(settings)
     principal = Principal.operator(settings.operator.default)
     build_server(opener, local_principal=principal, tool_names=settings.mcp.tool_names).run()
@@ -40,6 +52,7 @@ def serve_http(settings: Settings, host: str, port: int) -> None:
     """MCP over streamable HTTP at http://HOST:PORT/mcp; every request needs a bearer token."""
     import uvicorn
 
+    _plain_logging()
     opener = _OpenApp(settings)
     server = build_server(opener, local_principal=None, tool_names=settings.mcp.tool_names)
     config = uvicorn.Config(http_app(server, lambda: opener.app, host), host=host, port=port, log_level="warning")

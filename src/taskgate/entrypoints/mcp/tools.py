@@ -70,12 +70,21 @@ def _hint(exc: TaskgateError) -> str:
     return " Nothing was changed."
 
 
+def _refuse_nul(arguments: dict[str, Any]) -> None:
+    """NUL is valid JSON but not valid text for PostgreSQL (and never meaningful here): refuse it by name."""
+    for name, value in arguments.items():
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and "\x00" in v for v in values):
+            raise InvalidInput(f"parameter '{name}' contains a NUL character")
+
+
 def tool_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     """Turn taskgate errors into tool errors that say what was wrong; anything else stays an internal error."""
 
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            _refuse_nul(kwargs)
             return await fn(*args, **kwargs)
         except TaskgateError as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}.{_hint(exc)}") from exc
@@ -101,7 +110,12 @@ def _timestamp(text: str | None) -> datetime | None:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
         raise InvalidInput(f"malformed timestamp '{text[:64]}': use ISO 8601, e.g. 2026-11-21T10:00:00Z") from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+    value = value if value.tzinfo else value.replace(tzinfo=UTC)
+    try:
+        value.astimezone(UTC)  # what the database stores; 0001-01-01T00:00+14:00 has no UTC equivalent
+    except OverflowError:
+        raise InvalidInput(f"timestamp '{text[:64]}' is out of range once converted to UTC") from None
+    return value
 
 
 async def _session_id(call: Call, ref: str, capability: Capability = Capability.READ_SESSION, trigger=None) -> str:

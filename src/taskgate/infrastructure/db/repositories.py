@@ -42,6 +42,13 @@ from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.engine import AnyConnection
 
 _TERMINAL = [s.value for s in TERMINAL_STATES]
+_INTEGER_IDS = range(-(2**31), 2**31)  # INTEGER id columns: 32-bit on PostgreSQL, 64-bit on SQLite
+
+
+def _storable(ident: int) -> bool:
+    """Whether an INTEGER id column could hold `ident`. One it cannot names nothing, and must not reach the
+    driver: sqlite3 raises OverflowError past 64 bits, asyncpg a DataError past 32."""
+    return ident in _INTEGER_IDS
 
 
 class _Repository:
@@ -70,6 +77,8 @@ class SqlAlchemyProjectRepository(_Repository):
         )
 
     async def get(self, project_id: int) -> Project:
+        if not _storable(project_id):
+            raise ProjectNotFound(project_id)
         row = await self._one(sql.PROJECT_BY_ID, {"id": project_id})
         if row is None:
             raise ProjectNotFound(project_id)
@@ -107,6 +116,8 @@ class SqlAlchemyPlanRepository(_Repository):
         return Plan(result.inserted_primary_key[0], project_id, name, PlanStatus.OPEN, created_at)
 
     async def get(self, plan_id: int, *, lock: bool = False) -> Plan:
+        if not _storable(plan_id):
+            raise PlanNotFound(plan_id)
         row = await self._one(self._pick(sql.PLAN_BY_ID, sql.PLAN_BY_ID_FOR_UPDATE, lock), {"id": plan_id})
         if row is None:
             raise PlanNotFound(plan_id)
@@ -138,6 +149,8 @@ class SqlAlchemyTaskRepository(_Repository):
 
     async def list(self, project_id: int, *, plan_id: int | None = None, status: TaskStatus | None = None):
         stmt = select(t.tasks).where(t.tasks.c.project_id == project_id)
+        if plan_id is not None and not _storable(plan_id):
+            return []
         if plan_id is not None:
             stmt = stmt.where(t.tasks.c.plan_id == plan_id)
         if status is not None:
