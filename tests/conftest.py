@@ -162,8 +162,9 @@ async def open_database(backend: str, request: pytest.FixtureRequest, tmp_path: 
     return db, url
 
 
-def wire(backend: str, database: object, url: str | None, *, clock=None, ids=None, vcs=None,
-         wip_limit: int = 3) -> Services:
+def wire(
+    backend: str, database: object, url: str | None, *, clock=None, ids=None, vcs=None, wip_limit: int = 3
+) -> Services:
     if isinstance(database, InMemoryDatabase):
         uow = database.unit_of_work
     else:

@@ -125,10 +125,10 @@ async def test_over_stdio_a_client_drives_a_session_from_project_init_to_complet
                     assert (unchanged["state"], unchanged["version"]) == ("executing", version)
                 fired = await ok(client, "session_fire", session_id=sid[:8], trigger=trigger, reason=f"via {trigger}")
                 version += 1
-                assert (fired["transition"]["from_state"], fired["transition"]["to_state"]) == (before, after)
-                assert (fired["session"]["state"], fired["session"]["version"]) == (after, version)
-                assert fired["transition"]["actor"] == "operator:alice"
-                assert fired["transition"]["reason"] == f"via {trigger}"
+                assert (fired["from_state"], fired["to_state"]) == (before, after)
+                assert (fired["state"], fired["version"]) == (after, version)
+                assert fired["actor"] == "operator:alice"
+                assert fired["reason"] == f"via {trigger}"
 
             done = await ok(client, "session_status", session_id=sid)
             assert (done["state"], done["version"], done["allowed_triggers"]) == ("completed", 9, [])
@@ -293,8 +293,8 @@ async def test_http_operator_token_drives_a_session_to_completed_as_that_operato
         assert (await ok(client, "session_status", session_id=sid))["state"] == "planning"
         for trigger, before, after in HAPPY_PATH:
             fired = await ok(client, "session_fire", session_id=sid, trigger=trigger)
-            assert (fired["transition"]["from_state"], fired["session"]["state"]) == (before, after)
-            assert fired["transition"]["actor"] == "operator:alice"
+            assert (fired["from_state"], fired["state"]) == (before, after)
+            assert fired["actor"] == "operator:alice"
         history = (await ok(client, "session_history", session_id=sid, limit=5))["transitions"]
         assert [r["trigger"] for r in history] == [t for t, _, _ in HAPPY_PATH]
         assert {r["actor"] for r in history} == {"operator:alice"}
@@ -342,8 +342,8 @@ async def test_http_agent_token_reaches_only_its_own_session_and_only_its_own_tr
         actor = f"agent:{http_server.agent_token_id}"
         for trigger, from_state, to_state in HAPPY_PATH[:2]:
             fired = await ok(client, "session_fire", session_id=own, trigger=trigger, reason="done")
-            assert (fired["transition"]["from_state"], fired["session"]["state"]) == (from_state, to_state)
-            assert fired["transition"]["actor"] == actor
+            assert (fired["from_state"], fired["state"]) == (from_state, to_state)
+            assert fired["actor"] == actor
         history = (await ok(client, "session_history", session_id=own, limit=2))["transitions"]
         assert [(r["trigger"], r["actor"]) for r in history] == [("plan_complete", actor), ("work_complete", actor)]
         text = await refused(client, "session_fire", session_id=own, trigger="approve")

@@ -512,7 +512,7 @@ class Harness:
         for row in out.get("transitions", []):
             assert row["session_id"] == self.principal.session_id, out["summary"]
         if tool in AGENT_FIRES:
-            assert Trigger(out["transition"]["trigger"]) in AGENT_TRIGGERS, out["summary"]
+            assert Trigger(out["trigger"]) in AGENT_TRIGGERS, out["summary"]
 
 
 def _outcome(tool: str, result: Any) -> str:

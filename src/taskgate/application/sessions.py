@@ -11,6 +11,7 @@ cannot deadlock. `create_session` locks the task row, and a partial unique index
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -41,6 +42,7 @@ from taskgate.domain.session_fsm import TransitionSpec, allowed_triggers, find_t
 from taskgate.domain.states import TERMINAL_STATES, WIP_STATES, SessionState, Trigger
 
 SYSTEM_ACTOR = "system"
+_FULL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +174,8 @@ class SessionService:
         Raises: InvalidInput (too short or ambiguous), SessionNotFound.
         """
         ref = ref.strip().lower()
+        if _FULL_ID.fullmatch(ref):
+            return ref  # nothing to resolve; whatever reads or fires next raises SessionNotFound if it is unknown
         if len(ref) < 4:
             raise InvalidInput(f"session id '{ref}' is too short; give at least 4 characters")
         async with self._uow(write=False) as uow:

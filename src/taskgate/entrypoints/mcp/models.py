@@ -171,9 +171,43 @@ class TransitionList(BaseModel):
 
 
 class FireOut(BaseModel):
+    """One fired trigger: the transition and the session state it left. Flat on purpose: clients validate every
+    result against this schema, and nesting (with $refs) made that cost more than the transition itself."""
+
     summary: str
-    session: SessionOut
-    transition: TransitionOut
+    session_id: str
+    trigger: str
+    from_state: str | None
+    to_state: str
+    state: str = Field(description="The session's state now (equals to_state).")
+    prior_state: str | None = Field(description="Where `resume` returns to, while suspended.")
+    version: int = Field(description="The session's version now.")
+    allowed_triggers: list[str] = Field(description="Triggers that can fire next.")
+    seq: int | None = Field(description="The transition log row.")
+    at: datetime
+    actor: str
+    reason: str | None
+    guard_results: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, session: Session, record: TransitionRecord) -> FireOut:
+        return cls(
+            summary=f"{record.trigger}: {record.from_state} → {record.to_state} "
+            f"(session {session.id}, version {session.version})",
+            session_id=session.id,
+            trigger=record.trigger,
+            from_state=record.from_state,
+            to_state=record.to_state,
+            state=session.state.value,
+            prior_state=session.prior_state.value if session.prior_state else None,
+            version=session.version,
+            allowed_triggers=allowed_triggers(session.state, session.prior_state),
+            seq=record.seq,
+            at=record.at,
+            actor=record.actor,
+            reason=record.reason,
+            guard_results=record.guard_results,
+        )
 
 
 class StateAtOut(BaseModel):

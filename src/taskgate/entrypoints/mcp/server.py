@@ -55,12 +55,15 @@ def build_server(
         async with open_app() as app:
             yield Runtime(app, local_principal)
 
+    # WARNING, not the SDK's INFO: the SDK installs Rich logging, and the `transitions` library logs two INFO
+    # lines per transition, which Rich rendered on the event loop for ~1.4 ms each (measured).
     server = MCPServer(
         "taskgate",
         version=__version__,
         instructions=INSTRUCTIONS,
         lifespan=lifespan,
         title="taskgate: guarded, audited sessions for AI coding agents",
+        log_level="WARNING",
     )
     if tool_names == "colon":  # the seed's names: the SDK warns that ':' is outside SEP-986; that is the point
         logging.getLogger("mcp.shared.tool_name_validation").setLevel(logging.ERROR)

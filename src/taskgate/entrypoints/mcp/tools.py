@@ -34,7 +34,6 @@ from taskgate.entrypoints.mcp.models import (
     TaskList,
     TaskOut,
     TransitionList,
-    TransitionOut,
 )
 
 PRINCIPAL_SCOPE_KEY = "taskgate.principal"
@@ -299,12 +298,7 @@ async def _fire(
     call = _call(ctx)
     sid = await _session_id(call, session_id, Capability.FIRE, parse_trigger(trigger))
     result = await call.app.sessions.fire(FireTrigger(sid, trigger, call.principal.actor, reason, expected_version))
-    return FireOut(
-        summary=f"{trigger}: {result.record.from_state} → {result.record.to_state} "
-        f"(session {sid}, version {result.session.version})",
-        session=SessionOut.of(result.session),
-        transition=TransitionOut.of(result.record),
-    )
+    return FireOut.of(result.session, result.record)
 
 
 @tool_errors
