@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, TypeVar
@@ -15,6 +15,7 @@ import typer
 from taskgate import __version__
 from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import FireTrigger, StartTask
+from taskgate.application.timestamps import parse_timestamp
 from taskgate.application.tracker import AddTask
 from taskgate.bootstrap import App, bootstrap, database_report, load_settings
 from taskgate.domain import session_fsm
@@ -93,20 +94,6 @@ def emit(value: object, as_json: bool, as_table: Callable[[], object]) -> None:
         render.print_json(value)
     else:
         console.print(as_table())
-
-
-def parse_timestamp(text: str) -> datetime:
-    """ISO 8601; a timestamp without a zone is read as UTC. Raises: InvalidInput."""
-    try:
-        value = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InvalidInput(f"malformed timestamp '{text}': use ISO 8601, e.g. 2026-11-21T10:00:00Z") from None
-    value = value if value.tzinfo else value.replace(tzinfo=UTC)
-    try:
-        value.astimezone(UTC)  # what the database stores; 0001-01-01T00:00+14:00 has no UTC equivalent
-    except OverflowError:
-        raise InvalidInput(f"timestamp '{text}' is out of range once converted to UTC") from None
-    return value
 
 
 def _timestamp_or_fail(text: str | None) -> datetime | None:

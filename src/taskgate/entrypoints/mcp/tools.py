@@ -8,7 +8,7 @@ writes nothing (the use cases guarantee it). No annotation here may be a string:
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
@@ -17,6 +17,7 @@ from pydantic import Field
 
 from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import FireTrigger, StartTask, parse_trigger
+from taskgate.application.timestamps import parse_timestamp
 from taskgate.application.tracker import AddTask
 from taskgate.bootstrap import App
 from taskgate.domain.access import Capability, Principal, authorize, check_operator_param
@@ -103,18 +104,7 @@ Timestamp = Annotated[str, Field(description="ISO 8601, e.g. 2026-11-21T10:00:00
 
 
 def _timestamp(text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    try:
-        value = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InvalidInput(f"malformed timestamp '{text[:64]}': use ISO 8601, e.g. 2026-11-21T10:00:00Z") from None
-    value = value if value.tzinfo else value.replace(tzinfo=UTC)
-    try:
-        value.astimezone(UTC)  # what the database stores; 0001-01-01T00:00+14:00 has no UTC equivalent
-    except OverflowError:
-        raise InvalidInput(f"timestamp '{text[:64]}' is out of range once converted to UTC") from None
-    return value
+    return None if text is None else parse_timestamp(text)
 
 
 async def _session_id(call: Call, ref: str, capability: Capability = Capability.READ_SESSION, trigger=None) -> str:
