@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from taskgate.application.access import AccessService
 from taskgate.application.audit import AuditService
@@ -10,6 +12,7 @@ from taskgate.application.guards import GuardEvaluator
 from taskgate.application.ports import Clock, IdGenerator, UnitOfWorkFactory, VcsProvider
 from taskgate.application.sessions import SessionService
 from taskgate.application.tracker import TrackerService
+from taskgate.domain.entities import ApiToken
 from taskgate.domain.policies import Policy, default_policies
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db.engine import Database, redact
@@ -38,11 +41,35 @@ class App:
 
 
 def build_services(
-    uow: UnitOfWorkFactory, *, clock: Clock, ids: IdGenerator, vcs: VcsProvider, policies: list[Policy]
+    uow: UnitOfWorkFactory,
+    *,
+    clock: Clock,
+    ids: IdGenerator,
+    vcs: VcsProvider,
+    policies: list[Policy],
+    configured_tokens: Sequence[ApiToken] = (),
 ) -> tuple[SessionService, TrackerService, AuditService, AccessService]:
     """Wire the use cases to any set of adapters (real or fake)."""
     sessions = SessionService(uow, GuardEvaluator(policies), clock, ids)
-    return sessions, TrackerService(uow, clock, vcs), AuditService(uow), AccessService(uow, clock)
+    access = AccessService(uow, clock, configured_tokens)
+    return sessions, TrackerService(uow, clock, vcs), AuditService(uow), access
+
+
+def configured_tokens(settings: Settings) -> list[ApiToken]:
+    """The `[[mcp.tokens]]` of the config as tokens (hashes only)."""
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    return [
+        ApiToken(
+            id=f"cfg-{t.sha256[:8]}",
+            token_hash=t.sha256,
+            kind="operator" if t.operator else "agent",
+            created_at=epoch,
+            operator_id=t.operator,
+            session_id=t.session,
+            label=t.label or "from config",
+        )
+        for t in settings.mcp.tokens
+    ]
 
 
 async def bootstrap(
@@ -72,6 +99,7 @@ async def bootstrap(
         ids=ids or UuidGenerator(),
         vcs=GitPythonVcs(),
         policies=default_policies(settings.policies.wip_limit.limit),
+        configured_tokens=configured_tokens(settings),
     )
     return App(settings, *services, database=database)
 

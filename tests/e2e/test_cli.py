@@ -191,3 +191,14 @@ def test_the_same_commands_run_on_postgresql_by_setting_only_the_database_url(tm
     session = cli.json("session", "start", task["id"])
     assert session["state"] == "planning"
     assert [r["trigger"] for r in cli.json("session", "history", session["id"])][-1] == "start"
+
+
+def test_a_config_entry_token_is_printed_with_its_hash_and_nothing_is_stored(seeded_cli):
+    import hashlib
+
+    cli, _sid = seeded_cli
+    before = cli.table_counts()
+    out = cli.ok("token", "create", "--operator", "alice", "--config-entry", "--label", "ci").splitlines()
+    secret = next(line for line in out if line.startswith("tg_"))
+    assert f'sha256 = "{hashlib.sha256(secret.encode()).hexdigest()}"' in out and 'operator = "alice"' in out
+    assert cli.table_counts() == before

@@ -36,3 +36,27 @@ async def test_tokens_are_refused_for_unknown_owners(services, git_repo):
     with pytest.raises(InvalidInput):
         await services.access.revoke("nope")
     assert await services.snapshot() == before
+
+
+async def test_configured_tokens_authenticate_without_a_database_row(services):
+    from taskgate.application.access import AccessService
+    from taskgate.bootstrap import configured_tokens
+    from taskgate.infrastructure.settings import load_settings
+    from taskgate.infrastructure.system import SystemClock
+
+    secret, digest = AccessService.new_secret()
+    agent_secret, agent_digest = AccessService.new_secret()
+    settings = load_settings(
+        mcp={
+            "tokens": [
+                {"operator": "alice", "sha256": digest},
+                {"session": "s-1", "sha256": agent_digest, "label": "ci"},
+            ]
+        }
+    )
+    access = AccessService(services.uow, SystemClock(), configured_tokens(settings))
+    assert await access.authenticate(secret) == Principal.operator("alice")
+    assert (await access.authenticate(agent_secret)).session_id == "s-1"
+    assert {t.label for t in await access.list_tokens()} == {"from config", "ci"}
+    with pytest.raises(Unauthenticated):
+        await access.authenticate(secret + "x")

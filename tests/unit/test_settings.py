@@ -72,3 +72,23 @@ def test_invalid_values_name_the_field_and_the_file(tmp_path, text, field):
     with pytest.raises(InvalidInput) as raised:
         load_settings(tmp_path)
     assert field in str(raised.value) and "taskgate.toml" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        'sha256 = "abc"\noperator = "alice"',
+        f'sha256 = "{"a" * 64}"',
+        f'sha256 = "{"a" * 64}"\noperator = "a"\nsession = "s"',
+    ],
+)
+def test_a_configured_token_needs_a_sha256_and_exactly_one_owner(tmp_path, entry):
+    write_config(tmp_path, f"[[mcp.tokens]]\n{entry}\n")
+    with pytest.raises(InvalidInput, match=r"mcp\.tokens"):
+        load_settings(tmp_path)
+
+
+def test_configured_tokens_are_read_from_the_file(tmp_path):
+    write_config(tmp_path, f'[[mcp.tokens]]\noperator = "alice"\nsha256 = "{"b" * 64}"\n')
+    [token] = load_settings(tmp_path).mcp.tokens
+    assert token.operator == "alice" and token.session is None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from taskgate.application.ports import Clock, UnitOfWorkFactory
@@ -33,8 +34,10 @@ def hash_token(secret: str) -> str:
 class AccessService:
     """Issues tokens and turns a presented token into a `Principal`."""
 
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, configured: Sequence[ApiToken] = ()) -> None:
+        """`configured` are tokens provisioned in config (hashes only); they cannot be revoked from the CLI."""
         self._uow, self._clock = uow, clock
+        self._configured = {token.token_hash: token for token in configured}
 
     async def create_operator_token(self, operator_id: str, label: str = "") -> IssuedToken:
         """Raises: OperatorNotFound."""
@@ -52,8 +55,11 @@ class AccessService:
         """The principal a bearer token stands for. Raises: Unauthenticated (missing, unknown or revoked)."""
         if not secret or not secret.startswith(TOKEN_PREFIX) or len(secret) > 200:
             raise Unauthenticated("a bearer token issued by `taskgate token create` is required")
-        async with self._uow(write=False) as uow:
-            token = await uow.tokens.find_by_hash(hash_token(secret))
+        digest = hash_token(secret)
+        token = self._configured.get(digest)
+        if token is None:
+            async with self._uow(write=False) as uow:
+                token = await uow.tokens.find_by_hash(digest)
         if token is None or token.revoked_at is not None:
             raise Unauthenticated("the bearer token is unknown or revoked")
         if token.kind == PrincipalKind.AGENT:
@@ -63,8 +69,9 @@ class AccessService:
         return Principal.operator(token.operator_id)
 
     async def list_tokens(self) -> list[ApiToken]:
+        """Issued tokens, then the configured ones."""
         async with self._uow(write=False) as uow:
-            return await uow.tokens.list()
+            return await uow.tokens.list() + list(self._configured.values())
 
     async def revoke(self, token_id: str) -> ApiToken:
         """Raises: InvalidInput for an unknown token id."""
@@ -74,10 +81,16 @@ class AccessService:
             await uow.commit()
             return next(t for t in await uow.tokens.list() if t.id == token_id)
 
+    @staticmethod
+    def new_secret() -> tuple[str, str]:
+        """A fresh token and its SHA-256, for provisioning in config; nothing is stored."""
+        secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        return secret, hash_token(secret)
+
     async def _issue(self, uow, kind: PrincipalKind, label: str, **owner: str) -> IssuedToken:
         if len(label) > 200:
             raise InvalidInput("token label must be at most 200 characters")
-        secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        secret, _ = self.new_secret()
         token = ApiToken(
             id=secrets.token_hex(6),
             token_hash=hash_token(secret),

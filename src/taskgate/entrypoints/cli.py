@@ -484,11 +484,21 @@ def token_create(
     agent: Annotated[bool, typer.Option("--agent", help="An agent token, scoped to --session.")] = False,
     session: Annotated[str | None, typer.Option("--session", help="The session an agent token reaches.")] = None,
     label: Annotated[str, typer.Option("--label", help="A note to recognise the token by.")] = "",
+    config_entry: Annotated[
+        bool,
+        typer.Option(
+            "--config-entry",
+            help="Store nothing: print the token and a [[mcp.tokens]] entry (its hash) for the config.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Issue a bearer token. It is shown once; only its hash is stored."""
+    """Issue a bearer token. It is shown once; only its hash is stored (in the database, or in your config)."""
     if agent == (operator is not None) or (agent and not session) or (session and not agent):
         fail("give either --operator ID, or --agent --session ID")
+    if config_entry:
+        _print_config_entry(operator, session, label)
+        return
 
     async def work(services: App):
         if agent:
@@ -503,6 +513,17 @@ def token_create(
         return
     console.print(f"token {issued.token.id} ({issued.token.kind}) created; it is shown only this once:")
     print(issued.secret)
+
+
+def _print_config_entry(operator: str | None, session: str | None, label: str) -> None:
+    from taskgate.application.access import AccessService
+
+    secret, digest = AccessService.new_secret()
+    owner = f'operator = "{operator}"' if operator else f'session = "{session}"'
+    console.print("the token (shown only this once; give it to the client):", highlight=False)
+    print(secret)
+    console.print("add this to config/taskgate.toml (it holds only the hash):", highlight=False)
+    print(f'[[mcp.tokens]]\n{owner}\nsha256 = "{digest}"\nlabel = "{label}"')
 
 
 @token_app.command("list")

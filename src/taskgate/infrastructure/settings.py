@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from taskgate.domain.errors import InvalidInput
@@ -31,8 +31,24 @@ class PoliciesSettings(BaseModel):
     wip_limit: WipLimitSettings = WipLimitSettings()
 
 
+class ConfiguredToken(BaseModel):
+    """A bearer token provisioned in config: only its SHA-256 (`taskgate token create --config-entry` prints one)."""
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    operator: str | None = None
+    session: str | None = None
+    label: str = ""
+
+    @model_validator(mode="after")
+    def _one_owner(self) -> ConfiguredToken:
+        if (self.operator is None) == (self.session is None):
+            raise ValueError("a configured token names exactly one of operator or session")
+        return self
+
+
 class McpSettings(BaseModel):
     tool_names: Literal["underscore", "colon"] = "underscore"
+    tokens: list[ConfiguredToken] = []
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=1, le=65535)
 
