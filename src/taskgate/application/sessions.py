@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 
 from taskgate.application.guards import GuardEvaluator
 from taskgate.application.ports import Clock, IdGenerator, UnitOfWork, UnitOfWorkFactory
@@ -246,7 +245,7 @@ class SessionService:
         return row
 
     async def _creation_facts(self, uow: UnitOfWork, cmd: CreateSession, row: TransitionSpec) -> GuardFacts:
-        task = await uow.tasks.get(cmd.task_id, lock=True)
+        task = await uow.tasks.get(cmd.task_id, lock=True, with_blockers=False)  # blockers_of below has them
         project = await uow.projects.get(task.project_id)
         if project.archived_at is not None:
             raise ProjectArchived(project.name)
@@ -358,7 +357,7 @@ class SessionService:
 
     async def _ready_session_for(self, cmd: StartTask) -> Session:
         async with self._uow(write=False) as uow:
-            await uow.tasks.get(cmd.task_id)  # raises TaskNotFound before anything else
+            await uow.tasks.get(cmd.task_id, with_blockers=False)  # raises TaskNotFound before anything else
             active = await uow.sessions.active_for_task(cmd.task_id)
             existing = await uow.sessions.get(active[0]) if active else None
         if existing is None:
@@ -447,20 +446,3 @@ def replay(rows: list[TransitionRecord]) -> SessionState:
         state = row.dest
     assert state is not None
     return state
-
-
-def describe_record(rec: TransitionRecord) -> dict[str, Any]:
-    """A transition record as plain JSON-able data (for CLI and MCP output)."""
-    return {
-        "seq": rec.seq,
-        "session_id": rec.session_id,
-        "trigger": rec.trigger,
-        "from_state": rec.from_state,
-        "to_state": rec.to_state,
-        "outcome": rec.outcome.value,
-        "actor": rec.actor,
-        "reason": rec.reason,
-        "guard_results": rec.guard_results,
-        "session_version": rec.session_version,
-        "at": rec.at.isoformat(),
-    }

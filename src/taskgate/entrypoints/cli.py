@@ -255,8 +255,7 @@ def task_ready(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
 
 def _local_actor(services: App) -> str:
     """The CLI acts as the configured local operator."""
-    assert services.settings is not None
-    return f"operator:{services.settings.operator.default}"
+    return _operator_actor(services, None)[1]
 
 
 def _operator_actor(services: App, operator: str | None) -> tuple[str, str]:

@@ -55,9 +55,6 @@ class _Repository:
     def __init__(self, conn: AnyConnection, dialect: str) -> None:
         self._conn, self._dialect = conn, dialect
 
-    def _locked(self, stmt: Select[Any], lock: bool) -> Select[Any]:
-        return stmt.with_for_update() if lock and self._dialect == "postgresql" else stmt
-
     def _pick(self, plain: Select[Any], for_update: Select[Any], lock: bool) -> Select[Any]:
         return for_update if lock and self._dialect == "postgresql" else plain
 
