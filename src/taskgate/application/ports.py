@@ -6,7 +6,7 @@ Adapters live in `taskgate.infrastructure`; in-memory twins live in `tests/fakes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -160,9 +160,162 @@ class RepositoryInfo:
     head_branch: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class WorktreeCreated:
+    """What `create_worktree` made: the folder, its new branch, and the base it started from."""
+
+    path: str
+    branch: str
+    base_ref: str
+    base_commit: str
+
+
+@dataclass(frozen=True, slots=True)
+class CommitInfo:
+    sha: str
+    subject: str
+    author: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FileStat:
+    path: str
+    added: int  # -1 for binary files
+    deleted: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceContext:
+    """What an operator reviews: the branch against its base, and the state of the worktree."""
+
+    branch: str
+    base_ref: str
+    base_commit: str
+    head_commit: str
+    ahead: int
+    behind: int
+    diff_stat: list[FileStat]
+    patch: str
+    patch_truncated: bool
+    commits: list[CommitInfo]
+    dirty: list[str]
+    untracked: list[str]
+    conflicts: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class MergeOutcome:
+    """A merge that happened (`merged`) or was refused with the conflicting files, leaving nothing changed."""
+
+    merged: bool
+    base_ref: str
+    merged_commit: str | None = None
+    rebased: bool = False
+    conflicts: list[str] = field(default_factory=list)
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WorktreeEntry:
+    """One entry of `git worktree list`; `missing` when its folder is gone."""
+
+    path: str
+    branch: str | None
+    head: str | None
+    missing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RepoContext:
+    """The project repository at a glance (the context scout's git half)."""
+
+    branch: str | None
+    head: str | None
+    clean: bool
+    staged: int
+    unstaged: int
+    untracked: int
+    conflicted: int
+    state: str  # clean | merging | rebasing | cherry-picking | reverting | bisecting
+    recent_commits: list[CommitInfo]
+    worktrees: list[WorktreeEntry]
+
+
 class VcsProvider(Protocol):
+    """Git operations on a project repository and its session worktrees. Mutating calls on one repository are
+    serialised by the adapter; every name and path argument has been validated (see domain/naming.py)."""
+
     async def inspect_repository(self, path: str) -> RepositoryInfo:
         """Raises: InvalidInput when `path` is not inside a git repository."""
+
+    async def create_worktree(self, repo_root: str, path: str, branch: str, base: str) -> WorktreeCreated:
+        """A new worktree at `path` on a new `branch` from `base` (after a fetch when `origin` exists).
+
+        Raises: VcsError (base missing, branch or path taken); nothing is left behind on failure.
+        """
+
+    async def remove_worktree(self, repo_root: str, path: str, branch: str | None) -> None:
+        """Remove the worktree (even if dirty or already deleted by hand) and delete its branch. Idempotent."""
+
+    async def reset_worktree(self, path: str, commit: str) -> None:
+        """Discard every change in the worktree: hard reset to `commit` and remove untracked files."""
+
+    async def workspace_context(
+        self, repo_root: str, path: str, branch: str, base: str, *, max_patch_bytes: int = 200_000
+    ) -> WorkspaceContext:
+        """Diff, commits and worktree state of a session branch against `base`. Raises: VcsError."""
+
+    async def merge(
+        self, repo_root: str, path: str, branch: str, base: str, *, strategy: str, mode: str
+    ) -> MergeOutcome:
+        """Bring `base` into the branch if it moved (`strategy` rebase|merge), then merge into `base` (`mode`
+        ff-only|no-ff). A conflict aborts and returns the files; nothing is half-applied.
+
+        Raises: VcsError (dirty worktree, base checked out with local changes, ...).
+        """
+
+    async def repo_context(self, repo_root: str, *, recent: int = 10) -> RepoContext: ...
+    async def worktrees(self, repo_root: str) -> list[WorktreeEntry]: ...
+    async def branches(self, repo_root: str, prefix: str) -> list[str]:
+        """Local branch names starting with `prefix`."""
+
+    async def prune(self, repo_root: str) -> None:
+        """Forget worktrees whose folder is gone (`git worktree prune`)."""
+
+    async def disk_usage(self, path: str) -> int:
+        """Bytes used under `path` (0 when it does not exist)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrackerIssue:
+    """An issue as a tracker reports it. `status` is the tracker's own word (Beads: open, in_progress,
+    blocked, deferred, closed); `dependencies` are (depends_on_id, type) pairs."""
+
+    id: str
+    title: str
+    description: str = ""
+    status: str = "open"
+    priority: int = 2
+    issue_type: str = "task"
+    labels: tuple[str, ...] = ()
+    dependencies: tuple[tuple[str, str], ...] = ()
+
+
+class TrackerProvider(Protocol):
+    """Where a project's tasks come from. Built-in (our tables) or Beads (`bd … --json`)."""
+
+    name: str
+
+    async def ready(self, project: Project) -> list[TrackerIssue]:
+        """Open issues with no open blocking dependency, by priority then id."""
+
+    async def show(self, project: Project, issue_id: str) -> TrackerIssue:
+        """Raises: TaskNotFound."""
+
+    async def list(self, project: Project) -> list[TrackerIssue]: ...
+    async def set_status(self, project: Project, issue_id: str, status: TaskStatus, reason: str = "") -> None:
+        """Write a task status back to the tracker (a no-op when write-back is off). Raises: TrackerError."""
 
 
 class Clock(Protocol):

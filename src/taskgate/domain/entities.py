@@ -96,6 +96,7 @@ class Task:
     status: TaskStatus
     created_at: datetime
     blockers: list[str] = field(default_factory=list)
+    source: str = "builtin"  # the tracker the task came from: builtin | beads
 
 
 @dataclass(slots=True)

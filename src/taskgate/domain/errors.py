@@ -13,7 +13,10 @@
     ├── ProjectArchived         archived projects are read-only
     ├── Unauthenticated         no or an unknown/revoked token
     ├── Forbidden               the caller may not do this (agent scope, operator mismatch)
-    └── StorageError            the database failed in a way the caller cannot fix
+    ├── StorageError            the database failed in a way the caller cannot fix
+    ├── VcsError                a git operation failed; the message carries git's own reason
+    │   └── MergeConflict       the branch does not merge cleanly; carries the conflicting files
+    └── TrackerError            an external tracker (Beads' `bd`) is missing, timed out or failed
 
 Every message names the thing that was wrong and, where there is one, what to do next.
 """
@@ -122,3 +125,23 @@ class Forbidden(TaskgateError):
 
 class StorageError(TaskgateError):
     """The database failed; the message says how, without a traceback."""
+
+
+class VcsError(TaskgateError):
+    """A git operation failed (base branch missing, dirty worktree, ...); nothing was half-applied."""
+
+
+class MergeConflict(VcsError):
+    """The session branch does not merge into its base without conflicts."""
+
+    def __init__(self, session_id: str, files: Sequence[str], detail: str = "") -> None:
+        self.session_id, self.files = session_id, list(files)
+        shown = ", ".join(self.files[:20]) + (" ..." if len(self.files) > 20 else "")
+        super().__init__(
+            f"session {session_id} does not merge cleanly: conflicts in {shown or 'unknown files'}; "
+            f"nothing was changed and the session stays awaiting_merge{'; ' + detail if detail else ''}"
+        )
+
+
+class TrackerError(TaskgateError):
+    """An external tracker could not be used; the message says which command failed and why."""

@@ -90,6 +90,8 @@ tasks = Table(
     Column("priority", Integer, nullable=False),
     Column("status", String(20), nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
+    # Which tracker the task came from: "builtin", or "beads" for issues imported or synced from Beads.
+    Column("source", String(16), nullable=False, server_default=text("'builtin'")),
     Index("ix_tasks_project_status", "project_id", "status"),
 )
 
@@ -221,6 +223,19 @@ api_tokens = Table(
     Column("revoked_at", UtcDateTime, nullable=True),
 )
 
+session_snapshots = Table(
+    "session_snapshots",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("session_id", String(36), ForeignKey("sessions.id"), nullable=False),
+    Column("kind", String(20), nullable=False),  # context | checkpoint
+    Column("actor", String(200), nullable=False),
+    Column("note", Text, nullable=True),
+    Column("data", JSON, nullable=False),
+    Column("at", UtcDateTime, nullable=False),
+    Index("ix_session_snapshots_session_id", "session_id", "id"),
+)
+
 ALL_TABLES = [
     projects,
     plans,
@@ -233,4 +248,5 @@ ALL_TABLES = [
     agents,
     events,
     api_tokens,
+    session_snapshots,
 ]
