@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from git import Git, GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo
+from git import Git, InvalidGitRepositoryError, NoSuchPathError, Repo
 
 from taskgate.application.ports import (
     CommitInfo,
