@@ -52,7 +52,13 @@ def slug(title: str, max_words: int = 6) -> str:
 
 def check_branch_pattern(pattern: str) -> str:
     """Validate a configured branch pattern. Raises: InvalidInput naming the bad placeholder or text."""
-    fields = {name for _, name, _, _ in string.Formatter().parse(pattern) if name is not None}
+    try:
+        parsed = list(string.Formatter().parse(pattern))
+    except ValueError as exc:
+        raise InvalidInput(f"branch pattern {pattern!r} is malformed: {exc}") from None
+    if any(spec or conversion for _, name, spec, conversion in parsed if name is not None):
+        raise InvalidInput(f"branch pattern {pattern!r} may use plain placeholders only, without ':' or '!'")
+    fields = {name for _, name, _, _ in parsed if name is not None}
     unknown = fields - PLACEHOLDERS
     if unknown:
         raise InvalidInput(
@@ -93,6 +99,8 @@ def _ref_problem(name: str) -> str | None:
         return "it starts with '-' (would be read as an option)"
     if _FORBIDDEN_IN_REF.search(name):
         return "it contains a space, control character or one of ~ ^ : ? * [ \\"
+    if name == "HEAD":
+        return "'HEAD' is not a branch name"
     if ".." in name or "@{" in name or name == "@":
         return "it contains '..' or '@{'"
     if name.startswith("/") or name.endswith("/") or "//" in name or name.endswith("."):
@@ -105,6 +113,6 @@ def _ref_problem(name: str) -> str | None:
 
 def check_session_id(session_id: str) -> str:
     """`session_id` if it is a lower-case UUID (safe as a folder name). Raises: InvalidInput."""
-    if not _SESSION_ID.match(session_id):
+    if not _SESSION_ID.fullmatch(session_id):
         raise InvalidInput(f"session id {session_id[:40]!r} is not a UUID")
     return session_id
