@@ -165,6 +165,35 @@ class InMemoryTaskRepository(_Repo):
     async def count_unfinished(self, plan_id: int) -> int:
         return sum(1 for t in self.store.tasks.values() if t.plan_id == plan_id and t.status != TaskStatus.COMPLETED)
 
+    async def get_many(self, task_ids: list[str]) -> list[Task]:
+        return [copy.deepcopy(self.store.tasks[i]) for i in sorted(set(task_ids)) if i in self.store.tasks]
+
+    async def update_details(self, task_id: str, *, title: str, description: str, priority: int) -> None:
+        task = self.store.tasks[task_id]
+        task.title, task.description, task.priority = title, description, priority
+
+    async def set_blockers(self, task_id: str, blockers: list[tuple[str, str]]) -> None:
+        for blocker, _ in blockers:
+            if blocker not in self.store.tasks:
+                raise TaskNotFound(blocker)
+        self.store.tasks[task_id].blockers = sorted(b for b, _ in blockers)
+        types = self._dependency_types()
+        for key in [k for k in types if k[0] == task_id]:
+            del types[key]
+        types.update({(task_id, b): kind for b, kind in blockers})
+
+    async def blocker_links(self, task_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
+        types = self._dependency_types()
+        return {
+            i: [(b, types.get((i, b), "blocks")) for b in self.store.tasks[i].blockers]
+            for i in task_ids
+            if i in self.store.tasks and self.store.tasks[i].blockers
+        }
+
+    def _dependency_types(self) -> dict[tuple[str, str], str]:
+        """The type of each (task, blocker) row; `add` writes none, and those read as `blocks` (as the SQL does)."""
+        return self.store.__dict__.setdefault("dependency_types", {})
+
 
 class InMemoryOperatorRepository(_Repo):
     async def add(self, operator: Operator) -> None:

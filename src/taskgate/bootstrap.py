@@ -34,6 +34,8 @@ class App:
     audit: AuditService
     access: AccessService
     database: Database | None = None
+    uow: UnitOfWorkFactory | None = None  # for use cases built on demand (BeadsImporter)
+    clock: Clock | None = None
 
     async def close(self) -> None:
         if self.database is not None:
@@ -93,15 +95,16 @@ async def bootstrap(
     def uow(*, write: bool) -> SqlAlchemyUnitOfWork:
         return SqlAlchemyUnitOfWork(database, write=write)
 
+    clock = clock or SystemClock()
     services = build_services(
         uow,
-        clock=clock or SystemClock(),
+        clock=clock,
         ids=ids or UuidGenerator(),
         vcs=GitPythonVcs(),
         policies=default_policies(settings.policies.wip_limit.limit),
         configured_tokens=configured_tokens(settings),
     )
-    return App(settings, *services, database=database)
+    return App(settings, *services, database=database, uow=uow, clock=clock)
 
 
 async def database_report(app: App) -> dict[str, object]:

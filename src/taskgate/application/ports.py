@@ -75,6 +75,15 @@ class TaskRepository(Protocol):
     async def blockers_of(self, task_id: str) -> list[BlockerFact]: ...
     async def set_status(self, task_id: str, status: TaskStatus) -> None: ...
     async def count_unfinished(self, plan_id: int) -> int: ...
+    async def get_many(self, task_ids: list[str]) -> list[Task]:
+        """The tasks of any project with these ids (with blockers), by id; unknown ids are left out."""
+
+    async def update_details(self, task_id: str, *, title: str, description: str, priority: int) -> None: ...
+    async def set_blockers(self, task_id: str, blockers: list[tuple[str, str]]) -> None:
+        """Replace the task's dependency rows with these (depends_on_id, type) pairs; all of them block."""
+
+    async def blocker_links(self, task_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
+        """The (depends_on_id, type) rows of each task, by depends_on_id; tasks without rows are left out."""
 
 
 class OperatorRepository(Protocol):

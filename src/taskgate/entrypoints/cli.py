@@ -13,6 +13,7 @@ from typing import Annotated, TypeVar
 import typer
 
 from taskgate import __version__
+from taskgate.application.beads_import import BeadsImporter, ImportBeads, ImportReport
 from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import FireTrigger, StartTask
 from taskgate.application.timestamps import parse_timestamp
@@ -251,6 +252,37 @@ def task_ready(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
 
     tasks = run_in_project(project, lambda services, found: services.tracker.ready_tasks(found.id))
     emit(tasks, as_json, lambda: render.tasks_table(tasks, "Ready tasks"))
+
+
+@task_app.command("import-beads")
+def task_import_beads(
+    path: Annotated[Path, typer.Argument(help="A Beads JSONL export, e.g. .beads/issues.jsonl.")],
+    plan: Annotated[int | None, typer.Option("--plan", help="Plan id for the new tasks.")] = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Import Beads issues as built-in tasks (again: updates them). Malformed lines are reported and skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"cannot read {path}: {exc}")
+
+    async def work(services: App, found: Project) -> ImportReport:
+        assert services.uow is not None and services.clock is not None
+        importer = BeadsImporter(services.uow, services.clock)
+        say = None if as_json else (lambda message: console.print(message, highlight=False, markup=False))
+        return await importer.import_jsonl(ImportBeads(found.id, text, plan, _local_actor(services)), say)
+
+    report = run_in_project(project, work)
+    if as_json:
+        render.print_json({"counts": report.counts(), **render.jsonable(report)})
+        return
+    counts = report.counts()
+    console.print(", ".join(f"{n} {what}" for what, n in counts.items()), highlight=False)
+    for problem in report.skipped:
+        console.print(f"  skipped line {problem.line}: {problem.reason}", highlight=False, markup=False)
+    for problem in report.warnings:
+        console.print(f"  note, line {problem.line}: {problem.reason}", highlight=False, markup=False)
 
 
 def _local_actor(services: App) -> str:

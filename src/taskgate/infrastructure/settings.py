@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from taskgate.domain.entities import TaskStatus
 from taskgate.domain.errors import InvalidInput
 
 DEFAULT_CONFIG = Path("config") / "taskgate.toml"
@@ -65,6 +66,34 @@ class SqliteSettings(BaseModel):
         return value.upper()
 
 
+class BeadsTrackerSettings(BaseModel):
+    """How to run Beads' `bd` (see docs/trackers.md). `status_map` maps a taskgate task status to the Beads
+    status written back; `completed` closes the issue, a status left out writes nothing."""
+
+    command: list[str] = Field(default_factory=lambda: ["bd"], min_length=1)
+    timeout_s: float = Field(default=10.0, gt=0, le=600)
+    write_back: bool = True
+    status_map: dict[str, str] = Field(
+        default_factory=lambda: {"open": "open", "in_progress": "in_progress", "completed": "closed"}
+    )
+
+    @field_validator("status_map")
+    @classmethod
+    def _task_statuses(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - {s.value for s in TaskStatus})
+        if unknown:
+            valid = ", ".join(s.value for s in TaskStatus)
+            raise ValueError(f"unknown task status {', '.join(unknown)}; valid: {valid}")
+        return value
+
+
+class TrackerSettings(BaseModel):
+    """Where tasks come from: the built-in tracker (default) or Beads."""
+
+    kind: Literal["builtin", "beads"] = "builtin"
+    beads: BeadsTrackerSettings = BeadsTrackerSettings()
+
+
 class Settings(BaseSettings):
     """All of taskgate's configuration. Build it with `load_settings()`."""
 
@@ -76,6 +105,7 @@ class Settings(BaseSettings):
     policies: PoliciesSettings = PoliciesSettings()
     sqlite: SqliteSettings = SqliteSettings()
     mcp: McpSettings = McpSettings()
+    tracker: TrackerSettings = TrackerSettings()
     config_file: Path | None = Field(default=None, exclude=True)
 
     @classmethod

@@ -201,6 +201,32 @@ class SqlAlchemyTaskRepository(_Repository):
             blockers.setdefault(link["task_id"], []).append(link["depends_on_id"])
         return [_task(r, sorted(blockers.get(r["id"], []))) for r in rows]
 
+    async def get_many(self, task_ids: list[str]) -> list[Task]:
+        rows = []
+        for start in range(0, len(task_ids), 500):
+            chunk = task_ids[start : start + 500]
+            rows += await self._all(select(t.tasks).where(t.tasks.c.id.in_(chunk)))
+        return await self._with_blockers(sorted(rows, key=lambda r: r["id"]))
+
+    async def update_details(self, task_id: str, *, title: str, description: str, priority: int) -> None:
+        values = {"title": title, "description": description, "priority": priority}
+        await self._conn.execute(update(t.tasks).where(t.tasks.c.id == task_id).values(**values))
+
+    async def set_blockers(self, task_id: str, blockers: list[tuple[str, str]]) -> None:
+        dep = t.task_dependencies
+        await self._conn.execute(dep.delete().where(dep.c.task_id == task_id))
+        if blockers:
+            rows = [{"task_id": task_id, "depends_on_id": b, "type": kind} for b, kind in blockers]
+            await self._conn.execute(insert(dep), rows)
+
+    async def blocker_links(self, task_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
+        dep, links = t.task_dependencies, {}
+        for start in range(0, len(task_ids), 500):
+            stmt = select(dep).where(dep.c.task_id.in_(task_ids[start : start + 500]))
+            for row in await self._all(stmt.order_by(dep.c.task_id, dep.c.depends_on_id)):
+                links.setdefault(row["task_id"], []).append((row["depends_on_id"], row["type"]))
+        return links
+
 
 class SqlAlchemyOperatorRepository(_Repository):
     async def add(self, operator: Operator) -> None:

@@ -1,0 +1,5 @@
+"""Adapters of the tracker port for external trackers (the built-in one lives in the application layer)."""
+
+from taskgate.infrastructure.trackers.beads import BeadsTracker
+
+__all__ = ["BeadsTracker"]
