@@ -1,0 +1,244 @@
+"""BeadsTracker against a real subprocess (the fake `bd`): failures, timeouts, write-back, injection; and the
+Beads import on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from taskgate.application.beads_import import BeadsImporter, ImportBeads
+from taskgate.application.sessions import StartTask
+from taskgate.application.tracker import AddTask
+from taskgate.domain.entities import Project, TaskStatus
+from taskgate.domain.errors import InvalidInput, TaskNotFound, TrackerError
+from taskgate.infrastructure.db.repositories import SqlAlchemyTaskRepository
+from taskgate.infrastructure.system import SystemClock
+from taskgate.infrastructure.trackers import BeadsTracker
+from tests.builders import ACTOR, OPERATOR
+from tests.conftest import make_git_repo
+from tests.support import bead, install_fake_bd, jsonl, write_beads_state
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    write_beads_state(root, bead("tg-1", "One"), bead("tg-2", "Two", deps=[("tg-1", "blocks")]))
+    return root
+
+
+@pytest.fixture
+def project(repo: Path) -> Project:
+    return Project(1, "repo", "REPO", str(repo), created_at=datetime.now(UTC))
+
+
+@pytest.fixture
+def bd(tmp_path: Path) -> str:
+    return str(install_fake_bd(tmp_path / "bin"))
+
+
+@pytest.fixture
+def bd_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    log = tmp_path / "bd.log"
+    monkeypatch.setenv("FAKE_BD_LOG", str(log))
+    return log
+
+
+def calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+async def test_a_missing_bd_is_a_tracker_error_that_says_how_to_configure_it(project: Project, tmp_path) -> None:
+    tracker = BeadsTracker(command=[str(tmp_path / "nowhere" / "bd")])
+    started = time.monotonic()
+    with pytest.raises(TrackerError, match=r"was not found.*\[tracker\.beads\] command"):
+        await tracker.ready(project)
+    assert time.monotonic() - started < 2
+
+
+async def test_a_bd_not_on_path_is_a_tracker_error(project: Project, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(TrackerError, match="`bd` was not found"):
+        await BeadsTracker().list(project)
+
+
+async def test_a_failing_bd_is_a_tracker_error_with_its_stderr(project: Project, bd: str, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_BD_FAIL", "1")
+    with pytest.raises(TrackerError, match=r"bd ready .*exit code 1: Error: failed to open database: simulated"):
+        await BeadsTracker(command=[bd]).ready(project)
+
+
+async def test_output_that_is_not_json_is_a_tracker_error(project: Project, bd: str, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_BD_GARBAGE", "1")
+    with pytest.raises(TrackerError, match="not JSON"):
+        await BeadsTracker(command=[bd]).list(project)
+
+
+async def test_a_hanging_bd_is_killed_at_the_timeout(project: Project, bd: str, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_BD_SLEEP", "30")
+    started = time.monotonic()
+    with pytest.raises(TrackerError, match=r"did not finish within 0\.5 s and was killed"):
+        await BeadsTracker(command=[bd], timeout_s=0.5).ready(project)
+    assert time.monotonic() - started < 5
+
+
+async def test_a_project_root_that_is_gone_is_a_tracker_error(bd: str, tmp_path: Path) -> None:
+    gone = Project(1, "gone", "GONE", str(tmp_path / "gone"), created_at=datetime.now(UTC))
+    with pytest.raises(TrackerError, match="is not a directory"):
+        await BeadsTracker(command=[bd]).list(gone)
+
+
+async def test_write_back_off_writes_nothing_and_runs_nothing(project: Project, repo: Path, bd: str, bd_log) -> None:
+    state = (repo / ".beads" / "issues.jsonl").read_text()
+    tracker = BeadsTracker(command=[bd], write_back=False)
+    for status in TaskStatus:
+        await tracker.set_status(project, "tg-1", status)
+    assert calls(bd_log) == []
+    assert (repo / ".beads" / "issues.jsonl").read_text() == state
+
+
+async def test_unmapped_statuses_write_nothing_by_default(project: Project, bd: str, bd_log) -> None:
+    tracker = BeadsTracker(command=[bd])
+    for status in (TaskStatus.PENDING_REVIEW, TaskStatus.APPROVED, TaskStatus.MERGED):
+        await tracker.set_status(project, "tg-1", status)
+    assert calls(bd_log) == []
+
+
+async def test_write_back_runs_update_and_close_as_mapped(project: Project, bd: str, bd_log) -> None:
+    tracker = BeadsTracker(command=[bd], status_map={"pending_review": "in_progress", "completed": "closed"})
+    await tracker.set_status(project, "tg-1", TaskStatus.PENDING_REVIEW)
+    await tracker.set_status(project, "tg-1", TaskStatus.IN_PROGRESS)  # not in this map: nothing
+    await tracker.set_status(project, "tg-1", TaskStatus.COMPLETED, reason="--merged in session 1")
+    assert calls(bd_log) == [
+        ["update", "tg-1", "--status=in_progress", "--json"],
+        ["close", "tg-1", "--reason=--merged in session 1", "--json"],
+    ]
+    state = {i["id"]: i for i in map(json.loads, (Path(project.root_path) / ".beads/issues.jsonl").open())}
+    assert state["tg-1"]["status"] == "closed" and state["tg-1"]["close_reason"] == "--merged in session 1"
+
+
+@pytest.mark.parametrize("evil", ["--help", "-x", "tg-1 --all", "../tg-1", "", "tg-1\n", "a" * 65])
+async def test_ids_that_are_not_beads_ids_never_reach_bd(project: Project, bd: str, bd_log, evil: str) -> None:
+    tracker = BeadsTracker(command=[bd])
+    with pytest.raises(TaskNotFound):
+        await tracker.show(project, evil)
+    with pytest.raises(InvalidInput):
+        await tracker.set_status(project, evil, TaskStatus.COMPLETED)
+    assert calls(bd_log) == []
+
+
+def test_a_status_map_with_an_unknown_task_status_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="unknown task status 'done'"):
+        BeadsTracker(status_map={"done": "closed"})
+    with pytest.raises(InvalidInput, match="not a Beads status word"):
+        BeadsTracker(status_map={"completed": "--force"})
+
+
+# -- the import on the real databases --------------------------------------------------------------------------
+
+EXPORT = jsonl(
+    bead("bd-1", "Epic", priority=1),
+    bead("bd-2", "Child, needs bd-4 (later in the file)", deps=[("bd-1", "parent-child"), ("bd-4", "blocks")]),
+    bead("bd-3", "Related only", deps=[("bd-2", "related"), ("bd-1", "discovered-from")]),
+    bead("bd-4", "Blocker", priority=0),
+    '{"id": "bd-5", "title": ',
+    bead("bd-6", "Needs an unknown issue", deps=[("bd-404", "blocks")]),
+    bead("bd-7", "Closed upstream", status="closed"),
+)
+
+
+async def links(services, task_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
+    async with services.uow(write=False) as uow:
+        return await uow.tasks.blocker_links(task_ids)
+
+
+async def test_import_creates_tasks_and_only_blocking_dependencies(sql_services, tmp_path) -> None:
+    project = await sql_services.tracker.init_project(str(make_git_repo(tmp_path / "repo")))
+    importer = BeadsImporter(sql_services.uow, SystemClock())
+    report = await importer.import_jsonl(ImportBeads(project.id, EXPORT))
+
+    assert report.created == ["bd-1", "bd-2", "bd-3", "bd-4", "bd-7"]
+    assert [(p.line, p.issue_id) for p in report.skipped] == [(5, None), (6, "bd-6")]
+    assert "invalid JSON" in report.skipped[0].reason and "bd-404" in report.skipped[1].reason
+    assert await links(sql_services, ["bd-1", "bd-2", "bd-3"]) == {"bd-2": [("bd-4", "blocks")]}
+    tasks = {t.id: t for t in await sql_services.tracker.list_tasks(project.id)}
+    assert {t.source for t in tasks.values()} == {"beads"}
+    assert tasks["bd-7"].status == TaskStatus.COMPLETED
+    assert [t.id for t in await sql_services.tracker.ready_tasks(project.id)] == ["bd-4", "bd-1", "bd-3"]
+
+
+async def test_a_second_import_changes_no_row(sql_services, tmp_path) -> None:
+    project = await sql_services.tracker.init_project(str(make_git_repo(tmp_path / "repo")))
+    importer = BeadsImporter(sql_services.uow, SystemClock())
+    await importer.import_jsonl(ImportBeads(project.id, EXPORT))
+    before = await sql_services.snapshot()
+    again = await importer.import_jsonl(ImportBeads(project.id, EXPORT))
+    assert again.counts() == {"created": 0, "updated": 0, "unchanged": 5, "skipped": 2}
+    assert await sql_services.snapshot() == before
+
+
+async def test_a_changed_export_updates_details_and_blockers(sql_services, tmp_path) -> None:
+    project = await sql_services.tracker.init_project(str(make_git_repo(tmp_path / "repo")))
+    importer = BeadsImporter(sql_services.uow, SystemClock())
+    await importer.import_jsonl(ImportBeads(project.id, EXPORT))
+    changed = jsonl(
+        bead("bd-1", "Epic, renamed", priority=1),
+        bead("bd-2", "Child, needs bd-4 (later in the file)", deps=[("bd-1", "parent-child")]),
+        bead("bd-4", "Blocker", priority=3, description="now described"),
+    )
+    report = await importer.import_jsonl(ImportBeads(project.id, changed))
+    assert (report.updated, report.unchanged) == (["bd-1", "bd-2", "bd-4"], [])
+    tasks = {t.id: t for t in await sql_services.tracker.list_tasks(project.id)}
+    assert tasks["bd-1"].title == "Epic, renamed" and tasks["bd-2"].blockers == []
+    assert (tasks["bd-4"].priority, tasks["bd-4"].description) == (3, "now described")
+
+
+async def test_ids_of_builtin_tasks_or_other_projects_are_skipped(sql_services, tmp_path) -> None:
+    tracker = sql_services.tracker
+    mine = await tracker.init_project(str(make_git_repo(tmp_path / "mine")))
+    other = await tracker.init_project(str(make_git_repo(tmp_path / "other")))
+    builtin = await tracker.add_task(AddTask(mine.id, "a built-in task"))
+    importer = BeadsImporter(sql_services.uow, SystemClock())
+    await importer.import_jsonl(ImportBeads(other.id, jsonl(bead("bd-9", "theirs"))))
+    export = jsonl(
+        bead(builtin.id, "collides"),
+        bead("bd-9", "also collides"),
+        bead("bd-10", "needs it", deps=[(builtin.id, "blocks")]),
+    )
+    before = await sql_services.snapshot()
+    report = await importer.import_jsonl(ImportBeads(mine.id, export))
+    assert [(p.line, p.issue_id) for p in report.skipped] == [(1, builtin.id), (2, "bd-9"), (3, "bd-10")]
+    assert "builtin task of this project" in report.skipped[0].reason
+    assert "another project" in report.skipped[1].reason
+    assert await sql_services.snapshot() == before
+
+
+async def test_an_active_session_keeps_its_task_status(sql_services, tmp_path) -> None:
+    project = await sql_services.tracker.init_project(str(make_git_repo(tmp_path / "repo")))
+    await sql_services.tracker.ensure_operator(OPERATOR)
+    importer = BeadsImporter(sql_services.uow, SystemClock())
+    await importer.import_jsonl(ImportBeads(project.id, jsonl(bead("bd-1", "Work"), bead("bd-2", "Idle"))))
+    await sql_services.sessions.start_task(StartTask("bd-1", ACTOR, OPERATOR))
+    closed = jsonl(bead("bd-1", "Work", status="closed"), bead("bd-2", "Idle", status="closed"))
+    report = await importer.import_jsonl(ImportBeads(project.id, closed))
+    tasks = {t.id: t for t in await sql_services.tracker.list_tasks(project.id)}
+    assert tasks["bd-1"].status == TaskStatus.IN_PROGRESS
+    assert tasks["bd-2"].status == TaskStatus.COMPLETED
+    assert report.updated == ["bd-2"] and report.unchanged == ["bd-1"]
+
+
+async def test_a_failure_mid_import_writes_nothing(sql_services, tmp_path, monkeypatch) -> None:
+    project = await sql_services.tracker.init_project(str(make_git_repo(tmp_path / "repo")))
+    before = await sql_services.snapshot()
+
+    async def broken(self, task_id, blockers):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(SqlAlchemyTaskRepository, "set_blockers", broken)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        await BeadsImporter(sql_services.uow, SystemClock()).import_jsonl(ImportBeads(project.id, EXPORT))
+    assert await sql_services.snapshot() == before
