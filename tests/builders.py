@@ -44,4 +44,5 @@ async def fire(services, session: Session, *triggers: str, reason: str | None = 
     return session
 
 
-HAPPY_PATH = ["plan_complete", "work_complete", "approve", "merge", "cleanup_done"]
+# `merge` runs `cleanup_done` by itself (removing the worktree and branch), so the path ends completed.
+HAPPY_PATH = ["plan_complete", "work_complete", "approve", "merge"]

@@ -25,9 +25,11 @@ from sqlalchemy.engine import make_url
 
 from taskgate.application.access import AccessService
 from taskgate.application.audit import AuditService
+from taskgate.application.context import ContextScout
 from taskgate.application.sessions import SessionService
 from taskgate.application.tracker import TrackerService
-from taskgate.bootstrap import build_services
+from taskgate.application.workspaces import GitOptions, WorkspaceService
+from taskgate.bootstrap import build_services, build_workspaces
 from taskgate.domain.errors import StorageError
 from taskgate.domain.policies import default_policies
 from taskgate.infrastructure.db import migrations
@@ -52,6 +54,8 @@ class Services:
     tracker: TrackerService
     audit: AuditService
     access: AccessService
+    workspaces: WorkspaceService
+    context: ContextScout
     uow: object
     database: Database | InMemoryDatabase
     url: str | None = None
@@ -163,7 +167,15 @@ async def open_database(backend: str, request: pytest.FixtureRequest, tmp_path: 
 
 
 def wire(
-    backend: str, database: object, url: str | None, *, clock=None, ids=None, vcs=None, wip_limit: int = 3
+    backend: str,
+    database: object,
+    url: str | None,
+    *,
+    clock=None,
+    ids=None,
+    vcs=None,
+    wip_limit: int = 3,
+    git: GitOptions | None = None,
 ) -> Services:
     if isinstance(database, InMemoryDatabase):
         uow = database.unit_of_work
@@ -172,14 +184,12 @@ def wire(
         def uow(*, write: bool) -> SqlAlchemyUnitOfWork:
             return SqlAlchemyUnitOfWork(database, write=write)
 
+    clock, vcs = clock or SystemClock(), vcs or GitPythonVcs()
     sessions, tracker, audit, access = build_services(
-        uow,
-        clock=clock or SystemClock(),
-        ids=ids or UuidGenerator(),
-        vcs=vcs or GitPythonVcs(),
-        policies=default_policies(wip_limit),
+        uow, clock=clock, ids=ids or UuidGenerator(), vcs=vcs, policies=default_policies(wip_limit)
     )
-    return Services(backend, sessions, tracker, audit, access, uow, database, url)
+    workspaces, context = build_workspaces(sessions, uow, clock=clock, vcs=vcs, git=git or GitOptions())
+    return Services(backend, sessions, tracker, audit, access, workspaces, context, uow, database, url)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -25,6 +25,7 @@ from taskgate.domain.entities import (
     PlanStatus,
     Project,
     Session,
+    SessionSnapshot,
     Task,
     TaskStatus,
     TransitionRecord,
@@ -54,6 +55,7 @@ class InMemoryStore:
     log: list[TransitionRecord] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     tokens: dict[str, ApiToken] = field(default_factory=dict)
+    snapshots: list[SessionSnapshot] = field(default_factory=list)
     next_id: dict[str, int] = field(default_factory=dict)
 
     def allocate(self, kind: str) -> int:
@@ -291,6 +293,22 @@ class InMemoryEventLog(_Repo):
     async def list(self, session_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         return [e for e in self.store.events if session_id is None or e["session_id"] == session_id][-limit:]
 
+    async def high_water(self) -> int:
+        return self.store.events[-1]["id"] if self.store.events else 0
+
+
+class InMemorySnapshotRepository(_Repo):
+    async def add(self, snapshot: SessionSnapshot) -> int:
+        if snapshot.session_id not in self.store.sessions:
+            raise SessionNotFound(snapshot.session_id)
+        stored = replace(snapshot, id=self.store.allocate("snapshot"), data=copy.deepcopy(snapshot.data))
+        self.store.snapshots.append(stored)
+        return stored.id
+
+    async def list(self, session_id: str, *, kind: str | None = None, limit: int = 50) -> list[SessionSnapshot]:
+        found = [s for s in self.store.snapshots if s.session_id == session_id and kind in (None, s.kind)]
+        return [copy.deepcopy(s) for s in reversed(found)][:limit]
+
 
 class InMemoryTokenRepository(_Repo):
     async def add(self, token: ApiToken) -> None:
@@ -330,6 +348,7 @@ class InMemoryUnitOfWork:
         self.transitions = InMemoryTransitionLog(store)
         self.events = InMemoryEventLog(store)
         self.tokens = InMemoryTokenRepository(store)
+        self.snapshots = InMemorySnapshotRepository(store)
         return self
 
     async def commit(self) -> None:

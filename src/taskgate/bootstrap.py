@@ -8,10 +8,12 @@ from datetime import UTC, datetime
 
 from taskgate.application.access import AccessService
 from taskgate.application.audit import AuditService
+from taskgate.application.context import ContextScout
 from taskgate.application.guards import GuardEvaluator
 from taskgate.application.ports import Clock, IdGenerator, UnitOfWorkFactory, VcsProvider
 from taskgate.application.sessions import SessionService
 from taskgate.application.tracker import TrackerService
+from taskgate.application.workspaces import GitOptions, WorkspaceService
 from taskgate.domain.entities import ApiToken
 from taskgate.domain.policies import Policy, default_policies
 from taskgate.infrastructure.db import migrations
@@ -33,6 +35,8 @@ class App:
     tracker: TrackerService
     audit: AuditService
     access: AccessService
+    workspaces: WorkspaceService
+    context: ContextScout
     database: Database | None = None
     uow: UnitOfWorkFactory | None = None  # for use cases built on demand (BeadsImporter)
     clock: Clock | None = None
@@ -55,6 +59,27 @@ def build_services(
     sessions = SessionService(uow, GuardEvaluator(policies), clock, ids)
     access = AccessService(uow, clock, configured_tokens)
     return sessions, TrackerService(uow, clock, vcs), AuditService(uow), access
+
+
+def build_workspaces(
+    sessions: SessionService,
+    uow: UnitOfWorkFactory,
+    *,
+    clock: Clock,
+    vcs: VcsProvider,
+    git: GitOptions,
+    context_ttl_seconds: float = 30.0,
+) -> tuple[WorkspaceService, ContextScout]:
+    """The context scout, and the session worktrees attached to `sessions` as the effects of its transitions."""
+    scout = ContextScout(uow, vcs, clock, context_ttl_seconds)
+    workspaces = WorkspaceService(uow, vcs, clock, git, scout)
+    workspaces.attach(sessions)
+    return workspaces, scout
+
+
+def git_options(settings: Settings) -> GitOptions:
+    """The `[git]` settings as the application's options. Raises: InvalidInput for a bad pattern or folder."""
+    return GitOptions(**settings.git.model_dump())
 
 
 def configured_tokens(settings: Settings) -> list[ApiToken]:
@@ -95,16 +120,24 @@ async def bootstrap(
     def uow(*, write: bool) -> SqlAlchemyUnitOfWork:
         return SqlAlchemyUnitOfWork(database, write=write)
 
-    clock = clock or SystemClock()
+    clock, vcs = clock or SystemClock(), GitPythonVcs()
     services = build_services(
         uow,
         clock=clock,
         ids=ids or UuidGenerator(),
-        vcs=GitPythonVcs(),
+        vcs=vcs,
         policies=default_policies(settings.policies.wip_limit.limit),
         configured_tokens=configured_tokens(settings),
     )
-    return App(settings, *services, database=database, uow=uow, clock=clock)
+    extras = build_workspaces(
+        services[0],
+        uow,
+        clock=clock,
+        vcs=vcs,
+        git=git_options(settings),
+        context_ttl_seconds=settings.context.ttl_seconds,
+    )
+    return App(settings, *services, *extras, database=database, uow=uow, clock=clock)
 
 
 async def database_report(app: App) -> dict[str, object]:

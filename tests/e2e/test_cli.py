@@ -91,13 +91,16 @@ def test_a_user_drives_a_session_from_init_to_completion_through_the_cli(cli):
     session = cli.json("session", "start", "DEMO-1")
     assert session["state"] == "planning" and session["operator_id"] == "alice"
     short = session["id"][:8]
-    for trigger in ("plan_complete", "work_complete", "approve", "merge", "cleanup_done"):
+    for trigger in ("plan_complete", "work_complete", "approve"):
         assert "→" in cli.ok("session", "fire", short, trigger, "--reason", f"because {trigger}")
+    merged = cli.ok("session", "fire", short, "merge", "--reason", "because merge")
+    assert "awaiting_merge → merged" in merged and "then cleanup_done: merged → completed" in merged
     shown = cli.json("session", "show", short)
     assert shown["state"] == "completed" and shown["version"] == 9
     history = cli.json("session", "history", session["id"], "--limit", "3")
     assert [r["trigger"] for r in history] == ["approve", "merge", "cleanup_done"]
-    assert history[-1]["actor"] == "operator:alice" and history[-1]["reason"] == "because cleanup_done"
+    assert history[-2]["actor"] == "operator:alice" and history[-2]["reason"] == "because merge"
+    assert history[-1]["actor"] == "system" and history[-1]["reason"] == "automatic after merge"
     assert [t["id"] for t in cli.json("task", "ready")] == ["DEMO-2"]
     assert {t["status"] for t in cli.json("task", "list", "--status", "completed")} == {"completed"}
 

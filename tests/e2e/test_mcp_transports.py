@@ -37,8 +37,7 @@ HAPPY_PATH = [
     ("plan_complete", "planning", "executing"),
     ("work_complete", "executing", "verifying"),
     ("approve", "verifying", "awaiting_merge"),
-    ("merge", "awaiting_merge", "merged"),
-    ("cleanup_done", "merged", "completed"),
+    ("merge", "awaiting_merge", "merged"),  # cleanup_done (merged → completed) follows by itself
 ]
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -124,9 +123,9 @@ async def test_over_stdio_a_client_drives_a_session_from_project_init_to_complet
                     unchanged = await ok(client, "session_status", session_id=sid)
                     assert (unchanged["state"], unchanged["version"]) == ("executing", version)
                 fired = await ok(client, "session_fire", session_id=sid[:8], trigger=trigger, reason=f"via {trigger}")
-                version += 1
+                version += 1 + len(fired["then"])
                 assert (fired["from_state"], fired["to_state"]) == (before, after)
-                assert (fired["state"], fired["version"]) == (after, version)
+                assert (fired["state"], fired["version"]) == (after if not fired["then"] else "completed", version)
                 assert fired["actor"] == "operator:alice"
                 assert fired["reason"] == f"via {trigger}"
 
@@ -136,14 +135,14 @@ async def test_over_stdio_a_client_drives_a_session_from_project_init_to_complet
 
             history = (await ok(client, "session_history", session_id=sid))["transitions"]
             assert [r["to_state"] for r in history] == [
-                "created", "initializing", "ready", "planning", *(after for _, _, after in HAPPY_PATH)
+                "created", "initializing", "ready", "planning", *(after for _, _, after in HAPPY_PATH), "completed"
             ]  # fmt: skip
             assert {r["outcome"] for r in history} == {"applied"}  # the refused merge wrote nothing
             by_operator = [r for r in history if r["trigger"] in {"start", *(t for t, _, _ in HAPPY_PATH)}]
             assert len(by_operator) == 6 and {r["actor"] for r in by_operator} == {"operator:alice"}
 
             audit = await ok(client, "audit_query", actor="operator:alice", session_id=sid)
-            assert [r["trigger"] for r in audit["transitions"]][-5:] == [t for t, _, _ in HAPPY_PATH]
+            assert [r["trigger"] for r in audit["transitions"]][-4:] == [t for t, _, _ in HAPPY_PATH]
             ready = await ok(client, "project_ready_tasks")
             assert [t["id"] for t in ready["tasks"]] == ["DEMO-2"]
     assert "Traceback" not in server_log.read_text()
@@ -293,15 +292,17 @@ async def test_http_operator_token_drives_a_session_to_completed_as_that_operato
         assert (await ok(client, "session_status", session_id=sid))["state"] == "planning"
         for trigger, before, after in HAPPY_PATH:
             fired = await ok(client, "session_fire", session_id=sid, trigger=trigger)
-            assert (fired["from_state"], fired["state"]) == (before, after)
+            assert (fired["from_state"], fired["to_state"]) == (before, after)
             assert fired["actor"] == "operator:alice"
+        assert fired["state"] == "completed" and fired["then"] == ["cleanup_done: merged → completed"]
         history = (await ok(client, "session_history", session_id=sid, limit=5))["transitions"]
-        assert [r["trigger"] for r in history] == [t for t, _, _ in HAPPY_PATH]
-        assert {r["actor"] for r in history} == {"operator:alice"}
+        assert [r["trigger"] for r in history] == [*(t for t, _, _ in HAPPY_PATH), "cleanup_done"]
+        assert {r["actor"] for r in history[:-1]} == {"operator:alice"} and history[-1]["actor"] == "system"
         assert (await ok(client, "session_status", session_id=sid))["state"] == "completed"
     # what the server logged is what the CLI reads from the same database
     rows = http_server.cli_json("session", "history", sid, "--limit", "5")
-    assert [(r["trigger"], r["actor"]) for r in rows] == [(t, "operator:alice") for t, _, _ in HAPPY_PATH]
+    expected = [(t, "operator:alice") for t, _, _ in HAPPY_PATH] + [("cleanup_done", "system")]
+    assert [(r["trigger"], r["actor"]) for r in rows] == expected
 
 
 async def test_http_agent_token_reaches_only_its_own_session_and_only_its_own_triggers(http_server: HttpServer):

@@ -47,8 +47,7 @@ async def test_task_status_follows_each_state_of_its_session(services, git_repo)
         "plan_complete": "in_progress",
         "work_complete": "pending_review",
         "approve": "approved",
-        "merge": "merged",
-        "cleanup_done": "completed",
+        "merge": "completed",  # cleanup_done follows merge automatically
     }
     for trigger, status in expected.items():
         session = await fire(services, session, trigger)
@@ -58,7 +57,7 @@ async def test_task_status_follows_each_state_of_its_session(services, git_repo)
 async def test_a_rejected_session_rolls_back_and_reopens_its_task_for_a_new_session(services, git_repo):
     seeded = await seed(services, git_repo, tasks=1)
     session = await fire(services, await start(services, seeded.tasks[0]), "plan_complete", "work_complete")
-    session = await fire(services, session, "reject", "compensate", "cleanup_done", reason="wrong approach")
+    session = await fire(services, session, "reject", "compensate", reason="wrong approach")
     assert session.state == SessionState.COMPLETED
     task = (await services.tracker.list_tasks(seeded.project.id))[0]
     assert task.status == TaskStatus.OPEN

@@ -16,7 +16,15 @@ from tests.conftest import Services
 
 
 def app_of(services: Services) -> App:
-    return App(None, services.sessions, services.tracker, services.audit, services.access)
+    return App(
+        None,
+        services.sessions,
+        services.tracker,
+        services.audit,
+        services.access,
+        services.workspaces,
+        services.context,
+    )
 
 
 @dataclass

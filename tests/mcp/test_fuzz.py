@@ -591,7 +591,15 @@ async def _connected(services: Services, principal: Principal) -> Any:
 
     @asynccontextmanager
     async def open_app() -> Any:
-        yield App(None, services.sessions, services.tracker, services.audit, services.access)
+        yield App(
+            None,
+            services.sessions,
+            services.tracker,
+            services.audit,
+            services.access,
+            services.workspaces,
+            services.context,
+        )
 
     async with Client(build_server(open_app, local_principal=principal)) as client:
         yield client

@@ -73,9 +73,10 @@ async def test_a_session_runs_from_start_to_completed_through_the_tools(services
         await operator_tools.ok("session_suspend", session_id=short, reason="lunch")
         resumed = await operator_tools.ok("session_resume", session_id=short)
         assert resumed["state"] == "verifying"
-        for trigger in ("approve", "merge", "cleanup_done"):
+        for trigger in ("approve", "merge"):
             fired = await operator_tools.ok("session_fire", session_id=short, trigger=trigger)
         assert fired["state"] == "completed" and fired["actor"] == "operator:alice"
+        assert fired["to_state"] == "merged" and fired["then"] == ["cleanup_done: merged → completed"]
         status = await operator_tools.ok("session_status", session_id=session["id"])
         assert status["version"] == 11 and status["allowed_triggers"] == []
         history = await operator_tools.ok("session_history", session_id=short, limit=3)

@@ -17,6 +17,7 @@ from taskgate.domain.entities import (
     PlanStatus,
     Project,
     Session,
+    SessionSnapshot,
     Task,
     TaskStatus,
     TransitionRecord,
@@ -130,6 +131,15 @@ class TransitionLog(Protocol):
 class EventLog(Protocol):
     async def append(self, kind: str, at: datetime, payload: dict[str, Any], session_id: str | None = None) -> None: ...
     async def list(self, session_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]: ...
+    async def high_water(self) -> int:
+        """The id of the newest event (0 when there is none): every write of taskgate appends an event, so
+        an unchanged high-water mark means nothing was written since (the context cache relies on it)."""
+
+
+class SnapshotRepository(Protocol):
+    async def add(self, snapshot: SessionSnapshot) -> int: ...
+    async def list(self, session_id: str, *, kind: str | None = None, limit: int = 50) -> list[SessionSnapshot]:
+        """The newest `limit` snapshots of the session, newest first."""
 
 
 class TokenRepository(Protocol):
@@ -151,6 +161,7 @@ class UnitOfWork(Protocol):
     transitions: TransitionLog
     events: EventLog
     tokens: TokenRepository
+    snapshots: SnapshotRepository
 
     async def __aenter__(self) -> UnitOfWork: ...
     async def __aexit__(self, *exc_info: object) -> None:
@@ -266,6 +277,9 @@ class VcsProvider(Protocol):
 
     async def remove_worktree(self, repo_root: str, path: str, branch: str | None) -> None:
         """Remove the worktree (even if dirty or already deleted by hand) and delete its branch. Idempotent."""
+
+    async def delete_branch(self, repo_root: str, branch: str) -> None:
+        """Delete a local branch (forced); a missing branch is fine."""
 
     async def reset_worktree(self, path: str, commit: str) -> None:
         """Discard every change in the worktree: hard reset to `commit` and remove untracked files."""

@@ -11,18 +11,25 @@ cannot deadlock. `create_session` locks the task row, and a partial unique index
 
 from __future__ import annotations
 
+import asyncio
 import re
+import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
+from taskgate.application.effects import NoEffects, SessionEffects
 from taskgate.application.guards import GuardEvaluator
 from taskgate.application.ports import Clock, IdGenerator, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.session_machine import SessionMachine
 from taskgate.domain.entities import (
+    GuardResult,
     Outcome,
     Plan,
     PlanStatus,
     Session,
+    SessionSnapshot,
     TransitionRecord,
     task_status_for,
 )
@@ -36,7 +43,7 @@ from taskgate.domain.errors import (
     SessionNotFound,
     TaskgateError,
 )
-from taskgate.domain.policies import GuardFacts, Verdict
+from taskgate.domain.policies import GuardFacts, Verdict, Violation
 from taskgate.domain.session_fsm import TransitionSpec, allowed_triggers, find_transition, prior_state_after
 from taskgate.domain.states import TERMINAL_STATES, WIP_STATES, SessionState, Trigger
 
@@ -58,6 +65,23 @@ class FireTrigger:
     actor: str
     reason: str | None = None
     expected_version: int | None = None
+    # Set by effects, not by callers: session fields to write with the transition (branch_name,
+    # worktree_path, state_data keys to merge) and a snapshot to store in the same transaction.
+    changes: Mapping[str, Any] | None = None
+    snapshot: SessionSnapshot | None = None
+
+
+class EffectRefused(TaskgateError):
+    """An effect's `before` refused the transition; `violations` go into the log as a blocked row."""
+
+    def __init__(
+        self, error: TaskgateError, violations: list[Violation], changes: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(str(error))
+        self.error, self.violations, self.changes = error, violations, changes
+
+
+_CHANGEABLE = frozenset({"branch_name", "worktree_path", "state_data"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +93,14 @@ class StartTask:
 
 @dataclass(frozen=True, slots=True)
 class FireResult:
+    """`record` is the row of the trigger asked for; `session` is the session after it and after every
+    automatic follow-up (`follow_ups`, e.g. `cleanup_done` after `merge`). A follow-up that failed leaves the
+    session where it was and says why in `warnings`."""
+
     session: Session
     record: TransitionRecord
+    follow_ups: tuple[TransitionRecord, ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
 def parse_trigger(name: str) -> Trigger:
@@ -96,9 +126,16 @@ class SessionService:
         clock: Clock,
         ids: IdGenerator,
         machine: SessionMachine | None = None,
+        effects: SessionEffects | None = None,
     ) -> None:
         self._uow, self._guards, self._clock, self._ids = uow, guards, clock, ids
         self._machine = machine or SessionMachine()
+        self._effects: SessionEffects = effects or NoEffects()
+        self._session_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def use_effects(self, effects: SessionEffects) -> None:
+        """Attach the effects (the composition root does this once; effects need the service themselves)."""
+        self._effects = effects
 
     async def create_session(self, cmd: CreateSession) -> Session:
         """Create a session in `created` for a task. Nothing is written when a guard refuses.
@@ -120,14 +157,79 @@ class SessionService:
         return session
 
     async def fire(self, cmd: FireTrigger) -> FireResult:
-        """Fire one trigger as one transaction: lock, check version, guard, update, append to the log.
+        """Fire one trigger with its effects (see application/effects.py), then any automatic follow-up.
 
-        A guard refusal is logged as a blocked row and raised as PolicyViolation; nothing else changes.
-        Raises: InvalidInput, SessionNotFound, InvalidTransition, ConcurrentModification, PolicyViolation.
+        The result is that of the last transition applied (e.g. `completed` after `merge` and `cleanup_done`).
+        Raises: as `transition`, plus what an effect raises (VcsError, MergeConflict, ...).
         """
         trigger = parse_trigger(cmd.trigger)
         if trigger == Trigger.CREATE:
             raise InvalidInput("'create' is not fired on a session; use create_session")
+        # One trigger (with its effects and follow-ups) at a time per session in this process: a second merge
+        # must not start its git work while the first is between its merge and its `merged` row. Across
+        # processes the repository flock, the compare-and-swap on the base ref and the version check refuse
+        # the loser instead.
+        lock = self._session_locks.get(cmd.session_id)
+        if lock is None:
+            lock = self._session_locks[cmd.session_id] = asyncio.Lock()
+        async with lock:
+            return await self._fire_with_effects(trigger, cmd)
+
+    async def _fire_with_effects(self, trigger: Trigger, cmd: FireTrigger) -> FireResult:
+        if self._effects.wants_before(trigger):
+            cmd = await self._run_before(trigger, cmd)
+        result = await self.transition(cmd)
+        aftermath = await self._effects.after(result, cmd)
+        if aftermath.follow_up is not None:  # always the same session: its lock is already ours
+            result = await self._follow(result, aftermath.follow_up, fatal=aftermath.error is not None)
+        if aftermath.error is not None:
+            raise aftermath.error
+        return result
+
+    async def _follow(self, result: FireResult, follow_up: FireTrigger, *, fatal: bool) -> FireResult:
+        try:
+            nxt = await self._fire_with_effects(parse_trigger(follow_up.trigger), follow_up)
+        except TaskgateError as exc:
+            if fatal:
+                raise
+            warning = f"automatic '{follow_up.trigger}' after '{result.record.trigger}' failed: {exc}"
+            return replace(result, warnings=(*result.warnings, warning))
+        return FireResult(
+            nxt.session,
+            result.record,
+            (*result.follow_ups, nxt.record, *nxt.follow_ups),
+            (*result.warnings, *nxt.warnings),
+        )
+
+    async def _run_before(self, trigger: Trigger, cmd: FireTrigger) -> FireTrigger:
+        session = await self.get(cmd.session_id)
+        self._select_row(session, trigger, cmd.expected_version)  # refuse before doing any outside work
+        try:
+            return await self._effects.before(session, cmd)
+        except EffectRefused as refused:
+            await self.log_refusal(replace(cmd, changes=refused.changes), refused.violations)
+            raise refused.error from None
+
+    async def log_refusal(self, cmd: FireTrigger, violations: list[Violation]) -> None:
+        """Log a blocked row for a trigger that an effect refused (e.g. a merge conflict); nothing else changes."""
+        async with self._uow(write=True) as uow:
+            session = await uow.sessions.get(cmd.session_id, lock=True)
+            row = self._select_row(session, parse_trigger(cmd.trigger), None)
+            verdict = Verdict(
+                results=[GuardResult(v.policy, False, v.severity.value, v.message, v.suggestion) for v in violations],
+                violations=list(violations),
+            )
+            if cmd.changes:  # e.g. the conflicting files, kept on the session for the operator
+                await uow.sessions.update(_with_changes(session, cmd.changes), expected_version=session.version)
+            await self._log_blocked(uow, session, row, cmd, verdict)
+
+    async def transition(self, cmd: FireTrigger) -> FireResult:
+        """Fire one trigger as one transaction: lock, check version, guard, update, append to the log.
+
+        No effects run. A guard refusal is logged as a blocked row and raised as PolicyViolation.
+        Raises: InvalidInput, SessionNotFound, InvalidTransition, ConcurrentModification, PolicyViolation.
+        """
+        trigger = parse_trigger(cmd.trigger)
         async with self._uow(write=True) as uow:
             session = await uow.sessions.get(cmd.session_id, lock=True)
             row = self._select_row(session, trigger, cmd.expected_version)
@@ -325,7 +427,11 @@ class SessionService:
     ) -> FireResult:
         now = self._clock.now()
         updated = _advance(session, row, new_state, now)
+        if cmd.changes:
+            updated = _with_changes(updated, cmd.changes)
         await uow.sessions.update(updated, expected_version=session.version)
+        if cmd.snapshot is not None:
+            await uow.snapshots.add(replace(cmd.snapshot, session_id=session.id, at=now))
         await self._follow_task_and_plan(uow, session, updated, plan)
         record = _record(updated, row, session.state, Outcome.APPLIED, cmd.actor, cmd.reason, verdict, at=now)
         record = replace(record, seq=await uow.transitions.append(record))
@@ -376,8 +482,9 @@ class SessionService:
 
     async def _create_and_prepare(self, cmd: StartTask) -> Session:
         session = await self.create_session(CreateSession(cmd.task_id, cmd.actor, cmd.operator_id))
-        for trigger in (Trigger.INITIALIZE, Trigger.CONTEXT_DISCOVERED):
-            session = (await self.fire(FireTrigger(session.id, trigger.value, SYSTEM_ACTOR))).session
+        session = (await self.fire(FireTrigger(session.id, Trigger.INITIALIZE.value, SYSTEM_ACTOR))).session
+        if session.state == SessionState.INITIALIZING:  # no effect moved it on: discover nothing, go on
+            session = (await self.fire(FireTrigger(session.id, Trigger.CONTEXT_DISCOVERED.value, SYSTEM_ACTOR))).session
         return session
 
 
@@ -391,6 +498,17 @@ def _advance(session: Session, row: TransitionSpec, new_state: SessionState, now
         started_at=session.started_at or (now if new_state == SessionState.PLANNING else None),
         completed_at=now if new_state in TERMINAL_STATES else None,
     )
+
+
+def _with_changes(session: Session, changes: Mapping[str, Any]) -> Session:
+    unknown = set(changes) - _CHANGEABLE
+    if unknown:
+        raise InvalidInput(f"effects may not change session fields {sorted(unknown)}")
+    fields = {k: v for k, v in changes.items() if k != "state_data"}
+    if "state_data" in changes:
+        merged = {**session.state_data, **changes["state_data"]}
+        fields["state_data"] = {k: v for k, v in merged.items() if v is not None}  # None removes a key
+    return replace(session, **fields)
 
 
 def _record(

@@ -210,6 +210,20 @@ def task_status_for(state: SessionState, previous: SessionState | None) -> TaskS
 
 
 @dataclass(frozen=True, slots=True)
+class SessionSnapshot:
+    """A stored picture of a session's workspace: `context` (taken at context_discovered) or `checkpoint`
+    (an operator's review checkpoint with a note)."""
+
+    session_id: str
+    kind: str
+    actor: str
+    data: dict[str, Any]
+    at: datetime
+    note: str | None = None
+    id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ApiToken:
     """An issued bearer token. Only its SHA-256 is stored; the token itself is shown once."""
 

@@ -341,6 +341,10 @@ def session_fire(
         f"{result.record.from_state} → [green]{result.record.to_state}[/green] "
         f"(session {result.session.id[:8]}, version {result.session.version})"
     )
+    for record in result.follow_ups:
+        console.print(f"  then {record.trigger}: {record.from_state} → [green]{record.to_state}[/green]")
+    for warning in result.warnings:
+        console.print(f"  [yellow]warning:[/yellow] {warning}")
 
 
 @session_app.command("show")

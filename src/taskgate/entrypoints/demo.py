@@ -57,6 +57,10 @@ async def _fire_all(app: App, session: Session, triggers: list[str], reason: str
     for trigger in triggers:
         result = await app.sessions.fire(FireTrigger(session.id, trigger, ACTOR, reason))
         console.print(f"  {trigger:<16} {result.record.from_state} → [green]{result.record.to_state}[/green]")
+        for record in result.follow_ups:
+            console.print(f"  {record.trigger:<16} {record.from_state} → [green]{record.to_state}[/green] (automatic)")
+        for warning in result.warnings:
+            console.print(f"  [yellow]warning[/yellow] {warning}")
         session = result.session
     return session
 
@@ -118,13 +122,11 @@ async def _story(app: App, repo: Path) -> None:
     assert happy and doomed and waiting is None
 
     _step(f"4. Session {happy.id[:8]}: the whole happy path")
-    await _fire_all(
-        app, happy, ["plan_complete", "work_complete", "suspend", "resume", "approve", "merge", "cleanup_done"]
-    )
+    await _fire_all(app, happy, ["plan_complete", "work_complete", "suspend", "resume", "approve", "merge"])
 
     _step(f"5. Session {doomed.id[:8]}: rejected, rolled back, cleaned up")
     await _fire_all(app, doomed, ["plan_complete", "work_complete"])
-    await _fire_all(app, doomed, ["reject", "compensate", "cleanup_done"], reason="tests do not cover the edge cases")
+    await _fire_all(app, doomed, ["reject", "compensate"], reason="tests do not cover the edge cases")
 
     _step("6. Slots freed: the fourth task starts now; the docs task is unblocked")
     await _start(app, tasks[3].id)

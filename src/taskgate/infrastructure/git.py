@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from git import Git, InvalidGitRepositoryError, NoSuchPathError, Repo
+from git import BadName, Git, InvalidGitRepositoryError, NoSuchPathError, Repo
+from gitdb.exc import BadObject
 
 from taskgate.application.ports import (
     CommitInfo,
@@ -99,11 +100,21 @@ def _identity(cwd: str | Path) -> tuple[str, ...]:
 
 
 def _rev(cwd: str | Path, ref: str) -> str:
-    return _git(cwd, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}").strip()
+    """The commit `ref` names, or "" when there is none."""
+    return _git(cwd, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", check=False).strip()
 
 
-def _has_remote(repo_root: str, name: str = "origin") -> bool:
-    return name in _git(repo_root, "remote").split()
+def _resolve_in_process(repo_root: str, ref: str) -> tuple[str | None, bool]:
+    """(commit of `ref` or None, whether an `origin` remote exists), read by GitPython without running git."""
+    repo = Repo(repo_root)
+    try:
+        has_origin = any(r.name == "origin" for r in repo.remotes)
+        try:
+            return repo.commit(ref).hexsha, has_origin
+        except (BadName, BadObject, ValueError, IndexError):
+            return None, has_origin
+    finally:
+        repo.close()
 
 
 class GitPythonVcs:
@@ -119,6 +130,9 @@ class GitPythonVcs:
 
     async def remove_worktree(self, repo_root: str, path: str, branch: str | None) -> None:
         await asyncio.to_thread(_remove_worktree, repo_root, path, branch)
+
+    async def delete_branch(self, repo_root: str, branch: str) -> None:
+        await asyncio.to_thread(_remove_worktree, repo_root, None, branch)
 
     async def reset_worktree(self, path: str, commit: str) -> None:
         await asyncio.to_thread(_reset_worktree, path, commit)
@@ -183,11 +197,9 @@ def _inspect(path: str) -> RepositoryInfo:
 def _create_worktree(repo_root: str, path: str, branch: str, base: str) -> WorktreeCreated:
     with _repo_lock(repo_root):
         _exclude_worktrees_dir(repo_root, path)
-        existing = _existing_worktree(repo_root, path, branch, base)
-        if existing is not None:
-            return existing
-        base_ref = _fetched_base(repo_root, base)
-        base_commit = _rev(repo_root, base_ref)
+        if Path(path).exists():
+            return _existing_worktree(repo_root, path, branch, base)
+        base_ref, base_commit = _base_commit(repo_root, base)
         if not base_commit:
             raise VcsError(f"base '{base_ref}' does not exist in {repo_root}; set git.base_branch")
         try:
@@ -198,27 +210,27 @@ def _create_worktree(repo_root: str, path: str, branch: str, base: str) -> Workt
         return WorktreeCreated(path=path, branch=branch, base_ref=base_ref, base_commit=base_commit)
 
 
-def _fetched_base(repo_root: str, base: str) -> str:
-    """`origin/<base>` after a fetch when the repository has an `origin` remote, else `base` itself."""
-    if not _has_remote(repo_root):
-        return base
+def _base_commit(repo_root: str, base: str) -> tuple[str, str | None]:
+    """(`origin/<base>` after a fetch when the repository has an `origin` remote, else `base`; its commit)."""
+    commit, has_origin = _resolve_in_process(repo_root, base)
+    if not has_origin:
+        return base, commit
     try:
         _git(repo_root, "fetch", "--quiet", "origin", "--", base)
     except VcsError as exc:
         raise VcsError(f"fetching '{base}' from origin failed: {exc}") from None
-    return f"origin/{base}"
+    return f"origin/{base}", _rev(repo_root, f"origin/{base}") or None
 
 
-def _existing_worktree(repo_root: str, path: str, branch: str, base: str) -> WorktreeCreated | None:
+def _existing_worktree(repo_root: str, path: str, branch: str, base: str) -> WorktreeCreated:
+    """`path` exists: reuse it if it is this session's worktree (a retried initialisation), else refuse."""
     for entry in _worktrees(repo_root):
         if entry.path == path and not entry.missing:
             if entry.branch != branch:
                 raise VcsError(f"{path} is already a worktree of branch '{entry.branch}', not '{branch}'")
             fork = _git(repo_root, "merge-base", "--", base, entry.head or branch).strip()
             return WorktreeCreated(path=path, branch=branch, base_ref=base, base_commit=fork)
-    if Path(path).exists():
-        raise VcsError(f"{path} exists and is not a worktree of this repository; move it away first")
-    return None
+    raise VcsError(f"{path} exists and is not a worktree of this repository; move it away first")
 
 
 def _exclude_worktrees_dir(repo_root: str, path: str) -> None:
@@ -235,21 +247,27 @@ def _exclude_worktrees_dir(repo_root: str, path: str) -> None:
         exclude.write_text(current + ("" if current.endswith("\n") or not current else "\n") + line + "\n")
 
 
-def _remove_worktree(repo_root: str, path: str, branch: str | None) -> None:
+def _remove_worktree(repo_root: str, path: str | None, branch: str | None) -> None:
     with _repo_lock(repo_root):
         _remove_leftovers(repo_root, path, branch)
 
 
-def _remove_leftovers(repo_root: str, path: str, branch: str | None) -> None:
+def _remove_leftovers(repo_root: str, path: str | None, branch: str | None) -> None:
     """Remove the worktree however much of it exists, then its branch; missing pieces are fine."""
-    if any(e.path == path for e in _worktrees(repo_root)):
-        if not _ok(repo_root, "worktree", "remove", "--force", "--force", "--", path):
-            shutil.rmtree(path, ignore_errors=True)
-    elif Path(path).exists():
-        shutil.rmtree(path, ignore_errors=True)
+    if path:
+        _remove_folder(repo_root, path)
+    if branch and not _ok(repo_root, "branch", "-D", "--", branch) and _rev(repo_root, f"refs/heads/{branch}"):
+        raise VcsError(f"branch '{branch}' could not be deleted")
+
+
+def _remove_folder(repo_root: str, path: str) -> None:
+    if not Path(path).is_absolute() or Path(path).resolve() == Path(repo_root).resolve():
+        raise VcsError(f"refusing to remove {path!r}: not a worktree folder")
+    if _ok(repo_root, "worktree", "remove", "--force", "--force", "--", path):
+        return
+    # Not a registered worktree (any more), or its folder is half gone: remove what is left by hand.
+    shutil.rmtree(path, ignore_errors=True)
     _git(repo_root, "worktree", "prune")
-    if branch and _rev(repo_root, f"refs/heads/{branch}"):
-        _git(repo_root, "branch", "-D", "--", branch)
 
 
 def _reset_worktree(path: str, commit: str) -> None:

@@ -94,6 +94,22 @@ class TrackerSettings(BaseModel):
     beads: BeadsTrackerSettings = BeadsTrackerSettings()
 
 
+class GitSettings(BaseModel):
+    """Session worktrees and merges (see docs/worktrees.md). Checked again by `GitOptions` in the application."""
+
+    base_branch: str = "main"
+    branch_pattern: str = "feature/{task_id}/{short_id}"
+    worktrees_dir: str = ".worktrees"
+    merge_strategy: Literal["rebase", "merge"] = "rebase"
+    merge_mode: Literal["ff-only", "no-ff"] = "ff-only"
+    orphans: Literal["prune", "report"] = "prune"
+    max_patch_bytes: int = Field(default=200_000, ge=1_000, le=50_000_000)
+
+
+class ContextSettings(BaseModel):
+    ttl_seconds: float = Field(default=30.0, ge=0, le=86_400)
+
+
 class Settings(BaseSettings):
     """All of taskgate's configuration. Build it with `load_settings()`."""
 
@@ -105,6 +121,8 @@ class Settings(BaseSettings):
     policies: PoliciesSettings = PoliciesSettings()
     sqlite: SqliteSettings = SqliteSettings()
     mcp: McpSettings = McpSettings()
+    git: GitSettings = GitSettings()
+    context: ContextSettings = ContextSettings()
     tracker: TrackerSettings = TrackerSettings()
     config_file: Path | None = Field(default=None, exclude=True)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -179,7 +180,9 @@ class FireOut(BaseModel):
     trigger: str
     from_state: str | None
     to_state: str
-    state: str = Field(description="The session's state now (equals to_state).")
+    state: str = Field(
+        description="The session's state now: to_state, or further on after automatic follow-ups (see `then`)."
+    )
     prior_state: str | None = Field(description="Where `resume` returns to, while suspended.")
     version: int = Field(description="The session's version now.")
     allowed_triggers: list[str] = Field(description="Triggers that can fire next.")
@@ -188,12 +191,28 @@ class FireOut(BaseModel):
     actor: str
     reason: str | None
     guard_results: list[dict[str, Any]]
+    then: list[str] = Field(
+        default_factory=list,
+        description="Automatic transitions that followed, e.g. 'cleanup_done: merged → completed'.",
+    )
+    warnings: list[str] = Field(default_factory=list, description="Automatic follow-ups that failed, and why.")
 
     @classmethod
-    def of(cls, session: Session, record: TransitionRecord) -> FireOut:
+    def of(
+        cls,
+        session: Session,
+        record: TransitionRecord,
+        follow_ups: Sequence[TransitionRecord] = (),
+        warnings: Sequence[str] = (),
+    ) -> FireOut:
+        then = [f"{r.trigger}: {r.from_state} → {r.to_state}" for r in follow_ups]
         return cls(
-            summary=f"{record.trigger}: {record.from_state} → {record.to_state} "
-            f"(session {session.id}, version {session.version})",
+            summary=f"{record.trigger}: {record.from_state} → {record.to_state}"
+            + "".join(f"; then {t}" for t in then)
+            + f" (session {session.id}, version {session.version})"
+            + "".join(f"; warning: {w}" for w in warnings),
+            then=then,
+            warnings=list(warnings),
             session_id=session.id,
             trigger=record.trigger,
             from_state=record.from_state,

@@ -288,7 +288,7 @@ async def _fire(
     call = _call(ctx)
     sid = await _session_id(call, session_id, Capability.FIRE, parse_trigger(trigger))
     result = await call.app.sessions.fire(FireTrigger(sid, trigger, call.principal.actor, reason, expected_version))
-    return FireOut.of(result.session, result.record)
+    return FireOut.of(result.session, result.record, result.follow_ups, result.warnings)
 
 
 @tool_errors

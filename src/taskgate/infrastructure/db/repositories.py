@@ -22,6 +22,7 @@ from taskgate.domain.entities import (
     PlanStatus,
     Project,
     Session,
+    SessionSnapshot,
     Task,
     TaskStatus,
     TransitionRecord,
@@ -335,6 +336,24 @@ class SqlAlchemyEventLog(_Repository):
         if session_id is not None:
             stmt = stmt.where(t.events.c.session_id == session_id)
         return [dict(r) for r in reversed(await self._all(stmt))]
+
+    async def high_water(self) -> int:
+        row = await self._one(select(func.max(t.events.c.id).label("top")))
+        return int(row["top"] or 0) if row else 0
+
+
+class SqlAlchemySnapshotRepository(_Repository):
+    async def add(self, snapshot: SessionSnapshot) -> int:
+        values = {f.name: getattr(snapshot, f.name) for f in fields(snapshot) if f.name != "id"}
+        result = await self._conn.execute(insert(t.session_snapshots).returning(t.session_snapshots.c.id), values)
+        return int(result.scalar_one())
+
+    async def list(self, session_id: str, *, kind: str | None = None, limit: int = 50) -> list[SessionSnapshot]:
+        c = t.session_snapshots.c
+        stmt = select(t.session_snapshots).where(c.session_id == session_id)
+        if kind is not None:
+            stmt = stmt.where(c.kind == kind)
+        return [SessionSnapshot(**r) for r in await self._all(stmt.order_by(c.id.desc()).limit(limit))]
 
 
 class SqlAlchemyTokenRepository(_Repository):

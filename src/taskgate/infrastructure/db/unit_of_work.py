@@ -14,6 +14,7 @@ from taskgate.infrastructure.db.repositories import (
     SqlAlchemyPlanRepository,
     SqlAlchemyProjectRepository,
     SqlAlchemySessionRepository,
+    SqlAlchemySnapshotRepository,
     SqlAlchemyTaskRepository,
     SqlAlchemyTokenRepository,
     SqlAlchemyTransitionLog,
@@ -54,6 +55,7 @@ class SqlAlchemyUnitOfWork:
         self.transitions = SqlAlchemyTransitionLog(conn, dialect)
         self.events = SqlAlchemyEventLog(conn, dialect)
         self.tokens = SqlAlchemyTokenRepository(conn, dialect)
+        self.snapshots = SqlAlchemySnapshotRepository(conn, dialect)
 
     async def commit(self) -> None:
         assert self._conn is not None
