@@ -31,6 +31,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/transition_cost.py
 	$(BIN)/python benchmarks/audit_queries.py
+	$(BIN)/python benchmarks/worktree_cost.py
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .ruff_cache .hypothesis
