@@ -16,7 +16,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from taskgate.application.ports import RepositoryInfo, TransitionQuery
+from taskgate.application.ports import (
+    CommitInfo,
+    FileStat,
+    MergeOutcome,
+    RepoContext,
+    RepositoryInfo,
+    TransitionQuery,
+    WorkspaceContext,
+    WorktreeCreated,
+    WorktreeEntry,
+)
 from taskgate.domain.entities import (
     ApiToken,
     Operator,
@@ -39,6 +49,7 @@ from taskgate.domain.errors import (
     SessionAlreadyActive,
     SessionNotFound,
     TaskNotFound,
+    VcsError,
 )
 from taskgate.domain.policies import BlockerFact
 from taskgate.domain.states import TERMINAL_STATES, SessionState
@@ -394,11 +405,299 @@ class SequentialIds:
         return f"00000000-0000-4000-8000-{next(self._counter):012d}"
 
 
+@dataclass(frozen=True)
+class _FakeCommit:
+    sha: str
+    subject: str
+    files: frozenset[str]  # the files this commit changed
+    at: datetime
+
+
+@dataclass
+class _FakeWorktree:
+    branch: str
+    dirty: list[str] = field(default_factory=list)
+    untracked: list[str] = field(default_factory=list)
+    missing: bool = False  # the folder was deleted by hand; git still lists it until `prune`
+
+
+@dataclass
+class _FakeRepo:
+    branches: dict[str, list[str]]  # name -> commit shas, oldest first
+    worktrees: dict[str, _FakeWorktree]  # path -> worktree; the repository root is the main worktree
+
+
 class FakeVcs:
-    """Accepts any existing directory as a repository rooted there."""
+    """The VcsProvider in memory: nothing touches the disk but `inspect_repository`'s existence check.
+
+    Model: each repository root (created on first use with `main` holding one commit, "init") has branches
+    as linear commit lists, and every commit records the set of files it changed. A branch created from base
+    starts as a copy of base's list, so their fork point is the last commit they share, "ahead" is the
+    branch's commits missing from base and "behind" the reverse. Worktrees map a path to its branch, with
+    dirty and untracked file lists and a `missing` flag for a folder deleted by hand (merge recreates it).
+
+    Merge: when base moved, the files changed on the branch since the fork that base also changed since the
+    fork are the conflicts (nothing changes); otherwise the branch is rebased (its own commits copied on top of
+    base, new ids) or base is merged in (base's commits plus a merge commit), then base fast-forwards to the
+    branch (ff-only) or gets the branch's commits plus a merge commit (no-ff). Commit ids are sequential
+    40-digit hex strings.
+
+    Test helpers: `commit`, `advance_base`, `make_dirty`, `make_untracked`, `delete_folder`, and the readers
+    `head`, `files_on`, `contains`.
+    """
+
+    MAIN = "main"
+
+    def __init__(self) -> None:
+        self._repos: dict[str, _FakeRepo] = {}
+        self._commits: dict[str, _FakeCommit] = {}
+        self._clock = datetime(2026, 1, 1, tzinfo=UTC)
+
+    # -- the port ----------------------------------------------------------------------------------------------
 
     async def inspect_repository(self, path: str) -> RepositoryInfo:
         target = Path(path).resolve()
         if not target.is_dir():
             raise InvalidInput(f"path {target} does not exist")
-        return RepositoryInfo(root=str(target), head_branch="main")
+        return RepositoryInfo(root=str(target), head_branch=self.MAIN)
+
+    async def create_worktree(self, repo_root: str, path: str, branch: str, base: str) -> WorktreeCreated:
+        repo = self._repo(repo_root)
+        existing = repo.worktrees.get(path)
+        if existing is not None and not existing.missing:
+            if existing.branch != branch:
+                raise VcsError(f"{path} is already a worktree of branch '{existing.branch}', not '{branch}'")
+            return WorktreeCreated(path, branch, base, self._fork(repo, self._history(repo, base), branch))
+        base_history = self._history(repo, base)
+        if not base_history:
+            raise VcsError(f"base '{base}' does not exist in {repo_root}; set git.base_branch")
+        if branch in repo.branches:
+            raise VcsError(f"a branch named '{branch}' already exists")
+        if existing is not None:
+            raise VcsError(f"'{path}' is a missing but already registered worktree")
+        repo.branches[branch] = list(base_history)
+        repo.worktrees[path] = _FakeWorktree(branch)
+        return WorktreeCreated(path, branch, base, base_history[-1])
+
+    async def remove_worktree(self, repo_root: str, path: str, branch: str | None) -> None:
+        repo = self._repo(repo_root)
+        if path == repo_root:
+            raise VcsError(f"refusing to remove {path!r}: not a worktree folder")
+        repo.worktrees.pop(path, None)
+        if branch:
+            self._delete_branch(repo, branch)
+
+    async def delete_branch(self, repo_root: str, branch: str) -> None:
+        self._delete_branch(self._repo(repo_root), branch)
+
+    async def reset_worktree(self, path: str, commit: str) -> None:
+        found = self._find_worktree(path)
+        if found is None or found[1].missing:
+            return
+        repo, worktree = found
+        history = repo.branches[worktree.branch]
+        if commit != "HEAD":
+            if commit in repo.branches:
+                commit = repo.branches[commit][-1]
+            source = next((h for h in repo.branches.values() if commit in h), None)
+            if source is None:
+                raise VcsError(f"git reset failed: unknown revision '{commit}'")
+            history[:] = source[: source.index(commit) + 1]
+        worktree.dirty.clear()
+        worktree.untracked.clear()
+
+    async def workspace_context(
+        self, repo_root: str, path: str, branch: str, base: str, *, max_patch_bytes: int = 200_000
+    ) -> WorkspaceContext:
+        repo = self._repo(repo_root)
+        if branch not in repo.branches:
+            raise VcsError(f"branch '{branch}' no longer exists in {repo_root}")
+        base_history = self._history(repo, base)
+        if not base_history:
+            raise VcsError(f"base '{base}' does not exist in {repo_root}")
+        history = repo.branches[branch]
+        own = [c for c in history if c not in set(base_history)]
+        files = sorted(self._files(own))
+        patch = "".join(f"diff --git a/{f} b/{f}\n" for f in files)
+        worktree = repo.worktrees.get(path)
+        live = worktree is not None and not worktree.missing
+        return WorkspaceContext(
+            branch=branch,
+            base_ref=base,
+            base_commit=base_history[-1],
+            head_commit=history[-1],
+            ahead=len(own),
+            behind=sum(1 for c in base_history if c not in set(history)),
+            diff_stat=[FileStat(f, 1, 0) for f in files],
+            patch=patch[:max_patch_bytes],
+            patch_truncated=len(patch) > max_patch_bytes,
+            commits=[self._info(c) for c in reversed(own)],
+            dirty=list(worktree.dirty) if live else [],
+            untracked=list(worktree.untracked) if live else [],
+            conflicts=[],
+        )
+
+    async def merge(
+        self, repo_root: str, path: str, branch: str, base: str, *, strategy: str, mode: str
+    ) -> MergeOutcome:
+        repo = self._repo(repo_root)
+        if branch not in repo.branches:
+            raise VcsError(f"the worktree {path} and its branch '{branch}' are both gone; nothing left to merge")
+        worktree = repo.worktrees.get(path)
+        if worktree is None or worktree.missing:  # recreated from its branch
+            worktree = repo.worktrees[path] = _FakeWorktree(branch)
+        if worktree.dirty or worktree.untracked:
+            raise VcsError(f"the worktree has uncommitted changes ({', '.join(worktree.dirty + worktree.untracked)})")
+        if base not in repo.branches:
+            raise VcsError(f"base branch '{base}' does not exist in {repo_root}")
+        history, base_history = repo.branches[branch], repo.branches[base]
+        rebased = False
+        if base_history[-1] not in history:
+            own = [c for c in history if c not in set(base_history)]
+            theirs = [c for c in base_history if c not in set(history)]
+            conflicts = sorted(self._files(own) & self._files(theirs))
+            if conflicts:
+                return MergeOutcome(False, base, conflicts=conflicts, detail=f"{strategy} onto '{base}' conflicted")
+            if strategy == "rebase":
+                copies = [self._new_commit(self._commits[c].subject, self._commits[c].files) for c in own]
+                history[:] = [*base_history, *copies]
+            else:
+                merge = self._new_commit(f"Merge '{base}' into '{branch}'", frozenset())
+                history[:] = [*history, *theirs, merge]
+            rebased = True
+        if mode == "ff-only":
+            base_history[:] = history
+        else:
+            new = [c for c in history if c not in set(base_history)]
+            merge = self._new_commit(f"Merge branch '{branch}' (taskgate)", frozenset())
+            base_history[:] = [*base_history, *new, merge]
+        return MergeOutcome(True, base, merged_commit=base_history[-1], rebased=rebased)
+
+    async def repo_context(self, repo_root: str, *, recent: int = 10) -> RepoContext:
+        repo = self._repo(repo_root)
+        root = repo.worktrees[repo_root]
+        history = repo.branches[root.branch]
+        return RepoContext(
+            branch=root.branch,
+            head=history[-1],
+            clean=not (root.dirty or root.untracked),
+            staged=len(root.dirty),
+            unstaged=0,
+            untracked=len(root.untracked),
+            conflicted=0,
+            state="clean",
+            recent_commits=[self._info(c) for c in reversed(history[-recent:])] if recent > 0 else [],
+            worktrees=await self.worktrees(repo_root),
+        )
+
+    async def worktrees(self, repo_root: str) -> list[WorktreeEntry]:
+        repo = self._repo(repo_root)
+        return [
+            WorktreeEntry(path, w.branch, repo.branches[w.branch][-1] if w.branch in repo.branches else None, w.missing)
+            for path, w in repo.worktrees.items()
+        ]
+
+    async def branches(self, repo_root: str, prefix: str) -> list[str]:
+        return sorted(b for b in self._repo(repo_root).branches if b.startswith(prefix))
+
+    async def prune(self, repo_root: str) -> None:
+        repo = self._repo(repo_root)
+        repo.worktrees = {p: w for p, w in repo.worktrees.items() if not w.missing}
+
+    async def disk_usage(self, path: str) -> int:
+        """A nominal kilobyte per worktree file (0 when the worktree does not exist)."""
+        found = self._find_worktree(path)
+        if found is None or found[1].missing:
+            return 0
+        repo, worktree = found
+        files = self._files(repo.branches.get(worktree.branch, []))
+        return 1024 * len(files | set(worktree.dirty) | set(worktree.untracked))
+
+    # -- test helpers ------------------------------------------------------------------------------------------
+
+    def commit(self, path: str, files: list[str], message: str) -> str:
+        """Commit `files` on the branch checked out at worktree `path` (a repository root means its `main`)."""
+        found = self._find_worktree(path)
+        if found is None:
+            raise VcsError(f"{path} is not a worktree")
+        repo, worktree = found
+        sha = self._new_commit(message, frozenset(files))
+        repo.branches[worktree.branch].append(sha)
+        worktree.dirty = [f for f in worktree.dirty if f not in files]
+        worktree.untracked = [f for f in worktree.untracked if f not in files]
+        return sha
+
+    def advance_base(self, repo_root: str, files: list[str], message: str, base: str = MAIN) -> str:
+        """Move `base` on by one commit changing `files`, as another session's merge would."""
+        sha = self._new_commit(message, frozenset(files))
+        self._repo(repo_root).branches[base].append(sha)
+        return sha
+
+    def make_dirty(self, path: str, files: list[str]) -> None:
+        self._worktree(path).dirty.extend(files)
+
+    def make_untracked(self, path: str, files: list[str]) -> None:
+        self._worktree(path).untracked.extend(files)
+
+    def delete_folder(self, path: str) -> None:
+        """The worktree folder is deleted by hand: git keeps listing it (missing) until a prune."""
+        worktree = self._worktree(path)
+        worktree.missing, worktree.dirty, worktree.untracked = True, [], []
+
+    def head(self, repo_root: str, branch: str) -> str | None:
+        history = self._repo(repo_root).branches.get(branch)
+        return history[-1] if history else None
+
+    def files_on(self, repo_root: str, branch: str) -> set[str]:
+        """Every file some commit of the branch's history changed (the tree, as nothing is ever deleted)."""
+        return self._files(self._repo(repo_root).branches[branch])
+
+    def contains(self, repo_root: str, branch: str, sha: str) -> bool:
+        return sha in self._repo(repo_root).branches.get(branch, [])
+
+    # -- internals ---------------------------------------------------------------------------------------------
+
+    def _repo(self, root: str) -> _FakeRepo:
+        if root not in self._repos:
+            init = self._new_commit("init", frozenset({"README.md"}))
+            self._repos[root] = _FakeRepo({self.MAIN: [init]}, {root: _FakeWorktree(self.MAIN)})
+        return self._repos[root]
+
+    def _new_commit(self, subject: str, files: frozenset[str]) -> str:
+        sha = f"{len(self._commits) + 1:040x}"
+        self._clock += timedelta(seconds=1)
+        self._commits[sha] = _FakeCommit(sha, subject, files, self._clock)
+        return sha
+
+    def _files(self, shas: list[str]) -> set[str]:
+        return set().union(*(self._commits[c].files for c in shas))
+
+    def _info(self, sha: str) -> CommitInfo:
+        commit = self._commits[sha]
+        return CommitInfo(sha, commit.subject, "taskgate", commit.at)
+
+    def _history(self, repo: _FakeRepo, ref: str) -> list[str]:
+        """The commits `ref` (a branch or a commit id) names, oldest first; [] when there is none."""
+        if ref in repo.branches:
+            return repo.branches[ref]
+        source = next((h for h in repo.branches.values() if ref in h), None)
+        return source[: source.index(ref) + 1] if source else []
+
+    def _fork(self, repo: _FakeRepo, base_history: list[str], branch: str) -> str:
+        if not base_history:
+            raise VcsError("git merge-base failed: base does not exist")
+        return next(c for c in reversed(base_history) if c in set(repo.branches[branch]))
+
+    def _delete_branch(self, repo: _FakeRepo, branch: str) -> None:
+        if any(w.branch == branch and not w.missing for w in repo.worktrees.values()):
+            raise VcsError(f"branch '{branch}' could not be deleted")
+        repo.branches.pop(branch, None)
+
+    def _find_worktree(self, path: str) -> tuple[_FakeRepo, _FakeWorktree] | None:
+        return next(((r, r.worktrees[path]) for r in self._repos.values() if path in r.worktrees), None)
+
+    def _worktree(self, path: str) -> _FakeWorktree:
+        found = self._find_worktree(path)
+        if found is None:
+            raise VcsError(f"{path} is not a worktree")
+        return found[1]

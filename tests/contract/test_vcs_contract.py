@@ -121,12 +121,6 @@ def driver(request: pytest.FixtureRequest, tmp_path: Path) -> Driver:
     return FakeDriver(tmp_path) if request.param == "fake" else GitDriver(tmp_path)
 
 
-def git_bug(driver: Driver, request: pytest.FixtureRequest, reason: str) -> None:
-    """Mark a check the real adapter fails today (strict: it must start passing once git.py is fixed)."""
-    if driver.kind == "git":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=f"GitPythonVcs bug: {reason}"))
-
-
 async def create(driver: Driver, name: str = "s1", branch: str = BRANCH):
     return await driver.vcs.create_worktree(driver.root, driver.path(name), branch, "main")
 
@@ -176,15 +170,7 @@ async def test_a_path_already_used_by_another_branch_is_refused(driver: Driver) 
     assert await driver.vcs.branches(driver.root, "feature/") == [OTHER]
 
 
-async def test_creating_a_branch_that_already_exists_is_refused_and_keeps_its_commits(
-    driver: Driver, request: pytest.FixtureRequest
-) -> None:
-    git_bug(
-        driver,
-        request,
-        "_create_worktree: when `worktree add -b` fails because the branch exists, _remove_leftovers runs "
-        "`branch -D` on that pre-existing branch and destroys its commits",
-    )
+async def test_creating_a_branch_that_already_exists_is_refused_and_keeps_its_commits(driver: Driver) -> None:
     await create(driver)
     work = driver.commit(driver.path("s1"), ["work.txt"], "session work")
     driver.delete_folder(driver.path("s1"))  # not checked out anywhere any more
@@ -206,13 +192,7 @@ async def test_deleting_a_missing_branch_is_fine(driver: Driver) -> None:
     assert await driver.vcs.branches(driver.root, "") == ["main"]
 
 
-async def test_branches_lists_names_starting_with_any_prefix(driver: Driver, request: pytest.FixtureRequest) -> None:
-    git_bug(
-        driver,
-        request,
-        "branches: `for-each-ref refs/heads/<prefix>` matches whole path components only, so a prefix not "
-        "ending in '/' (branch pattern 'tg-{task_id}' gives 'tg-') finds nothing",
-    )
+async def test_branches_lists_names_starting_with_any_prefix(driver: Driver) -> None:
     await create(driver)
     assert await driver.vcs.branches(driver.root, "feat") == [BRANCH]
 

@@ -139,7 +139,7 @@ async def test_over_stdio_a_client_drives_a_session_from_project_init_to_complet
             ]  # fmt: skip
             assert {r["outcome"] for r in history} == {"applied"}  # the refused merge wrote nothing
             by_operator = [r for r in history if r["trigger"] in {"start", *(t for t, _, _ in HAPPY_PATH)}]
-            assert len(by_operator) == 6 and {r["actor"] for r in by_operator} == {"operator:alice"}
+            assert len(by_operator) == 5 and {r["actor"] for r in by_operator} == {"operator:alice"}
 
             audit = await ok(client, "audit_query", actor="operator:alice", session_id=sid)
             assert [r["trigger"] for r in audit["transitions"]][-4:] == [t for t, _, _ in HAPPY_PATH]

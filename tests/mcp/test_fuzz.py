@@ -110,7 +110,7 @@ CRASHES: dict[tuple[str, str], tuple[str, str, str]] = {}
 """(tool, exception type) → (smallest arguments seen, caller, message) for calls that ended in an unexplained
 internal error."""
 
-AGENT_READS = {"ping", "session_status", "session_history", "session_state_at"}
+AGENT_READS = {"ping", "session_status", "session_history", "session_state_at", "session_review", "context_discover"}
 AGENT_FIRES = {"session_fire"}
 GUARD_LOGGED_TABLES = {"transition_log", "events", "sessions"}
 SDK_SERVER_LOGGER = "mcp.server.mcpserver.server"

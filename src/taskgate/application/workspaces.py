@@ -203,10 +203,12 @@ class WorkspaceService:
                     rows.append(await self._row(project, entry, by_path.get(entry.path)))
         return rows
 
-    async def reconcile(self) -> ReconcileReport:
+    async def reconcile(self, prune: bool | None = None) -> ReconcileReport:
         """At service start: prune (or report) orphans, flag sessions whose worktree vanished, and carry on
-        initialisations a crash interrupted. Never raises for one broken project: errors are reported."""
-        report = ReconcileReport([], [], self._options.orphans == "prune", [], [], [])
+        initialisations a crash interrupted. `prune` overrides the configured `orphans` setting.
+        Never raises for one broken project: errors are reported."""
+        prune = self._options.orphans == "prune" if prune is None else prune
+        report = ReconcileReport([], [], prune, [], [], [])
         for project, sessions in await self._projects_with_sessions(None, include_terminal=False):
             try:
                 await self._reconcile_project(project, sessions, report)

@@ -39,7 +39,9 @@ session_app = typer.Typer(help="Sessions: one guarded state machine per task.", 
 audit_app = typer.Typer(help="Audit queries over the transition log.", no_args_is_help=True)
 project_app = typer.Typer(help="Registered projects.", no_args_is_help=True)
 token_app = typer.Typer(help="Bearer tokens for the MCP HTTP transport.", no_args_is_help=True)
+worktrees_app = typer.Typer(help="Session worktrees on disk: list them, reconcile them with the sessions.")
 for sub, name in (
+    (worktrees_app, "worktrees"),
     (token_app, "token"),
     (project_app, "project"),
     (plan_app, "plan"),
@@ -364,6 +366,63 @@ def session_show(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt 
     console.print(f"[bold]{'next triggers':>17}[/bold]  {', '.join(allowed) or '-'}", highlight=False)
 
 
+@session_app.command("merge")
+def session_merge(
+    session_id: Annotated[str, typer.Argument()],
+    reason: Annotated[str | None, typer.Option(help="Recorded in the transition log.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Merge an approved session into its base (rebasing first if the base moved), then clean it up.
+
+    A conflict or a dirty worktree changes nothing and names the files; the session stays awaiting_merge."""
+    session_fire(session_id, "merge", reason=reason, expected_version=None, operator=None, as_json=as_json)
+
+
+@session_app.command("review")
+def session_review(
+    session_id: Annotated[str, typer.Argument()],
+    patch: Annotated[bool, typer.Option("--patch", help="Print the full diff too.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """What the session changed: diff stat against its base, commits, and the state of its worktree."""
+
+    async def work(services: App):
+        return await services.workspaces.review(await services.sessions.resolve_id(session_id))
+
+    review = run(work)
+    if as_json:
+        render.print_json(review)
+        return
+    console.print(render.review_table(review))
+    if patch:
+        console.print(review.patch + ("\n[yellow](patch truncated)[/yellow]" if review.patch_truncated else ""),
+                      markup=False, highlight=False)  # fmt: skip
+
+
+@session_app.command("checkpoint")
+def session_checkpoint(
+    session_id: Annotated[str, typer.Argument()],
+    note: Annotated[str, typer.Option("--note", "-m", help="What you checked and concluded.")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Record a review checkpoint: the session's diff stat, commits and worktree state, with a note."""
+
+    async def work(services: App):
+        full_id = await services.sessions.resolve_id(session_id)
+        return await services.workspaces.checkpoint(full_id, note, _local_actor(services))
+
+    snapshot = run(work)
+    if as_json:
+        render.print_json(snapshot)
+        return
+    data = snapshot.data
+    console.print(
+        f"checkpoint {snapshot.id} of session {snapshot.session_id[:8]} recorded: {data['branch']} is "
+        f"{data['ahead']} commit(s) ahead of {data['base_ref']}, {len(data['diff_stat'])} file(s) changed",
+        highlight=False,
+    )
+
+
 @session_app.command("list")
 def session_list(
     all_states: Annotated[bool, typer.Option("--all", help="Include completed and cancelled sessions.")] = False,
@@ -598,3 +657,62 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@app.command("context")
+def context(
+    project: ProjectOpt = None,
+    refresh: Annotated[bool, typer.Option("--refresh", help="Ignore the cached snapshot.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """The project's git and tracker context (what the context_discover MCP tool returns)."""
+
+    async def work(services: App, found: Project):
+        return await services.context.discover(found.id, refresh=refresh)
+
+    found = run_in_project(project, work)
+    if as_json:
+        render.print_json(found.as_dict())
+        return
+    console.print(render.context_panel(found))
+
+
+@worktrees_app.callback(invoke_without_command=True)
+def worktrees(ctx: typer.Context, project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
+    """List session worktrees with their session, state and disk use (orphans are marked)."""
+    if ctx.invoked_subcommand is not None:
+        return
+
+    async def work(services: App):
+        found = await services.tracker.resolve_project(project, os.getcwd()) if project else None
+        return await services.workspaces.list_worktrees(found.id if found else None)
+
+    rows = run(work)
+    emit(rows, as_json, lambda: render.worktrees_table(rows))
+
+
+@worktrees_app.command("reconcile")
+def worktrees_reconcile(
+    report_only: Annotated[bool, typer.Option("--report-only", help="Only report orphans; prune nothing.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """What `taskgate serve` does at start: prune (or report) orphan worktrees and branches, flag sessions whose
+    worktree vanished, and finish initialisations a crash interrupted."""
+
+    async def work(services: App):
+        return await services.workspaces.reconcile(prune=False if report_only else None)
+
+    report = run(work)
+    if as_json:
+        render.print_json(report)
+        return
+    console.print(report.summary(), highlight=False)
+    found = (
+        ("orphan worktree", report.orphan_worktrees),
+        ("orphan branch", report.orphan_branches),
+        ("missing worktree of session", report.missing_worktrees),
+        ("error", report.errors),
+    )
+    for label, items in found:
+        for item in items:
+            console.print(f"  {label}: {item}", highlight=False)

@@ -15,6 +15,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from taskgate.application.context import ProjectContext
+from taskgate.application.ports import WorkspaceContext
+from taskgate.application.workspaces import WorktreeRow
 from taskgate.domain.entities import Outcome, Session, Task, TransitionRecord
 
 console = Console()
@@ -139,3 +142,59 @@ def transitions_csv(records: list[TransitionRecord]) -> str:
         data = jsonable(r)
         writer.writerow([json.dumps(data[f]) if f == "guard_results" else data[f] for f in TRANSITION_FIELDS])
     return buffer.getvalue()
+
+
+def review_table(review: WorkspaceContext) -> Table:
+    """A session's review: files changed, then commits, then the worktree's state."""
+    title = (
+        f"{review.branch}: {review.ahead} ahead / {review.behind} behind {review.base_ref} "
+        f"(base {review.base_commit[:8]}, head {review.head_commit[:8]})"
+    )
+    rows = [(f.path, "binary" if f.added < 0 else f"+{f.added}", "" if f.deleted < 0 else f"-{f.deleted}")
+            for f in review.diff_stat]  # fmt: skip
+    rows += [(f"commit {c.sha[:8]}", c.author, c.subject) for c in review.commits]
+    rows += [(name, "dirty", "") for name in review.dirty] + [(name, "untracked", "") for name in review.untracked]
+    rows += [(name, "CONFLICT", "") for name in review.conflicts]
+    return table(title, ["file / commit", "change", ""], rows)
+
+
+def worktrees_table(rows: list[WorktreeRow]) -> Table:
+    return table(
+        "Session worktrees",
+        ["project", "session", "state", "branch", "disk", "path", "note"],
+        [
+            (r.project, (r.session_id or "-")[:8], r.state or "-", r.branch or "-", _size(r.bytes), r.path,
+             "missing" if r.missing else ("orphan" if r.orphan else ""))
+            for r in rows
+        ],
+    )  # fmt: skip
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def context_panel(context: ProjectContext) -> Table:
+    git, tracker = context.git, context.tracker
+    rows: list[tuple[str, str]] = []
+    if "error" in git:
+        rows.append(("git", git["error"]))
+    else:
+        rows += [
+            ("branch", f"{git['branch'] or '(detached)'} at {(git['head'] or '-')[:8]}"),
+            ("working tree", f"{'clean' if git['clean'] else 'dirty'}; {git['staged']} staged, {git['unstaged']} "
+             f"unstaged, {git['untracked']} untracked, {git['conflicted']} conflicted; {git['state']}"),
+            ("worktrees", str(len(git["worktrees"]))),
+        ]  # fmt: skip
+        rows += [("commit", f"{c['sha'][:8]} {c['subject']}") for c in git["recent_commits"][:5]]
+    rows.append(("tasks", f"{tracker['open']} open, {tracker['ready']} ready, {tracker['blocked']} blocked, "
+                          f"{tracker['in_progress']} in progress, {tracker['total']} in all"))  # fmt: skip
+    plan = tracker.get("current_plan")
+    if plan:
+        rows.append(("current plan", f"{plan['name']}: {plan['done']}/{plan['total']} done ({plan['percent']}%)"))
+    age = f"{context.age_seconds:.1f}s old" + (" (cached)" if context.cached else "")
+    return table(f"Context of {context.project_name} ({age})", ["", ""], rows)

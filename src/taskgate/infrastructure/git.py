@@ -25,8 +25,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from git import BadName, Git, InvalidGitRepositoryError, NoSuchPathError, Repo
-from gitdb.exc import BadObject
+from git import Git, InvalidGitRepositoryError, NoSuchPathError, Repo, SymbolicReference
 
 from taskgate.application.ports import (
     CommitInfo,
@@ -109,10 +108,10 @@ def _resolve_in_process(repo_root: str, ref: str) -> tuple[str | None, bool]:
     repo = Repo(repo_root)
     try:
         has_origin = any(r.name == "origin" for r in repo.remotes)
-        try:
-            return repo.commit(ref).hexsha, has_origin
-        except (BadName, BadObject, ValueError, IndexError):
-            return None, has_origin
+        try:  # reading the ref file directly: repo.commit() would start a `git cat-file` process (~4 ms)
+            return SymbolicReference.dereference_recursive(repo, f"refs/heads/{ref}"), has_origin
+        except (ValueError, OSError):
+            return _rev(repo_root, ref) or None, has_origin
     finally:
         repo.close()
 
@@ -154,10 +153,9 @@ class GitPythonVcs:
         return await asyncio.to_thread(_worktrees, repo_root)
 
     async def branches(self, repo_root: str, prefix: str) -> list[str]:
-        out = await asyncio.to_thread(
-            _git, repo_root, "for-each-ref", "--format=%(refname:short)", f"refs/heads/{prefix}"
-        )
-        return [line for line in out.splitlines() if line]
+        # for-each-ref matches whole path components only ("feat" would miss "feature/x"): filter here.
+        out = await asyncio.to_thread(_git, repo_root, "for-each-ref", "--format=%(refname:short)", "refs/heads/")
+        return [line for line in out.splitlines() if line and line.startswith(prefix)]
 
     async def prune(self, repo_root: str) -> None:
         await asyncio.to_thread(_locked, repo_root, lambda: _git(repo_root, "worktree", "prune"))
@@ -204,8 +202,10 @@ def _create_worktree(repo_root: str, path: str, branch: str, base: str) -> Workt
             raise VcsError(f"base '{base_ref}' does not exist in {repo_root}; set git.base_branch")
         try:
             _git(repo_root, "worktree", "add", "--quiet", "-b", branch, "--", path, base_commit)
-        except VcsError:
-            _remove_leftovers(repo_root, path, branch)  # nothing half-made stays behind
+        except VcsError as exc:
+            if "already exists" in str(exc) and _rev(repo_root, f"refs/heads/{branch}"):
+                raise VcsError(f"branch '{branch}' already exists in {repo_root}; it was left untouched") from None
+            _remove_leftovers(repo_root, path, branch)  # the branch is ours: `-b` failed before or after making it
             raise
         return WorktreeCreated(path=path, branch=branch, base_ref=base_ref, base_commit=base_commit)
 

@@ -8,7 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from taskgate.domain.entities import Plan, Project, Session, Task, TransitionRecord
+from taskgate.application.context import ProjectContext
+from taskgate.application.ports import WorkspaceContext
+from taskgate.domain.entities import Plan, Project, Session, SessionSnapshot, Task, TransitionRecord
 from taskgate.domain.session_fsm import allowed_triggers
 
 
@@ -102,13 +104,30 @@ class SessionOut(BaseModel):
     updated_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
+    branch: str | None = Field(default=None, description="The session's git branch.")
+    worktree: str | None = Field(default=None, description="The session's worktree folder.")
+    workspace: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Base branch and commit, the last merge, merge conflicts, and worktree_missing when the "
+        "folder was deleted by hand (merge restores it from the branch).",
+    )
 
     @classmethod
     def of(cls, s: Session) -> SessionOut:
         nxt = allowed_triggers(s.state, s.prior_state)
+        flags = (
+            [f"; worktree missing since {s.state_data['worktree_missing']}"]
+            if "worktree_missing" in s.state_data
+            else []
+        )
+        if s.state_data.get("merge_conflicts"):
+            flags.append(f"; last merge conflicted in {', '.join(s.state_data['merge_conflicts'])}")
         return cls(
             summary=f"session {s.id} for {s.task_id} is {s.state.value} (version {s.version}); "
-            f"next: {', '.join(nxt) or 'nothing, it is finished'}",
+            f"next: {', '.join(nxt) or 'nothing, it is finished'}" + "".join(flags),
+            branch=s.branch_name,
+            worktree=s.worktree_path,
+            workspace=dict(s.state_data),
             id=s.id,
             task_id=s.task_id,
             state=s.state.value,
@@ -238,3 +257,125 @@ class StateAtOut(BaseModel):
 
 class Pong(BaseModel):
     summary: str = "pong"
+
+
+class FileStatOut(BaseModel):
+    path: str
+    added: int = Field(description="Lines added; -1 for a binary file.")
+    deleted: int
+
+
+class CommitOut(BaseModel):
+    sha: str
+    subject: str
+    author: str
+    at: datetime
+
+
+class ReviewOut(BaseModel):
+    """What changed on a session's branch against its base, and the state of its worktree."""
+
+    summary: str
+    session_id: str
+    branch: str
+    base: str
+    base_commit: str
+    head_commit: str
+    ahead: int = Field(description="Commits on the branch that the base lacks.")
+    behind: int = Field(description="Commits on the base since the branch forked (a merge will rebase).")
+    files: list[FileStatOut]
+    commits: list[CommitOut]
+    dirty: list[str] = Field(description="Tracked files with uncommitted changes (a merge refuses them).")
+    untracked: list[str]
+    conflicts: list[str]
+    patch: str | None = Field(default=None, description="The diff against the base, when asked for.")
+    patch_truncated: bool = False
+
+    @classmethod
+    def of(cls, session_id: str, ctx: WorkspaceContext, *, with_patch: bool) -> ReviewOut:
+        added = sum(max(f.added, 0) for f in ctx.diff_stat)
+        deleted = sum(max(f.deleted, 0) for f in ctx.diff_stat)
+        state = (
+            "clean"
+            if not (ctx.dirty or ctx.untracked or ctx.conflicts)
+            else (f"{len(ctx.dirty)} dirty, {len(ctx.untracked)} untracked, {len(ctx.conflicts)} conflicted file(s)")
+        )
+        return cls(
+            summary=f"{ctx.branch}: {ctx.ahead} commit(s) ahead of {ctx.base_ref}, {ctx.behind} behind; "
+            f"{len(ctx.diff_stat)} file(s) changed, +{added} -{deleted}; worktree {state}",
+            session_id=session_id,
+            branch=ctx.branch,
+            base=ctx.base_ref,
+            base_commit=ctx.base_commit,
+            head_commit=ctx.head_commit,
+            ahead=ctx.ahead,
+            behind=ctx.behind,
+            files=[FileStatOut(path=f.path, added=f.added, deleted=f.deleted) for f in ctx.diff_stat],
+            commits=[CommitOut(sha=c.sha, subject=c.subject, author=c.author, at=c.at) for c in ctx.commits],
+            dirty=ctx.dirty,
+            untracked=ctx.untracked,
+            conflicts=ctx.conflicts,
+            patch=ctx.patch if with_patch else None,
+            patch_truncated=ctx.patch_truncated if with_patch else False,
+        )
+
+
+class CheckpointOut(BaseModel):
+    """A stored review checkpoint: the review as it was, with the operator's note."""
+
+    summary: str
+    id: int | None
+    session_id: str
+    at: datetime
+    actor: str
+    note: str | None
+    review: ReviewOut
+
+    @classmethod
+    def of(cls, snapshot: SessionSnapshot, ctx: WorkspaceContext) -> CheckpointOut:
+        review = ReviewOut.of(snapshot.session_id, ctx, with_patch=False)
+        return cls(
+            summary=f"checkpoint {snapshot.id} of session {snapshot.session_id} recorded by {snapshot.actor}: "
+            f"{review.summary}",
+            id=snapshot.id,
+            session_id=snapshot.session_id,
+            at=snapshot.at,
+            actor=snapshot.actor,
+            note=snapshot.note,
+            review=review,
+        )
+
+
+class ContextOut(BaseModel):
+    """A project's git and tracker context, with how old the snapshot is."""
+
+    summary: str
+    project: str
+    taken_at: datetime
+    age_seconds: float
+    cached: bool
+    git: dict[str, Any]
+    tracker: dict[str, Any]
+
+    @classmethod
+    def of(cls, context: ProjectContext) -> ContextOut:
+        git, tracker = context.git, context.tracker
+        where = (
+            "error: " + git["error"]
+            if "error" in git
+            else (
+                f"on {git.get('branch') or 'a detached HEAD'}, {'clean' if git.get('clean') else 'dirty'}, "
+                f"{git.get('state')}, {len(git.get('worktrees', [])) - 1} session worktree(s)"
+            )
+        )
+        return cls(
+            summary=f"{context.project_name}: git {where}; tasks {tracker['open']} open, {tracker['ready']} ready, "
+            f"{tracker['blocked']} blocked, {tracker['in_progress']} in progress; snapshot {context.age_seconds:.1f}s "
+            f"old{' (cached)' if context.cached else ''}",
+            project=context.project_name,
+            taken_at=context.taken_at,
+            age_seconds=context.age_seconds,
+            cached=context.cached,
+            git=git,
+            tracker=tracker,
+        )

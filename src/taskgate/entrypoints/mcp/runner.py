@@ -23,12 +23,23 @@ class _OpenApp:
     @asynccontextmanager
     async def __call__(self) -> AsyncIterator[App]:
         app = await bootstrap(self.settings)
+        await _reconcile(app)
         self.app = app
         try:
             yield app
         finally:
             self.app = None
             await app.close()
+
+
+async def _reconcile(app: App) -> None:
+    """Worktrees and sessions are reconciled before the first call: orphans pruned (or reported), vanished
+    worktrees flagged, interrupted initialisations carried on. Findings go to stderr; nothing here is fatal."""
+    report = await app.workspaces.reconcile()
+    if report.orphan_worktrees or report.orphan_branches or report.missing_worktrees or report.errors:
+        logging.getLogger("taskgate").warning("start-up reconciliation: %s", report.summary())
+    for error in report.errors:
+        logging.getLogger("taskgate").warning("start-up reconciliation: %s", error)
 
 
 def _plain_logging() -> None:

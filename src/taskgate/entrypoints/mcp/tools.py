@@ -24,11 +24,14 @@ from taskgate.domain.access import Capability, Principal, authorize, check_opera
 from taskgate.domain.errors import InvalidInput, PolicyViolation, TaskgateError, Unauthenticated
 from taskgate.domain.states import SessionState
 from taskgate.entrypoints.mcp.models import (
+    CheckpointOut,
+    ContextOut,
     FireOut,
     PlanList,
     PlanOut,
     Pong,
     ProjectOut,
+    ReviewOut,
     SessionList,
     SessionOut,
     StateAtOut,
@@ -352,6 +355,60 @@ async def audit_query(
     return TransitionList.of(await call.app.audit.transitions(query))
 
 
+@tool_errors
+async def project_session_merge(session_id: SessionRef, ctx: Context, reason: Reason = None) -> FireOut:
+    """Merge an approved session (awaiting_merge) into its base: rebase first if the base moved, then
+    fast-forward (or --no-ff, as configured); the worktree and branch are removed after. A conflict or a dirty
+    worktree changes nothing: the session stays awaiting_merge and the error names the files."""
+    return await _fire(ctx, session_id, "merge", reason)
+
+
+@tool_errors
+async def session_review(
+    session_id: SessionRef,
+    ctx: Context,
+    patch: Annotated[bool, Field(description="Include the full diff (capped; see patch_truncated).")] = False,
+) -> ReviewOut:
+    """What a session changed: diff against its base (stat, and the patch if asked), its commits, and dirty,
+    untracked or conflicted files in its worktree. Reads only."""
+    call = _call(ctx)
+    sid = await _session_id(call, session_id)
+    return ReviewOut.of(sid, await call.app.workspaces.review(sid), with_patch=patch)
+
+
+@tool_errors
+async def session_review_checkpoint(
+    session_id: SessionRef,
+    ctx: Context,
+    note: Annotated[str, Field(description="What you checked and concluded.", max_length=5000)] = "",
+) -> CheckpointOut:
+    """Record the session's current review (diff stat, commits, worktree state) with a note, for the audit trail."""
+    call = _call(ctx)
+    authorize(call.principal, Capability.MANAGE)
+    sid = await _session_id(call, session_id)
+    snapshot = await call.app.workspaces.checkpoint(sid, note, call.principal.actor)
+    return CheckpointOut.of(snapshot, await call.app.workspaces.review(sid))
+
+
+@tool_errors
+async def context_discover(
+    ctx: Context,
+    project: ProjectRef = None,
+    refresh: Annotated[bool, Field(description="Ignore the cached snapshot (kept up to 30 s by default).")] = False,
+) -> ContextOut:
+    """The project's git context (branch, clean or not, staged/unstaged/untracked/conflicted counts, rebase or
+    merge in progress, recent commits, worktrees) and tracker context (open, in progress, ready, blocked, current
+    plan progress), with the snapshot's age. An agent gets its own session's project."""
+    call = _call(ctx)
+    if call.principal.session_id is not None:
+        authorize(call.principal, Capability.READ_SESSION, session_id=call.principal.session_id)
+        project_id = (await call.app.sessions.get(call.principal.session_id)).project_id
+    else:
+        authorize(call.principal, Capability.READ)
+        project_id = (await call.app.tracker.resolve_project(project)).id
+    return ContextOut.of(await call.app.context.discover(project_id, refresh=refresh))
+
+
 TOOLS: list[Callable[..., Awaitable[Any]]] = [
     ping,
     project_init,
@@ -369,5 +426,9 @@ TOOLS: list[Callable[..., Awaitable[Any]]] = [
     session_suspend,
     session_resume,
     session_cancel,
+    project_session_merge,
+    session_review,
+    session_review_checkpoint,
+    context_discover,
     audit_query,
 ]
