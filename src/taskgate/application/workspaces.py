@@ -228,6 +228,10 @@ class WorkspaceService:
 
     async def _prepare(self, session: Session) -> Aftermath:
         """Create the worktree and take the context snapshot; on failure fail the session and say why."""
+        names: dict[str, Any] = {}
+        if not session.branch_name or not session.worktree_path:  # initialize applied without its `before`
+            names = await self._names(session)
+            session = replace(session, branch_name=names["branch_name"], worktree_path=names["worktree_path"])
         assert session.branch_name and session.worktree_path
         project = await self._project(session.project_id)
         try:
@@ -240,7 +244,8 @@ class WorkspaceService:
         context = await self._scout.discover(project.id, refresh=True)
         data = {"project": context.as_dict(), "worktree": jsonable(created)}
         snapshot = SessionSnapshot(session.id, "context", SYSTEM_ACTOR, data, self._clock.now())
-        changes = {"state_data": {"base_ref": created.base_ref, "base_commit": created.base_commit}}
+        base = {"base_branch": self._base(session), "base_ref": created.base_ref, "base_commit": created.base_commit}
+        changes = {**names, "state_data": base}
         return Aftermath(self._fire(session, Trigger.CONTEXT_DISCOVERED, changes=changes, snapshot=snapshot))
 
     async def _merge(self, session: Session, cmd: FireTrigger) -> FireTrigger:
