@@ -9,10 +9,12 @@ from datetime import UTC, datetime
 from taskgate.application.access import AccessService
 from taskgate.application.audit import AuditService
 from taskgate.application.context import ContextScout
+from taskgate.application.effects import CompositeEffects
 from taskgate.application.guards import GuardEvaluator
-from taskgate.application.ports import Clock, IdGenerator, UnitOfWorkFactory, VcsProvider
+from taskgate.application.ports import Clock, IdGenerator, TrackerProvider, UnitOfWorkFactory, VcsProvider
 from taskgate.application.sessions import SessionService
 from taskgate.application.tracker import TrackerService
+from taskgate.application.tracker_sync import TrackerWriteBack
 from taskgate.application.workspaces import GitOptions, WorkspaceService
 from taskgate.domain.entities import ApiToken
 from taskgate.domain.policies import Policy, default_policies
@@ -22,6 +24,7 @@ from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 from taskgate.infrastructure.git import GitPythonVcs
 from taskgate.infrastructure.settings import Settings, load_settings
 from taskgate.infrastructure.system import SystemClock, UuidGenerator
+from taskgate.infrastructure.trackers import BeadsTracker
 
 __all__ = ["App", "Settings", "bootstrap", "build_services", "database_report", "load_settings"]
 
@@ -69,12 +72,24 @@ def build_workspaces(
     vcs: VcsProvider,
     git: GitOptions,
     context_ttl_seconds: float = 30.0,
+    tracker: TrackerProvider | None = None,
 ) -> tuple[WorkspaceService, ContextScout]:
-    """The context scout, and the session worktrees attached to `sessions` as the effects of its transitions."""
+    """The context scout, and the session worktrees attached to `sessions` as the effects of its transitions
+    (followed by status write-back to `tracker` when the project's tasks come from an external tracker)."""
     scout = ContextScout(uow, vcs, clock, context_ttl_seconds)
     workspaces = WorkspaceService(uow, vcs, clock, git, scout)
     workspaces.attach(sessions)
+    if tracker is not None:
+        sessions.use_effects(CompositeEffects([workspaces, TrackerWriteBack(uow, clock, tracker)]))
     return workspaces, scout
+
+
+def tracker_provider(settings: Settings) -> TrackerProvider | None:
+    """The external tracker configured in `[tracker]`, or None for the built-in one."""
+    if settings.tracker.kind != "beads":
+        return None
+    beads = settings.tracker.beads
+    return BeadsTracker(beads.command, beads.timeout_s, beads.write_back, beads.status_map)
 
 
 def git_options(settings: Settings) -> GitOptions:
@@ -136,6 +151,7 @@ async def bootstrap(
         vcs=vcs,
         git=git_options(settings),
         context_ttl_seconds=settings.context.ttl_seconds,
+        tracker=tracker_provider(settings),
     )
     return App(settings, *services, *extras, database=database, uow=uow, clock=clock)
 

@@ -13,9 +13,11 @@ import pytest
 from taskgate.application.beads_import import BeadsImporter, ImportBeads
 from taskgate.application.sessions import StartTask
 from taskgate.application.tracker import AddTask
+from taskgate.application.workspaces import GitOptions
 from taskgate.domain.entities import Project, TaskStatus
 from taskgate.domain.errors import InvalidInput, TaskNotFound, TrackerError
 from taskgate.infrastructure.db.repositories import SqlAlchemyTaskRepository
+from taskgate.infrastructure.git import GitPythonVcs
 from taskgate.infrastructure.system import SystemClock
 from taskgate.infrastructure.trackers import BeadsTracker
 from tests.builders import ACTOR, OPERATOR
@@ -242,3 +244,57 @@ async def test_a_failure_mid_import_writes_nothing(sql_services, tmp_path, monke
     with pytest.raises(RuntimeError, match="disk on fire"):
         await BeadsImporter(sql_services.uow, SystemClock()).import_jsonl(ImportBeads(project.id, EXPORT))
     assert await sql_services.snapshot() == before
+
+
+async def test_a_beads_task_moved_by_its_session_is_written_back_to_beads(sql_services, tmp_path, bd, bd_log):
+    from taskgate.application.sessions import FireTrigger
+    from taskgate.bootstrap import build_workspaces
+    from taskgate.domain.states import SessionState
+
+    repo = make_git_repo(tmp_path / "beads-repo")
+    state = write_beads_state(repo, bead("tg-1", "Beads work"))
+    project = await sql_services.tracker.init_project(str(repo))
+    await sql_services.tracker.ensure_operator(OPERATOR)
+    await BeadsImporter(sql_services.uow, SystemClock()).import_jsonl(ImportBeads(project.id, state.read_text()))
+    tracker = BeadsTracker(command=[bd], status_map={"in_progress": "in_progress", "completed": "closed"})
+    build_workspaces(
+        sql_services.sessions,
+        sql_services.uow,
+        clock=SystemClock(),
+        vcs=GitPythonVcs(),
+        git=GitOptions(),
+        tracker=tracker,
+    )
+
+    session = (await sql_services.sessions.start_task(StartTask("tg-1", ACTOR, OPERATOR))).session
+    assert calls(bd_log) == [["update", "tg-1", "--status=in_progress", "--json"]]
+    for trigger in ("plan_complete", "work_complete", "approve", "merge"):
+        session = (await sql_services.sessions.fire(FireTrigger(session.id, trigger, ACTOR))).session
+    assert session.state == SessionState.COMPLETED
+    assert calls(bd_log)[-1][:2] == ["close", "tg-1"] and len(calls(bd_log)) == 2  # unmapped statuses write nothing
+    issues = {i["id"]: i for i in map(json.loads, state.open())}
+    assert issues["tg-1"]["status"] == "closed"
+
+
+async def test_a_failing_write_back_never_undoes_the_transition(sql_services, tmp_path, bd, monkeypatch):
+    from taskgate.bootstrap import build_workspaces
+
+    repo = make_git_repo(tmp_path / "beads-repo")
+    state = write_beads_state(repo, bead("tg-1", "Beads work"))
+    project = await sql_services.tracker.init_project(str(repo))
+    await sql_services.tracker.ensure_operator(OPERATOR)
+    await BeadsImporter(sql_services.uow, SystemClock()).import_jsonl(ImportBeads(project.id, state.read_text()))
+    build_workspaces(
+        sql_services.sessions,
+        sql_services.uow,
+        clock=SystemClock(),
+        vcs=GitPythonVcs(),
+        git=GitOptions(),
+        tracker=BeadsTracker(command=[bd]),
+    )
+    monkeypatch.setenv("FAKE_BD_FAIL", "1")
+    session = (await sql_services.sessions.start_task(StartTask("tg-1", ACTOR, OPERATOR))).session
+    assert session.state.value == "planning"
+    async with sql_services.uow(write=False) as uow:
+        events = [e for e in await uow.events.list(session.id) if e["kind"] == "tracker.writeback_failed"]
+    assert len(events) == 1 and events[0]["payload"]["status"] == "in_progress" and events[0]["payload"]["error"]
