@@ -1,8 +1,10 @@
 """The guided demo: a scratch git repo, a fresh SQLite database, and sessions driven through the engine.
 
-It shows, in order: a plan with a blocked task, the blocked task refused, three sessions started and a
-fourth refused by the WIP limit, one session through the whole happy path, one rejected and rolled back,
-the freed slot taken, `state_at` replaying the log, and the transition log as a Rich table.
+It shows, in order: a plan with a blocked task, the blocked task refused, three sessions started (each in its
+own git worktree) and a fourth refused by the WIP limit, one session's "agent" committing in its worktree
+while `main` moves on, the operator's review and checkpoint, that session approved and merged (rebased onto
+the moved `main`, fast-forwarded, worktree removed), one rejected and rolled back, the freed slot taken, the
+project's context and worktrees, `state_at` replaying the log, and the transition log as a Rich table.
 """
 
 from __future__ import annotations
@@ -20,7 +22,15 @@ from taskgate.application.tracker import AddTask
 from taskgate.bootstrap import App, bootstrap, load_settings
 from taskgate.domain.entities import Session
 from taskgate.domain.errors import PolicyViolation
-from taskgate.entrypoints.render import console, sessions_table, tasks_table, transitions_table
+from taskgate.entrypoints.render import (
+    console,
+    context_panel,
+    review_table,
+    sessions_table,
+    tasks_table,
+    transitions_table,
+    worktrees_table,
+)
 
 OPERATOR = "demo-operator"
 ACTOR = f"operator:{OPERATOR}"
@@ -28,6 +38,17 @@ ACTOR = f"operator:{OPERATOR}"
 
 def _step(title: str) -> None:
     console.print(Rule(f"[bold cyan]{title}[/bold cyan]", align="left"))
+
+
+_IDENTITY = ["-c", "user.name=taskgate demo", "-c", "user.email=demo@example.invalid"]
+
+
+def _commit(cwd: Path, name: str, content: str, message: str) -> str:
+    """Commit one file in `cwd` (what an agent, or a colleague on main, would do); returns the short sha."""
+    (cwd / name).write_text(content)
+    subprocess.run(["git", "add", "--", name], cwd=cwd, check=True, capture_output=True)
+    subprocess.run(["git", *_IDENTITY, "commit", "-q", "-m", message], cwd=cwd, check=True, capture_output=True)
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True).stdout
 
 
 def make_scratch_repo(root: Path) -> Path:
@@ -121,19 +142,37 @@ async def _story(app: App, repo: Path) -> None:
     happy, doomed, _third, waiting = sessions
     assert happy and doomed and waiting is None
 
-    _step(f"4. Session {happy.id[:8]}: the whole happy path")
-    await _fire_all(app, happy, ["plan_complete", "work_complete", "suspend", "resume", "approve", "merge"])
+    _step(f"4. Session {happy.id[:8]}: its agent commits in its worktree while main moves on")
+    console.print(f"  worktree {happy.worktree_path}\n  branch   {happy.branch_name}", highlight=False)
+    await _fire_all(app, happy, ["plan_complete"])
+    worktree = Path(str(happy.worktree_path))
+    sha = _commit(worktree, "api.py", "def hello():\n    return 'hello'\n", "feat: implement the API")
+    console.print(f"  agent committed {sha.strip()} 'feat: implement the API' in the worktree", highlight=False)
+    sha = _commit(repo, "CHANGELOG.md", "# Changelog\n", "docs: start a changelog")
+    console.print(f"  meanwhile {sha.strip()} 'docs: start a changelog' landed on main", highlight=False)
+    await _fire_all(app, happy, ["work_complete", "suspend", "resume"])
+    console.print(review_table(await app.workspaces.review(happy.id)))
+    checkpoint = await app.workspaces.checkpoint(happy.id, "API reviewed; CHANGELOG on main is unrelated", ACTOR)
+    console.print(f"  review checkpoint {checkpoint.id} stored with the operator's note")
 
-    _step(f"5. Session {doomed.id[:8]}: rejected, rolled back, cleaned up")
+    _step(f"5. Session {happy.id[:8]}: approved and merged (rebased onto the new main, fast-forwarded)")
+    await _fire_all(app, happy, ["approve", "merge"])
+    log = subprocess.run(["git", "log", "--oneline", "main"], cwd=repo, capture_output=True, text=True).stdout
+    console.print("  main is now:\n" + "".join(f"    {line}\n" for line in log.splitlines()), highlight=False)
+    console.print(f"  worktree removed: {not worktree.exists()}", highlight=False)
+
+    _step(f"6. Session {doomed.id[:8]}: rejected, rolled back, cleaned up")
     await _fire_all(app, doomed, ["plan_complete", "work_complete"])
     await _fire_all(app, doomed, ["reject", "compensate"], reason="tests do not cover the edge cases")
 
-    _step("6. Slots freed: the fourth task starts now; the docs task is unblocked")
+    _step("7. Slots freed: the fourth task starts now; the docs task is unblocked")
     await _start(app, tasks[3].id)
     console.print(tasks_table(await app.tracker.ready_tasks(project.id), "Ready tasks"))
     console.print(sessions_table(await app.sessions.list_sessions(project.id), "All sessions"))
+    console.print(worktrees_table(await app.workspaces.list_worktrees(project.id)))
+    console.print(context_panel(await app.context.discover(project.id)))
 
-    _step("7. Replaying the log: what state was the happy session in, back then?")
+    _step("8. Replaying the log: what state was the happy session in, back then?")
     history = await app.sessions.history(happy.id)
     midway = history[len(history) // 2]
     console.print(
@@ -142,5 +181,5 @@ async def _story(app: App, repo: Path) -> None:
         f"[bold]{(await app.sessions.get(happy.id)).state}[/bold]"
     )
 
-    _step("8. The transition log (every applied and blocked transition, with guard results)")
+    _step("9. The transition log (every applied and blocked transition, with guard results)")
     console.print(transitions_table(await app.audit.transitions(TransitionQuery(limit=500))))
