@@ -306,7 +306,14 @@ def profiled_worker_threads(profile: cProfile.Profile) -> Iterator[None]:
         asyncio.to_thread = original
 
 
-PROFILED_FILES = ("taskgate/infrastructure/git.py", "/git/repo/", "/git/cmd.py", "/git/config.py", "subprocess.py")
+PROFILED_FILES = (
+    "taskgate/infrastructure/git.py",
+    "/git/repo/",
+    "/git/refs/",
+    "/git/cmd.py",
+    "/git/config.py",
+    "subprocess.py",
+)
 
 
 async def python_profile(runner: Runner, cycles: int, top: int = 18) -> None:
