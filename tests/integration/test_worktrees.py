@@ -335,3 +335,22 @@ async def test_context_is_cached_for_the_ttl_and_invalidated_by_our_own_writes(t
         assert not (await services.context.discover(seeded.project.id)).cached  # TTL (30 s) ran out
     finally:
         await database.dispose()
+
+
+async def test_with_an_origin_remote_sessions_branch_from_the_fetched_origin_main(services, git_repo, tmp_path):
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "clone", "-q", "--bare", str(git_repo), str(origin))
+    git(git_repo, "remote", "add", "origin", str(origin))
+    upstream = tmp_path / "colleague"
+    git(tmp_path, "clone", "-q", str(origin), str(upstream))
+    pushed = commit(upstream, "upstream.txt", "from a colleague\n", "feat: pushed by a colleague")
+    git(upstream, "push", "-q", "origin", "main")
+
+    seeded = await seed(services, git_repo, tasks=1)
+    session = await start(services, seeded.tasks[0])
+
+    assert session.state_data["base_ref"] == "origin/main" and session.state_data["base_commit"] == pushed
+    assert (Path(session.worktree_path) / "upstream.txt").exists()  # fetched, not the stale local main
+    assert git(git_repo, "rev-parse", "origin/main") == pushed
+    review = await services.workspaces.review(session.id)
+    assert (review.base_ref, review.ahead, review.behind) == ("origin/main", 0, 0)

@@ -167,7 +167,7 @@ class WorkspaceService:
             project.root_path,
             session.worktree_path,
             session.branch_name,
-            self._base(session),
+            str(session.state_data.get("base_ref") or self._base(session)),  # origin/main when branched from it
             max_patch_bytes=self._options.max_patch_bytes,
         )
 

@@ -1,0 +1,84 @@
+"""The worktree and context tools through the real MCP server (in-process SDK client) on real git repositories."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from taskgate.domain.access import Principal
+from tests.conftest import make_git_repo
+from tests.mcp.conftest import connect
+
+ALICE = Principal.operator("alice")
+IDENTITY = ["-c", "user.name=agent", "-c", "user.email=agent@example.invalid"]
+
+
+def commit(cwd: str | Path, name: str, content: str, message: str) -> None:
+    Path(cwd, name).write_text(content)
+    subprocess.run(["git", "add", "--", name], cwd=cwd, check=True, capture_output=True)
+    subprocess.run(["git", *IDENTITY, "commit", "-q", "-m", message], cwd=cwd, check=True, capture_output=True)
+
+
+async def started(tools, tmp_path: Path) -> tuple[Path, dict]:
+    repo = make_git_repo(tmp_path / "repo")
+    await tools.ok("project_init", path=str(repo), name="shop")
+    plan = await tools.ok("plan_add", name="Phase 1")
+    await tools.ok("task_add", title="Build the API", plan_id=plan["id"])
+    return repo, await tools.ok("project_session_start", task_id="SHOP-1")
+
+
+async def test_an_operator_reviews_checkpoints_and_merges_a_session_through_the_tools(services, tmp_path):
+    async with connect(services, ALICE) as tools:
+        repo, session = await started(tools, tmp_path)
+        assert session["branch"] == f"feature/SHOP-1/{session['id'][:8]}"
+        commit(session["worktree"], "api.py", "def api(): ...\n", "feat: api")
+        for trigger in ("plan_complete", "work_complete", "approve"):
+            await tools.ok("session_fire", session_id=session["id"], trigger=trigger)
+
+        review = await tools.ok("session_review", session_id=session["id"][:8], patch=True)
+        assert (review["ahead"], review["behind"]) == (1, 0) and review["files"][0]["path"] == "api.py"
+        assert "+def api(): ..." in review["patch"] and "1 commit(s) ahead of main" in review["summary"]
+        checkpoint = await tools.ok("session_review_checkpoint", session_id=session["id"], note="looks right")
+        assert checkpoint["note"] == "looks right" and checkpoint["actor"] == "operator:alice"
+
+        merged = await tools.ok("project_session_merge", session_id=session["id"], reason="ship it")
+        assert (merged["to_state"], merged["state"]) == ("merged", "completed")
+        assert merged["then"] == ["cleanup_done: merged → completed"]
+        assert (repo / "api.py").exists() and not Path(session["worktree"]).exists()
+
+
+async def test_a_conflicting_merge_is_a_tool_error_naming_the_files_and_nothing_moves(services, tmp_path):
+    async with connect(services, ALICE) as tools:
+        repo, session = await started(tools, tmp_path)
+        commit(session["worktree"], "README.md", "the session's readme\n", "docs: readme")
+        for trigger in ("plan_complete", "work_complete", "approve"):
+            await tools.ok("session_fire", session_id=session["id"], trigger=trigger)
+        commit(repo, "README.md", "main's readme\n", "docs: readme on main")
+
+        text = await tools.refused("project_session_merge", session_id=session["id"])
+        assert "MergeConflict" in text and "README.md" in text and "awaiting_merge" in text
+        status = await tools.ok("session_status", session_id=session["id"])
+        assert status["state"] == "awaiting_merge" and status["workspace"]["merge_conflicts"] == ["README.md"]
+        assert "last merge conflicted in README.md" in status["summary"]
+
+
+async def test_context_discover_reports_git_and_tracker_and_caches(services, tmp_path):
+    async with connect(services, ALICE) as tools:
+        await started(tools, tmp_path)
+        first = await tools.ok("context_discover")
+        assert first["git"]["branch"] == "main" and first["git"]["clean"] is True
+        assert first["tracker"]["by_status"]["in_progress"] == 1 and not first["cached"]
+        assert len(first["git"]["worktrees"]) == 2 and "1 session worktree(s)" in first["summary"]
+        assert (await tools.ok("context_discover"))["cached"]
+        assert not (await tools.ok("context_discover", refresh=True))["cached"]
+
+
+async def test_agents_may_review_their_own_session_but_not_merge_or_checkpoint(services, tmp_path):
+    async with connect(services, ALICE) as tools:
+        _, session = await started(tools, tmp_path)
+    agent = Principal.agent("tok1", session["id"])
+    async with connect(services, agent) as tools:
+        assert (await tools.ok("session_review", session_id=session["id"]))["branch"] == session["branch"]
+        assert (await tools.ok("context_discover"))["project"] == "shop"
+        assert "Forbidden" in await tools.refused("project_session_merge", session_id=session["id"])
+        assert "Forbidden" in await tools.refused("session_review_checkpoint", session_id=session["id"])
