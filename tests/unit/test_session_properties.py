@@ -30,8 +30,9 @@ async def run_sequence(triggers: list[str], repo) -> None:
     for trigger in triggers:
         clock.advance(seconds=1)
         try:
-            session = (await services.sessions.fire(FireTrigger(session.id, trigger, ACTOR))).session
-            applied += 1
+            result = await services.sessions.fire(FireTrigger(session.id, trigger, ACTOR))
+            session = result.session
+            applied += 1 + len(result.follow_ups)  # merge and compensate run cleanup_done by themselves
             stamps.append((clock.current, session.state))
         except (InvalidTransition, PolicyViolation):
             pass  # refused: the invariants below must still hold
