@@ -354,3 +354,38 @@ async def test_with_an_origin_remote_sessions_branch_from_the_fetched_origin_mai
     assert git(git_repo, "rev-parse", "origin/main") == pushed
     review = await services.workspaces.review(session.id)
     assert (review.base_ref, review.ahead, review.behind) == ("origin/main", 0, 0)
+
+
+async def test_ten_concurrent_merges_of_one_session_merge_it_once(sql_services, git_repo):
+    from taskgate.domain.errors import InvalidTransition
+
+    session, _ = await awaiting_merge(sql_services, git_repo)
+    results = await asyncio.gather(
+        *(sql_services.sessions.fire(FireTrigger(session.id, "merge", ACTOR)) for _ in range(10)),
+        return_exceptions=True,
+    )
+    merged = [r for r in results if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert len(merged) == 1 and merged[0].session.state == SessionState.COMPLETED
+    assert len(refused) == 9 and all(isinstance(r, InvalidTransition) for r in refused), refused
+    history = await sql_services.sessions.history(session.id)
+    assert [r.trigger for r in history if r.outcome.value == "applied"][-2:] == ["merge", "cleanup_done"]
+    assert git(git_repo, "log", "--format=%s", "main").splitlines().count("feat: add the feature") == 1
+
+
+async def test_eight_sessions_merging_concurrently_into_one_main_all_land(sql_services, git_repo):
+    services = wire(sql_services.backend, sql_services.database, sql_services.url, wip_limit=8)
+    seeded = await seed(services, git_repo, tasks=8)
+    sessions = []
+    for i, task in enumerate(seeded.tasks):
+        session = await start(services, task)
+        commit(session.worktree_path, f"feature_{i}.txt", f"feature {i}\n", f"feat: feature {i}")
+        sessions.append(await fire(services, session, *TO_MERGE))
+
+    results = await asyncio.gather(*(services.sessions.fire(FireTrigger(s.id, "merge", ACTOR)) for s in sessions))
+
+    assert {r.session.state for r in results} == {SessionState.COMPLETED}
+    subjects = git(git_repo, "log", "--format=%s", "main").splitlines()
+    assert sorted(s for s in subjects if s.startswith("feat:")) == sorted(f"feat: feature {i}" for i in range(8))
+    assert len(git(git_repo, "rev-list", "--merges", "main").splitlines()) == 0  # each rebased, then fast-forwarded
+    assert branches(git_repo) == ["main"] and worktree_paths(git_repo) == [str(git_repo)]
