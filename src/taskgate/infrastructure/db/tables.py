@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     ForeignKey,
@@ -18,6 +19,8 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    UniqueConstraint,
+    false,
     text,
 )
 
@@ -183,6 +186,10 @@ decisions = Table(
     Column("session_version", Integer, nullable=False),
     Column("policy_results", JSON, nullable=False),
     Column("at", UtcDateTime, nullable=False),
+    # applied (moved the session) | pending (an approval counted, more are needed) | blocked (guards refused)
+    Column("outcome", String(20), nullable=False, server_default=text("'applied'")),
+    Column("to_state", String(20), nullable=True),
+    Index("uq_decisions_verification_operator", "session_id", "session_version", "operator_id", unique=True),
 )
 
 agents = Table(
@@ -236,6 +243,37 @@ session_snapshots = Table(
     Index("ix_session_snapshots_session_id", "session_id", "id"),
 )
 
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("event_id", BigId, ForeignKey("events.id"), nullable=False),
+    Column("subscriber", String(100), nullable=False),
+    Column("status", String(20), nullable=False),  # pending | delivered | failed (gave up)
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("next_attempt_at", UtcDateTime, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("delivered_at", UtcDateTime, nullable=True),
+    UniqueConstraint("event_id", "subscriber", name="uq_webhook_deliveries_event_subscriber"),
+    Index("ix_webhook_deliveries_status_next", "status", "next_attempt_at"),
+)
+
+test_runs = Table(
+    "test_runs",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("session_id", String(36), ForeignKey("sessions.id"), nullable=False),
+    Column("session_version", Integer, nullable=False),
+    Column("command", JSON, nullable=False),
+    Column("exit_code", Integer, nullable=True),
+    Column("timed_out", Boolean, nullable=False, server_default=false()),
+    Column("duration_ms", Integer, nullable=False),
+    Column("output_tail", Text, nullable=False),
+    Column("head_commit", String(64), nullable=True),
+    Column("at", UtcDateTime, nullable=False),
+    Index("ix_test_runs_session_id", "session_id", "id"),
+)
+
 ALL_TABLES = [
     projects,
     plans,
@@ -249,4 +287,6 @@ ALL_TABLES = [
     events,
     api_tokens,
     session_snapshots,
+    webhook_deliveries,
+    test_runs,
 ]
