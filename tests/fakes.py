@@ -29,6 +29,7 @@ from taskgate.application.ports import (
 )
 from taskgate.domain.entities import (
     ApiToken,
+    Decision,
     Operator,
     Outcome,
     Plan,
@@ -41,6 +42,7 @@ from taskgate.domain.entities import (
     TransitionRecord,
 )
 from taskgate.domain.errors import (
+    AlreadyExists,
     ConcurrentModification,
     InvalidInput,
     OperatorNotFound,
@@ -67,6 +69,7 @@ class InMemoryStore:
     events: list[dict[str, Any]] = field(default_factory=list)
     tokens: dict[str, ApiToken] = field(default_factory=dict)
     snapshots: list[SessionSnapshot] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
     next_id: dict[str, int] = field(default_factory=dict)
 
     def allocate(self, kind: str) -> int:
@@ -308,6 +311,32 @@ class InMemoryEventLog(_Repo):
         return self.store.events[-1]["id"] if self.store.events else 0
 
 
+class InMemoryDecisionRepository(_Repo):
+    async def add(self, decision: Decision) -> int:
+        if decision.session_id not in self.store.sessions:
+            raise SessionNotFound(decision.session_id)
+        key = (decision.session_id, decision.session_version, decision.operator_id)
+        if any((d.session_id, d.session_version, d.operator_id) == key for d in self.store.decisions):
+            raise AlreadyExists(
+                f"operator {decision.operator_id} already decided session {decision.session_id} "
+                f"at version {decision.session_version}"
+            )
+        stored = replace(decision, id=self.store.allocate("decision"))
+        self.store.decisions.append(copy.deepcopy(stored))
+        return stored.id
+
+    async def for_verification(self, session_id: str, session_version: int) -> list[Decision]:
+        key = (session_id, session_version)
+        return [copy.deepcopy(d) for d in self.store.decisions if (d.session_id, d.session_version) == key]
+
+    async def of_session(self, session_id: str, limit: int = 100) -> list[Decision]:
+        return [copy.deepcopy(d) for d in self.store.decisions if d.session_id == session_id][-limit:]
+
+    async def approvals(self, session_id: str, session_version: int) -> list[str]:
+        found = await self.for_verification(session_id, session_version)
+        return sorted(d.operator_id for d in found if d.decision == "approve")
+
+
 class InMemorySnapshotRepository(_Repo):
     async def add(self, snapshot: SessionSnapshot) -> int:
         if snapshot.session_id not in self.store.sessions:
@@ -360,6 +389,7 @@ class InMemoryUnitOfWork:
         self.events = InMemoryEventLog(store)
         self.tokens = InMemoryTokenRepository(store)
         self.snapshots = InMemorySnapshotRepository(store)
+        self.decisions = InMemoryDecisionRepository(store)
         return self
 
     async def commit(self) -> None:

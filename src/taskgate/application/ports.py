@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from taskgate.domain.entities import (
     ApiToken,
+    Decision,
     Operator,
     Plan,
     PlanStatus,
@@ -136,6 +137,20 @@ class EventLog(Protocol):
         an unchanged high-water mark means nothing was written since (the context cache relies on it)."""
 
 
+class DecisionRepository(Protocol):
+    async def add(self, decision: Decision) -> int:
+        """Raises: AlreadyExists when the operator already decided this verification (session, version)."""
+
+    async def for_verification(self, session_id: str, session_version: int) -> list[Decision]:
+        """Every operator's decision on the session at that version, oldest first."""
+
+    async def of_session(self, session_id: str, limit: int = 100) -> list[Decision]:
+        """The session's decisions, oldest first (the newest `limit`)."""
+
+    async def approvals(self, session_id: str, session_version: int) -> list[str]:
+        """Operator ids that approved the session at that version (for review_approval), sorted."""
+
+
 class SnapshotRepository(Protocol):
     async def add(self, snapshot: SessionSnapshot) -> int: ...
     async def list(self, session_id: str, *, kind: str | None = None, limit: int = 50) -> list[SessionSnapshot]:
@@ -162,6 +177,7 @@ class UnitOfWork(Protocol):
     events: EventLog
     tokens: TokenRepository
     snapshots: SnapshotRepository
+    decisions: DecisionRepository
 
     async def __aenter__(self) -> UnitOfWork: ...
     async def __aexit__(self, *exc_info: object) -> None:

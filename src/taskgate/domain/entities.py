@@ -209,6 +209,41 @@ def task_status_for(state: SessionState, previous: SessionState | None) -> TaskS
     return _TASK_STATUS_BY_SESSION_STATE.get(state)
 
 
+class DecisionKind(StrEnum):
+    APPROVE = "approve"
+    REQUEST_CHANGES = "request_changes"
+    REJECT = "reject"
+
+
+class Compensation(StrEnum):
+    AUTO_REVERT = "auto_revert"
+    MANUAL_REVIEW = "manual_review"
+    APPROVE_AND_MERGE = "approve_and_merge"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """An operator's decision on one verification (the session at `session_version`, in verifying).
+
+    `outcome`: applied (it moved the session), pending (an approval counted; review_approval wants more),
+    or blocked (a guard refused). `override_policies` holds the policies overridden and the violations bypassed.
+    """
+
+    session_id: str
+    operator_id: str
+    decision: DecisionKind
+    session_version: int
+    at: datetime
+    reason: str | None = None
+    instructions: str | None = None
+    override_policies: dict[str, Any] = field(default_factory=dict)
+    compensation: Compensation | None = None
+    policy_results: list[dict[str, Any]] = field(default_factory=list)
+    outcome: str = "applied"
+    to_state: str | None = None
+    id: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class SessionSnapshot:
     """A stored picture of a session's workspace: `context` (taken at context_discovered) or `checkpoint`

@@ -16,6 +16,9 @@ from sqlalchemy.exc import IntegrityError
 from taskgate.application.ports import TransitionQuery
 from taskgate.domain.entities import (
     ApiToken,
+    Compensation,
+    Decision,
+    DecisionKind,
     Operator,
     Outcome,
     Plan,
@@ -28,6 +31,7 @@ from taskgate.domain.entities import (
     TransitionRecord,
 )
 from taskgate.domain.errors import (
+    AlreadyExists,
     ConcurrentModification,
     OperatorNotFound,
     PlanNotFound,
@@ -340,6 +344,45 @@ class SqlAlchemyEventLog(_Repository):
     async def high_water(self) -> int:
         row = await self._one(select(func.max(t.events.c.id).label("top")))
         return int(row["top"] or 0) if row else 0
+
+
+class SqlAlchemyDecisionRepository(_Repository):
+    async def add(self, decision: Decision) -> int:
+        values = {f.name: getattr(decision, f.name) for f in fields(decision) if f.name != "id"}
+        values["decision"] = decision.decision.value
+        values["compensation"] = decision.compensation.value if decision.compensation else None
+        stmt = insert(t.decisions).returning(t.decisions.c.id)
+        try:
+            return int((await self._conn.execute(stmt, values)).scalar_one())
+        except IntegrityError as exc:
+            raise AlreadyExists(
+                f"operator {decision.operator_id} already decided session {decision.session_id} "
+                f"at version {decision.session_version}"
+            ) from exc
+
+    async def for_verification(self, session_id: str, session_version: int) -> list[Decision]:
+        c = t.decisions.c
+        stmt = select(t.decisions).where(c.session_id == session_id, c.session_version == session_version)
+        return [_decision(r) for r in await self._all(stmt.order_by(c.id))]
+
+    async def of_session(self, session_id: str, limit: int = 100) -> list[Decision]:
+        c = t.decisions.c
+        stmt = select(t.decisions).where(c.session_id == session_id).order_by(c.id.desc()).limit(limit)
+        return [_decision(r) for r in reversed(await self._all(stmt))]
+
+    async def approvals(self, session_id: str, session_version: int) -> list[str]:
+        c = t.decisions.c
+        stmt = select(c.operator_id).where(
+            c.session_id == session_id, c.session_version == session_version, c.decision == DecisionKind.APPROVE.value
+        )
+        return sorted(r["operator_id"] for r in await self._all(stmt))
+
+
+def _decision(row: Any) -> Decision:
+    values = dict(row)
+    values["decision"] = DecisionKind(values["decision"])
+    values["compensation"] = Compensation(values["compensation"]) if values["compensation"] else None
+    return Decision(**values)
 
 
 class SqlAlchemySnapshotRepository(_Repository):

@@ -9,6 +9,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from taskgate.domain.errors import ConcurrentModification, StorageError
 from taskgate.infrastructure.db.engine import AnyConnection, Database
 from taskgate.infrastructure.db.repositories import (
+    SqlAlchemyDecisionRepository,
     SqlAlchemyEventLog,
     SqlAlchemyOperatorRepository,
     SqlAlchemyPlanRepository,
@@ -56,6 +57,7 @@ class SqlAlchemyUnitOfWork:
         self.events = SqlAlchemyEventLog(conn, dialect)
         self.tokens = SqlAlchemyTokenRepository(conn, dialect)
         self.snapshots = SqlAlchemySnapshotRepository(conn, dialect)
+        self.decisions = SqlAlchemyDecisionRepository(conn, dialect)
 
     async def commit(self) -> None:
         assert self._conn is not None
