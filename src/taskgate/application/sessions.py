@@ -24,6 +24,7 @@ from taskgate.application.guards import GuardEvaluator
 from taskgate.application.ports import Clock, IdGenerator, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.session_machine import SessionMachine
 from taskgate.domain.entities import (
+    Decision,
     GuardResult,
     Outcome,
     Plan,
@@ -69,6 +70,9 @@ class FireTrigger:
     # worktree_path, state_data keys to merge) and a snapshot to store in the same transaction.
     changes: Mapping[str, Any] | None = None
     snapshot: SessionSnapshot | None = None
+    # Set by the decision use case: the operator's decision, stored in the transition's own transaction
+    # (so a decision is recorded if and only if it moved the session).
+    decision: Decision | None = None
 
 
 class EffectRefused(TaskgateError):
@@ -81,7 +85,7 @@ class EffectRefused(TaskgateError):
         self.error, self.violations, self.changes = error, violations, changes
 
 
-_CHANGEABLE = frozenset({"branch_name", "worktree_path", "state_data"})
+_CHANGEABLE = frozenset({"branch_name", "worktree_path", "state_data", "compensation_plan"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,6 +436,8 @@ class SessionService:
         await uow.sessions.update(updated, expected_version=session.version)
         if cmd.snapshot is not None:
             await uow.snapshots.add(replace(cmd.snapshot, session_id=session.id, at=now))
+        if cmd.decision is not None:
+            await uow.decisions.add(replace(cmd.decision, at=now, outcome="applied", to_state=new_state.value))
         await self._follow_task_and_plan(uow, session, updated, plan)
         record = _record(updated, row, session.state, Outcome.APPLIED, cmd.actor, cmd.reason, verdict, at=now)
         record = replace(record, seq=await uow.transitions.append(record))
