@@ -73,6 +73,8 @@ class FireTrigger:
     # Set by the decision use case: the operator's decision, stored in the transition's own transaction
     # (so a decision is recorded if and only if it moved the session).
     decision: Decision | None = None
+    # Policies whose violations are recorded but do not block (an authorised operator's override).
+    overrides: frozenset[str] = frozenset()
 
 
 class EffectRefused(TaskgateError):
@@ -237,6 +239,8 @@ class SessionService:
         async with self._uow(write=True) as uow:
             session = await uow.sessions.get(cmd.session_id, lock=True)
             row = self._select_row(session, trigger, cmd.expected_version)
+            if cmd.decision is not None:  # one decision at a time per operator, across processes too
+                await uow.operators.lock(cmd.decision.operator_id)
             plan = None
             if _needs_plan_lock(row) and session.plan_id is not None:
                 plan = await uow.plans.get(session.plan_id, lock=True)
@@ -437,7 +441,7 @@ class SessionService:
         if cmd.snapshot is not None:
             await uow.snapshots.add(replace(cmd.snapshot, session_id=session.id, at=now))
         if cmd.decision is not None:
-            await uow.decisions.add(replace(cmd.decision, at=now, outcome="applied", to_state=new_state.value))
+            await self._record_decision(uow, replace(cmd.decision, at=now, outcome="applied", to_state=new_state.value))
         await self._follow_task_and_plan(uow, session, updated, plan)
         record = _record(updated, row, session.state, Outcome.APPLIED, cmd.actor, cmd.reason, verdict, at=now)
         record = replace(record, seq=await uow.transitions.append(record))
@@ -449,6 +453,20 @@ class SessionService:
         )
         await uow.commit()
         return FireResult(updated, record)
+
+    @staticmethod
+    async def _record_decision(uow: UnitOfWork, decision: Decision) -> None:
+        await uow.decisions.add(decision)
+        payload = {
+            "operator": decision.operator_id,
+            "decision": decision.decision.value,
+            "reason": decision.reason,
+            "compensation": decision.compensation.value if decision.compensation else None,
+            "to_state": decision.to_state,
+        }
+        await uow.events.append("decision.recorded", decision.at, payload, decision.session_id)
+        if decision.override_policies:
+            await uow.events.append("decision.override", decision.at, decision.override_policies, decision.session_id)
 
     async def _follow_task_and_plan(self, uow: UnitOfWork, before: Session, after: Session, plan: Plan | None) -> None:
         """Task status follows the session; the plan opens with its first WIP session, closes with its last task.
