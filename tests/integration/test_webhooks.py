@@ -1,0 +1,330 @@
+"""Webhooks end to end: the events log of a real SQLite file and of PostgreSQL, delivered by `HttpWebhookSender`
+to a real HTTP server on 127.0.0.1 that fails on purpose. Time is a FakeClock: nothing sleeps but the network."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from taskgate.application.outbox import LEASE_MARGIN_S, Subscriber, WebhookDispatcher
+from taskgate.infrastructure.db.engine import Database
+from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
+from taskgate.infrastructure.webhooks import HttpWebhookSender
+from tests.builders import HAPPY_PATH, fire, seed, start
+from tests.conftest import open_database, wire
+from tests.fakes import FakeClock
+
+SECRET = "correct horse battery staple"
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    answered: int
+
+    @property
+    def event(self) -> dict:
+        return json.loads(self.body)
+
+
+Plan = Callable[[int, int], tuple[int, float]]  # (event id, nth request for it, from 1) -> (status, delay s)
+
+
+class Receiver:
+    """A real HTTP server in a thread. `plan` decides each answer; every request is recorded."""
+
+    def __init__(self) -> None:
+        self.received: list[Received] = []
+        self.plan: Plan = lambda event_id, nth: (200, 0.0)
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                event_id = json.loads(body)["id"]
+                with receiver._lock:
+                    nth = 1 + sum(1 for r in receiver.received if r.event["id"] == event_id)
+                    status, delay = receiver.plan(event_id, nth)
+                    receiver.received.append(Received(self.path, dict(self.headers), body, status))
+                if delay:
+                    time.sleep(delay)  # the client gives up first: a timeout
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "text/plain")
+                    self.end_headers()
+                    self.wfile.write(b"ok" if status < 300 else b"receiver says no")
+                except OSError:
+                    pass
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/taskgate"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    def ids(self, answered: int | None = None) -> list[int]:
+        return [r.event["id"] for r in self.received if answered is None or r.answered == answered]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    found = Receiver()
+    found.thread.start()
+    yield found
+    found.server.shutdown()
+    found.server.server_close()
+
+
+def subscriber(receiver: Receiver, name: str = "ci", **options) -> Subscriber:
+    return Subscriber(name=name, url=f"{receiver.url}/{name}", secret=SECRET, **options)
+
+
+def dispatcher(uow, clock: FakeClock, *subscribers: Subscriber) -> WebhookDispatcher:
+    return WebhookDispatcher(uow, clock, HttpWebhookSender(), list(subscribers))
+
+
+async def append(services, clock: FakeClock, *kinds: str, session_id: str = "s-1") -> None:
+    async with services.uow(write=True) as uow:
+        for i, kind in enumerate(kinds):
+            await uow.events.append(kind, clock.now(), {"n": i, "note": "héllo"}, session_id)
+        await uow.commit()
+
+
+async def deliveries(uow, subscriber_name: str = "ci"):
+    async with uow(write=False) as work:
+        return await work.deliveries.list(subscriber_name)
+
+
+async def test_only_matching_events_arrive_signed_and_in_order(sql_services, receiver):
+    clock = FakeClock()
+    await append(sql_services, clock, "session.created", "task.added", "session.blocked", "tracker.beads_imported")
+    await append(sql_services, clock, "session.transition", "worktree.orphans_pruned")
+    outbox = dispatcher(sql_services.uow, clock, subscriber(receiver, events=("session.*",)))
+
+    report = await outbox.run_once()
+
+    assert (report.enqueued, report.delivered) == (3, 3)
+    assert [r.event["kind"] for r in receiver.received] == ["session.created", "session.blocked", "session.transition"]
+    assert receiver.ids() == [1, 3, 5]
+    for request in receiver.received:
+        expected = "sha256=" + hmac.new(SECRET.encode(), request.body, hashlib.sha256).hexdigest()
+        assert hmac.compare_digest(request.headers["X-Taskgate-Signature"], expected)
+        assert request.headers["X-Taskgate-Event"] == request.event["kind"]
+        assert request.headers["X-Taskgate-Delivery"] == str(request.event["id"])
+        assert request.headers["Content-Type"] == "application/json"
+        assert request.path == "/hooks/taskgate/ci"
+        assert set(request.event) == {"id", "kind", "session_id", "at", "payload"}
+        assert request.event["session_id"] == "s-1" and request.event["payload"]["note"] == "héllo"
+    assert [d.status for d in await deliveries(sql_services.uow)] == ["delivered"] * 3
+    assert (await outbox.run_once()).sent == 0
+
+
+async def test_failures_are_retried_with_exponential_backoff_and_hold_later_events_back(sql_services, receiver):
+    clock = FakeClock()
+    receiver.plan = lambda event_id, nth: (500, 0.0) if event_id == 1 and nth <= 3 else (200, 0.0)
+    outbox = dispatcher(sql_services.uow, clock, subscriber(receiver, backoff_base_s=2, backoff_max_s=5))
+    await append(sql_services, clock, "session.created", "session.transition")
+
+    await outbox.run_once()  # attempt 1 of event 1 fails; event 2 waits behind it
+    [first, second] = await deliveries(sql_services.uow)
+    assert (first.attempts, first.status, first.last_error) == (1, "pending", "HTTP 500: receiver says no")
+    assert second.attempts == 0
+
+    waits = []
+    for _ in range(3):
+        [head, _] = await deliveries(sql_services.uow)
+        wait = (head.next_attempt_at - clock.current).total_seconds()
+        waits.append(round(wait, 3))
+        clock.advance(seconds=wait - 0.01)
+        assert (await outbox.run_once()).sent == 0  # not yet due
+        clock.advance(seconds=0.02)
+        await outbox.run_once()
+
+    assert waits == [2, 4, 5]  # base·2^(n-1), capped at backoff_max_s
+    assert receiver.ids() == [1, 1, 1, 1, 2]  # event 2 only after event 1 got through
+    assert [(d.status, d.attempts) for d in await deliveries(sql_services.uow)] == [("delivered", 4), ("delivered", 1)]
+    assert [r.headers["X-Taskgate-Attempt"] for r in receiver.received] == ["1", "2", "3", "4", "1"]
+
+
+async def test_a_delivery_is_given_up_after_max_attempts_and_the_next_event_goes_out(sql_services, receiver):
+    clock = FakeClock()
+    receiver.plan = lambda event_id, nth: (503, 0.0) if event_id == 1 else (204, 0.0)
+    outbox = dispatcher(sql_services.uow, clock, subscriber(receiver, max_attempts=3, backoff_base_s=1))
+    await append(sql_services, clock, "session.created", "session.transition")
+
+    for _ in range(5):
+        await outbox.run_once()
+        clock.advance(seconds=60)
+
+    gave_up, delivered = await deliveries(sql_services.uow)
+    assert (gave_up.status, gave_up.attempts, gave_up.last_error) == ("failed", 3, "HTTP 503: receiver says no")
+    assert (delivered.status, delivered.delivered_at is not None) == ("delivered", True)
+    assert receiver.ids() == [1, 1, 1, 2]
+    [status] = await outbox.status()
+    assert (status.pending, status.delivered, status.failed) == (0, 1, 1)
+
+
+async def test_a_timeout_and_a_refused_connection_are_failed_attempts_with_a_reason(sql_services, receiver):
+    clock = FakeClock()
+    receiver.plan = lambda event_id, nth: (200, 1.0) if nth == 1 else (200, 0.0)
+    down = Subscriber(name="down", url="http://127.0.0.1:9/nobody-listens", secret=SECRET)
+    outbox = dispatcher(sql_services.uow, clock, subscriber(receiver, timeout_s=0.2), down)
+    await append(sql_services, clock, "session.created")
+
+    report = await outbox.run_once()
+
+    assert report.retried == 2
+    [slow] = await deliveries(sql_services.uow)
+    [refused] = await deliveries(sql_services.uow, "down")
+    assert slow.last_error == "timed out after 0.2s"
+    assert refused.last_error.startswith("connection failed")
+    clock.advance(seconds=1)
+    assert (await outbox.run_once()).delivered == 1  # the slow receiver answers in time now
+
+
+async def test_a_restart_neither_resends_delivered_events_nor_loses_pending_ones(sql_services, receiver):
+    clock = FakeClock()
+    receiver.plan = lambda event_id, nth: (500, 0.0) if event_id == 2 and nth == 1 else (200, 0.0)
+    hook = subscriber(receiver, backoff_base_s=10)
+    await append(sql_services, clock, "session.created", "session.transition", "session.transition")
+    first = dispatcher(sql_services.uow, clock, hook)
+    await first.run_once()  # 1 delivered, 2 failed once, 3 waiting behind it
+    await append(sql_services, clock, "session.blocked")  # 4: written while no dispatcher runs
+    assert receiver.ids() == [1, 2]
+
+    reopened = Database(sql_services.url)  # a new process on the same database
+    try:
+
+        def uow(*, write: bool) -> SqlAlchemyUnitOfWork:
+            return SqlAlchemyUnitOfWork(reopened, write=write)
+
+        clock.advance(seconds=10)
+        await dispatcher(uow, clock, hook).run_once()
+        await dispatcher(uow, clock, hook).run_once()  # and another: nothing is left to send
+    finally:
+        await reopened.dispose()
+
+    assert receiver.ids(answered=200) == [1, 2, 3, 4]
+    assert receiver.ids() == [1, 2, 2, 3, 4]
+    assert [d.status for d in await deliveries(sql_services.uow)] == ["delivered"] * 4
+
+
+async def test_a_send_cut_off_by_a_crash_is_sent_again_with_the_same_delivery_id(sql_services, receiver):
+    clock = FakeClock()
+    answered = threading.Event()
+
+    def plan(event_id: int, nth: int) -> tuple[int, float]:
+        answered.set()
+        return 200, 0.0
+
+    receiver.plan = plan
+    hook = subscriber(receiver, timeout_s=2)
+    await append(sql_services, clock, "session.created")
+    crashing = dispatcher(sql_services.uow, clock, hook)
+    assert await crashing.enqueue_new() == 1
+
+    # The receiver got the request but the dispatcher dies before it records the answer.
+    [head] = await deliveries(sql_services.uow)
+    async with sql_services.uow(write=True) as uow:
+        lease = timedelta(seconds=hook.timeout_s + LEASE_MARGIN_S)
+        assert await uow.deliveries.claim(head.id, 0, clock.now(), clock.now() + lease)
+        await uow.commit()
+    event = (await _head(sql_services.uow)).event
+    await HttpWebhookSender().send(hook.url, SECRET, event, timeout_s=2, attempt=1)
+    assert answered.is_set()
+
+    restarted = dispatcher(sql_services.uow, clock, hook)
+    assert (await restarted.run_once()).sent == 0  # the claim still holds
+    clock.advance(seconds=hook.timeout_s + LEASE_MARGIN_S)
+    assert (await restarted.run_once()).delivered == 1
+    assert [r.headers["X-Taskgate-Delivery"] for r in receiver.received] == ["1", "1"]  # the receiver dedupes
+
+
+async def _head(uow, name: str = "ci"):
+    async with uow(write=False) as work:
+        return await work.deliveries.head(name)
+
+
+async def test_two_subscribers_each_get_their_events_in_order_from_a_real_session(sql_services, receiver, git_repo):
+    clock = FakeClock()
+    receiver.plan = lambda event_id, nth: (500, 0.0) if nth == 1 and event_id % 3 == 0 else (200, 0.0)
+    seeded = await seed(sql_services, git_repo, tasks=1)
+    await fire(sql_services, await start(sql_services, seeded.tasks[0]), *HAPPY_PATH)
+    async with sql_services.uow(write=False) as uow:
+        log = await uow.events.list(limit=1000)
+    sessions_only = subscriber(receiver, "sessions", events=("session.*",), backoff_base_s=1)
+    everything = subscriber(receiver, "all", backoff_base_s=1)
+    outbox = dispatcher(sql_services.uow, clock, sessions_only, everything)
+
+    for _ in range(10):
+        await outbox.run_once()
+        clock.advance(seconds=1)
+
+    def delivered_to(name: str) -> list[int]:
+        return [r.event["id"] for r in receiver.received if r.answered == 200 and r.path.endswith(f"/{name}")]
+
+    assert [e["id"] for e in log if e["kind"].startswith("session.")] == delivered_to("sessions")
+    assert [e["id"] for e in log] == delivered_to("all")
+    assert {e["kind"] for e in log} >= {"session.created", "session.transition"}
+
+
+@pytest.mark.postgres
+async def test_an_event_committed_after_a_newer_one_is_not_skipped_on_postgresql(request, tmp_path, receiver):
+    """PostgreSQL hands out event ids before commit, so id 1 can commit after id 2. The enqueuer waits for
+    writers of events in flight instead of moving its cursor past an id that is not visible yet."""
+    database, url = await open_database("postgresql", request, tmp_path)
+    services = wire("postgresql", database, url)
+    clock = FakeClock()
+    try:
+        slow = services.uow(write=True)
+        await slow.__aenter__()
+        try:
+            await slow.events.append("session.created", clock.now(), {}, "slow")  # id 1, not committed yet
+            await append(services, clock, "session.transition")  # id 2, committed
+            enqueuing = asyncio.create_task(dispatcher(services.uow, clock, subscriber(receiver)).enqueue_new())
+            done, _ = await asyncio.wait({enqueuing}, timeout=0.3)
+            assert not done  # waiting for the slow writer
+            await slow.commit()
+        finally:
+            await slow.__aexit__(None, None, None)
+        assert await asyncio.wait_for(enqueuing, 10) == 2
+        assert [d.event_id for d in await deliveries(services.uow)] == [1, 2]
+    finally:
+        await database.dispose()
+
+
+async def test_the_server_delivers_in_the_background_while_it_runs(tmp_path, receiver):
+    """`taskgate serve` runs the dispatcher next to the MCP server: an event written while it runs goes out."""
+    from taskgate.entrypoints.mcp.runner import _OpenApp
+    from taskgate.infrastructure.settings import Settings, WebhookSettings
+
+    arrived = threading.Event()
+
+    def plan(event_id: int, nth: int) -> tuple[int, float]:
+        arrived.set()
+        return 200, 0.0
+
+    receiver.plan = plan
+    hook = WebhookSettings(name="ci", url=f"{receiver.url}/ci", secret=SECRET, events=["task.status_set"])
+    settings = Settings(data_dir=tmp_path / "data", webhooks=[hook])
+    async with _OpenApp(settings)() as app:
+        async with app.uow(write=True) as uow:
+            await uow.events.append("task.status_set", app.clock.now(), {"task": "DEMO-1"})
+            await uow.commit()
+        assert await asyncio.to_thread(arrived.wait, 10)
+    [request] = receiver.received
+    assert request.event["kind"] == "task.status_set"
