@@ -1,0 +1,50 @@
+"""AgentRepository: the SQL adapters (SQLite, PostgreSQL) and the in-memory fake answer alike."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from taskgate.domain.entities import Agent, AgentStatus
+from tests.builders import seed, start
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def _agent(agent_id: str, session_id: str, **fields) -> Agent:
+    return Agent(id=agent_id, session_id=session_id, agent_type="codex", command=["codex", "exec"], **fields)
+
+
+async def test_agents_are_stored_found_stale_and_finished_alike(services, git_repo: Path):
+    seeded = await seed(services, git_repo, tasks=2)
+    one, two = [(await start(services, task)).id for task in seeded.tasks]
+    minute = timedelta(minutes=1)
+    agents = [
+        _agent("a-1", one, status=AgentStatus.RUNNING, started_at=T0 - 60 * minute, heartbeat_at=T0 - 2 * minute),
+        _agent("a-2", one, status=AgentStatus.RUNNING, started_at=T0 - 60 * minute, heartbeat_at=T0 - 20 * minute),
+        _agent("a-3", two, status=AgentStatus.RUNNING, started_at=T0 - 30 * minute),
+        _agent("a-4", two, status=AgentStatus.RUNNING),  # never started: nothing says when it was alive
+        _agent("a-5", two, status=AgentStatus.COMPLETED, started_at=T0 - 90 * minute, exit_code=0),
+    ]
+    async with services.uow(write=True) as uow:
+        for agent in agents:
+            await uow.agents.add(agent)
+        await uow.commit()
+
+    async with services.uow(write=False) as uow:
+        stale = await uow.agents.stale(T0 - 10 * minute)
+        assert {a.id for a in stale} == {"a-2", "a-3"} and stale == sorted(stale, key=lambda a: (a.session_id, a.id))
+        assert [a.id for a in await uow.agents.stale(T0 - 40 * minute)] == []
+        assert await uow.agents.of_session(two) == agents[2:]
+
+    async with services.uow(write=True) as uow:
+        assert await uow.agents.heartbeat("a-2", T0)
+        assert not await uow.agents.heartbeat("nope", T0)
+        await uow.agents.set_status("a-3", AgentStatus.FAILED, T0)
+        await uow.commit()
+
+    async with services.uow(write=False) as uow:
+        assert await uow.agents.stale(T0 - 10 * minute) == []
+        failed = (await uow.agents.of_session(two))[0]
+        assert (failed.status, failed.completed_at) == (AgentStatus.FAILED, T0)
+        assert (await uow.agents.of_session(one))[1].heartbeat_at == T0
