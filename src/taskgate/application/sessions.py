@@ -12,19 +12,22 @@ cannot deadlock. `create_session` locks the task row, and a partial unique index
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from taskgate.application.effects import NoEffects, SessionEffects
-from taskgate.application.guards import GuardEvaluator
+from taskgate.application.guards import GuardEvaluator, PolicyCheck
+from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import Clock, IdGenerator, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.session_machine import SessionMachine
 from taskgate.domain.entities import (
     Decision,
+    DecisionKind,
     GuardResult,
     Outcome,
     Plan,
@@ -44,11 +47,21 @@ from taskgate.domain.errors import (
     SessionNotFound,
     TaskgateError,
 )
-from taskgate.domain.policies import GuardFacts, Verdict, Violation
+from taskgate.domain.policies import (
+    NEEDS_APPROVALS,
+    NEEDS_OPERATOR,
+    NO_SLOW_FACTS,
+    SLOW_NEEDS,
+    GuardFacts,
+    SlowFacts,
+    Verdict,
+    Violation,
+)
 from taskgate.domain.session_fsm import TransitionSpec, allowed_triggers, find_transition, prior_state_after
 from taskgate.domain.states import TERMINAL_STATES, WIP_STATES, SessionState, Trigger
 
 SYSTEM_ACTOR = "system"
+_log = logging.getLogger("taskgate.policies")
 _FULL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -138,6 +151,7 @@ class SessionService:
         self._machine = machine or SessionMachine()
         self._effects: SessionEffects = effects or NoEffects()
         self._session_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._project_names: dict[int, str] = {}  # for per-project policies; project names never change
 
     def use_effects(self, effects: SessionEffects) -> None:
         """Attach the effects (the composition root does this once; effects need the service themselves)."""
@@ -152,7 +166,7 @@ class SessionService:
         assert row is not None
         async with self._uow(write=True) as uow:
             facts = await self._creation_facts(uow, cmd, row)
-            verdict = await self._guards.evaluate(row, _constant(facts))
+            verdict = await self._guards.evaluate(row, _constant(facts), project=facts.project.name)
             if not verdict.allowed:
                 raise PolicyViolation(row.trigger.value, verdict.blocking())
             session = self._new_session(cmd, facts)
@@ -182,9 +196,12 @@ class SessionService:
             return await self._fire_with_effects(trigger, cmd)
 
     async def _fire_with_effects(self, trigger: Trigger, cmd: FireTrigger) -> FireResult:
+        prepared = None
         if self._effects.wants_before(trigger):
+            if "guarded" in self._guards.may_need(trigger):  # refuse before the effect's outside work (a merge)
+                prepared = await self._precheck(cmd, trigger)
             cmd = await self._run_before(trigger, cmd)
-        result = await self.transition(cmd)
+        result = await self.transition(cmd, prepared=prepared)
         aftermath = await self._effects.after(result, cmd)
         if aftermath.follow_up is not None:  # always the same session: its lock is already ours
             result = await self._follow(result, aftermath.follow_up, fatal=aftermath.error is not None)
@@ -229,13 +246,18 @@ class SessionService:
                 await uow.sessions.update(_with_changes(session, cmd.changes), expected_version=session.version)
             await self._log_blocked(uow, session, row, cmd, verdict)
 
-    async def transition(self, cmd: FireTrigger) -> FireResult:
+    async def transition(self, cmd: FireTrigger, *, prepared: SlowFacts | None = None) -> FireResult:
         """Fire one trigger as one transaction: lock, check version, guard, update, append to the log.
 
-        No effects run. A guard refusal is logged as a blocked row and raised as PolicyViolation.
+        No effects run. Slow facts (git state, the test run) are gathered first, outside the transaction, when
+        an applicable policy needs them (`prepared` hands in ones gathered already). A guard refusal is logged
+        as a blocked row and raised as PolicyViolation; overridden policies' violations are recorded, not
+        blocking.
         Raises: InvalidInput, SessionNotFound, InvalidTransition, ConcurrentModification, PolicyViolation.
         """
         trigger = parse_trigger(cmd.trigger)
+        if prepared is None and self._guards.may_need(trigger) & SLOW_NEEDS:
+            prepared = (await self._prepare(cmd.session_id, trigger, cmd.expected_version)).slow
         async with self._uow(write=True) as uow:
             session = await uow.sessions.get(cmd.session_id, lock=True)
             row = self._select_row(session, trigger, cmd.expected_version)
@@ -245,11 +267,15 @@ class SessionService:
             if _needs_plan_lock(row) and session.plan_id is not None:
                 plan = await uow.plans.get(session.plan_id, lock=True)
             verdict = Verdict()
+            project = await self._project_name(uow, session.project_id)
 
             async def guard(spec: TransitionSpec) -> bool:
                 nonlocal verdict
                 verdict = await self._guards.evaluate(
-                    spec, lambda: self._fire_facts(uow, session, plan, spec, cmd.actor)
+                    spec,
+                    lambda needs: self._fire_facts(uow, session, plan, spec, cmd, needs, prepared),
+                    project=project,
+                    overrides=cmd.overrides,
                 )
                 return verdict.allowed
 
@@ -373,12 +399,27 @@ class SessionService:
         )
 
     async def _fire_facts(
-        self, uow: UnitOfWork, session: Session, plan: Plan | None, row: TransitionSpec, actor: str
+        self,
+        uow: UnitOfWork,
+        session: Session,
+        plan: Plan | None,
+        row: TransitionSpec,
+        cmd: FireTrigger,
+        needs: frozenset[str] = frozenset(),
+        slow: SlowFacts | None = None,
     ) -> GuardFacts:
         if plan is None and session.plan_id is not None:  # not locked for this trigger: a plain read will do
             plan = await uow.plans.get(session.plan_id)
         task = await uow.tasks.get(session.task_id, with_blockers=False)  # blockers come with their status below
         wip = await uow.sessions.count_in_states(plan.id, WIP_STATES) if plan is not None else 0
+        operator, operator_wip = None, 0
+        if NEEDS_OPERATOR in needs and session.operator_id is not None:
+            operator = await uow.operators.find(session.operator_id)
+            operator_wip = await uow.sessions.count_of_operator(session.operator_id, WIP_STATES)
+        approvals: tuple[str, ...] = ()
+        if NEEDS_APPROVALS in needs:
+            stored = await uow.decisions.approvals(session.id, session.version)
+            approvals = tuple(sorted({*stored, *_pending_approver(cmd, row)}))
         return GuardFacts(
             transition=row,
             task=task,
@@ -387,8 +428,88 @@ class SessionService:
             session=session,
             blockers=tuple(await uow.tasks.blockers_of(task.id)),
             plan_sessions_in_wip=wip,
-            actor=actor,
+            actor=cmd.actor,
+            operator=operator,
+            operator_sessions_in_wip=operator_wip,
+            approvals=approvals,
+            slow=slow or NO_SLOW_FACTS,
         )
+
+    async def _project_name(self, uow: UnitOfWork, project_id: int) -> str | None:
+        """The project's name when some project has policies of its own (else every project shares one set)."""
+        if not self._guards.book.per_project:
+            return None
+        if project_id not in self._project_names:
+            self._project_names[project_id] = (await uow.projects.get(project_id)).name
+        return self._project_names[project_id]
+
+    async def _prepare(
+        self, session_id: str, trigger: Trigger, expected_version: int | None, *, dry_run: bool = False,
+        run_tests: bool = True,
+    ) -> _Prepared:  # fmt: skip
+        """Read the session and gather the slow facts its policies need, outside any transaction (git, tests).
+
+        Refuses an impossible trigger first, so no test runs for a transition that cannot happen.
+        """
+        async with self._uow(write=False) as uow:
+            session = await uow.sessions.get(session_id)
+            project = await uow.projects.get(session.project_id)
+        row = self._select_row(session, trigger, expected_version)
+        slow = await self._guards.prepare(row, session, project, dry_run=dry_run, run_tests=run_tests)
+        return _Prepared(session, row, project.name, slow)
+
+    async def _dry_verdict(self, prepared: _Prepared, cmd: FireTrigger) -> Verdict:
+        """Evaluate the policies on a read-only unit of work: nothing is locked or written."""
+        async with self._uow(write=False) as uow:
+            return await self._guards.evaluate(
+                prepared.row,
+                lambda needs: self._fire_facts(uow, prepared.session, None, prepared.row, cmd, needs, prepared.slow),
+                project=prepared.project,
+                overrides=cmd.overrides,
+            )
+
+    async def _precheck(self, cmd: FireTrigger, trigger: Trigger) -> SlowFacts:
+        """Before an effect's outside work (the git merge): refuse now if the policies would refuse later."""
+        prepared = await self._prepare(cmd.session_id, trigger, cmd.expected_version)
+        verdict = await self._dry_verdict(prepared, cmd)
+        if not verdict.allowed:
+            async with self._uow(write=True) as uow:
+                session = await uow.sessions.get(cmd.session_id, lock=True)
+                row = self._select_row(session, trigger, None)
+                await self._log_blocked(uow, session, row, cmd, verdict)
+            raise PolicyViolation(trigger.value, verdict.blocking(), cmd.session_id)
+        return prepared.slow
+
+    def policies(self, project: str | None = None) -> list[PolicyEntry]:
+        """Every policy configured for `project` (by name; None: the global set), enabled or not, by priority."""
+        return self._guards.book.entries(project)
+
+    def test_command(self, project: str | None) -> tuple[str, ...]:
+        """require_tests' command for `project` (empty when none is configured)."""
+        return self._guards.book.tests(project).test_command
+
+    async def check(
+        self,
+        session_id: str,
+        trigger: str,
+        *,
+        actor: str = SYSTEM_ACTOR,
+        overrides: frozenset[str] = frozenset(),
+        run_tests: bool = True,
+    ) -> PolicyCheck:
+        """Dry run of `trigger` on the session: every applicable policy, evaluated as `actor` would be when
+        firing it now (an operator checking `approve` counts their own approval). Writes nothing, not even a
+        test run: the test command runs if no stored run of the head can be reused and `run_tests` is on.
+
+        Raises: InvalidInput, SessionNotFound, InvalidTransition (the trigger is not allowed from the state).
+        """
+        parsed = parse_trigger(trigger)
+        if parsed == Trigger.CREATE:
+            raise InvalidInput("'create' is not fired on a session; nothing to check")
+        prepared = await self._prepare(session_id, parsed, None, dry_run=True, run_tests=run_tests)
+        verdict = await self._dry_verdict(prepared, FireTrigger(session_id, parsed.value, actor, overrides=overrides))
+        applicable = tuple(p.name for p in self._guards.applicable(prepared.row, prepared.project))
+        return PolicyCheck(prepared.session, parsed.value, prepared.row.dest.value, applicable, verdict, prepared.slow)
 
     def _new_session(self, cmd: CreateSession, facts: GuardFacts) -> Session:
         now = self._clock.now()
@@ -422,6 +543,7 @@ class SessionService:
         payload = {"trigger": row.trigger.value, "violations": [v.describe() for v in verdict.blocking()]}
         await uow.events.append("session.blocked", record.at, payload, session.id)
         await uow.commit()
+        _log.info("'%s' blocked on session %s: %s", row.trigger.value, session.id, "; ".join(payload["violations"]))
 
     async def _apply(
         self,
@@ -445,12 +567,10 @@ class SessionService:
         await self._follow_task_and_plan(uow, session, updated, plan)
         record = _record(updated, row, session.state, Outcome.APPLIED, cmd.actor, cmd.reason, verdict, at=now)
         record = replace(record, seq=await uow.transitions.append(record))
-        await uow.events.append(
-            "session.transition",
-            now,
-            {"trigger": row.trigger.value, "from": session.state.value, "to": new_state.value},
-            session.id,
-        )
+        moved = {"trigger": row.trigger.value, "from": session.state.value, "to": new_state.value}
+        if verdict.bypassed:  # an operator overrode policies: say which violations were let through
+            moved["bypassed"] = [v.describe() for v in verdict.bypassed]
+        await uow.events.append("session.transition", now, moved, session.id)
         await uow.commit()
         return FireResult(updated, record)
 
@@ -562,8 +682,24 @@ def _record(
     )
 
 
+class _Prepared(NamedTuple):
+    session: Session
+    row: TransitionSpec
+    project: str
+    slow: SlowFacts
+
+
+def _pending_approver(cmd: FireTrigger, row: TransitionSpec) -> tuple[str, ...]:
+    """The operator whose `approve` this is: it counts toward review_approval with the stored approvals."""
+    if row.trigger != Trigger.APPROVE:
+        return ()
+    if cmd.decision is not None:
+        return (cmd.decision.operator_id,) if cmd.decision.decision == DecisionKind.APPROVE else ()
+    return (cmd.actor.removeprefix("operator:"),) if cmd.actor.startswith("operator:") else ()
+
+
 def _constant(facts: GuardFacts):
-    async def load() -> GuardFacts:
+    async def load(needs: frozenset[str] = frozenset()) -> GuardFacts:
         return facts
 
     return load

@@ -157,15 +157,17 @@ class GuardResult:
     severity: str
     message: str = ""
     suggestion: str = ""
+    overridden: bool = False  # an operator overrode the policy: recorded, not blocking
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        found = {
             "policy": self.policy,
             "passed": self.passed,
             "severity": self.severity,
             "message": self.message,
             "suggestion": self.suggestion,
         }
+        return {**found, "overridden": True} if self.overridden else found
 
 
 @dataclass(frozen=True, slots=True)

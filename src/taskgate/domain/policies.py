@@ -1,18 +1,26 @@
-"""Policy rules that guard transitions: a pure seam the full policy framework (issue 5) builds on.
+"""Policies that guard transitions (DESIGN §4): pure rules over a `GuardFacts` snapshot.
 
-A policy looks only at a `GuardFacts` snapshot that the application gathered inside the transition's
-transaction (with the relevant rows locked), so every rule here is a pure function of data.
-Deny wins: any violation of `error` severity blocks; warnings and info are recorded, not blocking.
+A policy has a name, a description, a priority (lower runs first), a severity (`error` blocks; `warning` and
+`info` are recorded, not blocking), the triggers it applies to, and settings. `check(facts)` returns
+violations, each with a message and a suggestion. Deny wins: any error-severity violation blocks, unless an
+authorised operator overrode that policy, in which case its violations are recorded as `bypassed`.
+
+Every rule here is a pure function of data. The application gathers the facts: database facts inside the
+transition's transaction (with the relevant rows locked), slow facts (the worktree's git state, the test run
+of `require_tests`) before it, and only when an applicable policy declares that it `needs` them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Sequence
+import re
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from taskgate.domain.entities import GuardResult, Plan, PlanStatus, Project, Session, Task, TaskStatus
+from taskgate.domain.entities import GuardResult, Operator, Plan, PlanStatus, Project, Session, Task, TaskStatus
+from taskgate.domain.errors import InvalidInput
 from taskgate.domain.session_fsm import TransitionSpec
 from taskgate.domain.states import Trigger
 
@@ -21,6 +29,17 @@ class Severity(StrEnum):
     ERROR = "error"
     WARNING = "warning"
     INFO = "info"
+
+
+# What a policy may ask the application to gather besides the always-loaded task/plan/project facts.
+NEEDS_OPERATOR = "operator"  # the session's operator and how many of its sessions are in WIP (database)
+NEEDS_APPROVALS = "approvals"  # operators that approved this verification (database)
+NEEDS_WORKSPACE = "workspace"  # the worktree's git state (slow: git, gathered before the transaction)
+NEEDS_TEST_RUN = "test_run"  # the project's test command run in the worktree (slow: gathered before it too)
+SLOW_NEEDS = frozenset({NEEDS_WORKSPACE, NEEDS_TEST_RUN})
+
+CONVENTIONAL_COMMIT = r"(build|chore|ci|docs|feat|fix|perf|refactor|revert|style|test)(\([A-Za-z0-9._/-]+\))?!?: \S.*"
+ANY_BRANCH = r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +55,14 @@ class Violation:
         tail = f" (suggestion: {self.suggestion})" if self.suggestion else ""
         return f"{self.policy}: {self.message}{tail}"
 
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "policy": self.policy,
+            "message": self.message,
+            "severity": self.severity.value,
+            "suggestion": self.suggestion,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class BlockerFact:
@@ -46,8 +73,68 @@ class BlockerFact:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkspaceFacts:
+    """The session worktree as git sees it: head of the branch, uncommitted files, commits on the branch."""
+
+    branch: str
+    head_commit: str
+    dirty: tuple[str, ...] = ()
+    untracked: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
+    commits: tuple[tuple[str, str], ...] = ()  # (sha, subject), newest first, branch commits not on base
+
+    @property
+    def clean(self) -> bool:
+        return not (self.dirty or self.untracked or self.conflicts)
+
+
+@dataclass(frozen=True, slots=True)
+class TestRun:
+    """One run of a project's test command in a session worktree (`require_tests`), as stored in `test_runs`.
+
+    `exit_code` is None when the command timed out (its process group was killed) or could not start.
+    """
+
+    __test__: ClassVar[bool] = False  # not a pytest class
+
+    session_id: str
+    session_version: int
+    command: tuple[str, ...]
+    exit_code: int | None
+    timed_out: bool
+    duration_ms: int
+    output_tail: str
+    head_commit: str | None
+    at: datetime
+    id: int | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass(frozen=True, slots=True)
+class SlowFacts:
+    """Facts gathered before the transition's transaction (git and the test run), handed into it.
+
+    `test_run_reused` says whether a stored run for the same head was used instead of running the command;
+    `test_note` says why there is no run when there is none (no worktree, tests not run in a dry run).
+    """
+
+    workspace: WorkspaceFacts | None = None
+    test_command: tuple[str, ...] = ()
+    test_timeout_s: float = 0.0
+    test_run: TestRun | None = None
+    test_run_reused: bool | None = None
+    test_note: str = ""
+
+
+NO_SLOW_FACTS = SlowFacts()
+
+
+@dataclass(frozen=True, slots=True)
 class GuardFacts:
-    """Everything a built-in policy may look at, read under the transaction's locks."""
+    """Everything a built-in policy may look at. Fields a policy does not `need` keep their defaults."""
 
     transition: TransitionSpec
     task: Task
@@ -58,11 +145,16 @@ class GuardFacts:
     plan_sessions_in_wip: int = 0
     other_active_sessions: tuple[str, ...] = ()
     actor: str = "system"
+    operator: Operator | None = None
+    operator_sessions_in_wip: int = 0
+    approvals: tuple[str, ...] = ()
+    slow: SlowFacts = NO_SLOW_FACTS
 
 
 @runtime_checkable
 class Policy(Protocol):
-    """A guard. `check` may be sync (pure rules) or async (rules that need I/O, e.g. running tests)."""
+    """A guard. `check` may be sync (pure rules) or async. Built-ins also carry `triggers`, `settings` and
+    `needs` (see `Rule`); the engine treats a policy without `needs` as needing nothing beyond the basics."""
 
     name: str
     description: str
@@ -74,64 +166,91 @@ class Policy(Protocol):
     def check(self, facts: GuardFacts) -> Sequence[Violation] | Awaitable[Sequence[Violation]]: ...
 
 
+class Rule:
+    """Behaviour shared by the built-in policies (a mixin: each dataclass declares its own fields)."""
+
+    __slots__ = ()
+    SETTINGS: ClassVar[tuple[str, ...]] = ()
+    needs: ClassVar[frozenset[str]] = frozenset()
+    name: str
+    severity: Severity
+    triggers: frozenset[Trigger]
+
+    def applies_to(self, transition: TransitionSpec) -> bool:
+        return transition.trigger in self.triggers
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The policy's own settings (not enabled/severity/priority/triggers), as configured."""
+        return {key: getattr(self, key) for key in self.SETTINGS}
+
+    def violation(self, message: str, suggestion: str = "") -> Violation:
+        return Violation(self.name, message, self.severity, suggestion)
+
+
+def _default(cls: type, key: str) -> Any:
+    return cls.__dataclass_fields__[key].default  # type: ignore[attr-defined]
+
+
+def _on(*triggers: Trigger) -> Any:
+    return field(default_factory=lambda: frozenset(triggers))
+
+
 @dataclass(slots=True)
-class WipLimit:
+class WipLimit(Rule):
     """At most `limit` sessions of one plan between planning and awaiting_merge."""
 
+    SETTINGS: ClassVar[tuple[str, ...]] = ("limit",)
     limit: int = 3
     name: str = "wip_limit"
     description: str = "limits sessions in progress (planning..awaiting_merge) per plan"
     priority: int = 10
     severity: Severity = Severity.ERROR
+    triggers: frozenset[Trigger] = _on(Trigger.START, Trigger.RETRY, Trigger.RESUME)
+
+    def __post_init__(self) -> None:
+        _at_least("limit", self.limit, 1)
 
     def applies_to(self, transition: TransitionSpec) -> bool:
-        return transition.enters_wip
+        return transition.enters_wip and transition.trigger in self.triggers
 
     def check(self, facts: GuardFacts) -> list[Violation]:
         if facts.plan is None or facts.plan_sessions_in_wip < self.limit:
             return []
         return [
-            Violation(
-                self.name,
+            self.violation(
                 f"plan '{facts.plan.name}' already has {facts.plan_sessions_in_wip} of {self.limit} "
                 "sessions in progress",
-                self.severity,
                 "finish, suspend or cancel a session of this plan, then start again",
             )
         ]
 
 
 @dataclass(slots=True)
-class PlanOpen:
+class PlanOpen(Rule):
     """Work only starts on plans that are not closed."""
 
     name: str = "plan_open"
     description: str = "refuses new work on a closed plan"
     priority: int = 20
     severity: Severity = Severity.ERROR
-
-    def applies_to(self, transition: TransitionSpec) -> bool:
-        return transition.trigger in (Trigger.CREATE, Trigger.START)
+    triggers: frozenset[Trigger] = _on(Trigger.CREATE, Trigger.START)
 
     def check(self, facts: GuardFacts) -> list[Violation]:
         if facts.plan is None or facts.plan.status != PlanStatus.CLOSED:
             return []
-        return [
-            Violation(self.name, f"plan '{facts.plan.name}' is closed", self.severity, "add the task to an open plan")
-        ]
+        return [self.violation(f"plan '{facts.plan.name}' is closed", "add the task to an open plan")]
 
 
 @dataclass(slots=True)
-class TaskUnblocked:
+class TaskUnblocked(Rule):
     """A task with an unfinished blocker is never started."""
 
     name: str = "task_unblocked"
     description: str = "every blocker of the task must be completed"
     priority: int = 30
     severity: Severity = Severity.ERROR
-
-    def applies_to(self, transition: TransitionSpec) -> bool:
-        return transition.trigger in (Trigger.CREATE, Trigger.START)
+    triggers: frozenset[Trigger] = _on(Trigger.CREATE, Trigger.START)
 
     def check(self, facts: GuardFacts) -> list[Violation]:
         pending = [b for b in facts.blockers if b.status != TaskStatus.COMPLETED]
@@ -139,42 +258,338 @@ class TaskUnblocked:
             return []
         listed = ", ".join(f"{b.task_id} ({b.status.value})" for b in pending)
         return [
-            Violation(
-                self.name,
-                f"task {facts.task.id} is blocked by unfinished {listed}",
-                self.severity,
-                "complete the blocking tasks first",
+            self.violation(
+                f"task {facts.task.id} is blocked by unfinished {listed}", "complete the blocking tasks first"
             )
         ]
 
 
 @dataclass(slots=True)
-class OneActiveSessionPerTask:
-    """A task has at most one session that is not completed or cancelled."""
+class OneActiveSessionPerTask(Rule):
+    """A task has at most one session that is not completed or cancelled (a partial unique index backs it)."""
 
     name: str = "one_active_session_per_task"
     description: str = "a task has at most one non-terminal session"
     priority: int = 5
     severity: Severity = Severity.ERROR
-
-    def applies_to(self, transition: TransitionSpec) -> bool:
-        return transition.trigger == Trigger.CREATE
+    triggers: frozenset[Trigger] = _on(Trigger.CREATE)
 
     def check(self, facts: GuardFacts) -> list[Violation]:
         if not facts.other_active_sessions:
             return []
         return [
-            Violation(
-                self.name,
+            self.violation(
                 f"task {facts.task.id} already has active session {facts.other_active_sessions[0]}",
-                self.severity,
                 "continue that session, or cancel it before starting a new one",
             )
         ]
 
 
+@dataclass(slots=True)
+class OperatorCapacity(Rule):
+    """An operator owns at most `max_active_sessions` sessions in progress (their operator record says how many)."""
+
+    needs: ClassVar[frozenset[str]] = frozenset({NEEDS_OPERATOR})
+    name: str = "operator_capacity"
+    description: str = "an operator's sessions in progress stay within the operator's max_active_sessions"
+    priority: int = 15
+    severity: Severity = Severity.ERROR
+    triggers: frozenset[Trigger] = _on(Trigger.START)
+
+    def check(self, facts: GuardFacts) -> list[Violation]:
+        operator = facts.operator
+        if operator is None or facts.operator_sessions_in_wip < operator.max_active_sessions:
+            return []
+        return [
+            self.violation(
+                f"operator {operator.id} already has {facts.operator_sessions_in_wip} of "
+                f"{operator.max_active_sessions} sessions in progress",
+                "finish or suspend one of the operator's sessions, or raise the operator's max_active_sessions",
+            )
+        ]
+
+
+@dataclass(slots=True)
+class RequireTests(Rule):
+    """The project's test command passed in the worktree on its current head commit.
+
+    The command runs before the transition's transaction (see application/guards.py); a stored run of the same
+    command on the same head of a clean worktree is reused when `reuse` is on. `message_lines` caps how many
+    lines of the output's tail the violation quotes, joined with " | " to keep the message one line (the stored
+    tail is longer).
+    """
+
+    SETTINGS: ClassVar[tuple[str, ...]] = ("reuse", "message_lines")
+    needs: ClassVar[frozenset[str]] = frozenset({NEEDS_WORKSPACE, NEEDS_TEST_RUN})
+    reuse: bool = True
+    message_lines: int = 20
+    name: str = "require_tests"
+    description: str = "the project's test command passes in the worktree on the head commit"
+    priority: int = 60
+    severity: Severity = Severity.ERROR
+    triggers: frozenset[Trigger] = _on(Trigger.APPROVE)
+
+    def __post_init__(self) -> None:
+        _at_least("message_lines", self.message_lines, 0)
+
+    def check(self, facts: GuardFacts) -> list[Violation]:
+        slow = facts.slow
+        if not slow.test_command:
+            note = f"no test command is configured for project '{facts.project.name}'; no tests were run"
+            where = f"set test_command under [projects.{facts.project.name}] in config/taskgate.toml"
+            return [Violation(self.name, note, Severity.INFO, where)]
+        run, shown = slow.test_run, " ".join(slow.test_command)
+        if run is None:
+            return [
+                self.violation(
+                    f"`{shown}` was not run: {slow.test_note or 'no worktree'}",
+                    "run the check again where the session has a worktree",
+                )
+            ]
+        head = (run.head_commit or "?")[:12]
+        if run.timed_out:
+            return [
+                self.violation(
+                    f"`{shown}` timed out after {slow.test_timeout_s:g} s on {head} and was killed{self._tail(run)}",
+                    "make the tests faster or raise test_timeout_s",
+                )
+            ]
+        if run.exit_code != 0:
+            status = "could not start" if run.exit_code is None else f"exited with {run.exit_code}"
+            return [
+                self.violation(
+                    f"`{shown}` {status} on {head} after {run.duration_ms / 1000:.1f} s{self._tail(run)}",
+                    "fix the failing tests on the branch, then approve again",
+                )
+            ]
+        if slow.workspace is not None and run.head_commit != slow.workspace.head_commit:
+            return [
+                self.violation(
+                    f"the tests passed on {head}, not on the current head {slow.workspace.head_commit[:12]}",
+                    "check again to run them on the head",
+                )
+            ]
+        return []
+
+    def _tail(self, run: TestRun) -> str:
+        lines = run.output_tail.rstrip().splitlines()[-self.message_lines :] if self.message_lines else []
+        return ("; last lines of output: " + " | ".join(line.strip() for line in lines)) if lines else ""
+
+
+@dataclass(slots=True)
+class ReviewApproval(Rule):
+    """At least `min_approvals` operators approved this verification (the approving operator counts)."""
+
+    SETTINGS: ClassVar[tuple[str, ...]] = ("min_approvals",)
+    needs: ClassVar[frozenset[str]] = frozenset({NEEDS_APPROVALS})
+    min_approvals: int = 1
+    name: str = "review_approval"
+    description: str = "a minimum number of operators approve the verification"
+    priority: int = 50
+    severity: Severity = Severity.ERROR
+    triggers: frozenset[Trigger] = _on(Trigger.APPROVE)
+
+    def __post_init__(self) -> None:
+        _at_least("min_approvals", self.min_approvals, 1)
+
+    def check(self, facts: GuardFacts) -> list[Violation]:
+        approvers = sorted(set(facts.approvals))
+        if len(approvers) >= self.min_approvals:
+            return []
+        who = f" ({', '.join(approvers)})" if approvers else ""
+        return [
+            self.violation(
+                f"{len(approvers)} of {self.min_approvals} required approvals{who}",
+                "another operator with the approve permission must approve this verification",
+            )
+        ]
+
+
+@dataclass(slots=True)
+class CleanWorktree(Rule):
+    """Nothing uncommitted, untracked or conflicted in the worktree: what is approved is what gets merged."""
+
+    needs: ClassVar[frozenset[str]] = frozenset({NEEDS_WORKSPACE})
+    name: str = "clean_worktree"
+    description: str = "no modified, untracked or conflicted files in the session worktree"
+    priority: int = 40
+    severity: Severity = Severity.ERROR
+    triggers: frozenset[Trigger] = _on(Trigger.APPROVE, Trigger.MERGE)
+
+    def check(self, facts: GuardFacts) -> list[Violation]:
+        ws = facts.slow.workspace
+        if ws is None or ws.clean:
+            return []
+        parts = [
+            f"{label} {_listed(files)}"
+            for label, files in (("modified", ws.dirty), ("untracked", ws.untracked), ("conflicted", ws.conflicts))
+            if files
+        ]
+        return [
+            self.violation(
+                f"the worktree is not clean: {'; '.join(parts)}", "commit or discard the changes in the worktree"
+            )
+        ]
+
+
+@dataclass(slots=True)
+class BranchNaming(Rule):
+    """The session branch matches `pattern` (a regex; by default the shape of the configured branch pattern)."""
+
+    SETTINGS: ClassVar[tuple[str, ...]] = ("pattern",)
+    pattern: str = ANY_BRANCH
+    name: str = "branch_naming"
+    description: str = "the session branch name matches a regular expression"
+    priority: int = 35
+    severity: Severity = Severity.ERROR
+    triggers: frozenset[Trigger] = _on(Trigger.APPROVE, Trigger.MERGE)
+    _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._regex = _compile("pattern", self.pattern)
+
+    def check(self, facts: GuardFacts) -> list[Violation]:
+        branch = facts.session.branch_name if facts.session else None
+        if branch is None or self._regex.fullmatch(branch):
+            return []
+        return [
+            self.violation(
+                f"branch '{branch}' does not match {self.pattern}",
+                "rename the branch, or adjust policies.branch_naming.pattern",
+            )
+        ]
+
+
+@dataclass(slots=True)
+class CommitMessageFormat(Rule):
+    """Every commit subject on the branch matches `pattern` (Conventional Commits by default)."""
+
+    SETTINGS: ClassVar[tuple[str, ...]] = ("pattern", "allow_merge_commits")
+    needs: ClassVar[frozenset[str]] = frozenset({NEEDS_WORKSPACE})
+    pattern: str = CONVENTIONAL_COMMIT
+    allow_merge_commits: bool = True
+    name: str = "commit_message_format"
+    description: str = "commit subjects on the branch follow Conventional Commits (type(scope): subject)"
+    priority: int = 45
+    severity: Severity = Severity.ERROR
+    triggers: frozenset[Trigger] = _on(Trigger.APPROVE)
+    _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._regex = _compile("pattern", self.pattern)
+
+    def check(self, facts: GuardFacts) -> list[Violation]:
+        ws = facts.slow.workspace
+        commits = ws.commits if ws is not None else ()
+        bad = [
+            (sha, subject)
+            for sha, subject in commits
+            if not self._regex.fullmatch(subject) and not (self.allow_merge_commits and subject.startswith("Merge "))
+        ]
+        if not bad:
+            return []
+        listed = "; ".join(f"{sha[:8]} '{subject[:80]}'" for sha, subject in bad[:5])
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        return [
+            self.violation(
+                f"{len(bad)} commit subject(s) do not match the format: {listed}{more}",
+                "reword them (git rebase -i), e.g. 'feat(api): add the endpoint'",
+            )
+        ]
+
+
+BUILTIN: dict[str, type[Rule]] = {
+    _default(cls, "name"): cls
+    for cls in (
+        WipLimit,
+        PlanOpen,
+        TaskUnblocked,
+        OperatorCapacity,
+        RequireTests,
+        ReviewApproval,
+        CleanWorktree,
+        BranchNaming,
+        CommitMessageFormat,
+    )
+}
+"""The configurable built-ins, by name (`one_active_session_per_task` is always on: an index enforces it)."""
+
+ENABLED_BY_DEFAULT = frozenset(BUILTIN) - {"commit_message_format"}
+COMMON_KEYS = ("enabled", "severity", "priority", "triggers")
+
+
+def build_policy(name: str, options: Mapping[str, Any], *, where: str = "policies") -> Rule:
+    """The built-in policy `name` configured by `options` (severity, priority, triggers and its own settings;
+    `enabled` is read by the caller).
+
+    Raises: InvalidInput naming the offending key, e.g. `policies.review_approval.min_aprovals: unknown setting`.
+    """
+    cls = BUILTIN.get(name)
+    if cls is None:
+        raise InvalidInput(f"{where}.{name}: unknown policy; built-in policies: {', '.join(sorted(BUILTIN))}")
+    kwargs: dict[str, Any] = {}
+    for key, value in options.items():
+        kwargs_key = _option(cls, name, key, value, f"{where}.{name}.{key}")
+        if kwargs_key is not None:
+            kwargs[key] = kwargs_key
+    try:
+        return cls(**kwargs)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{where}.{name}.{exc}") from None
+
+
+def _option(cls: type[Rule], name: str, key: str, value: Any, where: str) -> Any:
+    if key == "enabled":
+        _typed(where, value, bool)
+        return None
+    if key == "severity":
+        try:
+            return Severity(value)
+        except ValueError:
+            raise InvalidInput(f"{where}: must be error, warning or info, not {value!r}") from None
+    if key == "priority":
+        _typed(where, value, int)
+        return value
+    if key == "triggers":
+        if not isinstance(value, list | tuple) or not value:
+            raise InvalidInput(f"{where}: must be a non-empty list of trigger names")
+        try:
+            return frozenset(Trigger(t) for t in value)
+        except ValueError:
+            raise InvalidInput(f"{where}: unknown trigger in {list(value)}") from None
+    if key not in cls.SETTINGS:
+        takes = ", ".join([*COMMON_KEYS, *cls.SETTINGS])
+        raise InvalidInput(f"{where}: unknown setting; {name} takes {takes}")
+    _typed(where, value, type(_default(cls, key)))
+    return value
+
+
+def _typed(where: str, value: Any, kind: type) -> None:
+    if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
+        article = "an" if kind is int else "a"
+        raise InvalidInput(f"{where}: must be {article} {'boolean' if kind is bool else kind.__name__}, not {value!r}")
+
+
+def _at_least(key: str, value: int, low: int) -> None:
+    if value < low:
+        raise InvalidInput(f"{key}: must be at least {low}, got {value}")
+
+
+def _compile(key: str, pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise InvalidInput(f"{key}: invalid regular expression {pattern!r}: {exc}") from None
+
+
+def _listed(files: Sequence[str], limit: int = 10) -> str:
+    more = f" and {len(files) - limit} more" if len(files) > limit else ""
+    return ", ".join(files[:limit]) + more
+
+
 def default_policies(wip_limit: int = 3) -> list[Policy]:
-    """The built-in guards shipped with the session engine, in priority order."""
+    """The engine's original guards (start/create rules), in priority order: the lean set that tests and
+    benchmarks of the bare engine use. The configured set comes from `application/policy_config.py`."""
     return sorted([WipLimit(limit=wip_limit), PlanOpen(), TaskUnblocked(), OneActiveSessionPerTask()], key=_priority)
 
 
@@ -182,25 +597,40 @@ def _priority(policy: Policy) -> int:
     return policy.priority
 
 
+def needs_of(policy: Policy) -> frozenset[str]:
+    """What a policy asks the engine to gather (nothing beyond the basics for policies that do not say)."""
+    return getattr(policy, "needs", frozenset())
+
+
+def triggers_of(policy: Policy) -> frozenset[Trigger] | None:
+    """The triggers a policy names, or None when it only answers `applies_to` (then assume any)."""
+    return getattr(policy, "triggers", None)
+
+
 @dataclass(slots=True)
 class Verdict:
-    """The outcome of evaluating every applicable policy on one transition."""
+    """The outcome of evaluating every applicable policy on one transition.
+
+    `violations` count (errors block); `bypassed` are the violations of policies an operator overrode: recorded
+    in the results with `overridden: true`, never blocking.
+    """
 
     results: list[GuardResult] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
+    bypassed: list[Violation] = field(default_factory=list)
 
     @property
     def allowed(self) -> bool:
         """Deny wins: any error-severity violation blocks."""
         return not any(v.severity == Severity.ERROR for v in self.violations)
 
-    def record(self, policy: Policy, violations: Iterable[Violation]) -> None:
+    def record(self, policy: Policy, violations: Iterable[Violation], *, overridden: bool = False) -> None:
         found = list(violations)
-        self.violations.extend(found)
+        (self.bypassed if overridden else self.violations).extend(found)
         if not found:
             self.results.append(GuardResult(policy.name, True, policy.severity.value))
         for v in found:
-            self.results.append(GuardResult(v.policy, False, v.severity.value, v.message, v.suggestion))
+            self.results.append(GuardResult(v.policy, False, v.severity.value, v.message, v.suggestion, overridden))
 
     def blocking(self) -> list[Violation]:
         return [v for v in self.violations if v.severity == Severity.ERROR]
