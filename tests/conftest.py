@@ -26,6 +26,8 @@ from sqlalchemy.engine import make_url
 from taskgate.application.access import AccessService
 from taskgate.application.audit import AuditService
 from taskgate.application.context import ContextScout
+from taskgate.application.decisions import DecisionService
+from taskgate.application.operators import OperatorService
 from taskgate.application.sessions import SessionService
 from taskgate.application.tracker import TrackerService
 from taskgate.application.workspaces import GitOptions, WorkspaceService
@@ -56,6 +58,8 @@ class Services:
     access: AccessService
     workspaces: WorkspaceService
     context: ContextScout
+    operators: OperatorService
+    decisions: DecisionService
     uow: object
     database: Database | InMemoryDatabase
     url: str | None = None
@@ -176,7 +180,10 @@ def wire(
     vcs=None,
     wip_limit: int = 3,
     git: GitOptions | None = None,
+    policies=None,
+    tests=None,
 ) -> Services:
+    """`policies`: a list or a `PolicyBook` (default: `default_policies(wip_limit)`); `tests`: the TestRunner."""
     if isinstance(database, InMemoryDatabase):
         uow = database.unit_of_work
     else:
@@ -186,10 +193,16 @@ def wire(
 
     clock, vcs = clock or SystemClock(), vcs or GitPythonVcs()
     sessions, tracker, audit, access = build_services(
-        uow, clock=clock, ids=ids or UuidGenerator(), vcs=vcs, policies=default_policies(wip_limit)
+        uow,
+        clock=clock,
+        ids=ids or UuidGenerator(),
+        vcs=vcs,
+        policies=default_policies(wip_limit) if policies is None else policies,
+        tests=tests,
     )
     workspaces, context = build_workspaces(sessions, uow, clock=clock, vcs=vcs, git=git or GitOptions())
-    return Services(backend, sessions, tracker, audit, access, workspaces, context, uow, database, url)
+    people = OperatorService(uow, clock), DecisionService(uow, sessions, clock)
+    return Services(backend, sessions, tracker, audit, access, workspaces, context, *people, uow, database, url)
 
 
 @pytest.fixture(params=BACKENDS)

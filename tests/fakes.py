@@ -18,16 +18,21 @@ from typing import Any
 
 from taskgate.application.ports import (
     CommitInfo,
+    Delivery,
     FileStat,
     MergeOutcome,
+    OutboxEvent,
     RepoContext,
     RepositoryInfo,
+    TestOutcome,
     TransitionQuery,
     WorkspaceContext,
     WorktreeCreated,
     WorktreeEntry,
 )
 from taskgate.domain.entities import (
+    Agent,
+    AgentStatus,
     ApiToken,
     Decision,
     Operator,
@@ -53,7 +58,7 @@ from taskgate.domain.errors import (
     TaskNotFound,
     VcsError,
 )
-from taskgate.domain.policies import BlockerFact
+from taskgate.domain.policies import BlockerFact, TestRun
 from taskgate.domain.states import TERMINAL_STATES, SessionState
 
 
@@ -70,6 +75,9 @@ class InMemoryStore:
     tokens: dict[str, ApiToken] = field(default_factory=dict)
     snapshots: list[SessionSnapshot] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
+    test_runs: list[TestRun] = field(default_factory=list)
+    agents: dict[str, Agent] = field(default_factory=dict)
+    deliveries: list[dict[str, Any]] = field(default_factory=list)
     next_id: dict[str, int] = field(default_factory=dict)
 
     def allocate(self, kind: str) -> int:
@@ -228,6 +236,14 @@ class InMemoryOperatorRepository(_Repo):
     async def list(self) -> list[Operator]:
         return [copy.deepcopy(o) for _, o in sorted(self.store.operators.items())]
 
+    async def update(self, operator: Operator) -> None:
+        if operator.id not in self.store.operators:
+            raise OperatorNotFound(operator.id)
+        self.store.operators[operator.id] = copy.deepcopy(operator)
+
+    async def lock(self, operator_id: str) -> None:
+        await self.get(operator_id)  # the fake's write units are serialised already
+
 
 class InMemorySessionRepository(_Repo):
     async def add(self, session: Session) -> None:
@@ -264,6 +280,9 @@ class InMemorySessionRepository(_Repo):
 
     async def count_in_states(self, plan_id: int, states: frozenset[SessionState]) -> int:
         return sum(1 for s in self.store.sessions.values() if s.plan_id == plan_id and s.state in states)
+
+    async def count_of_operator(self, operator_id: str, states: frozenset[SessionState]) -> int:
+        return sum(1 for x in self.store.sessions.values() if x.operator_id == operator_id and x.state in states)
 
 
 class InMemoryTransitionLog(_Repo):
@@ -390,6 +409,9 @@ class InMemoryUnitOfWork:
         self.tokens = InMemoryTokenRepository(store)
         self.snapshots = InMemorySnapshotRepository(store)
         self.decisions = InMemoryDecisionRepository(store)
+        self.test_runs = InMemoryTestRunRepository(store)
+        self.agents = InMemoryAgentRepository(store)
+        self.deliveries = InMemoryDeliveryRepository(store)
         return self
 
     async def commit(self) -> None:
@@ -731,3 +753,174 @@ class FakeVcs:
         if found is None:
             raise VcsError(f"{path} is not a worktree")
         return found[1]
+
+
+class InMemoryAgentRepository(_Repo):
+    async def add(self, agent: Agent) -> None:
+        self.store.agents[agent.id] = copy.deepcopy(agent)
+
+    async def of_session(self, session_id: str) -> list[Agent]:
+        found = [a for a in self.store.agents.values() if a.session_id == session_id]
+        return [copy.deepcopy(a) for a in sorted(found, key=lambda a: a.id)]
+
+    async def heartbeat(self, agent_id: str, at: datetime) -> bool:
+        agent = self.store.agents.get(agent_id)
+        if agent is not None:
+            agent.heartbeat_at = at
+        return agent is not None
+
+    async def set_status(self, agent_id: str, status: AgentStatus, at: datetime) -> None:
+        agent = self.store.agents.get(agent_id)
+        if agent is not None:
+            agent.status = status
+            agent.completed_at = None if status in (AgentStatus.QUEUED, AgentStatus.RUNNING) else at
+
+    async def stale(self, before: datetime) -> list[Agent]:
+        def last_seen(a: Agent) -> datetime | None:
+            return a.heartbeat_at or a.started_at
+
+        found = [
+            a
+            for a in self.store.agents.values()
+            if a.status == AgentStatus.RUNNING and (seen := last_seen(a)) is not None and seen < before
+        ]
+        return [copy.deepcopy(a) for a in sorted(found, key=lambda a: (a.session_id, a.id))]
+
+
+class InMemoryDeliveryRepository(_Repo):
+    """Webhook delivery rows as dicts (the SQL table's columns); `skipped` rows are the cursor markers."""
+
+    async def committed_high_water(self) -> int:
+        return self.store.events[-1]["id"] if self.store.events else 0  # write units are serialised
+
+    async def cursor(self, subscriber: str) -> int:
+        return max((d["event_id"] for d in self.store.deliveries if d["subscriber"] == subscriber), default=0)
+
+    async def events_after(self, after_id: int, upto_id: int, limit: int) -> list[OutboxEvent]:
+        found = [e for e in self.store.events if after_id < e["id"] <= upto_id][:limit]
+        return [_outbox_event(e) for e in found]
+
+    async def enqueue(self, subscriber: str, event_ids: list[int], at: datetime) -> int:
+        added = [i for i in event_ids if self._find(i, subscriber) is None]
+        for event_id in added:
+            self._add(event_id, subscriber, "pending", at)
+        return len(added)
+
+    async def move_cursor(self, subscriber: str, event_id: int) -> None:
+        self.store.deliveries = [
+            d for d in self.store.deliveries if not (d["subscriber"] == subscriber and d["status"] == "skipped")
+        ]
+        if self._find(event_id, subscriber) is None:
+            self._add(event_id, subscriber, "skipped", None)
+
+    async def head(self, subscriber: str) -> Delivery | None:
+        pending = [d for d in self.store.deliveries if d["subscriber"] == subscriber and d["status"] == "pending"]
+        if not pending:
+            return None
+        row = min(pending, key=lambda d: d["event_id"])
+        event = next(e for e in self.store.events if e["id"] == row["event_id"])
+        return Delivery(**copy.deepcopy(row), event=_outbox_event(event))
+
+    async def claim(self, delivery_id: int, attempts: int, now: datetime, lease_until: datetime) -> bool:
+        row = self._row(delivery_id)
+        due = row is not None and (row["next_attempt_at"] is None or row["next_attempt_at"] <= now)
+        if not due or row["status"] != "pending" or row["attempts"] != attempts:
+            return False
+        row.update(attempts=attempts + 1, next_attempt_at=lease_until)
+        return True
+
+    async def mark_delivered(self, delivery_id: int, at: datetime) -> bool:
+        row = self._row(delivery_id)
+        if row is None or row["status"] != "pending":
+            return False
+        row.update(status="delivered", delivered_at=at, next_attempt_at=None, last_error=None)
+        return True
+
+    async def mark_retry(self, delivery_id: int, attempts: int, error: str, next_attempt_at: datetime) -> bool:
+        return self._finish(delivery_id, attempts, last_error=error, next_attempt_at=next_attempt_at)
+
+    async def mark_failed(self, delivery_id: int, attempts: int, error: str) -> bool:
+        return self._finish(delivery_id, attempts, status="failed", last_error=error, next_attempt_at=None)
+
+    async def counts(self) -> dict[tuple[str, str], int]:
+        found: dict[tuple[str, str], int] = {}
+        for d in self.store.deliveries:
+            if d["status"] != "skipped":
+                key = (d["subscriber"], d["status"])
+                found[key] = found.get(key, 0) + 1
+        return found
+
+    async def list(self, subscriber: str | None = None, status: str | None = None, limit: int = 100) -> list[Delivery]:
+        found = [
+            d
+            for d in self.store.deliveries
+            if d["status"] != "skipped" and subscriber in (None, d["subscriber"]) and status in (None, d["status"])
+        ]
+        found.sort(key=lambda d: (d["event_id"], d["subscriber"]))
+        return [Delivery(**copy.deepcopy(d)) for d in found[:limit]]
+
+    def _finish(self, delivery_id: int, attempts: int, **values: Any) -> bool:
+        row = self._row(delivery_id)
+        if row is None or row["status"] != "pending" or row["attempts"] != attempts:
+            return False
+        row.update(values)
+        return True
+
+    def _add(self, event_id: int, subscriber: str, status: str, at: datetime | None) -> None:
+        if not any(e["id"] == event_id for e in self.store.events):
+            raise InvalidInput(f"no event {event_id}")  # the SQL table's foreign key
+        self.store.deliveries.append(
+            {
+                "id": self.store.allocate("delivery"),
+                "event_id": event_id,
+                "subscriber": subscriber,
+                "status": status,
+                "attempts": 0,
+                "next_attempt_at": at,
+                "last_error": None,
+                "delivered_at": None,
+            }
+        )
+
+    def _find(self, event_id: int, subscriber: str) -> dict[str, Any] | None:
+        return next(
+            (d for d in self.store.deliveries if d["event_id"] == event_id and d["subscriber"] == subscriber), None
+        )
+
+    def _row(self, delivery_id: int) -> dict[str, Any] | None:
+        return next((d for d in self.store.deliveries if d["id"] == delivery_id), None)
+
+
+def _outbox_event(event: dict[str, Any]) -> OutboxEvent:
+    return OutboxEvent(event["id"], event["kind"], event["session_id"], event["at"], copy.deepcopy(event["payload"]))
+
+
+class InMemoryTestRunRepository(_Repo):
+    __test__ = False  # not a pytest class
+
+    async def add(self, run: TestRun) -> int:
+        run = replace(run, id=self.store.allocate("test_run"))
+        self.store.test_runs.append(run)
+        return run.id
+
+    async def latest(self, session_id: str, head_commit: str, command: tuple[str, ...]) -> TestRun | None:
+        found = [r for r in self.store.test_runs
+                 if (r.session_id, r.head_commit, r.command) == (session_id, head_commit, tuple(command))]  # fmt: skip
+        return found[-1] if found else None
+
+    async def of_session(self, session_id: str, limit: int = 20) -> list[TestRun]:
+        return [r for r in reversed(self.store.test_runs) if r.session_id == session_id][:limit]
+
+
+class FakeTestRunner:
+    """A `TestRunner` that runs nothing: it answers `outcome` (exit 0 by default) and records each call."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, exit_code: int | None = 0, output: str = "1 passed", timed_out: bool = False) -> None:
+        self.exit_code, self.output, self.timed_out = exit_code, output, timed_out
+        self.calls: list[tuple[tuple[str, ...], str, float]] = []
+
+    async def run(self, command: tuple[str, ...], cwd: str, *, timeout_s: float) -> TestOutcome:
+        self.calls.append((tuple(command), cwd, timeout_s))
+        return TestOutcome(None if self.timed_out else self.exit_code, self.timed_out, 3, self.output)

@@ -4,27 +4,34 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from taskgate.application.access import AccessService
 from taskgate.application.audit import AuditService
 from taskgate.application.context import ContextScout
+from taskgate.application.decisions import DecisionService
 from taskgate.application.effects import CompositeEffects
 from taskgate.application.guards import GuardEvaluator
-from taskgate.application.ports import Clock, IdGenerator, TrackerProvider, UnitOfWorkFactory, VcsProvider
+from taskgate.application.operators import OperatorService
+from taskgate.application.outbox import Subscriber, WebhookDispatcher
+from taskgate.application.policy_config import PolicyBook, ProjectPolicies
+from taskgate.application.ports import Clock, IdGenerator, TestRunner, TrackerProvider, UnitOfWorkFactory, VcsProvider
 from taskgate.application.sessions import SessionService
+from taskgate.application.sweeper import Sweeper, SweeperOptions
 from taskgate.application.tracker import TrackerService
 from taskgate.application.tracker_sync import TrackerWriteBack
 from taskgate.application.workspaces import GitOptions, WorkspaceService
 from taskgate.domain.entities import ApiToken
-from taskgate.domain.policies import Policy, default_policies
+from taskgate.domain.policies import Policy
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db.engine import Database, redact
 from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 from taskgate.infrastructure.git import GitPythonVcs
 from taskgate.infrastructure.settings import Settings, load_settings
 from taskgate.infrastructure.system import SystemClock, UuidGenerator
+from taskgate.infrastructure.test_runner import SubprocessTestRunner
 from taskgate.infrastructure.trackers import BeadsTracker
+from taskgate.infrastructure.webhooks import HttpWebhookSender
 
 __all__ = ["App", "Settings", "bootstrap", "build_services", "database_report", "load_settings"]
 
@@ -40,6 +47,8 @@ class App:
     access: AccessService
     workspaces: WorkspaceService
     context: ContextScout
+    operators: OperatorService
+    decisions: DecisionService
     database: Database | None = None
     uow: UnitOfWorkFactory | None = None  # for use cases built on demand (BeadsImporter)
     clock: Clock | None = None
@@ -55,11 +64,14 @@ def build_services(
     clock: Clock,
     ids: IdGenerator,
     vcs: VcsProvider,
-    policies: list[Policy],
+    policies: list[Policy] | PolicyBook,
     configured_tokens: Sequence[ApiToken] = (),
+    tests: TestRunner | None = None,
 ) -> tuple[SessionService, TrackerService, AuditService, AccessService]:
-    """Wire the use cases to any set of adapters (real or fake)."""
-    sessions = SessionService(uow, GuardEvaluator(policies), clock, ids)
+    """Wire the use cases to any set of adapters (real or fake). `policies`: a fixed list for every project,
+    or the configured `PolicyBook`; `tests` runs require_tests' command (default: a real subprocess)."""
+    guards = GuardEvaluator(policies, uow=uow, vcs=vcs, tests=tests or SubprocessTestRunner(), clock=clock)
+    sessions = SessionService(uow, guards, clock, ids)
     access = AccessService(uow, clock, configured_tokens)
     return sessions, TrackerService(uow, clock, vcs), AuditService(uow), access
 
@@ -92,6 +104,17 @@ def tracker_provider(settings: Settings) -> TrackerProvider | None:
     return BeadsTracker(beads.command, beads.timeout_s, beads.write_back, beads.status_map)
 
 
+def policy_book(settings: Settings, git: GitOptions | None = None) -> PolicyBook:
+    """The `[policies.*]` and `[projects.*]` settings as the policy book; branch_naming defaults to the shape of
+    the configured branch pattern. Raises: InvalidInput naming an unknown policy or setting, or a bad value."""
+    projects = {
+        name: ProjectPolicies(tuple(p.test_command), p.test_timeout_s, p.policies.tables())
+        for name, p in settings.projects.items()
+    }
+    git = git or git_options(settings)
+    return PolicyBook(settings.policies.tables(), projects, branch_pattern=git.branch_regex().pattern)
+
+
 def git_options(settings: Settings) -> GitOptions:
     """The `[git]` settings as the application's options. Raises: InvalidInput for a bad pattern or folder."""
     return GitOptions(**settings.git.model_dump())
@@ -121,6 +144,7 @@ async def bootstrap(
 
     Raises: InvalidInput for an unsupported URL; StorageError when the database cannot be reached or migrated.
     """
+    policies = policy_book(settings)  # a configuration error fails the start before the database is touched
     url = settings.resolved_database_url
     if url.startswith("sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -141,7 +165,7 @@ async def bootstrap(
         clock=clock,
         ids=ids or UuidGenerator(),
         vcs=vcs,
-        policies=default_policies(settings.policies.wip_limit.limit),
+        policies=policies,
         configured_tokens=configured_tokens(settings),
     )
     extras = build_workspaces(
@@ -153,7 +177,8 @@ async def bootstrap(
         context_ttl_seconds=settings.context.ttl_seconds,
         tracker=tracker_provider(settings),
     )
-    return App(settings, *services, *extras, database=database, uow=uow, clock=clock)
+    people = OperatorService(uow, clock), DecisionService(uow, services[0], clock)
+    return App(settings, *services, *extras, *people, database=database, uow=uow, clock=clock)
 
 
 async def database_report(app: App) -> dict[str, object]:
@@ -165,3 +190,44 @@ async def database_report(app: App) -> dict[str, object]:
         "schema_revision": await migrations.current_revision(app.database),
         "head_revision": migrations.head_revision(),
     }
+
+
+def sweeper_options(settings: Settings) -> SweeperOptions:
+    """The `[sweeper]` settings as the application's options."""
+    cfg = settings.sweeper
+    return SweeperOptions(
+        session_deadline=timedelta(hours=cfg.session_deadline_hours),
+        verification_escalation=timedelta(hours=cfg.verification_escalation_hours),
+        verification_timeout=timedelta(days=cfg.verification_timeout_days),
+        heartbeat_timeout=timedelta(minutes=cfg.heartbeat_timeout_minutes),
+        interval_s=cfg.interval_s,
+    )
+
+
+def build_sweeper(settings: Settings, app: App) -> Sweeper:
+    """The sweeper over the app's database, session engine and clock (run it with `Sweeper.run`)."""
+    assert app.uow is not None and app.clock is not None, "the app was not built by bootstrap()"
+    return Sweeper(app.uow, app.sessions, app.clock, sweeper_options(settings))
+
+
+def build_outbox(settings: Settings, uow: UnitOfWorkFactory, clock: Clock) -> WebhookDispatcher | None:
+    """The webhook dispatcher of the `[[webhooks]]` config over `uow`, or None when no webhook is configured.
+
+    Raises: InvalidInput when a `secret_env` variable is unset or two webhooks share a name.
+    """
+    if not settings.webhooks:
+        return None
+    subscribers = [
+        Subscriber(
+            name=hook.name,
+            url=hook.url,
+            secret=hook.resolved_secret(),
+            events=tuple(hook.events),
+            timeout_s=hook.timeout_s,
+            max_attempts=hook.max_attempts,
+            backoff_base_s=hook.backoff_base_s,
+            backoff_max_s=hook.backoff_max_s,
+        )
+        for hook in settings.webhooks
+    ]
+    return WebhookDispatcher(uow, clock, HttpWebhookSender(), subscribers)

@@ -24,6 +24,8 @@ def app_of(services: Services) -> App:
         services.access,
         services.workspaces,
         services.context,
+        services.operators,
+        services.decisions,
     )
 
 

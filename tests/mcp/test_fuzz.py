@@ -110,7 +110,8 @@ CRASHES: dict[tuple[str, str], tuple[str, str, str]] = {}
 """(tool, exception type) → (smallest arguments seen, caller, message) for calls that ended in an unexplained
 internal error."""
 
-AGENT_READS = {"ping", "session_status", "session_history", "session_state_at", "session_review", "context_discover"}
+AGENT_READS = {"ping", "session_status", "session_history", "session_state_at", "session_review", "context_discover",
+               "policies_check"}  # fmt: skip
 AGENT_FIRES = {"session_fire"}
 GUARD_LOGGED_TABLES = {"transition_log", "events", "sessions"}
 SDK_SERVER_LOGGER = "mcp.server.mcpserver.server"
@@ -599,6 +600,8 @@ async def _connected(services: Services, principal: Principal) -> Any:
             services.access,
             services.workspaces,
             services.context,
+            services.operators,
+            services.decisions,
         )
 
     async with Client(build_server(open_app, local_principal=principal)) as client:

@@ -11,6 +11,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from taskgate.domain.entities import (
+    Agent,
+    AgentStatus,
     ApiToken,
     Decision,
     Operator,
@@ -23,7 +25,7 @@ from taskgate.domain.entities import (
     TaskStatus,
     TransitionRecord,
 )
-from taskgate.domain.policies import BlockerFact
+from taskgate.domain.policies import BlockerFact, TestRun
 from taskgate.domain.states import SessionState
 
 
@@ -95,6 +97,9 @@ class OperatorRepository(Protocol):
 
     async def find(self, operator_id: str) -> Operator | None: ...
     async def list(self) -> list[Operator]: ...
+    async def update(self, operator: Operator) -> None: ...
+    async def lock(self, operator_id: str) -> None:
+        """Hold the operator's row until the unit of work ends. Raises: OperatorNotFound."""
 
 
 class SessionRepository(Protocol):
@@ -113,6 +118,8 @@ class SessionRepository(Protocol):
     async def active_for_task(self, task_id: str) -> list[str]: ...
     async def ids_with_prefix(self, prefix: str, limit: int) -> list[str]: ...
     async def count_in_states(self, plan_id: int, states: frozenset[SessionState]) -> int: ...
+    async def count_of_operator(self, operator_id: str, states: frozenset[SessionState]) -> int:
+        """Sessions of the operator (any project) in `states` (operator_capacity)."""
 
 
 class TransitionLog(Protocol):
@@ -178,6 +185,9 @@ class UnitOfWork(Protocol):
     tokens: TokenRepository
     snapshots: SnapshotRepository
     decisions: DecisionRepository
+    test_runs: TestRunRepository
+    agents: AgentRepository
+    deliveries: DeliveryRepository
 
     async def __aenter__(self) -> UnitOfWork: ...
     async def __aexit__(self, *exc_info: object) -> None:
@@ -364,3 +374,160 @@ class Clock(Protocol):
 
 class IdGenerator(Protocol):
     def new_session_id(self) -> str: ...
+
+
+class AgentRepository(Protocol):
+    """The agents of sessions (one row per agent process) and their heartbeats."""
+
+    async def add(self, agent: Agent) -> None: ...
+    async def of_session(self, session_id: str) -> list[Agent]:
+        """The session's agents, by id."""
+
+    async def heartbeat(self, agent_id: str, at: datetime) -> bool:
+        """Record a sign of life; False when no such agent exists."""
+
+    async def set_status(self, agent_id: str, status: AgentStatus, at: datetime) -> None:
+        """Set the status; a status other than queued/running also sets completed_at to `at`."""
+
+    async def stale(self, before: datetime) -> list[Agent]:
+        """Running agents whose last sign of life (heartbeat_at, else started_at) is older than `before`, by
+        session then id. Agents with neither timestamp are left out: nothing says when they were last alive."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEvent:
+    """One row of the events log as webhook subscribers receive it."""
+
+    id: int
+    kind: str
+    session_id: str | None
+    at: datetime
+    payload: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON body of a webhook POST: `{"id", "kind", "session_id", "at", "payload"}`."""
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "session_id": self.session_id,
+            "at": self.at.isoformat(),
+            "payload": self.payload,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """The delivery state of one event to one subscriber. `status`: pending | delivered | failed (gave up).
+    `attempts` counts the sends started (a claim increments it), so it doubles as the row's version."""
+
+    id: int
+    event_id: int
+    subscriber: str
+    status: str
+    attempts: int
+    next_attempt_at: datetime | None
+    last_error: str | None
+    delivered_at: datetime | None
+    event: OutboxEvent | None = None
+
+
+class DeliveryRepository(Protocol):
+    """Webhook delivery state (the outbox's second half); see application/outbox.py for the protocol."""
+
+    async def committed_high_water(self) -> int:
+        """The newest event id such that no event with a smaller id can still be committed later. PostgreSQL
+        allocates ids before commit, so this waits for every transaction that is inserting events (a short
+        SHARE lock on `events`, bounded by a lock timeout). Raises: ConcurrentModification on that timeout."""
+
+    async def cursor(self, subscriber: str) -> int:
+        """The newest event id already enqueued (or skipped) for the subscriber; 0 when none."""
+
+    async def events_after(self, after_id: int, upto_id: int, limit: int) -> list[OutboxEvent]:
+        """Events with after_id < id <= upto_id, by id, at most `limit`."""
+
+    async def enqueue(self, subscriber: str, event_ids: list[int], at: datetime) -> int:
+        """Pending rows due at `at`; rows that exist already are left alone. Returns how many were added."""
+
+    async def move_cursor(self, subscriber: str, event_id: int) -> None:
+        """Record that the subscriber's filter skipped the events up to `event_id` (one marker row with status
+        `skipped` per subscriber, so the next scan starts after it)."""
+
+    async def head(self, subscriber: str) -> Delivery | None:
+        """The subscriber's oldest pending delivery (by event id), with its event."""
+
+    async def claim(self, delivery_id: int, attempts: int, now: datetime, lease_until: datetime) -> bool:
+        """Start an attempt: attempts+1 and next_attempt_at=lease_until, only if the row is still pending with
+        `attempts` attempts and due at `now`. False when another dispatcher got there first."""
+
+    async def mark_delivered(self, delivery_id: int, at: datetime) -> bool:
+        """pending → delivered. False when the row was not pending."""
+
+    async def mark_retry(self, delivery_id: int, attempts: int, error: str, next_attempt_at: datetime) -> bool:
+        """Record a failed attempt and when to try again, if the row still has `attempts` attempts."""
+
+    async def mark_failed(self, delivery_id: int, attempts: int, error: str) -> bool:
+        """pending → failed (gave up), if the row still has `attempts` attempts."""
+
+    async def counts(self) -> dict[tuple[str, str], int]:
+        """Rows by (subscriber, status), without the skip markers."""
+
+    async def list(
+        self, subscriber: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[Delivery]:
+        """Deliveries by event id (oldest first, at most `limit`), without their events or the skip markers."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """What one webhook POST came to: `error` is None on a 2xx answer."""
+
+    status: int | None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class WebhookSender(Protocol):
+    async def send(self, url: str, secret: str, event: OutboxEvent, *, timeout_s: float, attempt: int) -> SendResult:
+        """POST the event, signed with `secret`. Never raises for a failed delivery: non-2xx answers, timeouts
+        and connection errors come back as a `SendResult` with the reason."""
+
+
+class TestRunRepository(Protocol):
+    """Runs of `require_tests` (one row per run of the test command in a session worktree)."""
+
+    __test__ = False  # not a pytest class
+
+    async def add(self, run: TestRun) -> int: ...
+    async def latest(self, session_id: str, head_commit: str, command: tuple[str, ...]) -> TestRun | None:
+        """The newest run of `command` in the session on `head_commit`, or None."""
+
+    async def of_session(self, session_id: str, limit: int = 20) -> list[TestRun]:
+        """The session's newest runs, newest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class TestOutcome:
+    """How one run of a test command ended. `exit_code` is None when it timed out or could not start;
+    `output_tail` is the end of its combined stdout and stderr (bounded)."""
+
+    __test__ = False  # not a pytest class
+
+    exit_code: int | None
+    timed_out: bool
+    duration_ms: int
+    output_tail: str
+
+
+class TestRunner(Protocol):
+    """Runs a project's test command in a worktree (require_tests)."""
+
+    __test__ = False  # not a pytest class
+
+    async def run(self, command: tuple[str, ...], cwd: str, *, timeout_s: float) -> TestOutcome:
+        """Run `command` (an argv list, no shell) in `cwd`; past `timeout_s` the whole process group is killed.
+
+        Never raises for a failing, hanging or missing command: the outcome says what happened.
+        """

@@ -1,6 +1,11 @@
 """Who is calling, and what they may do: principals and the authorisation rules (pure).
 
-Operators may do everything this release offers (role-based permissions arrive with the policies issue).
+Operators hold roles; each role grants permissions (`ROLE_PERMISSIONS`), and an admin may grant extra
+permissions to one operator. Every capability a tool needs maps to one permission (`required_permission`):
+reading needs `read`; changing projects, plans, tasks and moving sessions needs `write`; deciding
+(approve, request_changes, reject) and merging needs `approve`; overriding a policy needs `override`;
+managing operators and tokens needs `admin`. See docs/operators.md for the matrix.
+
 Agents act only on their own session: they may read it and fire the triggers of their own work
 (`AGENT_TRIGGERS`), and never decide, merge, start work or change projects, plans, tasks or policy.
 """
@@ -10,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from taskgate.domain.entities import Operator, Permission, Role
 from taskgate.domain.errors import Forbidden
 from taskgate.domain.states import Trigger
 
@@ -28,6 +34,62 @@ class Capability(StrEnum):
     START = "start sessions"
     FIRE = "fire triggers"
     AUDIT = "query the audit log"
+    DECIDE = "decide on a verification (approve, request changes, reject) and merge"
+    OVERRIDE = "override policies"
+    ADMINISTER = "manage operators and tokens"
+
+
+ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
+    Role.ADMIN: frozenset(Permission),
+    Role.ARCHITECT: frozenset({Permission.READ, Permission.WRITE, Permission.APPROVE}),
+    Role.DEVELOPER: frozenset({Permission.READ, Permission.WRITE}),
+    Role.REVIEWER: frozenset({Permission.READ, Permission.APPROVE}),
+    Role.QA: frozenset({Permission.READ, Permission.APPROVE}),
+}
+
+DECISION_TRIGGERS: frozenset[Trigger] = frozenset({Trigger.APPROVE, Trigger.REQUEST_CHANGES, Trigger.REJECT})
+"""Triggers that are an operator's decision on a verification (project_decide fires them)."""
+
+_APPROVER_TRIGGERS = DECISION_TRIGGERS | {Trigger.MERGE}
+_PERMISSION_OF: dict[Capability, Permission] = {
+    Capability.READ: Permission.READ,
+    Capability.READ_SESSION: Permission.READ,
+    Capability.AUDIT: Permission.READ,
+    Capability.MANAGE: Permission.WRITE,
+    Capability.START: Permission.WRITE,
+    Capability.FIRE: Permission.WRITE,
+    Capability.DECIDE: Permission.APPROVE,
+    Capability.OVERRIDE: Permission.OVERRIDE,
+    Capability.ADMINISTER: Permission.ADMIN,
+}
+
+
+def required_permission(capability: Capability, trigger: Trigger | None = None) -> Permission:
+    """The permission an operator needs for `capability` (firing a decision or `merge` needs `approve`)."""
+    if capability == Capability.FIRE and trigger in _APPROVER_TRIGGERS:
+        return Permission.APPROVE
+    return _PERMISSION_OF[capability]
+
+
+def effective_permissions(operator: Operator) -> frozenset[Permission]:
+    """The permissions of the operator's roles plus those granted to it alone."""
+    granted = {Permission(p) for p in operator.permissions if p in Permission._value2member_map_}
+    for role in operator.roles:
+        if role in Role._value2member_map_:
+            granted |= ROLE_PERMISSIONS[Role(role)]
+    return frozenset(granted)
+
+
+def authorize_operator(operator: Operator, capability: Capability, trigger: Trigger | None = None) -> None:
+    """Refuse what the operator's roles and grants do not allow. Raises: Forbidden naming the missing permission."""
+    needed = required_permission(capability, trigger)
+    if needed not in effective_permissions(operator):
+        what = f"fire '{trigger.value}'" if capability == Capability.FIRE and trigger else capability.value
+        roles = ", ".join(operator.roles) or "no role"
+        raise Forbidden(
+            f"operator {operator.id} ({roles}) may not {what}: it needs the '{needed.value}' permission; "
+            f"an admin can grant it with `taskgate operator grant {operator.id} --permission {needed.value}`"
+        )
 
 
 AGENT_TRIGGERS: frozenset[Trigger] = frozenset({Trigger.PLAN_COMPLETE, Trigger.WORK_COMPLETE, Trigger.FAIL})

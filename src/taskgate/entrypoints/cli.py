@@ -14,12 +14,15 @@ import typer
 
 from taskgate import __version__
 from taskgate.application.beads_import import BeadsImporter, ImportBeads, ImportReport
+from taskgate.application.decisions import Decide
+from taskgate.application.operators import AddOperator
 from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import FireTrigger, StartTask
 from taskgate.application.timestamps import parse_timestamp
 from taskgate.application.tracker import AddTask
 from taskgate.bootstrap import App, bootstrap, database_report, load_settings
 from taskgate.domain import session_fsm
+from taskgate.domain.access import Capability, Principal
 from taskgate.domain.entities import Project
 from taskgate.domain.errors import InvalidInput, TaskgateError
 from taskgate.entrypoints import render
@@ -40,7 +43,11 @@ audit_app = typer.Typer(help="Audit queries over the transition log.", no_args_i
 project_app = typer.Typer(help="Registered projects.", no_args_is_help=True)
 token_app = typer.Typer(help="Bearer tokens for the MCP HTTP transport.", no_args_is_help=True)
 worktrees_app = typer.Typer(help="Session worktrees on disk: list them, reconcile them with the sessions.")
+operator_app = typer.Typer(help="Operators, their roles and permissions (admins only).", no_args_is_help=True)
+policies_app = typer.Typer(help="Policies that guard transitions: list them, dry-run them.", no_args_is_help=True)
 for sub, name in (
+    (operator_app, "operator"),
+    (policies_app, "policies"),
     (worktrees_app, "worktrees"),
     (token_app, "token"),
     (project_app, "project"),
@@ -366,6 +373,37 @@ def session_show(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt 
     console.print(f"[bold]{'next triggers':>17}[/bold]  {', '.join(allowed) or '-'}", highlight=False)
 
 
+@session_app.command("decide")
+def session_decide(
+    session_id: Annotated[str, typer.Argument()],
+    decision: Annotated[str, typer.Argument(help="approve, request_changes or reject")],
+    reason: Annotated[str | None, typer.Option(help="Why; recorded with the decision.")] = None,
+    instructions: Annotated[str | None, typer.Option(help="For request_changes: what to change.")] = None,
+    override: Annotated[
+        list[str] | None, typer.Option("--override", help="A policy to override (needs override + a reason).")
+    ] = None,
+    compensation: Annotated[
+        str | None, typer.Option(help="For reject: auto_revert, manual_review (default) or approve_and_merge.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Decide on a session in verifying, as the local operator (idempotent: the same decision twice is one)."""
+
+    async def work(services: App):
+        full_id = await services.sessions.resolve_id(session_id)
+        operator_id, _ = _operator_actor(services, None)
+        cmd = Decide(full_id, operator_id, decision, reason, instructions, tuple(override or ()), compensation)
+        return await services.decisions.decide(cmd)
+
+    result = run(work)
+    if as_json:
+        render.print_json(result.decision)
+        return
+    console.print(result.summary(), highlight=False)
+    for record in result.follow_ups:
+        console.print(f"  then {record.trigger}: {record.from_state} → [green]{record.to_state}[/green]")
+
+
 @session_app.command("merge")
 def session_merge(
     session_id: Annotated[str, typer.Argument()],
@@ -650,6 +688,50 @@ def token_revoke(token_id: Annotated[str, typer.Argument(help="The token id (see
     console.print(f"token {token.id} revoked")
 
 
+@policies_app.command("list")
+def policies_list(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
+    """The policies of a project (with -p; else the only project's, or the global set): priority, severity,
+    triggers, enabled, settings."""
+
+    async def work(services: App):
+        name = (await services.tracker.resolve_project(project, os.getcwd())).name if project else None
+        if name is None:
+            projects = [p for p in await services.tracker.list_projects() if p.archived_at is None]
+            name = projects[0].name if len(projects) == 1 else None
+        return name, services.sessions.policies(name), services.sessions.test_command(name)
+
+    name, entries, command = run(work)
+    if as_json:
+        render.print_json({"project": name, "test_command": list(command), "policies": [e.as_dict() for e in entries]})
+        return
+    console.print(render.policies_table(name, entries, command))
+
+
+@policies_app.command("check")
+def policies_check(
+    session_id: Annotated[str, typer.Argument(help="Session id or a unique prefix of it.")],
+    trigger: Annotated[str, typer.Argument(help="The trigger to dry-run, e.g. approve, merge, start.")],
+    run_tests: Annotated[
+        bool, typer.Option("--run-tests/--no-run-tests", help="Run require_tests' command if no stored run fits.")
+    ] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Dry run: what firing TRIGGER on the session now would meet, policy by policy. Writes nothing.
+    Exits 0 when the trigger would be allowed, 2 when a policy would refuse it."""
+
+    async def work(services: App):
+        full_id = await services.sessions.resolve_id(session_id)
+        return await services.sessions.check(full_id, trigger, actor=_local_actor(services), run_tests=run_tests)
+
+    check = run(work)
+    if as_json:
+        render.print_json(render.policy_check_data(check))
+    else:
+        render.print_policy_check(check)
+    if not check.allowed:
+        raise typer.Exit(2)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
@@ -716,3 +798,170 @@ def worktrees_reconcile(
     for label, items in found:
         for item in items:
             console.print(f"  {label}: {item}", highlight=False)
+
+
+@app.command("sweep")
+def sweep(as_json: JsonOpt = False) -> None:
+    """Run the sweeper once (what `taskgate serve` does every [sweeper] interval_s): time out sessions past their
+    deadline, escalate or fail verifications waiting for a decision, abandon sessions whose agents went silent."""
+    from taskgate.bootstrap import build_sweeper
+
+    report = run(lambda services: build_sweeper(services.settings or load_settings(), services).sweep_once())
+    if as_json:
+        render.print_json(report)
+        return
+    console.print(report.summary(), highlight=False)
+    for action in report.actions:
+        console.print(
+            f"  {action.session_id} {action.action} ({action.from_state} -> {action.to_state}): {action.reason}",
+            highlight=False,
+        )
+    for skip in report.skipped:
+        console.print(f"  {skip.session_id} skipped {skip.action}: {skip.why}", highlight=False)
+    for agent_id in report.silent_agents:
+        console.print(f"  agent {agent_id} marked failed (no heartbeat)", highlight=False)
+    for error in report.errors:
+        console.print(f"  error: {error}", highlight=False)
+
+
+webhooks_app = typer.Typer(help="Webhook deliveries of the events log (see docs/events.md).", no_args_is_help=True)
+app.add_typer(webhooks_app, name="webhooks")
+
+
+def _dispatcher(services: App):
+    """The configured webhook dispatcher. Raises: InvalidInput when no `[[webhooks]]` are configured."""
+    from taskgate.bootstrap import build_outbox
+
+    assert services.uow is not None and services.clock is not None
+    dispatcher = build_outbox(services.settings or load_settings(), services.uow, services.clock)
+    if dispatcher is None:
+        raise InvalidInput("no webhooks configured: add a [[webhooks]] table to the config (see docs/events.md)")
+    return dispatcher
+
+
+@webhooks_app.command("status")
+def webhooks_status(as_json: JsonOpt = False) -> None:
+    """Deliveries per webhook: pending, delivered, failed (gave up), and the oldest pending one."""
+
+    async def work(services: App):
+        return await _dispatcher(services).status()
+
+    rows = run(work)
+    columns = ["webhook", "url", "events", "pending", "delivered", "failed", "oldest pending", "attempts", "next try"]
+    emit(
+        rows,
+        as_json,
+        lambda: render.table(
+            "Webhooks",
+            [*columns, "last error"],
+            (
+                [
+                    s.name,
+                    s.url,
+                    ", ".join(s.events),
+                    s.pending,
+                    s.delivered,
+                    s.failed,
+                    f"event {s.oldest_pending_event_id}" if s.oldest_pending_event_id else "",
+                    s.attempts or "",
+                    s.next_attempt_at.isoformat(timespec="seconds") if s.next_attempt_at else "",
+                    s.last_error,
+                ]
+                for s in rows
+            ),
+        ),
+    )
+
+
+@webhooks_app.command("deliver")
+def webhooks_deliver(
+    once: Annotated[bool, typer.Option("--once", help="Deliver what is due now, then exit.")] = False,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, help="Seconds between idle rounds.")] = 1.0,
+) -> None:
+    """Send the pending webhook deliveries, printing each attempt. Without --once it keeps going (like `taskgate
+    serve` does in the background) until interrupted; with --once it stops when nothing more is due now."""
+
+    async def work(services: App):
+        dispatcher = _dispatcher(services)
+        totals = [0, 0, 0, 0]
+        while True:
+            report = await dispatcher.run_once()
+            for line in report.lines:
+                console.print(line, highlight=False, soft_wrap=True)
+            for i, n in enumerate((report.enqueued, report.delivered, report.retried, report.failed)):
+                totals[i] += n
+            if report.sent == 0:
+                if once:
+                    return totals
+                await asyncio.sleep(interval)
+
+    try:
+        enqueued, delivered, retried, failed = run(work)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    console.print(
+        f"enqueued {enqueued}, delivered {delivered}, will retry {retried}, gave up {failed}", highlight=False
+    )
+
+
+RoleOpt = Annotated[list[str] | None, typer.Option("--role", help="architect, developer, reviewer, qa or admin.")]
+PermissionOpt = Annotated[
+    list[str] | None, typer.Option("--permission", help="An extra permission: read, write, approve, override, admin.")
+]
+
+
+async def _as_admin(services: App) -> str:
+    """The local operator, refused unless it may administer operators."""
+    operator_id, actor = _operator_actor(services, None)
+    await services.operators.authorize(Principal.operator(operator_id), Capability.ADMINISTER)
+    return actor
+
+
+@operator_app.command("add")
+def operator_add(
+    operator_id: Annotated[str, typer.Argument()],
+    role: RoleOpt = None,
+    name: Annotated[str | None, typer.Option()] = None,
+    email: Annotated[str | None, typer.Option()] = None,
+    max_active: Annotated[int, typer.Option("--max-active", help="Sessions it may have in progress.")] = 5,
+    permission: PermissionOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add an operator with roles (default: developer)."""
+
+    async def work(services: App):
+        actor = await _as_admin(services)
+        cmd = AddOperator(operator_id, role or ["developer"], name, email, max_active, permission or [], actor)
+        return await services.operators.add(cmd)
+
+    operator = run(work)
+    emit(operator, as_json, lambda: render.operators_table([operator]))
+
+
+@operator_app.command("grant")
+def operator_grant(
+    operator_id: Annotated[str, typer.Argument()],
+    role: RoleOpt = None,
+    permission: PermissionOpt = None,
+    max_active: Annotated[int | None, typer.Option("--max-active")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Give an operator more roles or permissions, or another capacity."""
+    if not (role or permission or max_active):
+        fail("nothing to grant: pass --role, --permission or --max-active")
+
+    async def work(services: App):
+        actor = await _as_admin(services)
+        return await services.operators.grant(
+            operator_id, roles=role or [], permissions=permission or [], max_active_sessions=max_active, actor=actor
+        )
+
+    operator = run(work)
+    emit(operator, as_json, lambda: render.operators_table([operator]))
+
+
+@operator_app.command("list")
+def operator_list(as_json: JsonOpt = False) -> None:
+    """Operators with their roles, effective permissions and capacity."""
+    operators = run(lambda services: services.operators.list())
+    emit(operators, as_json, lambda: render.operators_table(operators))

@@ -13,12 +13,17 @@ from enum import Enum
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from taskgate.application.context import ProjectContext
+from taskgate.application.guards import PolicyCheck
+from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import WorkspaceContext
 from taskgate.application.workspaces import WorktreeRow
-from taskgate.domain.entities import Outcome, Session, Task, TransitionRecord
+from taskgate.domain.access import effective_permissions
+from taskgate.domain.entities import Operator, Outcome, Session, Task, TransitionRecord
+from taskgate.domain.policies import TestRun
 
 console = Console()
 if not console.is_terminal and "COLUMNS" not in os.environ:
@@ -198,3 +203,77 @@ def context_panel(context: ProjectContext) -> Table:
         rows.append(("current plan", f"{plan['name']}: {plan['done']}/{plan['total']} done ({plan['percent']}%)"))
     age = f"{context.age_seconds:.1f}s old" + (" (cached)" if context.cached else "")
     return table(f"Context of {context.project_name} ({age})", ["", ""], rows)
+
+
+def operators_table(operators: list[Operator]) -> Table:
+    return table(
+        "Operators",
+        ["id", "name", "roles", "permissions (effective)", "max active"],
+        [
+            (o.id, o.name, ", ".join(o.roles), ", ".join(sorted(p.value for p in effective_permissions(o))),
+             o.max_active_sessions)
+            for o in operators
+        ],
+    )  # fmt: skip
+
+
+def policies_table(project: str | None, entries: Sequence[PolicyEntry], test_command: Sequence[str]) -> Table:
+    """`taskgate policies list`."""
+    where = f"project {project}" if project else "global configuration"
+    tests = f"; test_command: {' '.join(test_command)}" if test_command else "; no test_command"
+    rows = []
+    for entry in entries:
+        d = entry.as_dict()
+        settings = ", ".join(f"{k}={v}" for k, v in d["settings"].items())
+        rows.append([d["name"], d["priority"], d["severity"], ", ".join(d["triggers"]),
+                     "yes" if d["enabled"] else "no", settings, d["description"]])  # fmt: skip
+    columns = ["policy", "priority", "severity", "triggers", "enabled", "settings", "description"]
+    return table(f"Policies ({where}{tests})", columns, rows)
+
+
+def policy_check_data(check: PolicyCheck) -> dict[str, Any]:
+    """`taskgate policies check --json`: the dry run as plain data."""
+    run, slow = check.slow.test_run, check.slow
+    return {
+        "session_id": check.session.id,
+        "trigger": check.trigger,
+        "from_state": check.session.state.value,
+        "to_state": check.to_state,
+        "allowed": check.allowed,
+        "policies": list(check.policies),
+        "guard_results": [r.as_dict() for r in check.verdict.results],
+        "bypassed": [v.as_dict() for v in check.verdict.bypassed],
+        "test_run": None if run is None else _test_run_data(run, slow.test_run_reused),
+        "test_note": slow.test_note,
+    }
+
+
+def _test_run_data(run: TestRun, reused: bool | None) -> dict[str, Any]:
+    return {**jsonable(run), "reused": bool(reused), "stored": run.id is not None}
+
+
+_MARKS = {"error": "[red]✗[/red]", "warning": "[yellow]![/yellow]", "info": "[blue]i[/blue]"}
+
+
+def print_policy_check(check: PolicyCheck) -> None:
+    """`taskgate policies check`: one line per policy, then the test run."""
+    verdict = "[green]would be allowed[/green]" if check.allowed else "[red]would be refused[/red]"
+    console.print(f"'{check.trigger}' on session {check.session.id[:8]} ({check.session.state.value} → "
+                  f"{check.to_state}) {verdict}", highlight=False)  # fmt: skip
+    if not check.policies:
+        console.print("  no policy applies to this transition", highlight=False)
+    for result in check.verdict.results:
+        mark = "[green]✓[/green]" if result.passed else _MARKS.get(result.severity, "?")
+        extra = " [yellow](overridden)[/yellow]" if result.overridden else ""
+        console.print(f"  {mark} {escape(result.policy)} ({result.severity}){extra}", highlight=False)
+        if result.message:
+            console.print(f"      {result.message}", highlight=False, markup=False)
+        if result.suggestion:
+            console.print(f"      suggestion: {result.suggestion}", highlight=False, markup=False)
+    run = check.slow.test_run
+    if run is not None:
+        how = "a stored run was reused" if check.slow.test_run_reused else "ran now (a dry run does not store it)"
+        console.print(f"  tests: exit {run.exit_code}, {run.duration_ms} ms on {(run.head_commit or '?')[:12]}; {how}",
+                      highlight=False)  # fmt: skip
+    elif check.slow.test_note:
+        console.print(f"  tests: {check.slow.test_note}", highlight=False, markup=False)

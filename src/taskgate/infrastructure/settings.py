@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from taskgate.domain.entities import TaskStatus
@@ -24,12 +24,71 @@ class OperatorSettings(BaseModel):
     default: str = Field(default_factory=lambda: os.environ.get("USER") or "operator")
 
 
-class WipLimitSettings(BaseModel):
+class PolicySettings(BaseModel):
+    """One `[policies.<name>]` table (see docs/policies.md). Unset keys keep the built-in default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool | None = None
+    severity: Literal["error", "warning", "info"] | None = None
+    priority: int | None = Field(default=None, ge=0, le=1000)
+    triggers: list[str] | None = None
+
+    def options(self) -> dict[str, Any]:
+        """Only the keys the config set, for the policy book to layer over the defaults."""
+        return self.model_dump(exclude_unset=True)
+
+
+class WipLimitSettings(PolicySettings):
     limit: int = Field(default=3, ge=1, le=1000)
 
 
+class RequireTestsSettings(PolicySettings):
+    reuse: bool = True
+    message_lines: int = Field(default=20, ge=0, le=1000)
+
+
+class ReviewApprovalSettings(PolicySettings):
+    min_approvals: int = Field(default=1, ge=1, le=100)
+
+
+class PatternSettings(PolicySettings):
+    pattern: str | None = None
+
+
+class CommitMessageFormatSettings(PatternSettings):
+    allow_merge_commits: bool = True
+
+
 class PoliciesSettings(BaseModel):
+    """`[policies.*]`: every built-in policy by name; an unknown name is an error that names it."""
+
+    model_config = ConfigDict(extra="forbid")
+
     wip_limit: WipLimitSettings = WipLimitSettings()
+    plan_open: PolicySettings = PolicySettings()
+    task_unblocked: PolicySettings = PolicySettings()
+    operator_capacity: PolicySettings = PolicySettings()
+    require_tests: RequireTestsSettings = RequireTestsSettings()
+    review_approval: ReviewApprovalSettings = ReviewApprovalSettings()
+    clean_worktree: PolicySettings = PolicySettings()
+    branch_naming: PatternSettings = PatternSettings()
+    commit_message_format: CommitMessageFormatSettings = CommitMessageFormatSettings()
+
+    def tables(self) -> dict[str, dict[str, Any]]:
+        """The configured tables, name → set keys (tables that set nothing are left out)."""
+        found = {name: getattr(self, name).options() for name in type(self).model_fields}
+        return {name: options for name, options in found.items() if options}
+
+
+class ProjectSettings(BaseModel):
+    """`[projects.<project name>]`: how the project runs its tests, and its own `[...policies.<name>]` tables."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    test_command: list[str] = Field(default_factory=list)
+    test_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
+    policies: PoliciesSettings = PoliciesSettings()
 
 
 class ConfiguredToken(BaseModel):
@@ -110,6 +169,55 @@ class ContextSettings(BaseModel):
     ttl_seconds: float = Field(default=30.0, ge=0, le=86_400)
 
 
+class SweeperSettings(BaseModel):
+    """The sweeper's intervals (see docs/sweeper.md); `taskgate serve` sweeps every `interval_s` when enabled."""
+
+    enabled: bool = True
+    interval_s: float = Field(default=30.0, gt=0, le=86_400)
+    session_deadline_hours: float = Field(default=24.0, gt=0)
+    verification_escalation_hours: float = Field(default=72.0, gt=0)
+    verification_timeout_days: float = Field(default=7.0, gt=0)
+    heartbeat_timeout_minutes: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _escalation_before_timeout(self) -> SweeperSettings:
+        if self.verification_escalation_hours >= self.verification_timeout_days * 24:
+            raise ValueError("verification_escalation_hours must be shorter than verification_timeout_days")
+        return self
+
+
+class WebhookSettings(BaseModel):
+    """A webhook subscriber (`[[webhooks]]`, see docs/events.md). Its secret comes from the environment variable
+    named by `secret_env` (preferred: keeps it out of the file), or from `secret`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")
+    url: str = Field(pattern=r"^https?://")
+    secret: SecretStr | None = None
+    secret_env: str | None = None
+    events: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+    timeout_s: float = Field(default=5.0, gt=0, le=300)
+    max_attempts: int = Field(default=8, ge=1, le=1000)
+    backoff_base_s: float = Field(default=1.0, ge=0, le=86_400)
+    backoff_max_s: float = Field(default=300.0, ge=0, le=7 * 86_400)
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> WebhookSettings:
+        if (self.secret is None) == (self.secret_env is None):
+            raise ValueError("a webhook names exactly one of secret_env or secret")
+        return self
+
+    def resolved_secret(self) -> str:
+        """The signing secret. Raises: InvalidInput when the `secret_env` variable is unset or empty."""
+        if self.secret is not None:
+            return self.secret.get_secret_value()
+        value = os.environ.get(self.secret_env or "")
+        if not value:
+            raise InvalidInput(f"webhook {self.name}: environment variable {self.secret_env} (secret_env) is not set")
+        return value
+
+
 class Settings(BaseSettings):
     """All of taskgate's configuration. Build it with `load_settings()`."""
 
@@ -119,11 +227,14 @@ class Settings(BaseSettings):
     database_url: str | None = None
     operator: OperatorSettings = OperatorSettings()
     policies: PoliciesSettings = PoliciesSettings()
+    projects: dict[str, ProjectSettings] = {}
     sqlite: SqliteSettings = SqliteSettings()
     mcp: McpSettings = McpSettings()
     git: GitSettings = GitSettings()
     context: ContextSettings = ContextSettings()
     tracker: TrackerSettings = TrackerSettings()
+    webhooks: list[WebhookSettings] = []
+    sweeper: SweeperSettings = SweeperSettings()
     config_file: Path | None = Field(default=None, exclude=True)
 
     @classmethod

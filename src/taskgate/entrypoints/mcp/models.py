@@ -9,8 +9,12 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from taskgate.application.context import ProjectContext
+from taskgate.application.decisions import DecisionResult
+from taskgate.application.guards import PolicyCheck
+from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import WorkspaceContext
 from taskgate.domain.entities import Plan, Project, Session, SessionSnapshot, Task, TransitionRecord
+from taskgate.domain.policies import TestRun
 from taskgate.domain.session_fsm import allowed_triggers
 
 
@@ -379,3 +383,145 @@ class ContextOut(BaseModel):
             git=git,
             tracker=tracker,
         )
+
+
+class DecisionOut(BaseModel):
+    """What a decision did: the session's state after it (and after any compensation or merge it caused)."""
+
+    summary: str
+    session_id: str
+    decision: str
+    operator: str
+    outcome: str = Field(description="applied, or pending (an approval counted; review_approval wants more).")
+    replayed: bool = Field(description="True when this exact decision was taken before: its first result.")
+    state: str
+    version: int
+    reason: str | None
+    compensation: str | None
+    then: list[str] = Field(default_factory=list, description="Transitions that followed (compensation, merge).")
+    bypassed: list[dict[str, Any]] = Field(default_factory=list, description="Violations an override bypassed.")
+    warnings: list[str] = Field(default_factory=list)
+    at: datetime
+
+    @classmethod
+    def of(cls, result: DecisionResult) -> DecisionOut:
+        d, s = result.decision, result.session
+        return cls(
+            summary=f"session {s.id}: {result.summary()}",
+            session_id=s.id,
+            decision=d.decision.value,
+            operator=d.operator_id,
+            outcome=d.outcome,
+            replayed=result.replayed,
+            state=s.state.value,
+            version=s.version,
+            reason=d.reason,
+            compensation=d.compensation.value if d.compensation else None,
+            then=[f"{r.trigger}: {r.from_state} → {r.to_state}" for r in result.follow_ups],
+            bypassed=result.bypassed,
+            warnings=list(result.warnings),
+            at=d.at,
+        )
+
+
+class PolicyOut(BaseModel):
+    name: str
+    description: str
+    priority: int = Field(description="Lower runs first.")
+    severity: str = Field(description="error blocks; warning and info are recorded, not blocking.")
+    triggers: list[str]
+    enabled: bool
+    settings: dict[str, Any]
+
+
+class PolicyList(BaseModel):
+    summary: str
+    project: str | None = Field(description="The project whose configuration this is; null: the global set.")
+    test_command: list[str] = Field(description="require_tests' command for the project (empty: none set).")
+    policies: list[PolicyOut]
+
+    @classmethod
+    def of(cls, project: str | None, entries: Sequence[PolicyEntry], test_command: Sequence[str]) -> PolicyList:
+        enabled = sum(1 for e in entries if e.enabled)
+        where = f"project {project}" if project else "the global configuration"
+        return cls(
+            summary=f"{enabled} of {len(entries)} policies enabled in {where}",
+            project=project,
+            test_command=list(test_command),
+            policies=[PolicyOut(**e.as_dict()) for e in entries],
+        )
+
+
+class ViolationOut(BaseModel):
+    policy: str
+    message: str
+    severity: str
+    suggestion: str
+
+
+class TestRunOut(BaseModel):
+    command: list[str]
+    exit_code: int | None = Field(description="null when it timed out or could not start.")
+    timed_out: bool
+    duration_ms: int
+    head_commit: str | None
+    output_tail: str
+    reused: bool = Field(description="True: a stored run on the same head was used; the command did not run.")
+    stored: bool = Field(description="Whether the run is in the database (a dry run stores nothing).")
+
+    @classmethod
+    def of(cls, run: TestRun, reused: bool) -> TestRunOut:
+        return cls(
+            command=list(run.command),
+            exit_code=run.exit_code,
+            timed_out=run.timed_out,
+            duration_ms=run.duration_ms,
+            head_commit=run.head_commit,
+            output_tail=run.output_tail,
+            reused=reused,
+            stored=run.id is not None,
+        )
+
+
+class PolicyCheckOut(BaseModel):
+    summary: str
+    session_id: str
+    trigger: str
+    from_state: str
+    to_state: str
+    allowed: bool = Field(description="Whether firing the trigger now would pass every policy.")
+    policies: list[str] = Field(description="The applicable policies, in the order they ran.")
+    guard_results: list[dict[str, Any]]
+    violations: list[ViolationOut]
+    bypassed: list[ViolationOut] = Field(description="Violations of overridden policies (recorded, not blocking).")
+    test_run: TestRunOut | None
+    test_note: str = Field(description="Why there is no test run, when there is none.")
+
+    @classmethod
+    def of(cls, check: PolicyCheck) -> PolicyCheckOut:
+        verdict, slow, s = check.verdict, check.slow, check.session
+        refused_by = ", ".join(sorted({v.policy for v in verdict.blocking()}))
+        outcome = "would be allowed" if check.allowed else f"would be refused by {refused_by}"
+        return cls(
+            summary=f"'{check.trigger}' on session {s.id} ({s.state.value} → {check.to_state}) {outcome}"
+            f"{_tests_summary(check)}",
+            session_id=s.id,
+            trigger=check.trigger,
+            from_state=s.state.value,
+            to_state=check.to_state,
+            allowed=check.allowed,
+            policies=list(check.policies),
+            guard_results=[r.as_dict() for r in verdict.results],
+            violations=[ViolationOut(**v.as_dict()) for v in verdict.violations],
+            bypassed=[ViolationOut(**v.as_dict()) for v in verdict.bypassed],
+            test_run=TestRunOut.of(slow.test_run, bool(slow.test_run_reused)) if slow.test_run else None,
+            test_note=slow.test_note,
+        )
+
+
+def _tests_summary(check: PolicyCheck) -> str:
+    run = check.slow.test_run
+    if run is None:
+        return ""
+    how = "stored run reused" if check.slow.test_run_reused else "ran now, not stored"
+    return f"; tests {'passed' if run.passed else 'failed'} ({how})"

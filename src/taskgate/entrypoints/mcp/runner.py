@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -9,7 +11,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 
-from taskgate.bootstrap import App, Settings, bootstrap
+from taskgate.bootstrap import App, Settings, bootstrap, build_outbox, build_sweeper
 from taskgate.domain.access import Principal
 from taskgate.entrypoints.mcp.server import build_server, http_app
 
@@ -25,10 +27,15 @@ class _OpenApp:
         app = await bootstrap(self.settings)
         await _reconcile(app)
         self.app = app
+        sweeping = _start_sweeper(self.settings, app)
+        delivering = None
         try:
+            delivering = _start_webhooks(self.settings, app)  # raises for a webhook whose secret is missing
             yield app
         finally:
             self.app = None
+            await _stop_webhooks(delivering)
+            await _stop_sweeper(sweeping)
             await app.close()
 
 
@@ -40,6 +47,48 @@ async def _reconcile(app: App) -> None:
         logging.getLogger("taskgate").warning("start-up reconciliation: %s", report.summary())
     for error in report.errors:
         logging.getLogger("taskgate").warning("start-up reconciliation: %s", error)
+
+
+def _start_sweeper(settings: Settings, app: App) -> tuple[asyncio.Event, asyncio.Task[None]] | None:
+    """The sweeper (timeouts, escalations, abandoned sessions) as a background task, unless `[sweeper]` is off."""
+    if not settings.sweeper.enabled:
+        return None
+    stop = asyncio.Event()
+    return stop, asyncio.create_task(build_sweeper(settings, app).run(stop), name="taskgate-sweeper")
+
+
+async def _stop_sweeper(sweeping: tuple[asyncio.Event, asyncio.Task[None]] | None) -> None:
+    if sweeping is None:
+        return
+    stop, task = sweeping
+    stop.set()
+    task.cancel()  # a sweep in flight rolls back; the next start sweeps again
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+_WEBHOOK_GRACE_S = 5.0
+
+
+def _start_webhooks(settings: Settings, app: App) -> tuple[asyncio.Event, asyncio.Task[None]] | None:
+    """The webhook dispatcher (docs/events.md) as a background task, when `[[webhooks]]` are configured."""
+    assert app.uow is not None and app.clock is not None
+    dispatcher = build_outbox(settings, app.uow, app.clock)
+    if dispatcher is None:
+        return None
+    stop = asyncio.Event()
+    return stop, asyncio.create_task(dispatcher.run(stop), name="taskgate-webhooks")
+
+
+async def _stop_webhooks(delivering: tuple[asyncio.Event, asyncio.Task[None]] | None) -> None:
+    if delivering is None:
+        return
+    stop, task = delivering
+    stop.set()  # the dispatcher finishes the send in flight and records it, then stops
+    await asyncio.wait({task}, timeout=_WEBHOOK_GRACE_S)
+    task.cancel()  # still sending: that delivery stays claimed and is sent again after its lease (at least once)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def _plain_logging() -> None:

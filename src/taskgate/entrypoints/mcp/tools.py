@@ -15,6 +15,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
+from taskgate.application.decisions import Decide
 from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import FireTrigger, StartTask, parse_trigger
 from taskgate.application.timestamps import parse_timestamp
@@ -26,9 +27,12 @@ from taskgate.domain.states import SessionState
 from taskgate.entrypoints.mcp.models import (
     CheckpointOut,
     ContextOut,
+    DecisionOut,
     FireOut,
     PlanList,
     PlanOut,
+    PolicyCheckOut,
+    PolicyList,
     Pong,
     ProjectOut,
     ReviewOut,
@@ -118,7 +122,7 @@ async def _session_id(call: Call, ref: str, capability: Capability = Capability.
         authorize(call.principal, capability, session_id=reached, trigger=trigger)
         return own
     session_id = await call.app.sessions.resolve_id(ref)
-    authorize(call.principal, capability, session_id=session_id, trigger=trigger)
+    await call.app.operators.authorize(call.principal, capability, session_id=session_id, trigger=trigger)
     return session_id
 
 
@@ -140,7 +144,7 @@ async def project_init(
 
     Task ids of the project will be KEY-1, KEY-2, ... where KEY comes from the name."""
     call = _call(ctx)
-    authorize(call.principal, Capability.MANAGE)
+    await call.app.operators.authorize(call.principal, Capability.MANAGE)
     project = await call.app.tracker.init_project(path, name, call.principal.actor)
     if call.principal.operator_id:
         await call.app.tracker.ensure_operator(call.principal.operator_id)
@@ -155,7 +159,7 @@ async def plan_add(
 ) -> PlanOut:
     """Add a plan (a phase of work) to a project. Tasks are grouped in plans; the WIP limit is per plan."""
     call = _call(ctx)
-    authorize(call.principal, Capability.MANAGE)
+    await call.app.operators.authorize(call.principal, Capability.MANAGE)
     found = await call.app.tracker.resolve_project(project)
     return PlanOut.of(await call.app.tracker.add_plan(found.id, name, call.principal.actor))
 
@@ -164,7 +168,7 @@ async def plan_add(
 async def plan_list(ctx: Context, project: ProjectRef = None) -> PlanList:
     """List the plans of a project with their status (open, in_progress, closed)."""
     call = _call(ctx)
-    authorize(call.principal, Capability.READ)
+    await call.app.operators.authorize(call.principal, Capability.READ)
     found = await call.app.tracker.resolve_project(project)
     plans = [PlanOut.of(p) for p in await call.app.tracker.list_plans(found.id)]
     return PlanList(summary=f"{len(plans)} plan(s) in {found.name}", plans=plans)
@@ -185,7 +189,7 @@ async def task_add(
 ) -> TaskOut:
     """Add a task to the built-in tracker. A task with unfinished blockers cannot be started."""
     call = _call(ctx)
-    authorize(call.principal, Capability.MANAGE)
+    await call.app.operators.authorize(call.principal, Capability.MANAGE)
     found = await call.app.tracker.resolve_project(project)
     command = AddTask(found.id, title, description, plan_id, priority, list(blocked_by), call.principal.actor)
     return TaskOut.of(await call.app.tracker.add_task(command))
@@ -203,7 +207,7 @@ async def task_list(
 ) -> TaskList:
     """List tasks of a project, oldest first."""
     call = _call(ctx)
-    authorize(call.principal, Capability.READ)
+    await call.app.operators.authorize(call.principal, Capability.READ)
     found = await call.app.tracker.resolve_project(project)
     return TaskList.of(await call.app.tracker.list_tasks(found.id, plan_id, status))
 
@@ -212,7 +216,7 @@ async def task_list(
 async def project_ready_tasks(ctx: Context, project: ProjectRef = None) -> TaskList:
     """Tasks that can start now: open, no active session, every blocker completed; most urgent first."""
     call = _call(ctx)
-    authorize(call.principal, Capability.READ)
+    await call.app.operators.authorize(call.principal, Capability.READ)
     found = await call.app.tracker.resolve_project(project)
     return TaskList.of(await call.app.tracker.ready_tasks(found.id), "ready task(s)")
 
@@ -234,7 +238,7 @@ async def project_session_start(
     Guarded by the WIP limit of the plan, plan_open and task_unblocked; a refusal says which guard and why,
     and leaves the session `ready` to start later."""
     call = _call(ctx)
-    authorize(call.principal, Capability.START)
+    await call.app.operators.authorize(call.principal, Capability.START)
     operator = check_operator_param(call.principal, operator_id)
     result = await call.app.sessions.start_task(StartTask(task_id, call.principal.actor, operator))
     return SessionOut.of(result.session)
@@ -244,13 +248,46 @@ async def project_session_start(
 async def project_sessions_ready(ctx: Context, project: ProjectRef = None) -> SessionList:
     """Sessions waiting for an operator's review (state `verifying`), oldest first."""
     call = _call(ctx)
-    authorize(call.principal, Capability.READ)
+    await call.app.operators.authorize(call.principal, Capability.READ)
     found = await call.app.tracker.resolve_project(project)
     waiting = await call.app.sessions.list_sessions(found.id, {SessionState.VERIFYING})
     waiting.sort(key=lambda s: s.updated_at)
     return SessionList(
         summary=f"{len(waiting)} session(s) waiting for review", sessions=[SessionOut.of(s) for s in waiting]
     )
+
+
+@tool_errors
+async def project_decide(
+    session_id: SessionRef,
+    decision: Annotated[
+        Literal["approve", "request_changes", "reject"],
+        Field(description="approve → awaiting_merge; request_changes → executing; reject → failed + compensation."),
+    ],
+    ctx: Context,
+    reason: Reason = None,
+    instructions: Annotated[
+        str | None, Field(description="For request_changes: what the agents must change.", max_length=5000)
+    ] = None,
+    override_policies: Annotated[
+        list[Annotated[str, Field(max_length=64)]],
+        Field(description="Policies to override (needs the override permission and a reason).", max_length=20),
+    ] = [],  # noqa: B006 (pydantic copies)
+    compensation: Annotated[
+        Literal["auto_revert", "manual_review", "approve_and_merge"] | None,
+        Field(description="For reject: auto_revert (discard the work), manual_review (default), approve_and_merge."),
+    ] = None,
+) -> DecisionOut:
+    """Decide on a session waiting in verifying. Idempotent: the same decision sent again returns the first
+    result and writes nothing; a different decision on an already-decided verification is refused, naming it.
+    Needs the approve permission (override_policies and approve_and_merge also need override)."""
+    call = _call(ctx)
+    sid = await _session_id(call, session_id, Capability.DECIDE)
+    assert call.principal.operator_id is not None  # agents were refused DECIDE above
+    cmd = Decide(
+        sid, call.principal.operator_id, decision, reason, instructions, tuple(override_policies), compensation
+    )
+    return DecisionOut.of(await call.app.decisions.decide(cmd))
 
 
 @tool_errors
@@ -349,7 +386,7 @@ async def audit_query(
 ) -> TransitionList:
     """Who moved which session where, when, and what the guards said: the transition log, filtered, oldest first."""
     call = _call(ctx)
-    authorize(call.principal, Capability.AUDIT)
+    await call.app.operators.authorize(call.principal, Capability.AUDIT)
     sid = await call.app.sessions.resolve_id(session_id) if session_id else None
     query = TransitionQuery(sid, actor, state, outcome, _timestamp(since), _timestamp(until), limit)
     return TransitionList.of(await call.app.audit.transitions(query))
@@ -384,8 +421,7 @@ async def session_review_checkpoint(
 ) -> CheckpointOut:
     """Record the session's current review (diff stat, commits, worktree state) with a note, for the audit trail."""
     call = _call(ctx)
-    authorize(call.principal, Capability.MANAGE)
-    sid = await _session_id(call, session_id)
+    sid = await _session_id(call, session_id, Capability.DECIDE)
     snapshot = await call.app.workspaces.checkpoint(sid, note, call.principal.actor)
     return CheckpointOut.of(snapshot, await call.app.workspaces.review(sid))
 
@@ -401,12 +437,48 @@ async def context_discover(
     plan progress), with the snapshot's age. An agent gets its own session's project."""
     call = _call(ctx)
     if call.principal.session_id is not None:
-        authorize(call.principal, Capability.READ_SESSION, session_id=call.principal.session_id)
+        await call.app.operators.authorize(
+            call.principal, Capability.READ_SESSION, session_id=call.principal.session_id
+        )
         project_id = (await call.app.sessions.get(call.principal.session_id)).project_id
     else:
-        authorize(call.principal, Capability.READ)
+        await call.app.operators.authorize(call.principal, Capability.READ)
         project_id = (await call.app.tracker.resolve_project(project)).id
     return ContextOut.of(await call.app.context.discover(project_id, refresh=refresh))
+
+
+@tool_errors
+async def policies_list(ctx: Context, project: ProjectRef = None) -> PolicyList:
+    """The policies guarding a project's transitions: name, description, priority, severity, triggers, enabled
+    and settings, as configured (global [policies.*] with the project's own overrides). Without `project`: the
+    only project's, or the global set when there are several or none."""
+    call = _call(ctx)
+    await call.app.operators.authorize(call.principal, Capability.READ)
+    name = (await call.app.tracker.resolve_project(project)).name if project else await _only_project(call)
+    return PolicyList.of(name, call.app.sessions.policies(name), call.app.sessions.test_command(name))
+
+
+async def _only_project(call: Call) -> str | None:
+    projects = [p for p in await call.app.tracker.list_projects() if p.archived_at is None]
+    return projects[0].name if len(projects) == 1 else None
+
+
+@tool_errors
+async def policies_check(
+    session_id: SessionRef,
+    trigger: Annotated[str, Field(description="The trigger to check, e.g. approve, merge, start.", max_length=64)],
+    ctx: Context,
+    run_tests: Annotated[
+        bool, Field(description="Run require_tests' command if no stored run of the head can be reused.")
+    ] = True,
+) -> PolicyCheckOut:
+    """Dry run: what firing `trigger` on the session now would meet, policy by policy, with every violation and
+    suggestion. Writes nothing (a test run it needs runs but is not stored; the output says whether a stored run
+    was reused). An operator checking approve counts their own approval. Agents: their own session only."""
+    call = _call(ctx)
+    sid = await _session_id(call, session_id)
+    check = await call.app.sessions.check(sid, trigger, actor=call.principal.actor, run_tests=run_tests)
+    return PolicyCheckOut.of(check)
 
 
 TOOLS: list[Callable[..., Awaitable[Any]]] = [
@@ -419,6 +491,7 @@ TOOLS: list[Callable[..., Awaitable[Any]]] = [
     project_ready_tasks,
     project_session_start,
     project_sessions_ready,
+    project_decide,
     session_status,
     session_history,
     session_state_at,
@@ -431,4 +504,6 @@ TOOLS: list[Callable[..., Awaitable[Any]]] = [
     session_review_checkpoint,
     context_discover,
     audit_query,
+    policies_list,
+    policies_check,
 ]

@@ -11,10 +11,13 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Select, and_, exists, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
-from taskgate.application.ports import TransitionQuery
+from taskgate.application.ports import Delivery, OutboxEvent, TransitionQuery
 from taskgate.domain.entities import (
+    Agent,
+    AgentStatus,
     ApiToken,
     Compensation,
     Decision,
@@ -40,7 +43,7 @@ from taskgate.domain.errors import (
     SessionNotFound,
     TaskNotFound,
 )
-from taskgate.domain.policies import BlockerFact
+from taskgate.domain.policies import BlockerFact, TestRun
 from taskgate.domain.states import TERMINAL_STATES, SessionState
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
@@ -250,6 +253,16 @@ class SqlAlchemyOperatorRepository(_Repository):
     async def list(self) -> list[Operator]:
         return [Operator(**dict(r)) for r in await self._all(select(t.operators).order_by(t.operators.c.id))]
 
+    async def update(self, operator: Operator) -> None:
+        values = {f.name: getattr(operator, f.name) for f in fields(operator) if f.name not in {"id", "created_at"}}
+        await self._conn.execute(update(t.operators).where(t.operators.c.id == operator.id).values(**values))
+
+    async def lock(self, operator_id: str) -> None:
+        """Hold the operator's row until the unit of work ends (one decision at a time per operator)."""
+        stmt = select(t.operators.c.id).where(t.operators.c.id == operator_id).with_for_update()
+        if await self._one(stmt) is None:
+            raise OperatorNotFound(operator_id)
+
 
 class SqlAlchemySessionRepository(_Repository):
     async def add(self, session: Session) -> None:
@@ -297,6 +310,11 @@ class SqlAlchemySessionRepository(_Repository):
     async def count_in_states(self, plan_id: int, states: frozenset[SessionState]) -> int:
         params = {"plan_id": plan_id, "states": [s.value for s in states]}
         return (await self._conn.execute(sql.COUNT_PLAN_SESSIONS_IN, params)).scalar_one()
+
+    async def count_of_operator(self, operator_id: str, states: frozenset[SessionState]) -> int:
+        c = t.sessions.c
+        stmt = select(func.count()).where(c.operator_id == operator_id, c.state.in_([s.value for s in states]))
+        return (await self._conn.execute(stmt)).scalar_one()
 
 
 class SqlAlchemyTransitionLog(_Repository):
@@ -486,3 +504,182 @@ def _records(rows: Any) -> list[TransitionRecord]:
         TransitionRecord(seq, sid, trig, src, dst, _OUTCOMES[outcome], actor, reason, guards, version, at)
         for seq, sid, trig, src, dst, outcome, actor, reason, guards, version, at in rows
     ]
+
+
+_AGENT_FIELDS = tuple(f.name for f in fields(Agent))
+
+
+def _agent(row: Any) -> Agent:
+    return Agent(**{**{name: row[name] for name in _AGENT_FIELDS}, "status": AgentStatus(row["status"])})
+
+
+class SqlAlchemyAgentRepository(_Repository):
+    async def add(self, agent: Agent) -> None:
+        values = {name: getattr(agent, name) for name in _AGENT_FIELDS}
+        await self._conn.execute(insert(t.agents), {**values, "status": agent.status.value})
+
+    async def of_session(self, session_id: str) -> list[Agent]:
+        c = t.agents.c
+        stmt = select(t.agents).where(c.session_id == session_id).order_by(c.id)
+        return [_agent(r) for r in await self._all(stmt)]
+
+    async def heartbeat(self, agent_id: str, at: datetime) -> bool:
+        stmt = update(t.agents).where(t.agents.c.id == agent_id).values(heartbeat_at=at)
+        return (await self._conn.execute(stmt)).rowcount == 1
+
+    async def set_status(self, agent_id: str, status: AgentStatus, at: datetime) -> None:
+        done = status not in (AgentStatus.QUEUED, AgentStatus.RUNNING)
+        values: dict[str, Any] = {"status": status.value, "completed_at": at if done else None}
+        await self._conn.execute(update(t.agents).where(t.agents.c.id == agent_id).values(**values))
+
+    async def stale(self, before: datetime) -> list[Agent]:
+        c = t.agents.c
+        last_seen = func.coalesce(c.heartbeat_at, c.started_at)
+        stmt = select(t.agents).where(c.status == AgentStatus.RUNNING.value, last_seen < before)
+        return [_agent(r) for r in await self._all(stmt.order_by(c.session_id, c.id))]
+
+
+class SqlAlchemyDeliveryRepository(_Repository):
+    """Webhook delivery rows. `skipped` rows are cursor markers (see application/outbox.py), never deliveries."""
+
+    _LOCK_TIMEOUT = "5s"  # how long the enqueuer waits for PostgreSQL's event writers to finish
+
+    async def committed_high_water(self) -> int:
+        if self._dialect == "postgresql":
+            # Ids come from a sequence before commit: a SHARE lock waits for every transaction inserting events,
+            # so no smaller id can commit after this read. SQLite has one writer and needs nothing.
+            await self._conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{self._LOCK_TIMEOUT}'")
+            await self._conn.exec_driver_sql("LOCK TABLE events IN SHARE MODE")
+        row = await self._one(select(func.max(t.events.c.id).label("top")))
+        return int(row["top"] or 0) if row else 0
+
+    async def cursor(self, subscriber: str) -> int:
+        c = t.webhook_deliveries.c
+        stmt = select(c.event_id).where(c.subscriber == subscriber).order_by(c.event_id.desc()).limit(1)
+        row = await self._one(stmt)
+        return int(row["event_id"]) if row else 0
+
+    async def events_after(self, after_id: int, upto_id: int, limit: int) -> list[OutboxEvent]:
+        c = t.events.c
+        stmt = select(t.events).where(c.id > after_id, c.id <= upto_id).order_by(c.id).limit(limit)
+        return [OutboxEvent(r["id"], r["kind"], r["session_id"], r["at"], r["payload"]) for r in await self._all(stmt)]
+
+    async def enqueue(self, subscriber: str, event_ids: list[int], at: datetime) -> int:
+        if not event_ids:
+            return 0
+        row = {"subscriber": subscriber, "status": "pending", "next_attempt_at": at}
+        rows = [{"event_id": event_id, **row} for event_id in event_ids]
+        inserted = await self._conn.execute(self._insert_new(rows).returning(t.webhook_deliveries.c.id))
+        return len(inserted.all())
+
+    async def move_cursor(self, subscriber: str, event_id: int) -> None:
+        c = t.webhook_deliveries.c
+        await self._conn.execute(t.webhook_deliveries.delete().where(c.subscriber == subscriber, c.status == "skipped"))
+        marker = {"event_id": event_id, "subscriber": subscriber, "status": "skipped"}
+        await self._conn.execute(self._insert_new([marker]))
+
+    def _insert_new(self, rows: list[dict[str, Any]]) -> Any:
+        """INSERT … ON CONFLICT DO NOTHING: a concurrent enqueuer may have added the same rows."""
+        dialect_insert = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
+        return dialect_insert(t.webhook_deliveries).values(rows).on_conflict_do_nothing()
+
+    async def head(self, subscriber: str) -> Delivery | None:
+        d, e = t.webhook_deliveries.c, t.events.c
+        stmt = (
+            select(t.webhook_deliveries, e.kind, e.session_id, e.at, e.payload)
+            .join(t.events, e.id == d.event_id)
+            .where(d.subscriber == subscriber, d.status == "pending")
+            .order_by(d.event_id)
+            .limit(1)
+        )
+        row = await self._one(stmt)
+        if row is None:
+            return None
+        event = OutboxEvent(row["event_id"], row["kind"], row["session_id"], row["at"], row["payload"])
+        return _delivery(row, event)
+
+    async def claim(self, delivery_id: int, attempts: int, now: datetime, lease_until: datetime) -> bool:
+        c = t.webhook_deliveries.c
+        due = (c.next_attempt_at.is_(None)) | (c.next_attempt_at <= now)
+        stmt = (
+            update(t.webhook_deliveries)
+            .where(c.id == delivery_id, c.status == "pending", c.attempts == attempts, due)
+            .values(attempts=attempts + 1, next_attempt_at=lease_until)
+        )
+        return (await self._conn.execute(stmt)).rowcount == 1
+
+    async def mark_delivered(self, delivery_id: int, at: datetime) -> bool:
+        c = t.webhook_deliveries.c
+        stmt = (
+            update(t.webhook_deliveries)
+            .where(c.id == delivery_id, c.status == "pending")
+            .values(status="delivered", delivered_at=at, next_attempt_at=None, last_error=None)
+        )
+        return (await self._conn.execute(stmt)).rowcount == 1
+
+    async def mark_retry(self, delivery_id: int, attempts: int, error: str, next_attempt_at: datetime) -> bool:
+        return await self._finish_attempt(delivery_id, attempts, last_error=error, next_attempt_at=next_attempt_at)
+
+    async def mark_failed(self, delivery_id: int, attempts: int, error: str) -> bool:
+        failed = {"status": "failed", "last_error": error, "next_attempt_at": None}
+        return await self._finish_attempt(delivery_id, attempts, **failed)
+
+    async def _finish_attempt(self, delivery_id: int, attempts: int, **values: Any) -> bool:
+        c = t.webhook_deliveries.c
+        stmt = (
+            update(t.webhook_deliveries)
+            .where(c.id == delivery_id, c.status == "pending", c.attempts == attempts)
+            .values(**values)
+        )
+        return (await self._conn.execute(stmt)).rowcount == 1
+
+    async def counts(self) -> dict[tuple[str, str], int]:
+        c = t.webhook_deliveries.c
+        stmt = (
+            select(c.subscriber, c.status, func.count().label("n"))
+            .where(c.status != "skipped")
+            .group_by(c.subscriber, c.status)
+        )
+        return {(r["subscriber"], r["status"]): int(r["n"]) for r in await self._all(stmt)}
+
+    async def list(self, subscriber: str | None = None, status: str | None = None, limit: int = 100) -> list[Delivery]:
+        c = t.webhook_deliveries.c
+        stmt = select(t.webhook_deliveries).where(c.status != "skipped")
+        if subscriber is not None:
+            stmt = stmt.where(c.subscriber == subscriber)
+        if status is not None:
+            stmt = stmt.where(c.status == status)
+        return [_delivery(r, None) for r in await self._all(stmt.order_by(c.event_id, c.subscriber).limit(limit))]
+
+
+def _delivery(row: Any, event: OutboxEvent | None) -> Delivery:
+    names = ("id", "event_id", "subscriber", "status", "attempts", "next_attempt_at", "last_error", "delivered_at")
+    return Delivery(**{name: row[name] for name in names}, event=event)
+
+
+class SqlAlchemyTestRunRepository(_Repository):
+    """Runs of require_tests' command (`test_runs`)."""
+
+    __test__ = False  # not a pytest class
+
+    async def add(self, run: TestRun) -> int:
+        values = {f.name: getattr(run, f.name) for f in fields(run) if f.name != "id"}
+        values["command"] = list(run.command)
+        return int((await self._conn.execute(insert(t.test_runs).returning(t.test_runs.c.id), values)).scalar_one())
+
+    async def latest(self, session_id: str, head_commit: str, command: tuple[str, ...]) -> TestRun | None:
+        c = t.test_runs.c
+        stmt = select(t.test_runs).where(c.session_id == session_id, c.head_commit == head_commit)
+        for row in await self._all(stmt.order_by(c.id.desc()).limit(20)):
+            if tuple(row["command"]) == tuple(command):  # JSON columns do not compare portably in SQL
+                return _test_run(row)
+        return None
+
+    async def of_session(self, session_id: str, limit: int = 20) -> list[TestRun]:
+        c = t.test_runs.c
+        stmt = select(t.test_runs).where(c.session_id == session_id).order_by(c.id.desc()).limit(limit)
+        return [_test_run(r) for r in await self._all(stmt)]
+
+
+def _test_run(row: Any) -> TestRun:
+    return TestRun(**{**dict(row), "command": tuple(row["command"])})

@@ -9,7 +9,9 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from taskgate.domain.errors import ConcurrentModification, StorageError
 from taskgate.infrastructure.db.engine import AnyConnection, Database
 from taskgate.infrastructure.db.repositories import (
+    SqlAlchemyAgentRepository,
     SqlAlchemyDecisionRepository,
+    SqlAlchemyDeliveryRepository,
     SqlAlchemyEventLog,
     SqlAlchemyOperatorRepository,
     SqlAlchemyPlanRepository,
@@ -17,6 +19,7 @@ from taskgate.infrastructure.db.repositories import (
     SqlAlchemySessionRepository,
     SqlAlchemySnapshotRepository,
     SqlAlchemyTaskRepository,
+    SqlAlchemyTestRunRepository,
     SqlAlchemyTokenRepository,
     SqlAlchemyTransitionLog,
 )
@@ -58,6 +61,9 @@ class SqlAlchemyUnitOfWork:
         self.tokens = SqlAlchemyTokenRepository(conn, dialect)
         self.snapshots = SqlAlchemySnapshotRepository(conn, dialect)
         self.decisions = SqlAlchemyDecisionRepository(conn, dialect)
+        self.test_runs = SqlAlchemyTestRunRepository(conn, dialect)
+        self.agents = SqlAlchemyAgentRepository(conn, dialect)
+        self.deliveries = SqlAlchemyDeliveryRepository(conn, dialect)
 
     async def commit(self) -> None:
         assert self._conn is not None

@@ -1,0 +1,101 @@
+"""Decision latency over MCP stdio: `project_decide` (approve) next to `session_status` in the same run.
+
+A scratch repository and data directory are set up through the real CLI (`taskgate init`, `plan add`, the
+operator's capacity raised), then `taskgate serve` is spawned and driven by the SDK client over stdio. For
+each of N tasks, untimed: `task_add`, `project_session_start` (worktree created), `plan_complete`,
+`work_complete`; then timed, one after the other: `session_status` and `project_decide(approve)` on that
+session. A decision is: authorisation by role, the idempotency lookup, the guarded `approve` transition with
+the decision row written in its transaction (the operator's row locked), and the events. Prints median and
+p99 of both and the ratio. The WIP limit is raised so the sessions can wait in verifying together.
+
+Run:  .venv/bin/python benchmarks/decision_latency.py [--n 100] [--warmup 10] [--synchronous FULL|NORMAL]
+      (~1 min at n=100 on a 2-vCPU machine)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mcp import Client
+from mcp_latency import (
+    OPERATOR,
+    TASKGATE,
+    Workspace,
+    make_git_repo,
+    median_ms,
+    percentile_ms,
+    server_env,
+    stdio_connection,
+    timed_call,
+)
+
+
+async def to_verifying(client: Client, plan_id: int, title: str) -> str:
+    """A new task's session, moved to verifying through the tools; its id."""
+    task = (await client.call_tool("task_add", {"title": title, "plan_id": plan_id})).structured_content
+    session = (await client.call_tool("project_session_start", {"task_id": task["id"]})).structured_content
+    for trigger in ("plan_complete", "work_complete"):
+        result = await client.call_tool("session_fire", {"session_id": session["id"], "trigger": trigger})
+        if result.is_error:
+            raise RuntimeError(result.content[0].text)
+    return session["id"]
+
+
+async def measure(client: Client, plan_id: int, n: int, warmup: int) -> dict[str, list[int]]:
+    samples: dict[str, list[int]] = {"session_status": [], "project_decide": []}
+    for i in range(warmup + n):
+        session_id = await to_verifying(client, plan_id, f"decision {i}")
+        status = await timed_call(client, "session_status", {"session_id": session_id})
+        decide = await timed_call(
+            client, "project_decide", {"session_id": session_id, "decision": "approve", "reason": "bench"}
+        )
+        if i >= warmup:
+            samples["session_status"].append(status)
+            samples["project_decide"].append(decide)
+    return samples
+
+
+def report(samples: dict[str, list[int]]) -> None:
+    base = median_ms(samples["session_status"])
+    print(f"\n{'tool':<16} {'n':>4} {'median':>9} {'p99':>9} {'median/status':>14}")
+    for name, values in samples.items():
+        med = median_ms(values)
+        print(f"{name:<16} {len(values):>4} {med:>7.2f}ms {percentile_ms(values, 99):>7.2f}ms {med / base:>13.2f}×")
+
+
+async def bench(workspace: Workspace, plan_id: int, n: int, warmup: int) -> None:
+    with (workspace.root / "stdio-server.log").open("w") as errlog:
+        async with stdio_connection(workspace, errlog) as client:
+            report(await measure(client, plan_id, n, warmup))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
+    args = parser.parse_args()
+    if not TASKGATE.exists():
+        sys.exit(f"taskgate executable not found next to {sys.executable}")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="taskgate-decision-bench-") as tmp:
+        workspace = Workspace(Path(tmp))
+        workspace.env = server_env(workspace.root / "data", args.synchronous) | {
+            "TASKGATE_POLICIES__WIP_LIMIT__LIMIT": "1000"
+        }
+        workspace.cli("init", str(make_git_repo(workspace.root / "repo")), "--name", "bench")
+        workspace.cli("operator", "grant", OPERATOR, "--max-active", "1000")
+        plan = workspace.cli_json("plan", "add", "Phase 1")
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; synchronous={args.synchronous}")
+        asyncio.run(bench(workspace, plan["id"], args.n, args.warmup))
+    print(f"\ntotal {time.monotonic() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

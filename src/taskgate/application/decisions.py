@@ -1,0 +1,311 @@
+"""Operator decisions on a verification: approve, request changes, reject (with a compensation).
+
+A *verification* is a session in `verifying` at one version. Each operator decides a verification at most
+once; the decision row is written in the same transaction as the transition it causes, so a decision is
+recorded if and only if it took effect (or, for an approval that `review_approval` needs more of, is
+counted as pending).
+
+Idempotency and races. Decisions of one operator run one at a time: an in-process lock per operator, and
+inside the transition the operator's row is locked (`SELECT … FOR UPDATE` on PostgreSQL; SQLite serialises
+every write). Before deciding, the operator's earlier decision on the same verification is looked up: the
+same decision again returns the first result and writes nothing; a different one is refused naming the
+first. A unique index on (session, version, operator) is the backstop when two processes race: the loser's
+insert fails, its transaction rolls back, and it returns the winner's result.
+
+Effects: approve → awaiting_merge (guards require_tests, review_approval); request_changes → executing with
+the instructions stored for the agents (`state_data.instructions`); reject → failed, then the compensation:
+auto_revert (reset and discard the worktree → rolled_back → completed), manual_review (stays failed until
+an operator fires `retry` or `cancel`), approve_and_merge (the review is bypassed: approved with every
+blocking policy overridden and merged, audited as `decision.review_bypassed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from taskgate.application.ports import Clock, UnitOfWorkFactory
+from taskgate.application.sessions import FireResult, FireTrigger, SessionService
+from taskgate.domain.access import Capability, authorize_operator
+from taskgate.domain.entities import (
+    Compensation,
+    Decision,
+    DecisionKind,
+    Operator,
+    Session,
+    TransitionRecord,
+)
+from taskgate.domain.errors import (
+    AlreadyExists,
+    ConflictError,
+    InvalidInput,
+    InvalidTransition,
+    PolicyViolation,
+)
+from taskgate.domain.session_fsm import allowed_triggers
+from taskgate.domain.states import SessionState
+
+MAX_TEXT = 5000
+REVIEW_POLICY = "review_approval"
+ALL_POLICIES = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class Decide:
+    """One operator's decision. `override_policies` needs the override permission and a reason."""
+
+    session_id: str
+    operator_id: str
+    decision: str
+    reason: str | None = None
+    instructions: str | None = None
+    override_policies: tuple[str, ...] = ()
+    compensation: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionResult:
+    """What a decision did. `replayed`: the same decision was sent before; this is its result, nothing new
+    was written. `pending`: the approval was counted but review_approval wants more approvers."""
+
+    decision: Decision
+    session: Session
+    replayed: bool = False
+    pending: bool = False
+    follow_ups: tuple[TransitionRecord, ...] = ()
+    warnings: tuple[str, ...] = ()
+    bypassed: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        d = self.decision
+        if self.pending:
+            what = f"approval by {d.operator_id} counted; review_approval needs more approvers"
+        else:
+            what = f"{d.decision.value} by {d.operator_id}: session is {self.session.state.value}"
+        extra = " (the same decision was sent before: first result returned, nothing written)" if self.replayed else ""
+        bypass = f"; overrode {', '.join(sorted({v['policy'] for v in self.bypassed}))}" if self.bypassed else ""
+        return f"{what}{bypass}{extra}"
+
+
+class DecisionService:
+    """The `project_decide` use case."""
+
+    def __init__(self, uow: UnitOfWorkFactory, sessions: SessionService, clock: Clock) -> None:
+        self._uow, self._sessions, self._clock = uow, sessions, clock
+        self._operator_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    async def decide(self, cmd: Decide) -> DecisionResult:
+        """Record and apply one decision. Raises: InvalidInput, SessionNotFound, OperatorNotFound, Forbidden,
+        InvalidTransition (not waiting for a decision), ConflictError (a different decision already taken),
+        PolicyViolation (guards refused; logged as blocked, nothing else written)."""
+        kind, compensation = _validated(cmd)
+        lock = self._operator_locks.get(cmd.operator_id)
+        if lock is None:
+            lock = self._operator_locks[cmd.operator_id] = asyncio.Lock()
+        async with lock:
+            operator, session = await self._load(cmd)
+            _authorize(operator, kind, compensation, cmd)
+            earlier = await self._earlier(session, cmd.operator_id, kind)
+            if earlier is not None:
+                return earlier
+            decision = Decision(
+                session_id=session.id,
+                operator_id=operator.id,
+                decision=kind,
+                session_version=session.version,
+                at=self._clock.now(),
+                reason=cmd.reason,
+                instructions=cmd.instructions,
+                compensation=compensation,
+            )
+            try:
+                return await self._apply(session, decision, cmd)
+            except AlreadyExists:  # another process recorded this operator's decision first: return that one
+                replay = await self._earlier(await self._sessions.get(session.id), cmd.operator_id, kind)
+                if replay is None:
+                    raise
+                return replay
+
+    # -- internals ---------------------------------------------------------------------------------------------
+
+    async def _load(self, cmd: Decide) -> tuple[Operator, Session]:
+        async with self._uow(write=False) as uow:
+            operator = await uow.operators.get(cmd.operator_id)
+            session = await uow.sessions.get(cmd.session_id)
+        return operator, session
+
+    async def _earlier(self, session: Session, operator_id: str, kind: DecisionKind) -> DecisionResult | None:
+        """The operator's earlier decision on the current (or just decided) verification, if any.
+
+        Raises: ConflictError when it differs from `kind`; InvalidTransition when nothing waits for a decision.
+        """
+        async with self._uow(write=False) as uow:
+            if session.state == SessionState.VERIFYING:
+                taken = await uow.decisions.for_verification(session.id, session.version)
+                mine = [d for d in taken if d.operator_id == operator_id]
+            else:
+                applied = [d for d in await uow.decisions.of_session(session.id, limit=20) if d.outcome == "applied"]
+                mine = applied[-1:] if applied and _decided_last(session, applied[-1]) else []
+        if not mine:
+            if session.state != SessionState.VERIFYING:
+                allowed = allowed_triggers(session.state, session.prior_state)
+                raise InvalidTransition(session.id, session.state.value, kind.value, allowed)
+            return None
+        first = mine[0]
+        if first.decision != kind or first.operator_id != operator_id:
+            raise ConflictError(
+                f"session {session.id} was already decided: {first.decision.value} by {first.operator_id} at "
+                f"{first.at.isoformat()} ({first.outcome}); a different decision is refused"
+            )
+        return DecisionResult(first, session, replayed=True, pending=first.outcome == "pending")
+
+    async def _apply(self, session: Session, decision: Decision, cmd: Decide) -> DecisionResult:
+        if decision.decision == DecisionKind.APPROVE:
+            return await self._approve(session, decision, cmd, frozenset(cmd.override_policies))
+        if decision.decision == DecisionKind.REQUEST_CHANGES:
+            changes = {"state_data": {"instructions": cmd.instructions, "instructions_by": decision.operator_id,
+                                      "instructions_at": decision.at.isoformat()}}  # fmt: skip
+            result = await self._fire(session, "request_changes", decision, changes=changes)
+            stored = await self._stored(decision)
+            return DecisionResult(stored, result.session, follow_ups=result.follow_ups, warnings=result.warnings)
+        if decision.compensation == Compensation.APPROVE_AND_MERGE:
+            return await self._approve_and_merge(session, decision, cmd)
+        return await self._reject(session, decision)
+
+    async def _approve(
+        self, session: Session, decision: Decision, cmd: Decide, overrides: frozenset[str]
+    ) -> DecisionResult:
+        try:
+            result = await self._fire(session, "approve", decision, overrides=overrides)
+        except PolicyViolation as exc:
+            if {v.policy for v in exc.violations} != {REVIEW_POLICY}:
+                raise
+            return await self._count_approval(session, decision)
+        bypassed = _bypassed(result.record)
+        stored = await self._stored(decision)
+        return DecisionResult(stored, result.session, follow_ups=result.follow_ups, bypassed=bypassed)
+
+    async def _count_approval(self, session: Session, decision: Decision) -> DecisionResult:
+        """An approval that review_approval does not find enough yet: stored as pending, the session waits."""
+        pending = replace(decision, outcome="pending", to_state=session.state.value)
+        async with self._uow(write=True) as uow:
+            await uow.sessions.get(session.id, lock=True)
+            await uow.operators.lock(decision.operator_id)
+            pending = replace(pending, id=await uow.decisions.add(pending))
+            payload = {"operator": decision.operator_id, "decision": "approve", "outcome": "pending"}
+            await uow.events.append("decision.recorded", pending.at, payload, session.id)
+            await uow.commit()
+        return DecisionResult(pending, session, pending=True)
+
+    async def _reject(self, session: Session, decision: Decision) -> DecisionResult:
+        compensation = decision.compensation or Compensation.MANUAL_REVIEW
+        changes = {"compensation_plan": compensation.value}
+        result = await self._fire(session, "reject", replace(decision, compensation=compensation), changes=changes)
+        follow_ups, warnings = result.follow_ups, result.warnings
+        if compensation == Compensation.AUTO_REVERT:
+            reverted = await self._sessions.fire(
+                FireTrigger(session.id, "compensate", _actor(decision), reason="auto_revert chosen at reject")
+            )
+            follow_ups = (*follow_ups, reverted.record, *reverted.follow_ups)
+            warnings = (*warnings, *reverted.warnings)
+            result = reverted
+        await self._event("decision.compensation", session.id, {"compensation": compensation.value,
+                                                                 "state": result.session.state.value})  # fmt: skip
+        stored = await self._stored(decision)
+        return DecisionResult(stored, result.session, follow_ups=follow_ups, warnings=warnings)
+
+    async def _approve_and_merge(self, session: Session, decision: Decision, cmd: Decide) -> DecisionResult:
+        """The operator rejects the review but takes the work anyway: approve past every guard, then merge."""
+        approved = await self._approve(session, decision, cmd, frozenset({ALL_POLICIES}))
+        merged = await self._sessions.fire(
+            FireTrigger(session.id, "merge", _actor(decision), reason="approve_and_merge: review bypassed")
+        )
+        payload = {"operator": decision.operator_id, "reason": decision.reason, "bypassed": approved.bypassed}
+        await self._event("decision.review_bypassed", session.id, payload)
+        return replace(
+            approved, session=merged.session, follow_ups=(*approved.follow_ups, merged.record, *merged.follow_ups)
+        )
+
+    async def _fire(
+        self,
+        session: Session,
+        trigger: str,
+        decision: Decision,
+        *,
+        changes: dict[str, Any] | None = None,
+        overrides: frozenset[str] = frozenset(),
+    ) -> FireResult:
+        if overrides:
+            decision = replace(decision, override_policies={"policies": sorted(overrides), "reason": decision.reason})
+        cmd = FireTrigger(
+            session.id,
+            trigger,
+            _actor(decision),
+            reason=decision.reason,
+            expected_version=session.version,
+            changes=changes,
+            decision=decision,
+            overrides=overrides,
+        )
+        return await self._sessions.fire(cmd)
+
+    async def _stored(self, decision: Decision) -> Decision:
+        """The decision as the transition stored it (with its id, time and the state it led to)."""
+        async with self._uow(write=False) as uow:
+            taken = await uow.decisions.for_verification(decision.session_id, decision.session_version)
+        return next(d for d in taken if d.operator_id == decision.operator_id)
+
+    async def _event(self, kind: str, session_id: str, payload: dict[str, Any]) -> None:
+        async with self._uow(write=True) as uow:
+            await uow.events.append(kind, self._clock.now(), payload, session_id)
+            await uow.commit()
+
+
+def _validated(cmd: Decide) -> tuple[DecisionKind, Compensation | None]:
+    try:
+        kind = DecisionKind(cmd.decision)
+    except ValueError:
+        raise InvalidInput(
+            f"unknown decision '{cmd.decision}'; one of: {', '.join(k.value for k in DecisionKind)}"
+        ) from None
+    for name, text in (("reason", cmd.reason), ("instructions", cmd.instructions)):
+        if text is not None and (len(text) > MAX_TEXT or "\x00" in text):
+            raise InvalidInput(f"{name} must be at most {MAX_TEXT} characters without NUL")
+    if cmd.instructions and kind != DecisionKind.REQUEST_CHANGES:
+        raise InvalidInput("instructions go with request_changes only")
+    compensation = None
+    if cmd.compensation is not None:
+        if kind != DecisionKind.REJECT:
+            raise InvalidInput("a compensation goes with reject only")
+        try:
+            compensation = Compensation(cmd.compensation)
+        except ValueError:
+            raise InvalidInput(
+                f"unknown compensation '{cmd.compensation}'; one of: {', '.join(c.value for c in Compensation)}"
+            ) from None
+    if (cmd.override_policies or compensation == Compensation.APPROVE_AND_MERGE) and not (cmd.reason or "").strip():
+        raise InvalidInput("overriding policies (or approve_and_merge) needs a reason; it is audited")
+    if cmd.override_policies and kind != DecisionKind.APPROVE:
+        raise InvalidInput("override_policies goes with approve only")
+    return kind, compensation
+
+
+def _authorize(operator: Operator, kind: DecisionKind, compensation: Compensation | None, cmd: Decide) -> None:
+    authorize_operator(operator, Capability.DECIDE)
+    if cmd.override_policies or compensation == Compensation.APPROVE_AND_MERGE:
+        authorize_operator(operator, Capability.OVERRIDE)
+
+
+def _decided_last(session: Session, decision: Decision) -> bool:
+    """True when `decision` is what moved the session out of its last verification (no verification since)."""
+    return decision.session_version + 1 <= session.version and session.state != SessionState.VERIFYING
+
+
+def _bypassed(record: TransitionRecord) -> list[dict[str, Any]]:
+    return [r for r in record.guard_results if r.get("overridden")]
+
+
+def _actor(decision: Decision) -> str:
+    return f"operator:{decision.operator_id}"

@@ -1,0 +1,190 @@
+"""Operator decisions (project_decide): effects, compensations, permissions, idempotency under concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from taskgate.application.decisions import Decide
+from taskgate.application.operators import AddOperator
+from taskgate.application.sessions import FireTrigger
+from taskgate.domain.entities import Session
+from taskgate.domain.errors import ConflictError, Forbidden, InvalidInput, InvalidTransition
+from taskgate.domain.states import SessionState
+from tests.builders import ACTOR, OPERATOR, fire, seed, start
+from tests.conftest import Services
+
+
+async def verifying(services: Services, git_repo: Path, tasks: int = 1) -> list[Session]:
+    seeded = await seed(services, git_repo, tasks=tasks)
+    return [await fire(services, await start(services, t), "plan_complete", "work_complete") for t in seeded.tasks]
+
+
+async def decisions_of(services: Services, session_id: str):
+    async with services.uow(write=False) as uow:
+        return await uow.decisions.of_session(session_id)
+
+
+async def events_of(services: Services, session_id: str, kind: str):
+    async with services.uow(write=False) as uow:
+        return [e for e in await uow.events.list(session_id, limit=1000) if e["kind"] == kind]
+
+
+async def test_approve_moves_to_awaiting_merge_and_records_the_decision_with_the_transition(services, git_repo):
+    [session] = await verifying(services, git_repo)
+    result = await services.decisions.decide(Decide(session.id, OPERATOR, "approve", reason="looks good"))
+    assert result.session.state == SessionState.AWAITING_MERGE and not result.replayed
+    [decision] = await decisions_of(services, session.id)
+    assert (decision.decision.value, decision.outcome, decision.to_state) == ("approve", "applied", "awaiting_merge")
+    assert decision.session_version == session.version and decision.reason == "looks good"
+    last = (await services.sessions.history(session.id, limit=1))[0]
+    assert (last.trigger, last.actor, last.reason) == ("approve", ACTOR, "looks good")
+    assert len(await events_of(services, session.id, "decision.recorded")) == 1
+
+
+async def test_the_same_decision_again_returns_the_first_result_and_writes_nothing(services, git_repo):
+    [session] = await verifying(services, git_repo)
+    first = await services.decisions.decide(Decide(session.id, OPERATOR, "approve"))
+    before = await services.snapshot()
+    again = await services.decisions.decide(Decide(session.id, OPERATOR, "approve"))
+    assert again.replayed and again.decision.id == first.decision.id and again.session.version == first.session.version
+    assert await services.snapshot() == before
+
+
+async def test_a_different_decision_on_a_decided_verification_is_refused_naming_the_first(services, git_repo):
+    [session] = await verifying(services, git_repo)
+    await services.decisions.decide(Decide(session.id, OPERATOR, "approve"))
+    before = await services.snapshot()
+    with pytest.raises(ConflictError, match="already decided: approve by alice"):
+        await services.decisions.decide(Decide(session.id, OPERATOR, "reject"))
+    assert await services.snapshot() == before
+
+
+async def test_request_changes_sends_the_session_back_with_instructions_then_a_new_verification(services, git_repo):
+    [session] = await verifying(services, git_repo)
+    result = await services.decisions.decide(
+        Decide(session.id, OPERATOR, "request_changes", reason="missing tests", instructions="add unit tests for X")
+    )
+    assert result.session.state == SessionState.EXECUTING
+    assert result.session.state_data["instructions"] == "add unit tests for X"
+    assert result.session.state_data["instructions_by"] == OPERATOR
+    again = await fire(services, result.session, "work_complete")
+    approved = await services.decisions.decide(Decide(again.id, OPERATOR, "approve"))  # a new verification
+    assert approved.session.state == SessionState.AWAITING_MERGE and not approved.replayed
+    assert [d.decision.value for d in await decisions_of(services, session.id)] == ["request_changes", "approve"]
+
+
+async def test_reject_with_manual_review_stays_failed_until_an_operator_retries(services, git_repo):
+    [session] = await verifying(services, git_repo)
+    result = await services.decisions.decide(Decide(session.id, OPERATOR, "reject", reason="wrong approach"))
+    assert result.session.state == SessionState.FAILED and result.session.compensation_plan == "manual_review"
+    retried = await fire(services, result.session, "retry")
+    assert retried.state == SessionState.EXECUTING
+
+
+async def test_reject_with_auto_revert_discards_the_work_and_completes(services, git_repo):
+    [session] = await verifying(services, git_repo)
+    result = await services.decisions.decide(
+        Decide(session.id, OPERATOR, "reject", reason="not needed", compensation="auto_revert")
+    )
+    assert result.session.state == SessionState.COMPLETED
+    assert [r.trigger for r in result.follow_ups][-2:] == ["compensate", "cleanup_done"]
+    assert not Path(session.worktree_path).exists()
+    [event] = await events_of(services, session.id, "decision.compensation")
+    assert event["payload"]["compensation"] == "auto_revert"
+
+
+async def test_approve_and_merge_bypasses_the_review_with_an_audit_record(services, git_repo):
+    [session] = await verifying(services, git_repo)
+    result = await services.decisions.decide(
+        Decide(session.id, OPERATOR, "reject", reason="ship it anyway", compensation="approve_and_merge")
+    )
+    assert result.session.state == SessionState.COMPLETED
+    [event] = await events_of(services, session.id, "decision.review_bypassed")
+    assert event["payload"]["operator"] == OPERATOR and event["payload"]["reason"] == "ship it anyway"
+    [decision] = await decisions_of(services, session.id)
+    assert decision.compensation.value == "approve_and_merge" and decision.override_policies["policies"] == ["*"]
+
+
+async def test_permissions_decide_who_may_decide_and_override(services, git_repo):
+    [session] = await verifying(services, git_repo)
+    await services.operators.add(AddOperator("dev", ["developer"]))
+    await services.operators.add(AddOperator("rev", ["reviewer"]))
+    before = await services.snapshot()
+    with pytest.raises(Forbidden, match="needs the 'approve' permission"):
+        await services.decisions.decide(Decide(session.id, "dev", "approve"))
+    with pytest.raises(Forbidden, match="needs the 'override' permission"):
+        await services.decisions.decide(
+            Decide(session.id, "rev", "approve", "hotfix", override_policies=("wip_limit",))
+        )
+    with pytest.raises(InvalidInput, match="needs a reason"):
+        await services.decisions.decide(Decide(session.id, OPERATOR, "approve", override_policies=("wip_limit",)))
+    assert await services.snapshot() == before
+    assert (await services.decisions.decide(Decide(session.id, "rev", "approve"))).session.state.value == (
+        "awaiting_merge"
+    )
+
+
+@pytest.mark.parametrize(
+    ("decide", "message"),
+    [
+        (Decide("x", OPERATOR, "ship"), "unknown decision 'ship'"),
+        (Decide("x", OPERATOR, "approve", instructions="do X"), "instructions go with request_changes only"),
+        (Decide("x", OPERATOR, "approve", compensation="auto_revert"), "a compensation goes with reject only"),
+        (Decide("x", OPERATOR, "reject", "r", compensation="undo"), "unknown compensation 'undo'"),
+        (Decide("x", OPERATOR, "reject", "r", override_policies=("a",)), "override_policies goes with approve only"),
+    ],
+)
+async def test_bad_decisions_are_refused_by_name_and_write_nothing(services, git_repo, decide, message):
+    [session] = await verifying(services, git_repo)
+    before = await services.snapshot()
+    with pytest.raises(InvalidInput, match=message):
+        await services.decisions.decide(replace(decide, session_id=session.id))
+    assert await services.snapshot() == before
+
+
+async def test_a_session_not_in_verification_cannot_be_decided(services, git_repo):
+    seeded = await seed(services, git_repo, tasks=1)
+    session = await start(services, seeded.tasks[0])
+    with pytest.raises(InvalidTransition, match="'approve' is not allowed"):
+        await services.decisions.decide(Decide(session.id, OPERATOR, "approve"))
+
+
+async def test_one_hundred_identical_concurrent_decisions_write_one_decision(sql_services, git_repo):
+    [session] = await verifying(sql_services, git_repo)
+    results = await asyncio.gather(
+        *(sql_services.decisions.decide(Decide(session.id, OPERATOR, "approve")) for _ in range(100))
+    )
+    assert len({r.decision.id for r in results}) == 1 and sum(not r.replayed for r in results) == 1
+    assert {r.session.state for r in results} == {SessionState.AWAITING_MERGE}
+    assert len(await decisions_of(sql_services, session.id)) == 1
+    applied = [r for r in await sql_services.sessions.history(session.id) if r.trigger == "approve"]
+    assert len(applied) == 1
+
+
+async def test_two_operators_deciding_differently_at_once_leave_one_decision(sql_services, git_repo):
+    [session] = await verifying(sql_services, git_repo)
+    await sql_services.operators.add(AddOperator("bob", ["reviewer"]))
+    results = await asyncio.gather(
+        sql_services.decisions.decide(Decide(session.id, OPERATOR, "approve")),
+        sql_services.decisions.decide(Decide(session.id, "bob", "reject", reason="no")),
+        return_exceptions=True,
+    )
+    won = [r for r in results if not isinstance(r, BaseException)]
+    lost = [r for r in results if isinstance(r, BaseException)]
+    assert len(won) == 1 and len(lost) == 1 and isinstance(lost[0], ConflictError | InvalidTransition), lost
+    assert len(await decisions_of(sql_services, session.id)) == 1
+
+
+async def test_one_operator_approving_many_sessions_at_once_applies_each_without_deadlock(sql_services, git_repo):
+    # decisions lock the session row, then the operator row: always in that order, so no cycle is possible
+    sessions = await verifying(sql_services, git_repo, tasks=3)
+    results = await asyncio.wait_for(
+        asyncio.gather(*(sql_services.decisions.decide(Decide(s.id, OPERATOR, "approve")) for s in sessions)), 60
+    )
+    assert {r.session.state for r in results} == {SessionState.AWAITING_MERGE}
+    merged = await sql_services.sessions.fire(FireTrigger(sessions[0].id, "merge", ACTOR))
+    assert merged.session.state == SessionState.COMPLETED
