@@ -28,6 +28,7 @@ from taskgate.application.audit import AuditService
 from taskgate.application.context import ContextScout
 from taskgate.application.decisions import DecisionService
 from taskgate.application.operators import OperatorService
+from taskgate.application.review_queue import ReviewQueue
 from taskgate.application.sessions import SessionService
 from taskgate.application.tracker import TrackerService
 from taskgate.application.workspaces import GitOptions, WorkspaceService
@@ -60,6 +61,7 @@ class Services:
     context: ContextScout
     operators: OperatorService
     decisions: DecisionService
+    review_queue: ReviewQueue
     uow: object
     database: Database | InMemoryDatabase
     url: str | None = None
@@ -201,7 +203,7 @@ def wire(
         tests=tests,
     )
     workspaces, context = build_workspaces(sessions, uow, clock=clock, vcs=vcs, git=git or GitOptions())
-    people = OperatorService(uow, clock), DecisionService(uow, sessions, clock)
+    people = OperatorService(uow, clock), DecisionService(uow, sessions, clock), ReviewQueue(uow, sessions, workspaces)
     return Services(backend, sessions, tracker, audit, access, workspaces, context, *people, uow, database, url)
 
 

@@ -16,6 +16,7 @@ from taskgate.application.operators import OperatorService
 from taskgate.application.outbox import Subscriber, WebhookDispatcher
 from taskgate.application.policy_config import PolicyBook, ProjectPolicies
 from taskgate.application.ports import Clock, IdGenerator, TestRunner, TrackerProvider, UnitOfWorkFactory, VcsProvider
+from taskgate.application.review_queue import ReviewQueue
 from taskgate.application.sessions import SessionService
 from taskgate.application.sweeper import Sweeper, SweeperOptions
 from taskgate.application.tracker import TrackerService
@@ -49,6 +50,7 @@ class App:
     context: ContextScout
     operators: OperatorService
     decisions: DecisionService
+    review_queue: ReviewQueue
     database: Database | None = None
     uow: UnitOfWorkFactory | None = None  # for use cases built on demand (BeadsImporter)
     clock: Clock | None = None
@@ -178,7 +180,8 @@ async def bootstrap(
         tracker=tracker_provider(settings),
     )
     people = OperatorService(uow, clock), DecisionService(uow, services[0], clock)
-    return App(settings, *services, *extras, *people, database=database, uow=uow, clock=clock)
+    queue = ReviewQueue(uow, services[0], extras[0])
+    return App(settings, *services, *extras, *people, queue, database=database, uow=uow, clock=clock)
 
 
 async def database_report(app: App) -> dict[str, object]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,11 +12,12 @@ import pytest
 from taskgate.application.decisions import Decide
 from taskgate.application.operators import AddOperator
 from taskgate.application.sessions import FireTrigger
+from taskgate.bootstrap import Settings, policy_book
 from taskgate.domain.entities import Session
-from taskgate.domain.errors import ConflictError, Forbidden, InvalidInput, InvalidTransition
+from taskgate.domain.errors import ConflictError, Forbidden, InvalidInput, InvalidTransition, PolicyViolation
 from taskgate.domain.states import SessionState
 from tests.builders import ACTOR, OPERATOR, fire, seed, start
-from tests.conftest import Services
+from tests.conftest import Services, wire
 
 
 async def verifying(services: Services, git_repo: Path, tasks: int = 1) -> list[Session]:
@@ -188,3 +190,51 @@ async def test_one_operator_approving_many_sessions_at_once_applies_each_without
     assert {r.session.state for r in results} == {SessionState.AWAITING_MERGE}
     merged = await sql_services.sessions.fire(FireTrigger(sessions[0].id, "merge", ACTOR))
     assert merged.session.state == SessionState.COMPLETED
+
+
+def product_services(services: Services, **projects) -> Services:
+    """`services` with the product's policy set and per-project settings (as `taskgate serve` builds them)."""
+    book = policy_book(Settings(projects=projects))
+    return wire(services.backend, services.database, services.url, policies=book)
+
+
+async def test_failing_tests_block_approval_until_an_authorised_override_which_is_audited(services, git_repo):
+    failing = [sys.executable, "-c", "import sys; print('2 tests failed'); sys.exit(3)"]
+    services = product_services(services, repo={"test_command": failing, "test_timeout_s": 30})
+    [session] = await verifying(services, git_repo)
+    with pytest.raises(PolicyViolation, match="require_tests"):
+        await services.decisions.decide(Decide(session.id, OPERATOR, "approve"))
+    assert await decisions_of(services, session.id) == []  # a refused decision is not a decision
+    assert (await services.sessions.history(session.id, limit=1))[0].outcome.value == "blocked"
+
+    result = await services.decisions.decide(
+        Decide(
+            session.id,
+            OPERATOR,
+            "approve",
+            reason="flaky suite, verified by hand",
+            override_policies=("require_tests",),
+        )
+    )
+    assert result.session.state == SessionState.AWAITING_MERGE
+    assert [v["policy"] for v in result.bypassed] == ["require_tests"] and "exited with 3" in result.bypassed[0][
+        "message"
+    ]
+    [decision] = await decisions_of(services, session.id)
+    assert decision.override_policies["policies"] == ["require_tests"]
+    [event] = await events_of(services, session.id, "decision.override")
+    assert event["payload"]["reason"] == "flaky suite, verified by hand"
+
+
+async def test_review_approval_with_two_reviewers_counts_the_first_as_pending(services, git_repo):
+    services = product_services(services, repo={"policies": {"review_approval": {"min_approvals": 2}}})
+    [session] = await verifying(services, git_repo)
+    await services.operators.add(AddOperator("bob", ["reviewer"]))
+
+    first = await services.decisions.decide(Decide(session.id, OPERATOR, "approve"))
+    assert first.pending and first.session.state == SessionState.VERIFYING and first.decision.outcome == "pending"
+    again = await services.decisions.decide(Decide(session.id, OPERATOR, "approve"))
+    assert again.replayed and again.pending and again.decision.id == first.decision.id
+    second = await services.decisions.decide(Decide(session.id, "bob", "approve"))
+    assert not second.pending and second.session.state == SessionState.AWAITING_MERGE
+    assert sorted(d.operator_id for d in await decisions_of(services, session.id)) == ["alice", "bob"]

@@ -26,6 +26,7 @@ def app_of(services: Services) -> App:
         services.context,
         services.operators,
         services.decisions,
+        services.review_queue,
     )
 
 

@@ -602,6 +602,7 @@ async def _connected(services: Services, principal: Principal) -> Any:
             services.context,
             services.operators,
             services.decisions,
+            services.review_queue,
         )
 
     async with Client(build_server(open_app, local_principal=principal)) as client:

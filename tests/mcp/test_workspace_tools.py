@@ -5,8 +5,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from taskgate.bootstrap import Settings, policy_book
 from taskgate.domain.access import Principal
-from tests.conftest import make_git_repo
+from tests.conftest import make_git_repo, wire
 from tests.mcp.conftest import connect
 
 ALICE = Principal.operator("alice")
@@ -82,3 +83,28 @@ async def test_agents_may_review_their_own_session_but_not_merge_or_checkpoint(s
         assert (await tools.ok("context_discover"))["project"] == "shop"
         assert "Forbidden" in await tools.refused("project_session_merge", session_id=session["id"])
         assert "Forbidden" in await tools.refused("session_review_checkpoint", session_id=session["id"])
+
+
+async def test_sessions_ready_shows_what_a_decision_needs_and_drops_what_the_caller_decided(services, tmp_path):
+    # the product's policy set (every built-in but commit_message_format), as `taskgate serve` builds it
+    services = wire(services.backend, services.database, services.url, policies=policy_book(Settings()))
+    async with connect(services, ALICE) as tools:
+        _, session = await started(tools, tmp_path)
+        commit(session["worktree"], "api.py", "def api(): ...\n", "feat: api")
+        for trigger in ("plan_complete", "work_complete"):
+            await tools.ok("session_fire", session_id=session["id"], trigger=trigger)
+
+        [item] = (await tools.ok("project_sessions_ready"))["sessions"]
+        assert item["session"]["id"] == session["id"] and item["files"][0]["path"] == "api.py"
+        assert [c["subject"] for c in item["commits"]] == ["feat: api"] and item["review_error"] is None
+        assert item["would_approve"] is True and item["tests"] is None and item["approvals"] == []
+        assert {p["policy"] for p in item["policies"]} >= {"require_tests", "review_approval", "clean_worktree"}
+
+        Path(session["worktree"], "stray.txt").write_text("uncommitted\n")
+        [item] = (await tools.ok("project_sessions_ready"))["sessions"]
+        assert item["would_approve"] is False
+        assert any(p["policy"] == "clean_worktree" and not p["passed"] for p in item["policies"])
+        Path(session["worktree"], "stray.txt").unlink()
+
+        await tools.ok("project_decide", session_id=session["id"], decision="approve")
+        assert (await tools.ok("project_sessions_ready"))["sessions"] == []

@@ -13,6 +13,7 @@ from taskgate.application.decisions import DecisionResult
 from taskgate.application.guards import PolicyCheck
 from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import WorkspaceContext
+from taskgate.application.review_queue import ReviewItem
 from taskgate.domain.entities import Plan, Project, Session, SessionSnapshot, Task, TransitionRecord
 from taskgate.domain.policies import TestRun
 from taskgate.domain.session_fsm import allowed_triggers
@@ -525,3 +526,55 @@ def _tests_summary(check: PolicyCheck) -> str:
         return ""
     how = "stored run reused" if check.slow.test_run_reused else "ran now, not stored"
     return f"; tests {'passed' if run.passed else 'failed'} ({how})"
+
+
+class ReadyOut(BaseModel):
+    """One session waiting for a decision, with what the decision needs."""
+
+    summary: str
+    session: SessionOut
+    waiting_since: datetime
+    files: list[FileStatOut] = Field(description="Diff stat of the branch against its base.")
+    commits: list[CommitOut]
+    review_error: str | None = Field(description="Why there is no diff (no worktree, branch gone), if so.")
+    tests: dict[str, Any] | None = Field(description="The stored test run of the head: exit code, duration, tail.")
+    policies: list[dict[str, Any]] = Field(description="The approve policies as the caller would meet them now.")
+    would_approve: bool | None = Field(description="Whether approve would pass the policies now (dry run).")
+    approvals: list[str] = Field(description="Operators whose approval is counted already.")
+
+    @classmethod
+    def of(cls, item: ReviewItem) -> ReadyOut:
+        review, check = item.review, item.check
+        run = check.slow.test_run if check else None
+        tests = None if run is None else {"exit_code": run.exit_code, "timed_out": run.timed_out,
+                                          "duration_ms": run.duration_ms, "head_commit": run.head_commit,
+                                          "output_tail": run.output_tail[-2000:]}  # fmt: skip
+        files = [FileStatOut(path=f.path, added=f.added, deleted=f.deleted) for f in review.diff_stat] if review else []
+        verdict = "would pass" if check and check.allowed else ("would be refused" if check else "not checked")
+        return cls(
+            summary=f"{item.session.task_id} ({item.session.id[:8]}): {len(files)} file(s) changed, "
+            f"{len(review.commits) if review else 0} commit(s); tests "
+            f"{'not run yet' if run is None else ('passed' if run.exit_code == 0 else 'failed')}; approve {verdict}",
+            session=SessionOut.of(item.session),
+            waiting_since=item.session.updated_at,
+            files=files,
+            commits=[CommitOut(sha=c.sha, subject=c.subject, author=c.author, at=c.at) for c in review.commits]
+            if review
+            else [],
+            review_error=item.review_error,
+            tests=tests,
+            policies=[dict(r.as_dict()) for r in check.verdict.results] if check else [],
+            would_approve=check.allowed if check else None,
+            approvals=item.approvals,
+        )
+
+
+class ReadyList(BaseModel):
+    summary: str
+    sessions: list[ReadyOut]
+
+    @classmethod
+    def of(cls, items: list[ReviewItem]) -> ReadyList:
+        return cls(
+            summary=f"{len(items)} session(s) waiting for your decision", sessions=[ReadyOut.of(i) for i in items]
+        )

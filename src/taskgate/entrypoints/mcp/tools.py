@@ -23,7 +23,6 @@ from taskgate.application.tracker import AddTask
 from taskgate.bootstrap import App
 from taskgate.domain.access import Capability, Principal, authorize, check_operator_param
 from taskgate.domain.errors import InvalidInput, PolicyViolation, TaskgateError, Unauthenticated
-from taskgate.domain.states import SessionState
 from taskgate.entrypoints.mcp.models import (
     CheckpointOut,
     ContextOut,
@@ -35,8 +34,8 @@ from taskgate.entrypoints.mcp.models import (
     PolicyList,
     Pong,
     ProjectOut,
+    ReadyList,
     ReviewOut,
-    SessionList,
     SessionOut,
     StateAtOut,
     TaskList,
@@ -245,16 +244,14 @@ async def project_session_start(
 
 
 @tool_errors
-async def project_sessions_ready(ctx: Context, project: ProjectRef = None) -> SessionList:
-    """Sessions waiting for an operator's review (state `verifying`), oldest first."""
+async def project_sessions_ready(ctx: Context, project: ProjectRef = None) -> ReadyList:
+    """Sessions waiting for the caller's decision (state `verifying`), oldest first, each with its diff stat,
+    commits, the stored test result of its head, the approve policies as the caller would meet them (a dry run;
+    tests are not run here) and the approvals counted so far."""
     call = _call(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
     found = await call.app.tracker.resolve_project(project)
-    waiting = await call.app.sessions.list_sessions(found.id, {SessionState.VERIFYING})
-    waiting.sort(key=lambda s: s.updated_at)
-    return SessionList(
-        summary=f"{len(waiting)} session(s) waiting for review", sessions=[SessionOut.of(s) for s in waiting]
-    )
+    return ReadyList.of(await call.app.review_queue.waiting(found.id, call.principal.actor))
 
 
 @tool_errors
