@@ -263,6 +263,10 @@ class SessionService:
             row = self._select_row(session, trigger, cmd.expected_version)
             if cmd.decision is not None:  # one decision at a time per operator, across processes too
                 await uow.operators.lock(cmd.decision.operator_id)
+            elif row.trigger == Trigger.START and session.operator_id is not None:
+                # operator_capacity counts the operator's sessions in progress across plans: starts of one
+                # operator queue on its row (after the session's, before the plan's: one order, no deadlock)
+                await uow.operators.lock(session.operator_id)
             plan = None
             if _needs_plan_lock(row) and session.plan_id is not None:
                 plan = await uow.plans.get(session.plan_id, lock=True)

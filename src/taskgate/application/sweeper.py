@@ -282,6 +282,9 @@ class Sweeper:
         async with self._uow(write=True) as uow:
             for agent in agents:
                 await uow.agents.set_status(agent.id, AgentStatus.FAILED, now)
+                payload = {"agent": agent.id, "from": agent.status.value, "to": AgentStatus.FAILED.value,
+                           "reason": "missed heartbeats"}  # fmt: skip
+                await uow.events.append("agent.status", now, payload, agent.session_id)
             await uow.commit()
         report.silent_agents.extend(a.id for a in agents)
 
