@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.panel import Panel
 from rich.rule import Rule
 
+from taskgate.application.decisions import Decide
 from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import FireTrigger, StartTask
 from taskgate.application.tracker import AddTask
@@ -155,15 +156,28 @@ async def _story(app: App, repo: Path) -> None:
     checkpoint = await app.workspaces.checkpoint(happy.id, "API reviewed; CHANGELOG on main is unrelated", ACTOR)
     console.print(f"  review checkpoint {checkpoint.id} stored with the operator's note")
 
-    _step(f"5. Session {happy.id[:8]}: approved and merged (rebased onto the new main, fast-forwarded)")
-    await _fire_all(app, happy, ["approve", "merge"])
+    _step(f"5. Session {happy.id[:8]}: the policies (dry run), the operator's decision, the merge")
+    check = await app.sessions.check(happy.id, "approve", actor=ACTOR)
+    for result in check.verdict.results:
+        mark = "[green]✓[/green]" if result.passed else f"[red]✗[/red] {result.message}"
+        console.print(f"  {result.policy:<22} {result.severity:<8} {mark}")
+    decided = await app.decisions.decide(Decide(happy.id, OPERATOR, "approve", reason="API reviewed"))
+    console.print(f"  decision: {decided.summary()}", highlight=False)
+    again = await app.decisions.decide(Decide(happy.id, OPERATOR, "approve", reason="API reviewed"))
+    console.print(f"  sent again: {again.summary()}", highlight=False)
+    await _fire_all(app, happy, ["merge"])
     log = subprocess.run(["git", "log", "--oneline", "main"], cwd=repo, capture_output=True, text=True).stdout
     console.print("  main is now:\n" + "".join(f"    {line}\n" for line in log.splitlines()), highlight=False)
     console.print(f"  worktree removed: {not worktree.exists()}", highlight=False)
 
     _step(f"6. Session {doomed.id[:8]}: rejected, rolled back, cleaned up")
     await _fire_all(app, doomed, ["plan_complete", "work_complete"])
-    await _fire_all(app, doomed, ["reject", "compensate"], reason="tests do not cover the edge cases")
+    rejected = await app.decisions.decide(
+        Decide(doomed.id, OPERATOR, "reject", reason="tests do not cover the edge cases", compensation="auto_revert")
+    )
+    console.print(f"  decision: {rejected.summary()}", highlight=False)
+    for record in rejected.follow_ups:
+        console.print(f"  {record.trigger:<16} {record.from_state} → [green]{record.to_state}[/green]")
 
     _step("7. Slots freed: the fourth task starts now; the docs task is unblocked")
     await _start(app, tasks[3].id)
