@@ -7,7 +7,7 @@ three Conventional-Commits commits off `main`), and two engines over the same da
   before issue 5: nothing applies to `approve`, three policies to `start`;
 - **full**: every built-in policy enabled (commit_message_format too), review_approval min 1, and
   require_tests with a test command, each session holding a stored passing run on its head, so the command is
-  never run: what is measured is the policy machinery (prepare: one `workspace_context` git read and one
+  never run: what is measured is the policy machinery (prepare: one `worktree_state` git read and one
   stored-run lookup; evaluate: approvals, operator and counts inside the transaction).
 
 Timed, alternating lean and full call by call: `approve` (verifying → awaiting_merge; every session points at
@@ -180,7 +180,7 @@ async def main(n: int, tmp: str | None) -> None:
         (lm, lp), (fm, fp) = stats(samples["lean"]), stats(samples["full"])
         print(f"{trigger:8} {lm:8.2f} /{lp:7.2f} ms {fm:8.2f} /{fp:7.2f} ms {fm - lm:9.2f} ms {fm / lm:6.2f}x")
     pm, pp = stats(prepare)
-    print(f"prepare phase alone (approve: workspace_context + stored-run lookup): {pm:.2f} / {pp:.2f} ms")
+    print(f"prepare phase alone (approve: worktree_state + stored-run lookup): {pm:.2f} / {pp:.2f} ms")
 
 
 async def prepare_only(full: SessionService, uow: Callable[..., SqlAlchemyUnitOfWork], ids: list[str]) -> list[int]:

@@ -29,6 +29,7 @@ from taskgate.application.ports import (
     WorkspaceContext,
     WorktreeCreated,
     WorktreeEntry,
+    WorktreeState,
 )
 from taskgate.domain.entities import (
     Agent,
@@ -557,6 +558,10 @@ class FakeVcs:
             history[:] = source[: source.index(commit) + 1]
         worktree.dirty.clear()
         worktree.untracked.clear()
+
+    async def worktree_state(self, repo_root: str, path: str, branch: str, base: str) -> WorktreeState:
+        ctx = await self.workspace_context(repo_root, path, branch, base)
+        return WorktreeState(branch, ctx.head_commit, ctx.dirty, ctx.untracked, ctx.conflicts, ctx.commits)
 
     async def workspace_context(
         self, repo_root: str, path: str, branch: str, base: str, *, max_patch_bytes: int = 200_000

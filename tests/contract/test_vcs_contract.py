@@ -324,3 +324,17 @@ async def test_merge_recreates_a_worktree_folder_deleted_by_hand(driver: Driver)
     outcome = await merge(driver)
     assert outcome.merged and driver.head("main") == sha
     assert (await listed(driver))[driver.path("s1")] == (BRANCH, False)
+
+
+async def test_worktree_state_is_the_cheap_subset_of_the_review_context(driver: Driver) -> None:
+    await create(driver)
+    driver.commit(driver.path("s1"), ["work.txt"], "feat: work")
+    driver.make_dirty(driver.path("s1"), ["README.md"])
+    driver.make_untracked(driver.path("s1"), ["new.txt"])
+    full = await context(driver)
+    state = await driver.vcs.worktree_state(driver.root, driver.path("s1"), BRANCH, "main")
+    assert (state.branch, state.head_commit) == (BRANCH, full.head_commit)
+    assert (state.dirty, state.untracked, state.conflicts) == (full.dirty, full.untracked, full.conflicts)
+    assert [c.subject for c in state.commits] == [c.subject for c in full.commits] == ["feat: work"]
+    with pytest.raises(VcsError):
+        await driver.vcs.worktree_state(driver.root, driver.path("s1"), "feature/gone/00000000", "main")

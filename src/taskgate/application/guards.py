@@ -166,9 +166,7 @@ class GuardEvaluator:
             return replace(slow, test_note="the worktree folder is missing")
         base = str(session.state_data.get("base_ref") or session.state_data.get("base_branch") or "main")
         try:
-            ctx = await self._vcs.workspace_context(
-                project.root_path, session.worktree_path, session.branch_name, base, max_patch_bytes=1_000
-            )
+            ctx = await self._vcs.worktree_state(project.root_path, session.worktree_path, session.branch_name, base)
         except VcsError as exc:
             return replace(slow, test_note=f"the worktree could not be read: {exc}")
         commits = tuple((c.sha, c.subject) for c in ctx.commits)

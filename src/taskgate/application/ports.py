@@ -251,6 +251,18 @@ class WorkspaceContext:
 
 
 @dataclass(frozen=True, slots=True)
+class WorktreeState:
+    """What policies look at in a session worktree: the branch head, uncommitted files, commits not on base."""
+
+    branch: str
+    head_commit: str
+    dirty: list[str]
+    untracked: list[str]
+    conflicts: list[str]
+    commits: list[CommitInfo]
+
+
+@dataclass(frozen=True, slots=True)
 class MergeOutcome:
     """A merge that happened (`merged`) or was refused with the conflicting files, leaving nothing changed."""
 
@@ -314,6 +326,9 @@ class VcsProvider(Protocol):
         self, repo_root: str, path: str, branch: str, base: str, *, max_patch_bytes: int = 200_000
     ) -> WorkspaceContext:
         """Diff, commits and worktree state of a session branch against `base`. Raises: VcsError."""
+
+    async def worktree_state(self, repo_root: str, path: str, branch: str, base: str) -> WorktreeState:
+        """The cheap subset of `workspace_context` that policies need (no diff). Raises: VcsError."""
 
     async def merge(
         self, repo_root: str, path: str, branch: str, base: str, *, strategy: str, mode: str

@@ -36,6 +36,7 @@ from taskgate.application.ports import (
     WorkspaceContext,
     WorktreeCreated,
     WorktreeEntry,
+    WorktreeState,
 )
 from taskgate.domain.errors import InvalidInput, VcsError
 
@@ -140,6 +141,9 @@ class GitPythonVcs:
         self, repo_root: str, path: str, branch: str, base: str, *, max_patch_bytes: int = 200_000
     ) -> WorkspaceContext:
         return await asyncio.to_thread(_workspace_context, repo_root, path, branch, base, max_patch_bytes)
+
+    async def worktree_state(self, repo_root: str, path: str, branch: str, base: str) -> WorktreeState:
+        return await asyncio.to_thread(_worktree_state, repo_root, path, branch, base)
 
     async def merge(
         self, repo_root: str, path: str, branch: str, base: str, *, strategy: str, mode: str
@@ -337,6 +341,16 @@ def _workspace_context(repo_root: str, path: str, branch: str, base: str, max_pa
         untracked=untracked,
         conflicts=conflicts,
     )
+
+
+def _worktree_state(repo_root: str, path: str, branch: str, base: str) -> WorktreeState:
+    """Two git processes (status, log); the branch head is read from its ref file in-process."""
+    head, _ = _resolve_in_process(repo_root, branch)
+    if not head:
+        raise VcsError(f"branch '{branch}' no longer exists in {repo_root}")
+    dirty, untracked, conflicts = _worktree_status(path)
+    commits = _commits(repo_root, f"{base}..{head}")
+    return WorktreeState(branch, head, dirty, untracked, conflicts, commits)
 
 
 def _numstat(out: str) -> list[FileStat]:
