@@ -53,6 +53,9 @@ class SubprocessTestRunner:
             timed_out = True
         finally:
             _kill_group(proc.pid)
+            # With the group dead its pipe reaches EOF: reading it to the end lets asyncio close the transport
+            # (a transport left open is only reclaimed by the garbage collector, possibly after its loop closed).
+            await asyncio.wait({reader, exited}, timeout=_DRAIN_AFTER_EXIT_S)
             for task in (reader, exited):
                 task.cancel()
                 with suppress(asyncio.CancelledError):
