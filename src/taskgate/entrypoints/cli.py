@@ -633,6 +633,7 @@ def token_create(
         return
 
     async def work(services: App):
+        await _as_admin(services)
         if agent:
             assert session is not None
             return await services.access.create_agent_token(await services.sessions.resolve_id(session), label)
@@ -684,7 +685,11 @@ def token_list(as_json: JsonOpt = False) -> None:
 @token_app.command("revoke")
 def token_revoke(token_id: Annotated[str, typer.Argument(help="The token id (see token list).")]) -> None:
     """Revoke a token: it stops working at once."""
-    token = run(lambda services: services.access.revoke(token_id))
+    async def work(services: App):
+        await _as_admin(services)
+        return await services.access.revoke(token_id)
+
+    token = run(work)
     console.print(f"token {token.id} revoked")
 
 
