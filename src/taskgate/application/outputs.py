@@ -1,0 +1,146 @@
+"""Use cases of the session folder: agents save outputs into it, the supervisor keeps its manifest current.
+
+`save_output` writes one file (confined to the session's folder, see `domain/outputs.py` and the adapter),
+lists it in `manifest.json`, then appends an `output.saved` event. The file is written before the event: a
+write that fails leaves no event behind, and an event always names a file that was written.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from taskgate.application.ports import Clock, SessionFolders, UnitOfWorkFactory
+from taskgate.domain.entities import Session
+from taskgate.domain.errors import InvalidInput
+from taskgate.domain.outputs import (
+    OutputRecord,
+    new_manifest,
+    output_path,
+    with_agents,
+    with_header,
+    with_inputs,
+)
+from taskgate.domain.states import TERMINAL_STATES
+
+Encoding = Literal["text", "base64"]
+OUTPUT_SAVED_EVENT = "output.saved"
+
+
+@dataclass(frozen=True, slots=True)
+class SaveOutput:
+    """Save `content` as `path` in the session's folder. `encoding`: text (written as UTF-8) or base64."""
+
+    session_id: str
+    path: str
+    content: str
+    encoding: Encoding = "text"
+    actor: str = "system"
+
+
+class OutputService:
+    """The session folders' use cases."""
+
+    def __init__(self, uow: UnitOfWorkFactory, folders: SessionFolders, clock: Clock) -> None:
+        self._uow, self._folders, self._clock = uow, folders, clock
+
+    def folder(self, session_id: str) -> str:
+        """The session folder's absolute path (`TASKGATE_SESSION_FOLDER`); it may not exist yet."""
+        return self._folders.path(session_id)
+
+    async def open_folder(self, session_id: str) -> str:
+        """Create the session's folder and its manifest (task, start time, status `open`) if missing; returns
+        the folder's path. Raises: SessionNotFound; Forbidden when the folder is a symlink."""
+        session, task = await self._session(session_id)
+        await self._folders.ensure(session_id)
+        await self._folders.update_manifest(session_id, lambda m: with_header(m, task, session.started_at))
+        return self._folders.path(session_id)
+
+    async def save_output(self, cmd: SaveOutput) -> OutputRecord:
+        """Write one file into the session's folder and list it in the manifest.
+
+        Raises: SessionNotFound; InvalidInput for a bad path, bad base64, a finished session or a broken size
+        limit; Forbidden when a symlink (or a folder moved away) would take the write out of the folder.
+        """
+        path = output_path(cmd.path)
+        data = self._decode(cmd.content, cmd.encoding, path)
+        session, task = await self._session(cmd.session_id)
+        if session.state in TERMINAL_STATES:
+            raise InvalidInput(f"session {session.id} is {session.state.value}; its folder takes no more outputs")
+        at = self._clock.now()
+        record = await self._folders.write_output(session.id, path, data, at=at, by=cmd.actor, task=task)
+        async with self._uow(write=True) as uow:
+            await uow.sessions.get(session.id)
+            payload = {"path": record.path, "bytes": record.bytes, "sha256": record.sha256, "actor": cmd.actor}
+            await uow.events.append(OUTPUT_SAVED_EVENT, at, payload, session.id)
+            await uow.commit()
+        return record
+
+    async def manifest(self, session_id: str) -> dict[str, Any]:
+        """The session's manifest (an unsaved empty one when the folder has none yet). Raises: SessionNotFound."""
+        session, task = await self._session(session_id)
+        found = await self._folders.read_manifest(session_id)
+        return found if found is not None else with_header(new_manifest(session_id), task, session.started_at)
+
+    async def record_agents(
+        self,
+        session_id: str,
+        agents: list[dict[str, Any]],
+        *,
+        status: str | None = None,
+        started_at: datetime | None = None,
+        completed_at: datetime | None = None,
+    ) -> dict[str, Any]:
+        """Merge `agents` into the manifest (an agent dict whose `id`, else `name`, is listed updates that entry;
+        others are appended) and set the folder's status and times where given. Values must be plain JSON data
+        (datetimes as ISO text). Returns the new manifest. Raises: SessionNotFound; InvalidInput for non-JSON."""
+        session, task = await self._session(session_id)
+        now = self._clock.now()
+
+        def mutate(manifest: dict[str, Any]) -> dict[str, Any]:
+            manifest = with_header(manifest, task, session.started_at)
+            return with_agents(manifest, agents, now, status=status, started_at=started_at, completed_at=completed_at)
+
+        return await self._folders.update_manifest(session_id, mutate)
+
+    async def record_inputs(self, session_id: str, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Merge `inputs` (what the agents were given: prompt, instructions, workflow step, ...) into the manifest.
+        Returns the new manifest. Raises: SessionNotFound; InvalidInput for non-JSON values."""
+        session, task = await self._session(session_id)
+        now = self._clock.now()
+        return await self._folders.update_manifest(
+            session_id, lambda m: with_inputs(with_header(m, task, session.started_at), inputs, now)
+        )
+
+    async def _session(self, session_id: str) -> tuple[Session, dict[str, Any]]:
+        async with self._uow(write=False) as uow:
+            session = await uow.sessions.get(session_id)
+            task = await uow.tasks.get(session.task_id, with_blockers=False)
+        return session, {"id": task.id, "title": task.title, "project_id": task.project_id, "plan_id": task.plan_id}
+
+    def _decode(self, content: str, encoding: str, path: str) -> bytes:
+        limit = self._folders.limits.max_output_bytes
+        too_big = InvalidInput(f"output {path!r} is larger than the limit of {limit} bytes per output")
+        if encoding == "text":
+            if len(content) > limit:
+                raise too_big
+            try:
+                data = content.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidInput("the content is not valid Unicode text (a lone surrogate); use base64") from None
+        elif encoding == "base64":
+            packed = "".join(content.split())
+            if len(packed) > 4 * (limit // 3 + 1):
+                raise too_big
+            try:
+                data = base64.b64decode(packed, validate=True)
+            except (binascii.Error, ValueError):
+                raise InvalidInput("the content is not valid base64") from None
+        else:
+            raise InvalidInput(f"encoding {encoding!r} is unknown; use 'text' or 'base64'")
+        if len(data) > limit:
+            raise too_big
+        return data
