@@ -9,9 +9,11 @@ copies; PostgreSQL migrates once per run and each test truncates the tables.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +30,7 @@ from taskgate.application.audit import AuditService
 from taskgate.application.context import ContextScout
 from taskgate.application.decisions import DecisionService
 from taskgate.application.operators import OperatorService
+from taskgate.application.outputs import OutputService
 from taskgate.application.review_queue import ReviewQueue
 from taskgate.application.sessions import SessionService
 from taskgate.application.tracker import TrackerService
@@ -40,6 +43,7 @@ from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.db.tables import ALL_TABLES
 from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 from taskgate.infrastructure.git import GitPythonVcs
+from taskgate.infrastructure.session_folder import SessionFolderStore
 from taskgate.infrastructure.system import SystemClock, UuidGenerator
 from tests.fakes import InMemoryDatabase
 
@@ -65,6 +69,7 @@ class Services:
     uow: object
     database: Database | InMemoryDatabase
     url: str | None = None
+    outputs: OutputService | None = None
 
     async def snapshot(self) -> dict[str, list]:
         """Every row of every table (or the fake store), to prove a refused call wrote nothing."""
@@ -184,8 +189,10 @@ def wire(
     git: GitOptions | None = None,
     policies=None,
     tests=None,
+    outputs_root: Path | None = None,
 ) -> Services:
-    """`policies`: a list or a `PolicyBook` (default: `default_policies(wip_limit)`); `tests`: the TestRunner."""
+    """`policies`: a list or a `PolicyBook` (default: `default_policies(wip_limit)`); `tests`: the TestRunner;
+    `outputs_root`: where the session folders go (default: a folder of this test process, see `outputs_root`)."""
     if isinstance(database, InMemoryDatabase):
         uow = database.unit_of_work
     else:
@@ -204,7 +211,23 @@ def wire(
     )
     workspaces, context = build_workspaces(sessions, uow, clock=clock, vcs=vcs, git=git or GitOptions())
     people = OperatorService(uow, clock), DecisionService(uow, sessions, clock), ReviewQueue(uow, sessions, workspaces)
-    return Services(backend, sessions, tracker, audit, access, workspaces, context, *people, uow, database, url)
+    outputs = OutputService(uow, SessionFolderStore(outputs_root or default_outputs_root()), clock)
+    return Services(
+        backend, sessions, tracker, audit, access, workspaces, context, *people, uow, database, url, outputs
+    )
+
+
+def default_outputs_root() -> Path:
+    """One folder for the session folders of this test process, removed at exit (session ids are UUIDs, so
+    tests sharing it never meet)."""
+    global _OUTPUTS_ROOT
+    if _OUTPUTS_ROOT is None:
+        _OUTPUTS_ROOT = Path(tempfile.mkdtemp(prefix="taskgate-outputs-"))
+        atexit.register(shutil.rmtree, _OUTPUTS_ROOT, ignore_errors=True)
+    return _OUTPUTS_ROOT
+
+
+_OUTPUTS_ROOT: Path | None = None
 
 
 @pytest.fixture(params=BACKENDS)

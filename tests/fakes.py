@@ -780,6 +780,14 @@ class InMemoryAgentRepository(_Repo):
             agent.status = status
             agent.completed_at = None if status in (AgentStatus.QUEUED, AgentStatus.RUNNING) else at
 
+    async def update(self, agent: Agent) -> None:
+        if agent.id in self.store.agents:
+            self.store.agents[agent.id] = copy.deepcopy(agent)
+
+    async def active(self) -> list[Agent]:
+        live = (AgentStatus.QUEUED, AgentStatus.RUNNING)
+        return [copy.deepcopy(a) for a in sorted(self.store.agents.values(), key=lambda a: a.id) if a.status in live]
+
     async def stale(self, before: datetime) -> list[Agent]:
         def last_seen(a: Agent) -> datetime | None:
             return a.heartbeat_at or a.started_at

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from taskgate.application.access import AccessService
+from taskgate.application.agents import AgentService, ExecutionOptions
 from taskgate.application.audit import AuditService
 from taskgate.application.context import ContextScout
 from taskgate.application.decisions import DecisionService
@@ -14,20 +16,33 @@ from taskgate.application.effects import CompositeEffects
 from taskgate.application.guards import GuardEvaluator
 from taskgate.application.operators import OperatorService
 from taskgate.application.outbox import Subscriber, WebhookDispatcher
+from taskgate.application.outputs import OutputService
 from taskgate.application.policy_config import PolicyBook, ProjectPolicies
-from taskgate.application.ports import Clock, IdGenerator, TestRunner, TrackerProvider, UnitOfWorkFactory, VcsProvider
+from taskgate.application.ports import (
+    AgentRunner,
+    Clock,
+    IdGenerator,
+    TestRunner,
+    TrackerProvider,
+    UnitOfWorkFactory,
+    VcsProvider,
+)
 from taskgate.application.review_queue import ReviewQueue
 from taskgate.application.sessions import SessionService
 from taskgate.application.sweeper import Sweeper, SweeperOptions
 from taskgate.application.tracker import TrackerService
 from taskgate.application.tracker_sync import TrackerWriteBack
 from taskgate.application.workspaces import GitOptions, WorkspaceService
+from taskgate.domain.agents import AgentType
 from taskgate.domain.entities import ApiToken
+from taskgate.domain.outputs import OutputLimits
 from taskgate.domain.policies import Policy
+from taskgate.infrastructure.agent_runner import SubprocessAgentRunner
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db.engine import Database, redact
 from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 from taskgate.infrastructure.git import GitPythonVcs
+from taskgate.infrastructure.session_folder import SessionFolderStore
 from taskgate.infrastructure.settings import Settings, load_settings
 from taskgate.infrastructure.system import SystemClock, UuidGenerator
 from taskgate.infrastructure.test_runner import SubprocessTestRunner
@@ -54,6 +69,8 @@ class App:
     database: Database | None = None
     uow: UnitOfWorkFactory | None = None  # for use cases built on demand (BeadsImporter)
     clock: Clock | None = None
+    agents: AgentService | None = None
+    outputs: OutputService | None = None  # the session folders (save_output, manifest.json)
 
     async def close(self) -> None:
         if self.database is not None:
@@ -96,6 +113,44 @@ def build_workspaces(
     if tracker is not None:
         sessions.use_effects(CompositeEffects([workspaces, TrackerWriteBack(uow, clock, tracker)]))
     return workspaces, scout
+
+
+def build_agents(
+    sessions: SessionService,
+    uow: UnitOfWorkFactory,
+    *,
+    access: AccessService,
+    clock: Clock,
+    ids: IdGenerator,
+    types: Mapping[str, AgentType],
+    options: ExecutionOptions,
+    outputs_root: str,
+    runner: AgentRunner | None = None,
+    outputs: OutputService | None = None,
+) -> AgentService:
+    """The agent supervisor, added after the engine's current effects (it stops agents on cancel and fail,
+    and relaunches them on request_changes)."""
+    agents = AgentService(uow, sessions, runner or SubprocessAgentRunner(), access, clock, ids, types, options,
+                          outputs_root, outputs)  # fmt: skip
+    sessions.use_effects(CompositeEffects([sessions.effects, agents]))
+    return agents
+
+
+def agent_types(settings: Settings) -> dict[str, AgentType]:
+    """The `[agents.NAME]` settings as agent types. Raises: InvalidInput naming a bad placeholder."""
+    return {
+        name: AgentType(name, tuple(a.command), dict(a.env), a.timeout_s, a.max_output_bytes)
+        for name, a in settings.agents.items()
+    }
+
+
+def execution_options(settings: Settings) -> ExecutionOptions:
+    cfg = settings.execution
+    config_dir = str(settings.config_file.parent) if settings.config_file else str(Path.cwd() / "config")
+    return ExecutionOptions(
+        tuple(cfg.default_agents), cfg.max_agents_per_session, cfg.max_agents_total, cfg.on_agent_failure,
+        cfg.heartbeat_interval_s, f"http://{settings.mcp.host}:{settings.mcp.port}/mcp", config_dir=config_dir,
+    )  # fmt: skip
 
 
 def tracker_provider(settings: Settings) -> TrackerProvider | None:
@@ -181,7 +236,19 @@ async def bootstrap(
     )
     people = OperatorService(uow, clock), DecisionService(uow, services[0], clock)
     queue = ReviewQueue(uow, services[0], extras[0])
-    return App(settings, *services, *extras, *people, queue, database=database, uow=uow, clock=clock)
+    outputs = OutputService(uow, session_folders(settings), clock)
+    agents = build_agents(
+        services[0], uow, access=services[3], clock=clock, ids=ids or UuidGenerator(), types=agent_types(settings),
+        options=execution_options(settings), outputs_root=str(settings.data_dir / "agent-outputs"), outputs=outputs,
+    )  # fmt: skip
+    app = App(settings, *services, *extras, *people, queue, database=database, uow=uow, clock=clock)
+    app.agents, app.outputs = agents, outputs
+    return app
+
+
+def session_folders(settings: Settings) -> SessionFolderStore:
+    """The session folders under `<data_dir>/agent-outputs`, with the `[outputs]` limits."""
+    return SessionFolderStore(settings.data_dir / "agent-outputs", OutputLimits(**settings.outputs.model_dump()))
 
 
 async def database_report(app: App) -> dict[str, object]:

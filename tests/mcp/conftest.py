@@ -27,6 +27,7 @@ def app_of(services: Services) -> App:
         services.operators,
         services.decisions,
         services.review_queue,
+        outputs=services.outputs,
     )
 
 

@@ -113,6 +113,7 @@ internal error."""
 AGENT_READS = {"ping", "session_status", "session_history", "session_state_at", "session_review", "context_discover",
                "policies_check"}  # fmt: skip
 AGENT_FIRES = {"session_fire"}
+AGENT_WRITES = {"save_output"}  # into the agent's own session folder
 GUARD_LOGGED_TABLES = {"transition_log", "events", "sessions"}
 SDK_SERVER_LOGGER = "mcp.server.mcpserver.server"
 
@@ -327,7 +328,8 @@ def domains(seed: Seed) -> dict[str, Domain]:
     sessions = [a, a, b, b, a[:8], a[:4], a[:3], b[:6], a.upper(), f"  {a}  ", a + "0", unknown]
     tasks = [*seed.task_ids, "NOPE-1", seed.task_ids[0].lower(), f"{key}-0", f"{key}--1", f"{key}-99999999999999999999"]
     projects = [str(seed.project_id), seed.project_name, key, key.lower(), "0", "2", "-1", "²", "１", "2147483648"]
-    paths = [str(seed.repo), *map(str, seed.spare_repos), f"{seed.repo}/../{seed.repo.name}", str(seed.repo.parent)]
+    paths = [str(seed.repo), *map(str, seed.spare_repos), f"{seed.repo}/../{seed.repo.name}", str(seed.repo.parent),
+             "taskgate-fuzz.md", "taskgate-fuzz/out.txt", "../taskgate-fuzz.txt", "a/../../taskgate-fuzz"]  # fmt: skip
     task_refs = mostly(tasks, bounded_text(64))
     return {
         "session_id": Domain(mostly(sessions, bounded_text(64, min_size=1)), st.sampled_from(["", "x" * 65])),
@@ -358,6 +360,8 @@ def domains(seed: Seed) -> dict[str, Domain]:
             st.sampled_from(["closed", "OPEN", ""]),
         ),
         "actor": choice([None, "operator:alice", "system", "agent:fuzz", "operator:"], 200),
+        "content": Domain(bounded_text(200), st.sampled_from(["x" * 100_000, "\x00", "\ud800"])),
+        "encoding": Domain(st.sampled_from(["text", "base64"]), st.sampled_from(["TEXT", "b64", "", None])),
     }
 
 
@@ -506,7 +510,7 @@ class Harness:
         assert isinstance(out, dict) and isinstance(out.get("summary"), str), f"{tool}({_short(args)}): {out}"
         if self.principal.session_id is None:
             return
-        assert tool in AGENT_READS | AGENT_FIRES, f"agent was allowed {tool}({_short(args)})"
+        assert tool in AGENT_READS | AGENT_FIRES | AGENT_WRITES, f"agent was allowed {tool}({_short(args)})"
         session = out.get("session", out) if tool != "ping" else {}
         if "id" in session or "session_id" in session:
             assert self.principal.session_id in (session.get("id"), session.get("session_id")), out["summary"]
@@ -603,6 +607,7 @@ async def _connected(services: Services, principal: Principal) -> Any:
             services.operators,
             services.decisions,
             services.review_queue,
+            outputs=services.outputs,
         )
 
     async with Client(build_server(open_app, local_principal=principal)) as client:
@@ -630,7 +635,7 @@ def open_harness(seed: Seed, tmp_path: Path, caller: str) -> Iterator[Harness]:
     principal = Principal.agent("fuzz", seed.planning_session) if caller == "agent" else Principal.operator("alice")
     loop = asyncio.new_event_loop()
     database = Database(f"sqlite:///{db_file}", synchronous="NORMAL")
-    services = wire("sqlite", database, database.url, wip_limit=2)
+    services = wire("sqlite", database, database.url, wip_limit=2, outputs_root=tmp_path / "agent-outputs")
     ready, stop = loop.create_future(), asyncio.Event()
     with _sdk_log_captured() as crash_log, closing(sqlite3.connect(db_file)) as watcher:
         holder = loop.create_task(_hold(services, principal, ready, stop))

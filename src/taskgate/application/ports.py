@@ -6,6 +6,8 @@ Adapters live in `taskgate.infrastructure`; in-memory twins live in `tests/fakes
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -25,6 +27,7 @@ from taskgate.domain.entities import (
     TaskStatus,
     TransitionRecord,
 )
+from taskgate.domain.outputs import OutputLimits, OutputRecord
 from taskgate.domain.policies import BlockerFact, TestRun
 from taskgate.domain.states import SessionState
 
@@ -404,6 +407,12 @@ class AgentRepository(Protocol):
     async def set_status(self, agent_id: str, status: AgentStatus, at: datetime) -> None:
         """Set the status; a status other than queued/running also sets completed_at to `at`."""
 
+    async def update(self, agent: Agent) -> None:
+        """Write every field of the agent (status, pid, times, exit code, output tail, error)."""
+
+    async def active(self) -> list[Agent]:
+        """Agents queued or running, of every session (what a restarted service must re-attach or fail)."""
+
     async def stale(self, before: datetime) -> list[Agent]:
         """Running agents whose last sign of life (heartbeat_at, else started_at) is older than `before`, by
         session then id. Agents with neither timestamp are left out: nothing says when they were last alive."""
@@ -546,3 +555,71 @@ class TestRunner(Protocol):
 
         Never raises for a failing, hanging or missing command: the outcome says what happened.
         """
+
+
+@dataclass(frozen=True, slots=True)
+class AgentExit:
+    """How an agent process ended. `exit_code` is None when it was killed or its status is unknown;
+    `reason` is exited | timeout | cancelled | output_limit | start_failed | lost."""
+
+    exit_code: int | None
+    reason: str
+    output_tail: str
+
+
+class AgentRunner(Protocol):
+    """Starts agent processes (argv lists, never a shell) in their own process group, and watches them."""
+
+    async def start(self, command: list[str], cwd: str, env: dict[str, str], output_path: str) -> int:
+        """Start the agent; its stdout and stderr go to `output_path`. Returns the process (group) id.
+
+        Raises: InvalidInput when the program cannot be started (missing, not executable, no cwd).
+        """
+
+    async def wait(
+        self,
+        pid: int,
+        *,
+        output_path: str,
+        timeout_s: float,
+        max_output_bytes: int,
+        stop: asyncio.Event,
+        beat: Callable[[], Awaitable[None]],
+        beat_every_s: float,
+    ) -> AgentExit:
+        """Until the agent ends, calling `beat` every `beat_every_s` while it runs. A timeout, `stop` being set
+        or the output growing past `max_output_bytes` kills the whole process group. Works for agents started
+        by an earlier process too (re-attach after a restart)."""
+
+    def alive(self, pid: int) -> bool: ...
+
+
+class SessionFolders(Protocol):
+    """The session folders (`<data_dir>/agent-outputs/<session id>/`): files agents save, and `manifest.json`.
+
+    Every write stays inside the session's folder: paths are checked by `domain.outputs.output_path`, and the
+    adapter follows no symbolic link. Manifest updates are atomic and serialised per session (also across
+    processes). Session ids must be UUIDs (InvalidInput otherwise)."""
+
+    limits: OutputLimits
+
+    def path(self, session_id: str) -> str:
+        """The folder's absolute path (it may not exist yet)."""
+
+    async def ensure(self, session_id: str) -> str:
+        """Create the folder if needed; returns its path. Raises: Forbidden when it is a symlink."""
+
+    async def write_output(
+        self, session_id: str, relative: str, data: bytes, *, at: datetime, by: str, task: dict[str, Any]
+    ) -> OutputRecord:
+        """Write `data` to `relative` (atomically replacing an earlier file) and list it in the manifest (created
+        with `task` if missing). Raises: InvalidInput for a bad path or a broken limit; Forbidden for a symlink
+        or something that is not a regular file or folder on the way."""
+
+    async def read_manifest(self, session_id: str) -> dict[str, Any] | None:
+        """The manifest, or None when the folder has none (or an unreadable one)."""
+
+    async def update_manifest(
+        self, session_id: str, mutate: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Replace the manifest with `mutate(current)` (an empty manifest when there is none); returns it."""

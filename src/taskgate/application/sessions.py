@@ -153,6 +153,10 @@ class SessionService:
         self._session_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._project_names: dict[int, str] = {}  # for per-project policies; project names never change
 
+    @property
+    def effects(self) -> SessionEffects:
+        return self._effects
+
     def use_effects(self, effects: SessionEffects) -> None:
         """Attach the effects (the composition root does this once; effects need the service themselves)."""
         self._effects = effects

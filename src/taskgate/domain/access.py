@@ -6,8 +6,9 @@ reading needs `read`; changing projects, plans, tasks and moving sessions needs 
 (approve, request_changes, reject) and merging needs `approve`; overriding a policy needs `override`;
 managing operators and tokens needs `admin`. See docs/operators.md for the matrix.
 
-Agents act only on their own session: they may read it and fire the triggers of their own work
-(`AGENT_TRIGGERS`), and never decide, merge, start work or change projects, plans, tasks or policy.
+Agents act only on their own session: they may read it, save files into its folder (`save_output`) and fire
+the triggers of their own work (`AGENT_TRIGGERS`), and never decide, merge, start work or change projects,
+plans, tasks or policy.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Capability(StrEnum):
     DECIDE = "decide on a verification (approve, request changes, reject) and merge"
     OVERRIDE = "override policies"
     ADMINISTER = "manage operators and tokens"
+    SAVE_OUTPUT = "save files into a session folder"
 
 
 ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
@@ -61,6 +63,7 @@ _PERMISSION_OF: dict[Capability, Permission] = {
     Capability.DECIDE: Permission.APPROVE,
     Capability.OVERRIDE: Permission.OVERRIDE,
     Capability.ADMINISTER: Permission.ADMIN,
+    Capability.SAVE_OUTPUT: Permission.WRITE,
 }
 
 
@@ -95,7 +98,7 @@ def authorize_operator(operator: Operator, capability: Capability, trigger: Trig
 AGENT_TRIGGERS: frozenset[Trigger] = frozenset({Trigger.PLAN_COMPLETE, Trigger.WORK_COMPLETE, Trigger.FAIL})
 """Triggers an agent may fire on its own session: reporting on its own work, never deciding about it."""
 
-_AGENT_CAPABILITIES = frozenset({Capability.READ_SESSION, Capability.FIRE})
+_AGENT_CAPABILITIES = frozenset({Capability.READ_SESSION, Capability.FIRE, Capability.SAVE_OUTPUT})
 
 
 @dataclass(frozen=True, slots=True)

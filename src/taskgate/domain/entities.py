@@ -122,6 +122,10 @@ class Agent:
     started_at: datetime | None = None
     completed_at: datetime | None = None
     heartbeat_at: datetime | None = None
+    run: int = 1
+    pid: int | None = None
+    output_tail: str = ""
+    error: str | None = None
 
 
 @dataclass(slots=True)

@@ -404,6 +404,54 @@ def session_decide(
         console.print(f"  then {record.trigger}: {record.from_state} → [green]{record.to_state}[/green]")
 
 
+@session_app.command("execute")
+def session_execute(
+    session_id: Annotated[str, typer.Argument()],
+    agent: Annotated[list[str] | None, typer.Option("--agent", help="Agent type to launch (repeat).")] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Supervise the agents until they end.")] = True,
+) -> None:
+    """planning → executing, launch the session's agents into its worktree, and follow them until they end.
+
+    This command supervises the agents it starts: with --no-wait they run on, and the next `taskgate serve`
+    (or `taskgate session watch`) re-attaches to them."""
+
+    async def work(services: App):
+        assert services.agents is not None
+        full_id = await services.sessions.resolve_id(session_id)
+        launched = await services.agents.execute(full_id, _local_actor(services), agent or [])
+        console.print(f"session {full_id[:8]} is executing; {len(launched.agents)} agent(s) launched")
+        if wait:
+            await render.follow_agents(services, full_id, until=services.agents.wait(full_id))
+        return await services.sessions.get(full_id)
+
+    session = run(work)
+    console.print(f"session {session.id[:8]} is now [bold]{session.state.value}[/bold]")
+
+
+@session_app.command("watch")
+def session_watch(
+    session_id: Annotated[str, typer.Argument()],
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes.")] = 0.5,
+) -> None:
+    """Follow a session's agents live (status, heartbeat, last output line) until none is queued or running.
+
+    It only reads: the process that launched the agents (`taskgate serve`, or `session execute`) supervises them."""
+
+    async def work(services: App):
+        assert services.agents is not None
+        full_id = await services.sessions.resolve_id(session_id)
+
+        async def settled() -> None:  # reads only: whoever supervises the agents (serve, execute) records them
+            while any(a.status.value in {"queued", "running"} for a in await services.agents.agents(full_id)):
+                await asyncio.sleep(interval)
+
+        await render.follow_agents(services, full_id, until=settled(), interval=interval)
+        return await services.sessions.get(full_id)
+
+    session = run(work)
+    console.print(f"session {session.id[:8]} is now [bold]{session.state.value}[/bold]")
+
+
 @session_app.command("merge")
 def session_merge(
     session_id: Annotated[str, typer.Argument()],
@@ -459,6 +507,24 @@ def session_checkpoint(
         f"{data['ahead']} commit(s) ahead of {data['base_ref']}, {len(data['diff_stat'])} file(s) changed",
         highlight=False,
     )
+
+
+@session_app.command("outputs")
+def session_outputs(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt = False) -> None:
+    """The files saved into the session folder (data/agent-outputs/ID/), as its manifest.json lists them."""
+
+    async def work(services: App):
+        assert services.outputs is not None, "the app was not built by bootstrap()"
+        full_id = await services.sessions.resolve_id(session_id)
+        return services.outputs.folder(full_id), await services.outputs.manifest(full_id)
+
+    folder, manifest = run(work)
+    if as_json:
+        render.print_json({"folder": folder, **manifest})
+        return
+    rows = [(o["path"], o["bytes"], o["at"], o["by"], o["sha256"][:12]) for o in manifest["outputs"]]
+    title = f"Outputs of session {manifest['session'][:8]} ({manifest['status'] or 'no manifest yet'}) in {folder}"
+    console.print(render.table(title, ["path", "bytes", "saved at", "by", "sha256"], rows))
 
 
 @session_app.command("list")

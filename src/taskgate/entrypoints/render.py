@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import dataclasses
 import io
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -22,7 +23,7 @@ from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import WorkspaceContext
 from taskgate.application.workspaces import WorktreeRow
 from taskgate.domain.access import effective_permissions
-from taskgate.domain.entities import Operator, Outcome, Session, Task, TransitionRecord
+from taskgate.domain.entities import Agent, Operator, Outcome, Session, Task, TransitionRecord
 from taskgate.domain.policies import TestRun
 
 console = Console()
@@ -277,3 +278,29 @@ def print_policy_check(check: PolicyCheck) -> None:
                       highlight=False)  # fmt: skip
     elif check.slow.test_note:
         console.print(f"  tests: {check.slow.test_note}", highlight=False, markup=False)
+
+
+def agents_table(agents: list[Agent], title: str = "Agents") -> Table:
+    rows = []
+    for a in agents:
+        last = (a.output_tail.strip().splitlines() or [""])[-1][:60]
+        rows.append((a.id[:8], a.agent_type, a.run, a.status.value, "" if a.exit_code is None else a.exit_code,
+                     _when(a.heartbeat_at), a.error or last))  # fmt: skip
+    return table(title, ["agent", "type", "run", "status", "exit", "heartbeat", "note / last output"], rows)
+
+
+async def follow_agents(app: Any, session_id: str, *, until: Awaitable[Any], interval: float = 0.5) -> None:
+    """A live Rich view of the session's agents, refreshed from the database until `until` completes."""
+    from rich.live import Live
+
+    done = asyncio.ensure_future(until)
+    with Live(console=console, refresh_per_second=4, transient=False) as live:
+        while True:
+            session = await app.sessions.get(session_id)
+            agents = await app.agents.agents(session_id)
+            live.update(agents_table(agents, f"Session {session_id[:8]}: {session.state.value}"))
+            if done.done():
+                break
+            await asyncio.wait({done}, timeout=interval)
+    console.print()
+    await done

@@ -186,6 +186,16 @@ class SweeperSettings(BaseModel):
         return self
 
 
+class OutputsSettings(BaseModel):
+    """`[outputs]`: limits of the session folders (`<data_dir>/agent-outputs/<session id>/`, see docs/agents.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_output_bytes: int = Field(default=10 * 1024 * 1024, ge=1, le=1024**3)
+    max_outputs: int = Field(default=1000, ge=1, le=100_000)
+    max_session_bytes: int = Field(default=256 * 1024 * 1024, ge=1, le=1024**4)
+
+
 class WebhookSettings(BaseModel):
     """A webhook subscriber (`[[webhooks]]`, see docs/events.md). Its secret comes from the environment variable
     named by `secret_env` (preferred: keeps it out of the file), or from `secret`."""
@@ -218,6 +228,30 @@ class WebhookSettings(BaseModel):
         return value
 
 
+class AgentSettings(BaseModel):
+    """`[agents.NAME]`: one agent type (see docs/agents.md). Placeholders are filled per argv element."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = Field(default=3600.0, gt=0, le=7 * 86_400)
+    max_output_bytes: int = Field(default=10_000_000, gt=0)
+    prompt: str = "Work on task {task_id}: {task_title}\n\n{task_description}\n\n{instructions}"
+
+
+class ExecutionSettings(BaseModel):
+    """`[execution]`: which agents a session runs, how many at once, and what a failed agent means."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    default_agents: list[str] = Field(default_factory=list)
+    max_agents_per_session: int = Field(default=8, ge=1, le=64)
+    max_agents_total: int = Field(default=16, ge=1, le=1024)
+    on_agent_failure: Literal["fail", "verify"] = "fail"
+    heartbeat_interval_s: float = Field(default=5.0, gt=0, le=3600)
+
+
 class Settings(BaseSettings):
     """All of taskgate's configuration. Build it with `load_settings()`."""
 
@@ -231,10 +265,13 @@ class Settings(BaseSettings):
     sqlite: SqliteSettings = SqliteSettings()
     mcp: McpSettings = McpSettings()
     git: GitSettings = GitSettings()
+    agents: dict[str, AgentSettings] = Field(default_factory=dict)
+    execution: ExecutionSettings = ExecutionSettings()
     context: ContextSettings = ContextSettings()
     tracker: TrackerSettings = TrackerSettings()
     webhooks: list[WebhookSettings] = []
     sweeper: SweeperSettings = SweeperSettings()
+    outputs: OutputsSettings = OutputsSettings()
     config_file: Path | None = Field(default=None, exclude=True)
 
     @classmethod

@@ -14,7 +14,8 @@ from taskgate.application.guards import PolicyCheck
 from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import WorkspaceContext
 from taskgate.application.review_queue import ReviewItem
-from taskgate.domain.entities import Plan, Project, Session, SessionSnapshot, Task, TransitionRecord
+from taskgate.domain.entities import Agent, Plan, Project, Session, SessionSnapshot, Task, TransitionRecord
+from taskgate.domain.outputs import OutputRecord
 from taskgate.domain.policies import TestRun
 from taskgate.domain.session_fsm import allowed_triggers
 
@@ -96,6 +97,28 @@ class TaskList(BaseModel):
         return cls(summary=f"{len(tasks)} {what}", tasks=[TaskOut.of(t) for t in tasks])
 
 
+class AgentOut(BaseModel):
+    id: str
+    type: str
+    status: str = Field(description="queued, running, completed, failed or cancelled.")
+    run: int = Field(description="1, then one more per request_changes relaunch.")
+    exit_code: int | None
+    started_at: datetime | None
+    completed_at: datetime | None
+    heartbeat_at: datetime | None
+    output_path: str | None
+    error: str | None
+    output_tail: str = Field(description="The last lines of its output.")
+
+    @classmethod
+    def of(cls, a: Agent) -> AgentOut:
+        return cls(
+            id=a.id, type=a.agent_type, status=a.status.value, run=a.run, exit_code=a.exit_code,
+            started_at=a.started_at, completed_at=a.completed_at, heartbeat_at=a.heartbeat_at,
+            output_path=a.output_path, error=a.error, output_tail=a.output_tail[-1000:],
+        )  # fmt: skip
+
+
 class SessionOut(BaseModel):
     summary: str
     id: str
@@ -117,8 +140,10 @@ class SessionOut(BaseModel):
         "folder was deleted by hand (merge restores it from the branch).",
     )
 
+    agents: list[AgentOut] = Field(default_factory=list, description="The session's agents, oldest first.")
+
     @classmethod
-    def of(cls, s: Session) -> SessionOut:
+    def of(cls, s: Session, agents: Sequence[Agent] = ()) -> SessionOut:
         nxt = allowed_triggers(s.state, s.prior_state)
         flags = (
             [f"; worktree missing since {s.state_data['worktree_missing']}"]
@@ -132,6 +157,7 @@ class SessionOut(BaseModel):
             f"next: {', '.join(nxt) or 'nothing, it is finished'}" + "".join(flags),
             branch=s.branch_name,
             worktree=s.worktree_path,
+            agents=[AgentOut.of(a) for a in agents],
             workspace=dict(s.state_data),
             id=s.id,
             task_id=s.task_id,
@@ -577,4 +603,24 @@ class ReadyList(BaseModel):
     def of(cls, items: list[ReviewItem]) -> ReadyList:
         return cls(
             summary=f"{len(items)} session(s) waiting for your decision", sessions=[ReadyOut.of(i) for i in items]
+        )
+
+
+class OutputOut(BaseModel):
+    """A file saved into a session folder, as its manifest now lists it."""
+
+    summary: str
+    session_id: str
+    path: str = Field(description="Relative to the session folder.")
+    bytes: int
+    sha256: str
+    at: str
+    by: str
+
+    @classmethod
+    def of(cls, session_id: str, record: OutputRecord) -> OutputOut:
+        return cls(
+            summary=f"saved {record.path} ({record.bytes} bytes) in the folder of session {session_id}",
+            session_id=session_id,
+            **record.to_dict(),
         )

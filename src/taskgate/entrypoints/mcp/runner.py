@@ -26,6 +26,9 @@ class _OpenApp:
     async def __call__(self) -> AsyncIterator[App]:
         app = await bootstrap(self.settings)
         await _reconcile(app)
+        if app.agents is not None:  # agents of a crashed run: re-attach to live ones, fail the rest
+            for line in await app.agents.recover():
+                logging.getLogger("taskgate").warning("start-up recovery: %s", line)
         self.app = app
         sweeping = _start_sweeper(self.settings, app)
         delivering = None

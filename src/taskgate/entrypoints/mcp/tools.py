@@ -16,18 +16,20 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from taskgate.application.decisions import Decide
+from taskgate.application.outputs import SaveOutput
 from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import FireTrigger, StartTask, parse_trigger
 from taskgate.application.timestamps import parse_timestamp
 from taskgate.application.tracker import AddTask
 from taskgate.bootstrap import App
 from taskgate.domain.access import Capability, Principal, authorize, check_operator_param
-from taskgate.domain.errors import InvalidInput, PolicyViolation, TaskgateError, Unauthenticated
+from taskgate.domain.errors import InvalidInput, PolicyViolation, StorageError, TaskgateError, Unauthenticated
 from taskgate.entrypoints.mcp.models import (
     CheckpointOut,
     ContextOut,
     DecisionOut,
     FireOut,
+    OutputOut,
     PlanList,
     PlanOut,
     PolicyCheckOut,
@@ -289,9 +291,33 @@ async def project_decide(
 
 @tool_errors
 async def session_status(session_id: SessionRef, ctx: Context) -> SessionOut:
-    """One session: state, version, prior state (while suspended), and the triggers allowed next."""
+    """One session: state, version, prior state (while suspended), the triggers allowed next, and its agents
+    (status, exit code, start/end, heartbeat, output file and tail)."""
     call = _call(ctx)
-    return SessionOut.of(await call.app.sessions.get(await _session_id(call, session_id)))
+    sid = await _session_id(call, session_id)
+    agents = await call.app.agents.agents(sid) if call.app.agents is not None else []
+    return SessionOut.of(await call.app.sessions.get(sid), agents)
+
+
+@tool_errors
+async def session_execute(
+    session_id: SessionRef,
+    ctx: Context,
+    agents: Annotated[
+        list[Annotated[str, Field(max_length=100)]],
+        Field(description="Agent types to launch ([agents.NAME] in config); default: execution.default_agents.",
+              max_length=64),
+    ] = [],  # noqa: B006 (pydantic copies)
+) -> SessionOut:
+    """Move a session from planning to executing and launch its agents into its worktree (each with a token
+    scoped to the session). They run supervised: when all have ended the session moves to verifying by itself
+    (a failed agent fails it for the operator). Follow them with session_status."""
+    call = _call(ctx)
+    sid = await _session_id(call, session_id, Capability.START)
+    if call.app.agents is None:
+        raise InvalidInput("this server runs no agent supervisor")
+    launched = await call.app.agents.execute(sid, call.principal.actor, list(agents))
+    return SessionOut.of(launched.session, launched.agents)
 
 
 @tool_errors
@@ -478,6 +504,35 @@ async def policies_check(
     return PolicyCheckOut.of(check)
 
 
+@tool_errors
+async def save_output(
+    session_id: SessionRef,
+    path: Annotated[
+        str,
+        Field(
+            description="Where to save it, relative to the session folder, e.g. 'reports/tests.txt'. No '..', "
+            "no absolute path, no component starting with '.', '-' or '~'; 'manifest.json' is taskgate's.",
+            min_length=1,
+            max_length=1024,
+        ),
+    ],
+    content: Annotated[str, Field(description="The file's content (10 MB at most by default).", max_length=14_000_000)],
+    ctx: Context,
+    encoding: Annotated[
+        Literal["text", "base64"], Field(description="text (saved as UTF-8) or base64 (for binary content).")
+    ] = "text",
+) -> OutputOut:
+    """Save a file into the session's folder (data/agent-outputs/<session id>/) and list it in the folder's
+    manifest.json; an earlier file of the same path is replaced. Every write stays inside the folder: '..',
+    absolute paths, NUL and control characters and symbolic links are refused. Agents: their own session only."""
+    call = _call(ctx)
+    sid = await _session_id(call, session_id, Capability.SAVE_OUTPUT)
+    if call.app.outputs is None:
+        raise StorageError("this server has no session folders configured")
+    record = await call.app.outputs.save_output(SaveOutput(sid, path, content, encoding, call.principal.actor))
+    return OutputOut.of(sid, record)
+
+
 TOOLS: list[Callable[..., Awaitable[Any]]] = [
     ping,
     project_init,
@@ -489,6 +544,7 @@ TOOLS: list[Callable[..., Awaitable[Any]]] = [
     project_session_start,
     project_sessions_ready,
     project_decide,
+    session_execute,
     session_status,
     session_history,
     session_state_at,
@@ -503,4 +559,5 @@ TOOLS: list[Callable[..., Awaitable[Any]]] = [
     audit_query,
     policies_list,
     policies_check,
+    save_output,
 ]

@@ -532,6 +532,17 @@ class SqlAlchemyAgentRepository(_Repository):
         values: dict[str, Any] = {"status": status.value, "completed_at": at if done else None}
         await self._conn.execute(update(t.agents).where(t.agents.c.id == agent_id).values(**values))
 
+    async def update(self, agent: Agent) -> None:
+        values = {name: getattr(agent, name) for name in _AGENT_FIELDS if name != "id"}
+        await self._conn.execute(
+            update(t.agents).where(t.agents.c.id == agent.id).values(**{**values, "status": agent.status.value})
+        )
+
+    async def active(self) -> list[Agent]:
+        c = t.agents.c
+        live = (AgentStatus.QUEUED.value, AgentStatus.RUNNING.value)
+        return [_agent(r) for r in await self._all(select(t.agents).where(c.status.in_(live)).order_by(c.id))]
+
     async def stale(self, before: datetime) -> list[Agent]:
         c = t.agents.c
         last_seen = func.coalesce(c.heartbeat_at, c.started_at)

@@ -205,6 +205,11 @@ agents = Table(
     Column("started_at", UtcDateTime, nullable=True),
     Column("completed_at", UtcDateTime, nullable=True),
     Column("heartbeat_at", UtcDateTime, nullable=True),
+    Column("run", Integer, nullable=False, server_default=text("1")),  # 1, then +1 per request_changes relaunch
+    Column("pid", Integer, nullable=True),  # the process group leader, to re-attach after a restart
+    Column("output_tail", Text, nullable=False, server_default=text("''")),
+    Column("error", Text, nullable=True),
+    Index("ix_agents_status", "status"),
 )
 
 events = Table(

@@ -1,0 +1,344 @@
+"""Agents launched into session worktrees, supervised, and recovered after a restart.
+
+`execute` moves a session planning → executing and launches its agents: each gets a row (queued), then a
+slot (at most `max_per_session` running per session and `max_total` in the whole service: the rest wait,
+queued), then a process in the session's worktree with a token scoped to that session. A supervising task
+per agent keeps its heartbeat, waits for it (timeout and cancel kill its process group) and records how it
+ended. When every agent of the session's run has ended, `work_complete` fires; a failed agent fails the
+session for the operator (or, with `on_failure = "verify"`, it goes to verifying anyway, with the failure
+noted). `request_changes` relaunches the agents with the operator's instructions as `{instructions}`.
+
+Races: all of a session's agent bookkeeping happens in this process's supervising tasks; the "last agent
+ended" check runs under a per-session asyncio lock, and `work_complete` is fired with the version read, so a
+session that moved meanwhile (cancelled, failed by the sweeper) is left alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Mapping
+from contextlib import suppress
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import PurePosixPath
+
+from taskgate.application.access import AccessService
+from taskgate.application.effects import NOTHING, Aftermath
+from taskgate.application.outputs import OutputService
+from taskgate.application.ports import AgentExit, AgentRunner, Clock, IdGenerator, UnitOfWorkFactory
+from taskgate.application.sessions import FireResult, FireTrigger, SessionService
+from taskgate.domain.agents import AgentType, render_command
+from taskgate.domain.entities import Agent, AgentStatus, Session
+from taskgate.domain.errors import InvalidInput, InvalidTransition, TaskgateError
+from taskgate.domain.states import SessionState, Trigger
+
+SYSTEM_ACTOR = "system"
+_STOP_ON = frozenset({Trigger.CANCEL, Trigger.FAIL, Trigger.REJECT, Trigger.TIMEOUT, Trigger.ABANDON})
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionOptions:
+    default_agents: tuple[str, ...] = ()
+    max_per_session: int = 8
+    max_total: int = 16
+    on_failure: str = "fail"  # fail | verify
+    heartbeat_interval_s: float = 5.0
+    mcp_url: str = ""
+    config_dir: str = ""  # `{config_dir}` in agent commands: where config/ lives (so config/agents/… resolve)
+    prompt: str = "Work on task {task_id}: {task_title}\n\n{task_description}\n\n{instructions}"
+
+
+@dataclass(frozen=True, slots=True)
+class Launched:
+    session: Session
+    agents: list[Agent]
+
+
+class AgentService:
+    """Launches and supervises agents; also the session effects that stop or relaunch them."""
+
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        sessions: SessionService,
+        runner: AgentRunner,
+        access: AccessService,
+        clock: Clock,
+        ids: IdGenerator,
+        types: Mapping[str, AgentType],
+        options: ExecutionOptions,
+        outputs_root: str,
+        outputs: OutputService | None = None,
+    ) -> None:
+        self._uow, self._sessions, self._runner, self._access = uow, sessions, runner, access
+        self._outputs = outputs
+        self._clock, self._ids, self._types, self._options = clock, ids, dict(types), options
+        self._outputs_root = outputs_root
+        self._global = asyncio.Semaphore(options.max_total)
+        self._per_session: dict[str, asyncio.Semaphore] = {}
+        self._stops: dict[str, asyncio.Event] = {}  # agent id → set to stop it
+        self._tasks: dict[str, set[asyncio.Task]] = {}  # session id → supervising tasks
+        self._done_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        for name in options.default_agents:
+            self._type(name)
+
+    # -- use cases -------------------------------------------------------------------------------------------
+
+    async def execute(self, session_id: str, actor: str, agents: list[str] | None = None) -> Launched:
+        """planning → executing, then launch the agents (default: `execution.default_agents`).
+
+        Raises: InvalidInput (unknown agent type, none configured), InvalidTransition, SessionNotFound.
+        """
+        names = list(agents or self._options.default_agents)
+        if not names:
+            raise InvalidInput("no agents to launch: pass agent names or set execution.default_agents in config")
+        if len(names) > 64:
+            raise InvalidInput("at most 64 agents per launch")
+        kinds = [self._type(n) for n in names]
+        result = await self._sessions.fire(FireTrigger(session_id, Trigger.PLAN_COMPLETE.value, actor))
+        return Launched(result.session, await self._launch(result.session, kinds, instructions=""))
+
+    async def wait(self, session_id: str) -> None:
+        """Until every supervising task of the session ended (for the CLI's --wait and tests)."""
+        while tasks := list(self._tasks.get(session_id, ())):
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def agents(self, session_id: str) -> list[Agent]:
+        async with self._uow(write=False) as uow:
+            await uow.sessions.get(session_id)
+            return await uow.agents.of_session(session_id)
+
+    async def stop(self, session_id: str) -> None:
+        """Stop every agent of the session (their process groups are killed; they end as cancelled)."""
+        async with self._uow(write=False) as uow:
+            running = [a for a in await uow.agents.of_session(session_id) if a.status in _LIVE]
+        for agent in running:
+            if agent.id in self._stops:
+                self._stops[agent.id].set()
+            else:  # queued, or owned by no task of this process: nothing to wait for
+                await self._finish(agent, AgentExit(None, "cancelled", ""), notify=False)
+
+    async def recover(self) -> list[str]:
+        """At start: re-attach to agents still running (their pid is alive), mark the others failed, and let
+        their sessions continue. Returns what it did, one line per agent."""
+        report = []
+        async with self._uow(write=False) as uow:
+            active = await uow.agents.active()
+        for agent in active:
+            if agent.status == AgentStatus.RUNNING and agent.pid and self._runner.alive(agent.pid):
+                self._supervise(agent, self._type_or_default(agent.agent_type), reattach=True)
+                report.append(f"agent {agent.id} of session {agent.session_id}: re-attached (pid {agent.pid})")
+            else:
+                await self._finish(agent, AgentExit(None, "lost", ""), notify=True, error="lost at restart")
+                report.append(f"agent {agent.id} of session {agent.session_id}: marked failed (process gone)")
+        return report
+
+    # -- session effects ---------------------------------------------------------------------------------------
+
+    def wants_before(self, trigger: Trigger) -> bool:
+        return False
+
+    async def before(self, session: Session, cmd: FireTrigger) -> FireTrigger:
+        return cmd
+
+    async def after(self, result: FireResult, cmd: FireTrigger) -> Aftermath:
+        trigger = Trigger(cmd.trigger)
+        if trigger in _STOP_ON or result.session.state in {SessionState.CANCELLED, SessionState.FAILED}:
+            await self.stop(result.session.id)
+        elif trigger == Trigger.REQUEST_CHANGES:
+            instructions = str(result.session.state_data.get("instructions") or "")
+            kinds = await self._previous_kinds(result.session.id)
+            if kinds:
+                await self._launch(result.session, kinds, instructions=instructions)
+        return NOTHING
+
+    # -- internals ---------------------------------------------------------------------------------------------
+
+    async def _launch(self, session: Session, kinds: list[AgentType], *, instructions: str) -> list[Agent]:
+        if not session.worktree_path:
+            raise InvalidInput(f"session {session.id} has no worktree to run agents in")
+        async with self._uow(write=True) as uow:
+            previous = await uow.agents.of_session(session.id)
+            run = max((a.run for a in previous), default=0) + 1
+            made = []
+            for kind in kinds:
+                agent = await self._new_agent(uow, session, kind, run, instructions)
+                await uow.agents.add(agent)
+                payload = {"agent": agent.id, "type": kind.name, "to": "queued", "run": run}
+                await uow.events.append("agent.status", self._clock.now(), payload, session.id)
+                made.append(agent)
+            await uow.commit()
+        for agent, kind in zip(made, kinds, strict=True):
+            self._supervise(agent, kind, reattach=False)
+        return made
+
+    async def _new_agent(self, uow, session: Session, kind: AgentType, run: int, instructions: str) -> Agent:
+        task = await uow.tasks.get(session.task_id, with_blockers=False)
+        agent_id = self._ids.new_session_id()
+        folder = str(PurePosixPath(self._outputs_root, session.id))
+        values = {
+            "task_id": task.id, "task_title": task.title, "task_description": task.description,
+            "instructions": instructions, "session_id": session.id, "worktree": session.worktree_path or "",
+            "session_folder": folder, "config_dir": self._options.config_dir,
+        }  # fmt: skip
+        values["prompt"] = self._options.prompt.format_map(values)
+        return Agent(
+            id=agent_id,
+            session_id=session.id,
+            agent_type=kind.name,
+            command=render_command(kind.command, values),
+            status=AgentStatus.QUEUED,
+            output_path=str(PurePosixPath(folder, f"{agent_id}.log")),
+            run=run,
+        )
+
+    def _supervise(self, agent: Agent, kind: AgentType, *, reattach: bool) -> None:
+        stop = self._stops[agent.id] = asyncio.Event()
+        task = asyncio.create_task(self._run(agent, kind, stop, reattach=reattach))
+        tasks = self._tasks.setdefault(agent.session_id, set())
+        tasks.add(task)
+        task.add_done_callback(lambda t: (tasks.discard(t), self._stops.pop(agent.id, None)))
+
+    async def _run(self, agent: Agent, kind: AgentType, stop: asyncio.Event, *, reattach: bool) -> None:
+        slot = self._per_session.setdefault(agent.session_id, asyncio.Semaphore(self._options.max_per_session))
+        try:
+            async with slot, self._global:
+                if stop.is_set():
+                    outcome = AgentExit(None, "cancelled", "")
+                else:
+                    agent = agent if reattach else await self._start(agent, kind)
+                    outcome = (
+                        await self._watch(agent, kind, stop)
+                        if agent.pid
+                        else AgentExit(None, "start_failed", agent.error or "")
+                    )
+            await self._finish(agent, outcome, notify=True)
+        except TaskgateError as exc:  # the database or the engine refused: record it, never lose the agent
+            await self._finish(agent, AgentExit(None, "start_failed", ""), notify=True, error=str(exc))
+
+    async def _start(self, agent: Agent, kind: AgentType) -> Agent:
+        session = await self._sessions.get(agent.session_id)
+        token = await self._access.create_agent_token(session.id, f"agent {agent.id}")
+        env = {**kind.env, "TASKGATE_SESSION_ID": session.id, "TASKGATE_TASK_ID": session.task_id,
+               "TASKGATE_SESSION_FOLDER": str(PurePosixPath(self._outputs_root, session.id)),
+               "TASKGATE_MCP_URL": self._options.mcp_url, "TASKGATE_TOKEN": token.secret,
+               "TASKGATE_AGENT_ID": agent.id}  # fmt: skip
+        if self._outputs is not None:  # the session folder and its manifest exist before the agent writes there
+            await self._outputs.open_folder(session.id)
+        try:
+            command, cwd, output = list(agent.command), str(session.worktree_path), str(agent.output_path)
+            pid = await self._runner.start(command, cwd, env, output)
+            started = replace(agent, status=AgentStatus.RUNNING, pid=pid, started_at=self._clock.now())
+        except InvalidInput as exc:
+            started = replace(agent, error=str(exc))
+        await self._save(started, {"to": started.status.value, "pid": started.pid, "error": started.error})
+        return started
+
+    async def _watch(self, agent: Agent, kind: AgentType, stop: asyncio.Event) -> AgentExit:
+        async def beat() -> None:
+            async with self._uow(write=True) as uow:
+                await uow.agents.heartbeat(agent.id, self._clock.now())
+                await uow.commit()
+
+        assert agent.pid is not None and agent.output_path is not None
+        return await self._runner.wait(
+            agent.pid, output_path=agent.output_path, timeout_s=kind.timeout_s, max_output_bytes=kind.max_output_bytes,
+            stop=stop, beat=beat, beat_every_s=self._options.heartbeat_interval_s,
+        )  # fmt: skip
+
+    async def _finish(self, agent: Agent, outcome: AgentExit, *, notify: bool, error: str | None = None) -> None:
+        ok = outcome.reason == "exited" and outcome.exit_code == 0
+        status = (
+            AgentStatus.COMPLETED
+            if ok
+            else (AgentStatus.CANCELLED if outcome.reason == "cancelled" else AgentStatus.FAILED)
+        )
+        reason = error or agent.error or (None if ok else _describe(outcome))
+        done = replace(agent, status=status, exit_code=outcome.exit_code, output_tail=outcome.output_tail[-4000:],
+                       completed_at=self._clock.now(), error=reason)  # fmt: skip
+        await self._save(done, {"to": status.value, "exit_code": outcome.exit_code, "reason": outcome.reason})
+        if notify and status != AgentStatus.CANCELLED:
+            await self._after_agent(agent.session_id)
+
+    async def _after_agent(self, session_id: str) -> None:
+        """When the run's last agent ended: work_complete, or fail (or verify anyway) if one failed."""
+        lock = self._done_locks.get(session_id)
+        if lock is None:
+            lock = self._done_locks[session_id] = asyncio.Lock()
+        async with lock:
+            async with self._uow(write=False) as uow:
+                session = await uow.sessions.get(session_id)
+                agents = await uow.agents.of_session(session_id)
+            run = max((a.run for a in agents), default=0)
+            current = [a for a in agents if a.run == run]
+            if session.state != SessionState.EXECUTING or any(a.status in _LIVE for a in current):
+                return
+            failed = [a for a in current if a.status != AgentStatus.COMPLETED]
+            await self._conclude(session, failed)
+
+    async def _conclude(self, session: Session, failed: list[Agent]) -> None:
+        summary = "; ".join(f"{a.agent_type} {a.id[:8]}: {a.error or a.status.value}" for a in failed)
+        if failed and self._options.on_failure == "fail":
+            reason = f"agent(s) failed: {summary}"[:2000]
+            plan = {"compensation_plan": "manual_review"}
+            cmd = FireTrigger(session.id, Trigger.FAIL.value, SYSTEM_ACTOR, reason=reason,
+                              expected_version=session.version, changes=plan)  # fmt: skip
+        else:
+            note = {"state_data": {"agent_failures": summary}} if failed else None
+            reason = "all agents completed" if not failed else f"agents ended, some failed: {summary}"[:2000]
+            cmd = FireTrigger(session.id, Trigger.WORK_COMPLETE.value, SYSTEM_ACTOR, reason=reason,
+                              expected_version=session.version, changes=note)  # fmt: skip
+        # the session may have moved meanwhile (cancelled, suspended, failed by the sweeper): leave it there
+        with suppress(InvalidTransition, TaskgateError):
+            await self._sessions.fire(cmd)
+
+    async def _save(self, agent: Agent, change: dict[str, object]) -> None:
+        async with self._uow(write=True) as uow:
+            await uow.agents.update(agent)
+            payload = {"agent": agent.id, "type": agent.agent_type, **change}
+            await uow.events.append("agent.status", self._clock.now(), payload, agent.session_id)
+            await uow.commit()
+        if self._outputs is not None:  # manifest.json follows the agents
+            entry = {"id": agent.id, "name": agent.agent_type, "run": agent.run, "status": agent.status.value,
+                     "exit_code": agent.exit_code, "output": agent.output_path, "error": agent.error,
+                     "started_at": _iso(agent.started_at), "completed_at": _iso(agent.completed_at)}  # fmt: skip
+            with suppress(TaskgateError):  # a manifest that cannot be written never loses the agent's row
+                await self._outputs.record_agents(agent.session_id, [entry], status=f"agent {agent.status.value}")
+
+    async def _previous_kinds(self, session_id: str) -> list[AgentType]:
+        async with self._uow(write=False) as uow:
+            agents = await uow.agents.of_session(session_id)
+        run = max((a.run for a in agents), default=0)
+        return [self._type_or_default(a.agent_type) for a in agents if a.run == run]
+
+    def _type(self, name: str) -> AgentType:
+        if name not in self._types:
+            known = ", ".join(sorted(self._types)) or "none configured"
+            raise InvalidInput(f"unknown agent type '{name}'; configured: {known} (see [agents.NAME] in config)")
+        return self._types[name]
+
+    def _type_or_default(self, name: str) -> AgentType:
+        return self._types.get(name) or AgentType(name, ("true",))
+
+
+_LIVE = frozenset({AgentStatus.QUEUED, AgentStatus.RUNNING})
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at else None
+
+
+_DESCRIPTIONS = {
+    "timeout": "killed at its timeout",
+    "cancelled": "cancelled",
+    "output_limit": "killed: output over its limit",
+    "start_failed": "could not start",
+    "lost": "its process was lost (killed outside taskgate, or the service restarted without it)",
+}
+
+
+def _describe(outcome: AgentExit) -> str:
+    if outcome.reason == "exited":
+        return f"exited with {outcome.exit_code}"
+    return _DESCRIPTIONS.get(outcome.reason, outcome.reason)

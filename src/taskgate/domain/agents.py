@@ -1,0 +1,67 @@
+"""Agent types and their command lines (pure).
+
+An agent type is configured as an argv list with placeholders (`{prompt}`, `{task_title}`, …). Each
+placeholder is replaced inside its own argv element with the value as it is: there is no shell, so a task
+title like `"; rm -rf ~"` stays one harmless argument. Only the known placeholders are allowed; `{{` and `}}`
+are literal braces.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from taskgate.domain.errors import InvalidInput
+
+PLACEHOLDERS = frozenset({"prompt", "task_title", "task_description", "instructions", "session_id", "worktree",
+                          "task_id", "session_folder", "config_dir"})  # fmt: skip
+MAX_ARGUMENT = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class AgentType:
+    """`[agents.NAME]` of the config: what to run, with which extra environment, for how long."""
+
+    name: str
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 3600.0
+    max_output_bytes: int = 10_000_000
+
+    def __post_init__(self) -> None:
+        if not self.command or not all(isinstance(part, str) for part in self.command):
+            raise InvalidInput(f"agents.{self.name}.command must be a non-empty list of strings")
+        for part in self.command:
+            check_template(part, f"agents.{self.name}.command")
+        if self.timeout_s <= 0 or self.max_output_bytes <= 0:
+            raise InvalidInput(f"agents.{self.name}: timeout_s and max_output_bytes must be positive")
+
+
+def check_template(template: str, where: str) -> None:
+    """Raises: InvalidInput naming an unknown placeholder, a format spec, or malformed braces."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise InvalidInput(f"{where}: {template!r} is malformed ({exc}); write literal braces as {{{{ }}}}") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in PLACEHOLDERS or spec or conversion:
+            raise InvalidInput(
+                f"{where}: unknown placeholder {{{name}}} in {template!r}; known: {', '.join(sorted(PLACEHOLDERS))}"
+            )
+
+
+def render_command(command: Sequence[str], values: Mapping[str, str]) -> list[str]:
+    """The argv with every placeholder filled, one element per template element (never split, never a shell).
+
+    Raises: InvalidInput when a value holds a NUL byte or is too long for an argument.
+    """
+    for name, value in values.items():
+        if "\x00" in value:
+            raise InvalidInput(f"the value of {{{name}}} contains a NUL byte, which no argument can carry")
+        if len(value) > MAX_ARGUMENT:
+            raise InvalidInput(f"the value of {{{name}}} is longer than {MAX_ARGUMENT} characters")
+    complete = {name: values.get(name, "") for name in PLACEHOLDERS}
+    return [part.format_map(complete) for part in command]

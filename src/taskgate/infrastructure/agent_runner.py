@@ -1,0 +1,153 @@
+"""`SubprocessAgentRunner`: agent processes through `agent_exec`, each leading its own process group.
+
+Why a process group: agents start test runners, compilers, language servers. A timeout or a cancel kills
+the whole group (SIGTERM, then SIGKILL after a grace period), and so does the end of every run, so no child an
+agent left behind survives it. Why the `agent_exec` wrapper: it writes the exit status to a file, so a
+supervisor restarted after a crash can re-attach to a running agent by pid and still learn how it ended.
+
+The environment is built, not inherited: PATH, HOME, LANG, USER, TMPDIR and the variables the supervisor
+passes (TASKGATE_SESSION_ID, …, the agent type's own `env`). The service's own secrets (database URL,
+tokens of other principals) never reach an agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from pathlib import Path
+
+from taskgate.application.ports import AgentExit
+from taskgate.domain.errors import InvalidInput
+
+TAIL_BYTES = 4_000
+_POLL_S = 0.05
+_TERM_GRACE_S = 2.0
+_PASSED_THROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "USER", "TMPDIR", "PYTHONPATH")
+
+
+def exit_file(output_path: str) -> str:
+    return f"{output_path}.exit"
+
+
+class SubprocessAgentRunner:
+    """The AgentRunner port over asyncio subprocesses."""
+
+    def __init__(self) -> None:
+        self._children: dict[int, asyncio.subprocess.Process] = {}
+
+    async def start(self, command: list[str], cwd: str, env: dict[str, str], output_path: str) -> int:
+        Path(output_path).parent.mkdir(parents=True, exist_ok=True)
+        with suppress(FileNotFoundError):
+            os.unlink(exit_file(output_path))
+        environment = {k: os.environ[k] for k in _PASSED_THROUGH if k in os.environ} | env
+        wrapper = [sys.executable, "-m", "taskgate.infrastructure.agent_exec", exit_file(output_path), "--"]
+        with open(output_path, "ab") as output:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *wrapper, *command, cwd=cwd, env=environment, stdin=asyncio.subprocess.DEVNULL,
+                    stdout=output, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+                )  # fmt: skip
+            except OSError as exc:
+                raise InvalidInput(f"agent could not be started in {cwd}: {exc.strerror or exc}") from None
+        self._children[proc.pid] = proc
+        return proc.pid
+
+    async def wait(
+        self,
+        pid: int,
+        *,
+        output_path: str,
+        timeout_s: float,
+        max_output_bytes: int,
+        stop: asyncio.Event,
+        beat: Callable[[], Awaitable[None]],
+        beat_every_s: float,
+    ) -> AgentExit:
+        loop = asyncio.get_running_loop()
+        deadline, next_beat = loop.time() + timeout_s, loop.time() + beat_every_s
+        reason = "exited"
+        while self.alive(pid):
+            if stop.is_set():
+                reason = "cancelled"
+            elif loop.time() >= deadline:
+                reason = "timeout"
+            elif _size(output_path) > max_output_bytes:
+                reason = "output_limit"
+            if reason != "exited":
+                await self._kill(pid)
+                break
+            if loop.time() >= next_beat:
+                await beat()
+                next_beat = loop.time() + beat_every_s
+            await asyncio.sleep(_POLL_S)
+        await self._reap(pid)
+        _kill_group(pid, signal.SIGKILL)  # children the agent left behind die with it
+        code = _read_exit(output_path) if reason == "exited" else None
+        if reason == "exited" and code is None:
+            reason = "lost"  # re-attached and gone without a recorded status (killed from outside)
+        return AgentExit(code, reason, _tail(output_path))
+
+    def alive(self, pid: int) -> bool:
+        child = self._children.get(pid)
+        if child is not None:
+            return child.returncode is None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return not _is_zombie(pid)
+
+    async def _kill(self, pid: int) -> None:
+        _kill_group(pid, signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + _TERM_GRACE_S
+        while self.alive(pid) and loop.time() < give_up:
+            await asyncio.sleep(_POLL_S)
+        _kill_group(pid, signal.SIGKILL)
+
+    async def _reap(self, pid: int) -> None:
+        child = self._children.pop(pid, None)
+        if child is not None:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(child.wait(), 5)
+
+
+def _kill_group(pid: int, sig: signal.Signals) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except (OSError, IndexError):
+        return False
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _read_exit(output_path: str) -> int | None:
+    try:
+        return int(Path(exit_file(output_path)).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, _size(path) - TAIL_BYTES))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
