@@ -19,7 +19,7 @@ from taskgate.application.tracker import AddTask
 from taskgate.bootstrap import build_agents
 from taskgate.domain.agents import AgentType
 from taskgate.domain.entities import AgentStatus
-from taskgate.domain.errors import InvalidInput
+from taskgate.domain.errors import InvalidInput, Unauthenticated
 from taskgate.domain.states import SessionState
 from taskgate.infrastructure.session_folder import SessionFolderStore
 from tests.builders import ACTOR, OPERATOR, fire, seed, start
@@ -120,6 +120,8 @@ async def test_agents_run_in_the_worktree_and_their_session_moves_to_verifying(s
         assert seen["cwd"] == session.worktree_path
         assert seen["env"]["TASKGATE_SESSION_ID"] == session.id and seen["env"]["TASKGATE_TOKEN"].startswith("tg")
         assert "TASKGATE_DATABASE_URL" not in seen["env"]
+        with pytest.raises(Unauthenticated):  # the agent ended: its session-scoped token was revoked
+            await sql_services.access.authenticate(seen["env"]["TASKGATE_TOKEN"])
         assert agent.output_tail.endswith("coded\n") and Path(agent.output_path).read_text().endswith("coded\n")
         assert (agent.started_at and agent.completed_at and agent.heartbeat_at is None) or agent.heartbeat_at
     manifest = json.loads((tmp_path / "agent-outputs" / session.id / "manifest.json").read_text())

@@ -79,6 +79,7 @@ class AgentService:
         self._per_session: dict[str, asyncio.Semaphore] = {}
         self._stops: dict[str, asyncio.Event] = {}  # agent id → set to stop it
         self._tasks: dict[str, set[asyncio.Task]] = {}  # session id → supervising tasks
+        self._tokens: dict[str, str] = {}  # agent id → its token's id, revoked when the agent ends
         self._done_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         for name in options.default_agents:
             self._type(name)
@@ -220,6 +221,7 @@ class AgentService:
     async def _start(self, agent: Agent, kind: AgentType) -> Agent:
         session = await self._sessions.get(agent.session_id)
         token = await self._access.create_agent_token(session.id, f"agent {agent.id}")
+        self._tokens[agent.id] = token.token.id
         env = {**kind.env, "TASKGATE_SESSION_ID": session.id, "TASKGATE_TASK_ID": session.task_id,
                "TASKGATE_SESSION_FOLDER": str(PurePosixPath(self._outputs_root, session.id)),
                "TASKGATE_MCP_URL": self._options.mcp_url, "TASKGATE_TOKEN": token.secret,
@@ -258,6 +260,10 @@ class AgentService:
         done = replace(agent, status=status, exit_code=outcome.exit_code, output_tail=outcome.output_tail[-4000:],
                        completed_at=self._clock.now(), error=reason)  # fmt: skip
         await self._save(done, {"to": status.value, "exit_code": outcome.exit_code, "reason": outcome.reason})
+        token_id = self._tokens.pop(agent.id, None)
+        if token_id is not None:  # an ended agent's token stops working (tokens of re-attached agents expire with
+            with suppress(TaskgateError):  # their session instead: their ids were in the crashed process only)
+                await self._access.revoke(token_id)
         if notify and status != AgentStatus.CANCELLED:
             await self._after_agent(agent.session_id)
 
