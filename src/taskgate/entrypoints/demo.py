@@ -1,29 +1,36 @@
 """The guided demo: a scratch git repo, a fresh SQLite database, and sessions driven through the engine.
 
 It shows, in order: a plan with a blocked task, the blocked task refused, three sessions started (each in its
-own git worktree) and a fourth refused by the WIP limit, one session's "agent" committing in its worktree
-while `main` moves on, the operator's review and checkpoint, that session approved and merged (rebased onto
-the moved `main`, fast-forwarded, worktree removed), one rejected and rolled back, the freed slot taken, the
-project's context and worktrees, `state_at` replaying the log, and the transition log as a Rich table.
+own git worktree) and a fourth refused by the WIP limit, one session's agent (the scripted coder of
+`config/agents/`, a real process supervised by the `AgentService`) committing in its worktree while `main`
+moves on and the session moving to verifying when it ends, the operator's review and checkpoint, that session
+approved and merged (rebased onto the moved `main`, fast-forwarded, worktree removed), one rejected and rolled
+back, the freed slot taken, the project's context and worktrees, `state_at` replaying the log, and the
+transition log as a Rich table.
 """
 
 from __future__ import annotations
 
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 from rich.panel import Panel
 from rich.rule import Rule
 
+import taskgate
+from taskgate.application.agents import AgentService, ExecutionOptions
 from taskgate.application.decisions import Decide
 from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import FireTrigger, StartTask
 from taskgate.application.tracker import AddTask
-from taskgate.bootstrap import App, bootstrap, load_settings
+from taskgate.bootstrap import App, bootstrap, build_agents, load_settings
+from taskgate.domain.agents import AgentType
 from taskgate.domain.entities import Session
 from taskgate.domain.errors import PolicyViolation
 from taskgate.entrypoints.render import (
+    agents_table,
     console,
     context_panel,
     review_table,
@@ -32,6 +39,7 @@ from taskgate.entrypoints.render import (
     transitions_table,
     worktrees_table,
 )
+from taskgate.infrastructure.system import UuidGenerator
 
 OPERATOR = "demo-operator"
 ACTOR = f"operator:{OPERATOR}"
@@ -75,6 +83,66 @@ def make_scratch_repo(root: Path) -> Path:
     return repo
 
 
+# The stand-in for config/agents/scripted_coder.py when taskgate runs from an installed package (no config/ next
+# to it): the same change, self-contained (the real one imports _agentlib.py from its folder).
+_INLINE_CODER = """\
+import os, re, subprocess, sys
+title = sys.argv[1] if len(sys.argv) > 1 else "untitled task"
+target = "work/" + ("-".join(re.findall(r"[a-z0-9]+", title.lower())[:6]) or "task") + ".md"
+print(f"[scripted_coder] working on {title!r} in {os.getcwd()}", flush=True)
+os.makedirs("work", exist_ok=True)
+with open(target, "a", encoding="utf-8") as out:
+    out.write(f"# {title}\\n\\nDone by the scripted coder.\\n")
+print(f"[scripted_coder] edited {target}", flush=True)
+git = ["git", "-c", "user.name=taskgate scripted agent", "-c", "user.email=agent@taskgate.invalid"]
+subprocess.run([*git, "add", "--", target], check=True)
+subprocess.run([*git, "commit", "-q", "-m", f"feat: {title}"[:72]], check=True)
+head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+print(f"[scripted_coder] committed {head}: feat: {title}", flush=True)
+folder = os.environ.get("TASKGATE_SESSION_FOLDER")
+if folder:
+    os.makedirs(os.path.join(folder, "coder"), exist_ok=True)
+    with open(os.path.join(folder, "coder", "summary.md"), "w") as out:
+        out.write(f"# {title}\\n\\n- edited `{target}`\\n- commit {head}: feat: {title}\\n")
+print("[scripted_coder] summary saved (file)", flush=True)
+"""
+
+
+def example_config_dir(root: Path) -> Path:
+    """The folder holding `agents/scripted_coder.py`: the checkout's `config/` (taskgate runs from source, as
+    `make demo` does), else `<root>/config` with a self-contained stand-in written into it."""
+    checkout = Path(taskgate.__file__).resolve().parents[2] / "config"
+    if (checkout / "agents" / "scripted_coder.py").is_file() and (checkout / "agents" / "_agentlib.py").is_file():
+        return checkout
+    inline = root / "config"
+    (inline / "agents").mkdir(parents=True, exist_ok=True)
+    (inline / "agents" / "scripted_coder.py").write_text(_INLINE_CODER)
+    return inline
+
+
+def demo_agents(app: App, config_dir: Path) -> AgentService:
+    """The demo's agent supervisor, with one agent type made here: `coder`, the scripted coder (no model).
+
+    `mcp_url` is left empty, so the agent saves its summary straight into its session folder and never reaches
+    for a server that the demo does not run. bootstrap's own supervisor (`app.agents`, with the configured agent
+    types) stays attached too; the demo never launches through it and never stops a session with running agents.
+    """
+    assert app.uow is not None and app.clock is not None and app.settings is not None
+    command = (
+        sys.executable,
+        "{config_dir}/agents/scripted_coder.py",
+        "{task_title}",
+        "--instructions",
+        "{instructions}",
+    )
+    coder = AgentType("coder", command, timeout_s=60)
+    options = ExecutionOptions(max_per_session=2, max_total=4, heartbeat_interval_s=1.0, config_dir=str(config_dir))
+    return build_agents(
+        app.sessions, app.uow, access=app.access, clock=app.clock, ids=UuidGenerator(), types={"coder": coder},
+        options=options, outputs_root=str(app.settings.data_dir / "agent-outputs"), outputs=app.outputs,
+    )  # fmt: skip
+
+
 async def _fire_all(app: App, session: Session, triggers: list[str], reason: str | None = None) -> Session:
     for trigger in triggers:
         result = await app.sessions.fire(FireTrigger(session.id, trigger, ACTOR, reason))
@@ -107,7 +175,7 @@ async def run_demo(workdir: Path | None = None) -> None:
     )
     app = await bootstrap(settings)
     try:
-        await _story(app, make_scratch_repo(root))
+        await _story(app, make_scratch_repo(root), demo_agents(app, example_config_dir(root)))
     finally:
         await app.close()
     console.print(
@@ -119,7 +187,7 @@ async def run_demo(workdir: Path | None = None) -> None:
     )
 
 
-async def _story(app: App, repo: Path) -> None:
+async def _story(app: App, repo: Path, agents: AgentService) -> None:
     _step("1. Register the repository, add a plan and tasks (one blocked by another)")
     project = await app.tracker.init_project(str(repo), "demo")
     await app.tracker.ensure_operator(OPERATOR)
@@ -143,15 +211,36 @@ async def _story(app: App, repo: Path) -> None:
     happy, doomed, _third, waiting = sessions
     assert happy and doomed and waiting is None
 
-    _step(f"4. Session {happy.id[:8]}: its agent commits in its worktree while main moves on")
+    _step(f"4. Session {happy.id[:8]}: a scripted agent codes in its worktree while main moves on")
     console.print(f"  worktree {happy.worktree_path}\n  branch   {happy.branch_name}", highlight=False)
-    await _fire_all(app, happy, ["plan_complete"])
     worktree = Path(str(happy.worktree_path))
-    sha = _commit(worktree, "api.py", "def hello():\n    return 'hello'\n", "feat: implement the API")
-    console.print(f"  agent committed {sha.strip()} 'feat: implement the API' in the worktree", highlight=False)
+    launched = await agents.execute(happy.id, ACTOR, ["coder"])
+    console.print(f"  execute          planning → [green]{launched.session.state}[/green]", highlight=False)
+    for agent in launched.agents:
+        console.print(
+            f"  agent {agent.id[:8]} ({agent.agent_type}) launched: {' '.join(agent.command[1:3])}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
     sha = _commit(repo, "CHANGELOG.md", "# Changelog\n", "docs: start a changelog")
     console.print(f"  meanwhile {sha.strip()} 'docs: start a changelog' landed on main", highlight=False)
-    await _fire_all(app, happy, ["work_complete", "suspend", "resume"])
+    await agents.wait(happy.id)
+    ran = await agents.agents(happy.id)
+    console.print(agents_table(ran, f"Agents of session {happy.id[:8]}"))
+    for agent in ran:
+        console.print(
+            f"  {agent.agent_type} {agent.status.value}, exit {agent.exit_code}; its output:", highlight=False
+        )
+        for line in agent.output_tail.strip().splitlines():
+            console.print(f"    {line}", highlight=False, markup=False, soft_wrap=True)
+    record = (await app.sessions.history(happy.id, limit=1))[0]
+    console.print(
+        f"  {record.trigger:<16} {record.from_state} → [green]{record.to_state}[/green] "
+        f"(automatic, by {record.actor}: {record.reason})",
+        soft_wrap=True,
+    )
+    await _fire_all(app, happy, ["suspend", "resume"])
     console.print(review_table(await app.workspaces.review(happy.id)))
     checkpoint = await app.workspaces.checkpoint(happy.id, "API reviewed; CHANGELOG on main is unrelated", ACTOR)
     console.print(f"  review checkpoint {checkpoint.id} stored with the operator's note")
