@@ -139,7 +139,7 @@ def build_agents(
 def agent_types(settings: Settings) -> dict[str, AgentType]:
     """The `[agents.NAME]` settings as agent types. Raises: InvalidInput naming a bad placeholder."""
     return {
-        name: AgentType(name, tuple(a.command), dict(a.env), a.timeout_s, a.max_output_bytes)
+        name: AgentType(name, tuple(a.command), dict(a.env), a.timeout_s, a.max_output_bytes, a.prompt)
         for name, a in settings.agents.items()
     }
 

@@ -256,3 +256,27 @@ async def test_after_a_restart_dead_agents_are_failed_and_live_ones_reattached(s
 
     third = supervisor(sql_services, tmp_path)  # nothing left to recover
     assert await third.recover() == []
+
+
+async def test_an_agent_that_ended_while_no_service_watched_is_recorded_from_its_exit_file(
+    sql_services, git_repo, tmp_path
+):
+    quick = agent_types(tmp_path, sleeper_timeout_s=600, sleeper="import time; time.sleep(0.3)")
+    first = supervisor(sql_services, tmp_path, quick)
+    session = await planning_session(sql_services, git_repo)
+    [agent] = (await first.execute(session.id, ACTOR, ["sleeper"])).agents
+    await first.started(session.id)
+    for task in list(first._tasks[session.id]):  # the service dies right after starting it
+        task.cancel()
+    await asyncio.gather(*first._tasks.get(session.id, ()), return_exceptions=True)
+    for _ in range(100):  # the agent finishes on its own meanwhile
+        if Path(f"{(await first.agents(session.id))[0].output_path}.exit").exists():
+            break
+        await asyncio.sleep(0.05)
+
+    report = await supervisor(sql_services, tmp_path, quick).recover()
+
+    assert report == [f"agent {agent.id} of session {session.id}: ended meanwhile (exited with 0)"]
+    [row] = await first.agents(session.id)
+    assert (row.status, row.exit_code) == (AgentStatus.COMPLETED, 0)
+    assert (await sql_services.sessions.get(session.id)).state == SessionState.VERIFYING

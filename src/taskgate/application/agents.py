@@ -100,6 +100,11 @@ class AgentService:
         result = await self._sessions.fire(FireTrigger(session_id, Trigger.PLAN_COMPLETE.value, actor))
         return Launched(result.session, await self._launch(result.session, kinds, instructions=""))
 
+    async def started(self, session_id: str) -> None:
+        """Until no agent of the session waits queued in this process (each was started, or failed to start)."""
+        while any(a.status == AgentStatus.QUEUED and a.id in self._stops for a in await self.agents(session_id)):
+            await asyncio.sleep(0.05)
+
     async def wait(self, session_id: str) -> None:
         """Until every supervising task of the session ended (for the CLI's --wait and tests)."""
         while tasks := list(self._tasks.get(session_id, ())):
@@ -130,6 +135,9 @@ class AgentService:
             if agent.status == AgentStatus.RUNNING and agent.pid and self._runner.alive(agent.pid):
                 self._supervise(agent, self._type_or_default(agent.agent_type), reattach=True)
                 report.append(f"agent {agent.id} of session {agent.session_id}: re-attached (pid {agent.pid})")
+            elif agent.output_path and (ended := self._runner.ended(agent.output_path)) is not None:
+                await self._finish(agent, ended, notify=True)  # it ended while no service watched it
+                report.append(f"agent {agent.id} of session {agent.session_id}: ended meanwhile ({_describe(ended)})")
             else:
                 await self._finish(agent, AgentExit(None, "lost", ""), notify=True, error="lost at restart")
                 report.append(f"agent {agent.id} of session {agent.session_id}: marked failed (process gone)")
@@ -183,7 +191,7 @@ class AgentService:
             "instructions": instructions, "session_id": session.id, "worktree": session.worktree_path or "",
             "session_folder": folder, "config_dir": self._options.config_dir,
         }  # fmt: skip
-        values["prompt"] = self._options.prompt.format_map(values)
+        values["prompt"] = (kind.prompt or self._options.prompt).format_map(values)
         return Agent(
             id=agent_id,
             session_id=session.id,

@@ -592,6 +592,8 @@ class AgentRunner(Protocol):
         by an earlier process too (re-attach after a restart)."""
 
     def alive(self, pid: int) -> bool: ...
+    def ended(self, output_path: str) -> AgentExit | None:
+        """How an agent that is gone ended, if its wrapper recorded it (re-attach after a restart)."""
 
 
 class SessionFolders(Protocol):

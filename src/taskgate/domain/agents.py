@@ -28,12 +28,17 @@ class AgentType:
     env: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 3600.0
     max_output_bytes: int = 10_000_000
+    prompt: str | None = None  # the `{prompt}` template of this type; None: the service's default
 
     def __post_init__(self) -> None:
         if not self.command or not all(isinstance(part, str) for part in self.command):
             raise InvalidInput(f"agents.{self.name}.command must be a non-empty list of strings")
         for part in self.command:
             check_template(part, f"agents.{self.name}.command")
+        if self.prompt is not None:
+            check_template(self.prompt, f"agents.{self.name}.prompt")
+            if "{prompt}" in self.prompt:
+                raise InvalidInput(f"agents.{self.name}.prompt cannot contain {{prompt}} itself")
         if self.timeout_s <= 0 or self.max_output_bytes <= 0:
             raise InvalidInput(f"agents.{self.name}: timeout_s and max_output_bytes must be positive")
 

@@ -412,8 +412,10 @@ def session_execute(
 ) -> None:
     """planning → executing, launch the session's agents into its worktree, and follow them until they end.
 
-    This command supervises the agents it starts: with --no-wait they run on, and the next `taskgate serve`
-    (or `taskgate session watch`) re-attaches to them."""
+    This command supervises the agents it starts. With --no-wait it returns once every agent has started
+    (agents beyond the concurrency limits start as earlier ones end, so it may wait for those); they run on
+    in their own process groups, and the next `taskgate serve` re-attaches to them. `session watch` follows
+    them."""
 
     async def work(services: App):
         assert services.agents is not None
@@ -422,6 +424,8 @@ def session_execute(
         console.print(f"session {full_id[:8]} is executing; {len(launched.agents)} agent(s) launched")
         if wait:
             await render.follow_agents(services, full_id, until=services.agents.wait(full_id))
+        else:
+            await services.agents.started(full_id)
         return await services.sessions.get(full_id)
 
     session = run(work)

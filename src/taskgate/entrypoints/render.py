@@ -69,7 +69,7 @@ def tasks_table(tasks: list[Task], title: str = "Tasks") -> Table:
     return table(
         title,
         ["id", "pri", "status", "plan", "blocked by", "title"],
-        ([t.id, t.priority, t.status.value, t.plan_id, ", ".join(t.blockers), t.title] for t in tasks),
+        ([t.id, t.priority, t.status.value, t.plan_id, ", ".join(t.blockers), escape(t.title)] for t in tasks),
     )
 
 
@@ -96,7 +96,7 @@ def _notes(record: TransitionRecord) -> str:
     """The reason, then failed guards in full, or a count of passed ones."""
     failed = [g for g in record.guard_results if not g.get("passed")]
     notes = [record.reason] if record.reason else []
-    notes += [f"[red]✗ {g['policy']}[/red]: {g['message']}" for g in failed]
+    notes += [f"[red]✗ {g['policy']}[/red]: {escape(str(g['message']))}" for g in failed]
     if record.guard_results and not failed:
         notes.append(f"[green]✓[/green] {len(record.guard_results)} guard(s)")
     return "; ".join(notes)
@@ -284,8 +284,9 @@ def agents_table(agents: list[Agent], title: str = "Agents") -> Table:
     rows = []
     for a in agents:
         last = (a.output_tail.strip().splitlines() or [""])[-1][:60]
+        note = escape(a.error or last)  # agent output is data, never Rich markup
         rows.append((a.id[:8], a.agent_type, a.run, a.status.value, "" if a.exit_code is None else a.exit_code,
-                     _when(a.heartbeat_at), a.error or last))  # fmt: skip
+                     _when(a.heartbeat_at), note))  # fmt: skip
     return table(title, ["agent", "type", "run", "status", "exit", "heartbeat", "note / last output"], rows)
 
 

@@ -5,9 +5,9 @@ the whole group (SIGTERM, then SIGKILL after a grace period), and so does the en
 agent left behind survives it. Why the `agent_exec` wrapper: it writes the exit status to a file, so a
 supervisor restarted after a crash can re-attach to a running agent by pid and still learn how it ended.
 
-The environment is built, not inherited: PATH, HOME, LANG, USER, TMPDIR and the variables the supervisor
-passes (TASKGATE_SESSION_ID, …, the agent type's own `env`). The service's own secrets (database URL,
-tokens of other principals) never reach an agent.
+The environment is built, not inherited: PATH, HOME, LANG, LC_ALL, USER, TMPDIR, PYTHONPATH and the
+variables the supervisor passes (TASKGATE_SESSION_ID, …, the agent type's own `env`). The service's own
+secrets (database URL, tokens of other principals) never reach an agent.
 """
 
 from __future__ import annotations
@@ -90,6 +90,11 @@ class SubprocessAgentRunner:
         if reason == "exited" and code is None:
             reason = "lost"  # re-attached and gone without a recorded status (killed from outside)
         return AgentExit(code, reason, _tail(output_path))
+
+    def ended(self, output_path: str) -> AgentExit | None:
+        """How an agent that is gone ended, from the exit file its wrapper wrote (None: it recorded nothing)."""
+        code = _read_exit(output_path)
+        return None if code is None else AgentExit(code, "exited", _tail(output_path))
 
     def alive(self, pid: int) -> bool:
         child = self._children.get(pid)

@@ -237,6 +237,7 @@ class AgentSettings(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     timeout_s: float = Field(default=3600.0, gt=0, le=7 * 86_400)
     max_output_bytes: int = Field(default=10_000_000, gt=0)
+    # The `{prompt}` this agent type gets (placeholders as in `command`, except `{prompt}` itself).
     prompt: str = "Work on task {task_id}: {task_title}\n\n{task_description}\n\n{instructions}"
 
 
