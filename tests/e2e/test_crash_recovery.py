@@ -7,15 +7,18 @@ no sleeps to guess timing:
 
 - the agents wait for a release file, so they are certainly running when the server dies and when it is back;
 - `git` on the server's PATH is a small wrapper that, while `ctl/pause` names an operation (`worktree add`,
-  `merge --quiet --ff-only`), stops just before or just after running the real git and says so in
-  `ctl/entered`: the server is killed exactly inside the effect of `initialize` or of `merge`.
+  `merge --quiet --ff-only`, `worktree remove`), stops just before or just after running the real git and says
+  so in `ctl/entered`: the server is killed exactly inside the effect of `initialize`, `merge` or `cleanup_done`.
+  (A real SIGKILL of the server, not a session written into the database by hand.)
 
 After every restart the tests check what recovery promises: each session is in the state its transition log ends
 in (its last applied row, and `session_state_at` now, which replays the log); every transition and decision
 acknowledged before the kill is still logged, unchanged; agents still alive are re-attached and how they ended is
-read from their exit file; agents whose process died are failed, and so is their session (`on_agent_failure =
+read from their exit file (so is how an agent ended while no server watched); agents whose process was killed are
+failed, and so is their session (`on_agent_failure =
 "fail"`); an interrupted initialisation is carried on to `ready`; a merge git did but the log did not record is
-merged again, once. No process is left behind.
+merged again, once; a logged merge whose cleanup was cut off waits in `merged` for the operator's cleanup_done.
+No process is left behind.
 """
 
 from __future__ import annotations
@@ -123,7 +126,7 @@ class Service:
         q = json.dumps  # a TOML basic string
         config = root / "config" / "taskgate.toml"
         config.write_text(
-            f"[mcp]\nport = {self.port}\n\n"
+            f"[mcp]\nport = {self.port}\n\n[policies.wip_limit]\nlimit = 10\n\n"
             f'[execution]\ndefault_agents = ["slow"]\non_agent_failure = "fail"\nheartbeat_interval_s = 1\n\n'
             f"[agents.slow]\ncommand = [{q(sys.executable)}, {q(str(script))}, "
             f'"{{task_id}}", "{{task_title}}", {q(str(self.release))}]\ntimeout_s = 120\n\n'
@@ -346,16 +349,17 @@ def commits_on(svc: Service, ref: str, subject: str) -> int:
 
 
 async def test_agents_outlive_a_killed_server_and_are_reattached_or_failed_at_restart(service: Service):
-    """Three sessions executing, each with a running agent, when the server is SIGKILLed. While it is down one
-    agent's process group is killed too. At restart the dead one is failed (and its session, for the operator);
-    the live ones are re-attached by pid: one exits 0 (its commit is on the branch, the session goes on to
-    verifying by itself), one exits 3 (a status only the exit file knows: the agent is no child of the new
-    server), which fails its session."""
-    service.seed("Slow work", "Doomed work", "Failing work")
+    """Four sessions executing, each with a running agent, when the server is SIGKILLed. While it is down one
+    agent's process group is killed, and another agent finishes (exit 0, its wrapper writes the exit file). At
+    restart the killed one is failed (and its session, for the operator); the finished one is completed from its
+    exit file and its session goes on to verifying; the live ones are re-attached by pid: one exits 0 (its commit
+    is on the branch, the session goes on to verifying by itself), one exits 3 (a status only the exit file
+    knows: the agent is no child of the new server), which fails its session."""
+    service.seed("Slow work", "Doomed work", "Failing work", "Finished meanwhile")
     service.start()
     async with connect(service) as client:
         sids = []
-        for task in ("DEMO-1", "DEMO-2", "DEMO-3"):
+        for task in ("DEMO-1", "DEMO-2", "DEMO-3", "DEMO-4"):
             started = await ok(client, "project_session_start", task_id=task)
             executing = await ok(client, "session_execute", session_id=started["id"])
             assert executing["state"] == "executing" and [a["type"] for a in executing["agents"]] == ["slow"]
@@ -363,18 +367,21 @@ async def test_agents_outlive_a_killed_server_and_are_reattached_or_failed_at_re
         for sid in sids:
             await wait_for_session(client, sid, "get a running agent", agents_running)
         acknowledged = {sid: await log_of(client, sid) for sid in sids}
-    reattached, killed, failing = sids
+    reattached, killed, failing, finished = sids
     pids = {sid: service.agent_pid(sid) for sid in sids}
 
     service.crash()
     assert all(alive(pid) for pid in pids.values()), "an agent died with the server"
     os.killpg(pids[killed], signal.SIGKILL)  # its process dies while nobody supervises it
+    (service.release / "DEMO-4").write_text("")  # it commits and exits while nobody supervises it
     await until(lambda: not alive(pids[killed]), "the killed agent to die")
+    await until(lambda: not alive(pids[finished]), "the released agent to exit")
     service.start()
 
     log = service.log()
     assert f"re-attached (pid {pids[reattached]})" in log and f"re-attached (pid {pids[failing]})" in log, log
     assert f"of session {killed}: marked failed (process gone)" in log, log
+    assert f"of session {finished}: ended meanwhile (exited with 0)" in log, log
     async with connect(service) as client:
         # the dead agent: failed at start-up, and its session with it, for the operator to look at
         lost = await assert_state_is_the_logs(client, killed, acknowledged[killed])
@@ -382,6 +389,12 @@ async def test_agents_outlive_a_killed_server_and_are_reattached_or_failed_at_re
         assert [(a["status"], a["error"]) for a in lost["agents"]] == [("failed", "lost at restart")]
         fail = (await log_of(client, killed))[-1]
         assert (fail["trigger"], fail["actor"]) == ("fail", "system") and "lost at restart" in fail["reason"]
+
+        # the one that finished while the server was down: completed from its exit file, the session goes on
+        meanwhile = await assert_state_is_the_logs(client, finished, acknowledged[finished])
+        assert meanwhile["state"] == "verifying", meanwhile
+        assert [(a["status"], a["exit_code"], a["error"]) for a in meanwhile["agents"]] == [("completed", 0, None)]
+        assert commits_on(service, meanwhile["branch"], "feat: Finished meanwhile") == 1
 
         # the live ones: re-attached, still running, their sessions still executing
         for sid in (reattached, failing):
@@ -454,15 +467,17 @@ async def test_a_crash_inside_initialize_is_carried_on_to_ready_at_restart(servi
 
 
 async def test_a_crash_during_merge_loses_no_decision_and_merges_exactly_once(service: Service):
-    """Two approved sessions. The server is killed (1) inside merge's effect, after git fast-forwarded main but
-    before the transition was written, then (2) right after a merge call returned. After (1) the session is still
-    awaiting_merge, as its log says, and merging again lands the commit on main once; after (2) it is completed.
-    The approvals taken before each crash are still there: deciding again replays them."""
-    service.seed("Merge me", "Merge me too")
+    """Three approved sessions. The server is killed (1) inside merge's effect, after git fast-forwarded main but
+    before the transition was written; (2) right after a merge call returned; (3) between a logged merge and its
+    automatic cleanup_done (in `git worktree remove`). After (1) the session is still awaiting_merge, as its log
+    says, and merging again lands the commit on main once; after (2) it is completed; after (3) it is merged, its
+    commit on main, and waits for the operator to fire cleanup_done. The approvals taken before each crash are
+    still there: deciding again replays them."""
+    service.seed("Merge me", "Merge me too", "Merge me last")
     service.start()
     async with connect(service) as client:
         sids, approvals = [], {}
-        for task in ("DEMO-1", "DEMO-2"):
+        for task in ("DEMO-1", "DEMO-2", "DEMO-3"):
             started = await ok(client, "project_session_start", task_id=task)
             await ok(client, "session_execute", session_id=started["id"], agents=["fast"])
             sids.append(started["id"])
@@ -472,7 +487,7 @@ async def test_a_crash_during_merge_loses_no_decision_and_merges_exactly_once(se
             assert (approved["outcome"], approved["state"], approved["replayed"]) == ("applied", "awaiting_merge",
                                                                                       False)  # fmt: skip
             approvals[sid] = approved
-        first, second = sids
+        first, second, third = sids
         branch = (await ok(client, "session_status", session_id=first))["branch"]
 
         service.pause("merge --quiet --ff-only", "after")
@@ -502,13 +517,36 @@ async def test_a_crash_during_merge_loses_no_decision_and_merges_exactly_once(se
 
     service.start()
     async with connect(service) as client:
-        for sid in sids:
+        for sid in (first, second):
             status = await assert_state_is_the_logs(client, sid, acknowledged[sid])
             assert status["state"] == "completed", status
             assert [r["trigger"] for r in (await log_of(client, sid))[-2:]] == ["merge", "cleanup_done"]
             await assert_approval_kept(client, sid, approvals[sid])
-    assert [commits_on(service, "main", s) for s in ("feat: Merge me", "feat: Merge me too")] == [1, 1]
-    assert service.git("branch", "--list", "feature/*").strip() == ""  # both branches cleaned up
+        await assert_state_is_the_logs(client, third, acknowledged[third])
+
+        service.pause("worktree remove", "before")
+        call = asyncio.create_task(in_flight(service, "project_session_merge", session_id=third))
+        await service.paused()
+        acknowledged = {sid: await log_of(client, sid) for sid in sids}
+        assert acknowledged[third][-1]["to_state"] == "merged"  # logged; its cleanup_done is not
+        worktree = Path((await ok(client, "session_status", session_id=third))["worktree"])
+    service.crash()
+    await abandon(call)
+    service.unpause()
+
+    service.start()
+    async with connect(service) as client:
+        merged = await assert_state_is_the_logs(client, third, acknowledged[third])
+        assert merged["state"] == "merged" and "cleanup_done" in merged["allowed_triggers"], merged
+        assert commits_on(service, "main", "feat: Merge me last") == 1 and worktree.is_dir()
+        await assert_approval_kept(client, third, approvals[third])
+        cleaned = await ok(client, "session_fire", session_id=third, trigger="cleanup_done")
+        assert cleaned["state"] == "completed" and not worktree.exists(), cleaned
+        for sid in sids:
+            await assert_state_is_the_logs(client, sid, acknowledged[sid])
+    subjects = ("feat: Merge me", "feat: Merge me too", "feat: Merge me last")
+    assert [commits_on(service, "main", s) for s in subjects] == [1, 1, 1]
+    assert service.git("branch", "--list", "feature/*").strip() == ""  # every branch cleaned up
     assert_no_agent_left(service)
     assert "Traceback" not in service.log()
 
