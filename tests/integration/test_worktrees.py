@@ -389,3 +389,13 @@ async def test_eight_sessions_merging_concurrently_into_one_main_all_land(sql_se
     assert sorted(s for s in subjects if s.startswith("feat:")) == sorted(f"feat: feature {i}" for i in range(8))
     assert len(git(git_repo, "rev-list", "--merges", "main").splitlines()) == 0  # each rebased, then fast-forwarded
     assert branches(git_repo) == ["main"] and worktree_paths(git_repo) == [str(git_repo)]
+
+
+async def test_taskgate_runs_no_repository_hook_on_its_own_git_operations(services, git_repo):
+    hook = git_repo / ".git" / "hooks" / "post-checkout"
+    marker = git_repo.parent / "hook-ran"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+    session, _ = await awaiting_merge(services, git_repo)  # worktree add runs post-checkout for a user's git
+    await services.sessions.fire(FireTrigger(session.id, "merge", ACTOR))
+    assert not marker.exists()

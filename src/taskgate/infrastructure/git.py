@@ -52,8 +52,17 @@ _REPO_STATES = (
     ("REVERT_HEAD", "reverting"),
     ("BISECT_LOG", "bisecting"),
 )
-# git runs without prompts, pagers or the user's hooks on our own operations.
-_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "LC_ALL": "C"}
+# git runs without prompts, pagers or the repository's hooks on our own operations (a hook is code from the
+# repository, which agents can write: taskgate's worktree and merge steps must not run it). Config by
+# environment (git >= 2.31) leaves the argv as it is.
+_ENV = {
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_PAGER": "cat",
+    "LC_ALL": "C",
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "core.hooksPath",
+    "GIT_CONFIG_VALUE_0": "/dev/null",
+}
 
 
 def _git(cwd: str | Path, *args: str, check: bool = True) -> str:
