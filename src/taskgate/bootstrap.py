@@ -32,6 +32,7 @@ from taskgate.application.sessions import SessionService
 from taskgate.application.sweeper import Sweeper, SweeperOptions
 from taskgate.application.tracker import TrackerService
 from taskgate.application.tracker_sync import TrackerWriteBack
+from taskgate.application.workflows import WorkflowService
 from taskgate.application.workspaces import GitOptions, WorkspaceService
 from taskgate.domain.agents import AgentType
 from taskgate.domain.entities import ApiToken
@@ -48,6 +49,7 @@ from taskgate.infrastructure.system import SystemClock, UuidGenerator
 from taskgate.infrastructure.test_runner import SubprocessTestRunner
 from taskgate.infrastructure.trackers import BeadsTracker
 from taskgate.infrastructure.webhooks import HttpWebhookSender
+from taskgate.infrastructure.workflow_files import WorkflowFiles
 
 __all__ = ["App", "Settings", "bootstrap", "build_services", "database_report", "load_settings"]
 
@@ -151,6 +153,17 @@ def execution_options(settings: Settings) -> ExecutionOptions:
         tuple(cfg.default_agents), cfg.max_agents_per_session, cfg.max_agents_total, cfg.on_agent_failure,
         cfg.heartbeat_interval_s, f"http://{settings.mcp.host}:{settings.mcp.port}/mcp", config_dir=config_dir,
     )  # fmt: skip
+
+
+def config_dir(settings: Settings) -> Path:
+    """The folder of the loaded config file, else ./config (workflows, checklists and agents live there)."""
+    return settings.config_file.parent if settings.config_file else Path.cwd() / "config"
+
+
+def workflow_catalogue(settings: Settings) -> WorkflowService:
+    """The workflows and checklists under the config dir; `agent`/`agents[]` names are checked against the
+    `[agents.NAME]` entries when any is configured. No database is opened."""
+    return WorkflowService(WorkflowFiles(config_dir(settings)), set(settings.agents) or None)
 
 
 def tracker_provider(settings: Settings) -> TrackerProvider | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -20,11 +21,13 @@ from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import FireTrigger, StartTask
 from taskgate.application.timestamps import parse_timestamp
 from taskgate.application.tracker import AddTask
-from taskgate.bootstrap import App, bootstrap, database_report, load_settings
+from taskgate.application.workflows import WorkflowService
+from taskgate.bootstrap import App, bootstrap, database_report, load_settings, workflow_catalogue
 from taskgate.domain import session_fsm
 from taskgate.domain.access import Capability, Principal
 from taskgate.domain.entities import Project
 from taskgate.domain.errors import InvalidInput, TaskgateError
+from taskgate.domain.workflows import to_mermaid as to_workflow_mermaid
 from taskgate.entrypoints import render
 from taskgate.entrypoints.render import console, err_console
 
@@ -1040,3 +1043,114 @@ def operator_list(as_json: JsonOpt = False) -> None:
     """Operators with their roles, effective permissions and capacity."""
     operators = run(lambda services: services.operators.list())
     emit(operators, as_json, lambda: render.operators_table(operators))
+
+
+workflow_app = typer.Typer(
+    help="Workflows of config/workflows: list, show, validate, graph, create (running them arrives with the runtime).",
+    no_args_is_help=True,
+)
+checklist_app = typer.Typer(help="Checklists of config/checklists.", no_args_is_help=True)
+app.add_typer(workflow_app, name="workflow")
+app.add_typer(checklist_app, name="checklist")
+
+
+def _workflows() -> WorkflowService:
+    """The workflow catalogue of the config dir (no database)."""
+    try:
+        return workflow_catalogue(load_settings())
+    except TaskgateError as exc:
+        fail(str(exc))
+    raise AssertionError("unreachable")
+
+
+def _or_fail(work: Callable[[], T]) -> T:
+    try:
+        return work()
+    except TaskgateError as exc:
+        fail(str(exc))
+    raise AssertionError("unreachable")
+
+
+@workflow_app.command("list")
+def workflow_list(
+    category: Annotated[str | None, typer.Option("--category", "-c", help="Only this category.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The catalogue's workflows by category (invalid ones marked; `workflow validate` says why)."""
+    entries = _workflows().entries(category)
+    emit(entries, as_json, lambda: render.workflows_table(entries))
+
+
+@workflow_app.command("show")
+def workflow_show(name: Annotated[str, typer.Argument(help="The workflow's id.")], as_json: JsonOpt = False) -> None:
+    """A workflow's steps, their types and routes."""
+    workflow = _or_fail(lambda: _workflows().workflow(name))
+    if as_json:
+        render.print_json(workflow.as_dict())
+    else:
+        console.print(render.workflow_table(workflow))
+
+
+@workflow_app.command("validate")
+def workflow_validate(
+    files: Annotated[list[Path] | None, typer.Argument(help="Files to check (default: the whole catalogue).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check workflow and checklist files; one `file:line: message (hint: …)` line per problem, exit 1 if any."""
+    result = _or_fail(lambda: _workflows().validate(files or []))
+    if as_json:
+        render.print_json({
+            "ok": result.ok,
+            "workflows": sorted(result.workflows),
+            "checklists": sorted(result.checklists),
+            "problems": [dataclasses.asdict(p) for p in result.problems],
+        })  # fmt: skip
+    else:
+        for problem in result.problems:
+            print(problem)
+        if result.ok:
+            print(f"ok: {len(result.workflows)} workflow(s) and {len(result.checklists)} checklist(s) are valid")
+    if not result.ok:
+        if not as_json:
+            count = len({p.file for p in result.problems})
+            err_console.print(
+                f"[red]error:[/red] {len(result.problems)} problem(s) in {count} file(s)", highlight=False
+            )
+        raise typer.Exit(1)
+
+
+@workflow_app.command("graph")
+def workflow_graph(name: Annotated[str, typer.Argument(help="The workflow's id.")]) -> None:
+    """The workflow as a mermaid flowchart (paste it into a ```mermaid block)."""
+    print(to_workflow_mermaid(_or_fail(lambda: _workflows().workflow(name))))
+
+
+@workflow_app.command("create")
+def workflow_create(
+    name: Annotated[str, typer.Argument(help="The new workflow's id (and file name).")],
+    template: Annotated[str, typer.Option("--template", "-t", help="A template, or an existing workflow's id.")],
+    category: Annotated[
+        str | None, typer.Option("--category", "-c", help="Folder under workflows/ (default: the template's).")
+    ] = None,
+) -> None:
+    """Write workflows/<category>/NAME.yaml from a template (never overwriting), then validate it."""
+    created = _or_fail(lambda: _workflows().create(name, template, category))
+    print(f"created {created.file} from template {created.template}")
+    for problem in created.problems:
+        print(problem)
+    if created.problems:
+        fail(f"{created.file} was created but has {len(created.problems)} problem(s); edit it and run validate")
+
+
+@checklist_app.command("list")
+def checklist_list(as_json: JsonOpt = False) -> None:
+    """The valid checklists (`workflow validate` reports the others)."""
+    checklists = list(_workflows().catalogue().checklists.values())
+    emit([c.as_dict() for c in checklists], as_json, lambda: render.checklists_table(checklists))
+
+
+@checklist_app.command("show")
+def checklist_show(name: Annotated[str, typer.Argument(help="The checklist's id.")], as_json: JsonOpt = False) -> None:
+    """A checklist's items."""
+    checklist = _or_fail(lambda: _workflows().checklist(name))
+    emit(checklist.as_dict(), as_json, lambda: render.checklist_table(checklist))

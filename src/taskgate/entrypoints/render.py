@@ -305,3 +305,62 @@ async def follow_agents(app: Any, session_id: str, *, until: Awaitable[Any], int
             await asyncio.wait({done}, timeout=interval)
     console.print()
     await done
+
+
+def workflows_table(entries: Sequence[Any]) -> Table:
+    """`workflow list`: the catalogue's workflows (CatalogueEntry), valid or not."""
+    rows = [(e.category or "", e.id, escape(e.description), e.steps, "yes" if e.valid else "[red]no[/red]", e.file)
+            for e in entries]  # fmt: skip
+    return table("Workflows", ["category", "id", "description", "steps", "valid", "file"], rows)
+
+
+def _step_what(step: Any) -> str:
+    kind = step.type.value
+    if kind == "agent":
+        return f"{step.agent}" + (f" (input: {step.input})" if step.input else "")
+    if kind == "approval":
+        return step.message or ""
+    if kind == "parallel":
+        least = f"; min_success {step.min_success}" if step.min_success else ""
+        return ", ".join(a.agent for a in step.agents) + least
+    if kind == "condition":
+        return step.when or ""
+    if kind == "checklist":
+        return step.checklist or f"{len(step.items)} inline item(s)"
+    if kind == "workflow":
+        return step.workflow or ""
+    return f"{len(step.steps)} step(s), context {step.context_mode.value}" + (", summarized" if step.summarize else "")
+
+
+def workflow_table(workflow: Any) -> Table:
+    """`workflow show`: the steps in order (group members indented) with their routes."""
+    from taskgate.domain.workflows import step_routes
+
+    rows: list[tuple[Any, ...]] = []
+
+    def add(steps: Sequence[Any], depth: int) -> None:
+        for i, step in enumerate(steps):
+            following = steps[i + 1].id if i + 1 < len(steps) else "end"
+            routes = ", ".join(f"{label} → {target}" for label, target in step_routes(step, following))
+            retry = f"{step.max_retries}×" if step.max_retries else ""
+            rows.append(("  " * depth + step.id, step.type.value, escape(_step_what(step)), routes, retry))
+            add(step.steps, depth + 1)
+
+    add(workflow.steps, 0)
+    limits = f"max_iterations {workflow.max_iterations}"
+    if workflow.max_duration_s:
+        limits += f", max_duration {workflow.max_duration_s:g}s"
+    title = f"{workflow.id} ({workflow.category or 'no category'}): {escape(workflow.description)}\n{limits}"
+    if workflow.triggers:
+        title += f"; triggers: {escape(', '.join(workflow.triggers))}"
+    return table(title, ["step", "type", "what", "routes", "retries"], rows)
+
+
+def checklists_table(checklists: Sequence[Any]) -> Table:
+    rows = [(c.id, escape(c.description), len(c.items), sum(i.required for i in c.items), c.file) for c in checklists]
+    return table("Checklists", ["id", "description", "items", "required", "file"], rows)
+
+
+def checklist_table(checklist: Any) -> Table:
+    rows = [(i.id, escape(i.text), "yes" if i.required else "no") for i in checklist.items]
+    return table(f"{checklist.id}: {escape(checklist.description)}", ["item", "text", "required"], rows)

@@ -1,0 +1,348 @@
+"""Workflow and checklist validation: a corpus of broken files, each with the error it must give (file, line,
+message, hint); the shipped catalogue is valid (the "validated in CI" part); routes, cycles, the loader and the
+mermaid graph."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from taskgate.application.workflows import WorkflowService, retarget
+from taskgate.domain.errors import AlreadyExists, InvalidInput
+from taskgate.domain.workflows import (
+    END,
+    Document,
+    StepType,
+    WorkflowNotFound,
+    parse_duration,
+    retry_delay_ms,
+    step_routes,
+    to_mermaid,
+    validate_documents,
+)
+from taskgate.infrastructure.workflow_files import WorkflowFiles, parse_text
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "config"
+BROKEN = ROOT / "tests" / "fixtures" / "workflows" / "broken"
+AGENTS = {"coder", "tester", "reviewer"}  # the example agent types of config/agents
+EXPECT = re.compile(r"^# expect line (\d+): (.+)$")
+
+
+def corpus() -> list[Path]:
+    return sorted([*BROKEN.glob("*.yaml"), *BROKEN.glob("*.json"), *(BROKEN / "checklists").glob("*.yaml")])
+
+
+def expectation(path: Path) -> tuple[int, str, str | None]:
+    sidecar = path.with_name(path.name + ".expect")
+    lines = (sidecar if sidecar.exists() else path).read_text().splitlines()
+    match = EXPECT.match(lines[0])
+    assert match, f"{path.name}: the first line must be '# expect line N: <message>'"
+    requires = (
+        lines[1].removeprefix("# requires: ").strip() if len(lines) > 1 and lines[1].startswith("# requires:") else None
+    )
+    return int(match[1]), match[2], requires
+
+
+def test_the_corpus_has_at_least_forty_broken_files():
+    assert len(corpus()) >= 40
+
+
+@pytest.mark.parametrize("path", corpus(), ids=lambda p: p.relative_to(BROKEN).as_posix())
+def test_each_broken_file_gives_its_error_with_file_line_and_hint(path: Path):
+    line, message, requires = expectation(path)
+    if requires and importlib.util.find_spec(requires) is None:
+        pytest.skip(f"{requires} is not there yet")
+    service = WorkflowService(WorkflowFiles(CONFIG), AGENTS)
+    problems = service.validate([path]).problems
+    assert problems, f"{path.name} should be invalid"
+    matching = [p for p in problems if message in p.message]
+    assert matching, f"{path.name}: no problem says {message!r}; got:\n" + "\n".join(map(str, problems))
+    assert any(p.line == line for p in matching), f"{path.name}: expected line {line}, got {matching}"
+    for problem in matching:
+        assert Path(problem.file).resolve() == path.resolve()
+        assert problem.hint, f"{path.name}: no hint in {problem}"
+        assert str(problem).startswith(f"{problem.file}:{problem.line}: ") and "(hint: " in str(problem)
+
+
+def test_the_shipped_workflows_and_checklists_are_valid_with_the_example_agent_types():
+    catalogue = WorkflowService(WorkflowFiles(CONFIG), AGENTS).catalogue()
+    assert catalogue.problems == ()
+    assert {"feature-development", "bug-fix", "refactor", "comprehensive-test"} <= set(catalogue.workflows)
+    assert {"quality-validation", "security-review", "release"} <= set(catalogue.checklists)
+    for workflow in catalogue.workflows.values():
+        used = {s.agent for s in _all(workflow.steps) if s.agent} | {
+            a.agent for s in _all(workflow.steps) for a in s.agents
+        }
+        assert used <= AGENTS
+
+
+def test_the_shipped_templates_are_valid():
+    files = WorkflowFiles(CONFIG)
+    assert set(files.templates()) >= {"basic", "reviewed"}
+    documents, _ = files.catalogue()
+    for template in files.templates().values():
+        doc, problems = files.read(Path(template))
+        assert doc is not None and not problems
+        assert validate_documents([doc, *documents], AGENTS).problems == ()
+
+
+def test_the_shipped_workflows_use_every_feature_the_issue_names():
+    catalogue = WorkflowService(WorkflowFiles(CONFIG), AGENTS).catalogue()
+    feature = catalogue.workflows["feature-development"]
+    kinds = [s.type for s in feature.steps]
+    assert kinds[:4] == [StepType.agent, StepType.approval, StepType.agent, StepType.parallel]
+    assert any(s.type is StepType.parallel for s in catalogue.workflows["refactor"].steps)
+    comprehensive = list(_all(catalogue.workflows["comprehensive-test"].steps))
+    group = next(s for s in comprehensive if s.type is StepType.group)
+    assert group.context_mode is not None and group.summarize
+    assert {StepType.condition, StepType.workflow, StepType.checklist} <= {s.type for s in comprehensive}
+
+
+def _all(steps):
+    for step in steps:
+        yield step
+        yield from _all(step.steps)
+
+
+# -- the catalogue: files together
+
+
+def write(root: Path, relative: str, text: str) -> Path:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def flow(ident: str, *steps: str) -> str:
+    body = "".join(steps) or "  - id: a\n    type: agent\n    agent: coder\n    prompt: p\n"
+    return f"id: {ident}\ndescription: d\nsteps:\n{body}"
+
+
+def nest(step: str, target: str) -> str:
+    return f"  - id: {step}\n    type: workflow\n    workflow: {target}\n"
+
+
+def test_a_nesting_cycle_across_files_is_named_once(tmp_path: Path):
+    write(tmp_path, "workflows/x/a.yaml", flow("a", nest("to-b", "b")))
+    write(tmp_path, "workflows/x/b.yaml", flow("b", nest("to-c", "c")))
+    write(tmp_path, "workflows/x/c.yaml", flow("c", nest("back", "a")))
+    write(tmp_path, "workflows/x/d.yaml", flow("d", nest("into", "a")))
+    problems = WorkflowService(WorkflowFiles(tmp_path)).catalogue().problems
+    cycles = [p for p in problems if "nesting cycle" in p.message]
+    assert [p.message for p in cycles] == ["nesting cycle: a › b › c › a"]
+    assert cycles[0].file.endswith("a.yaml") and cycles[0].line == 6  # a's `workflow: b`
+
+
+def test_a_cycle_through_a_group_is_found(tmp_path: Path):
+    group = "  - id: g\n    type: group\n    steps:\n      - id: to-b\n        type: workflow\n        workflow: b\n"
+    write(tmp_path, "workflows/x/a.yaml", flow("a", group))
+    write(tmp_path, "workflows/x/b.yaml", flow("b", nest("to-a", "a")))
+    catalogue = WorkflowService(WorkflowFiles(tmp_path)).catalogue()
+    assert [p.message for p in catalogue.problems] == ["nesting cycle: a › b › a"]
+    assert catalogue.workflows == {}
+
+
+def test_duplicate_ids_across_files_name_both_files(tmp_path: Path):
+    write(tmp_path, "workflows/one/a.yaml", flow("same"))
+    write(tmp_path, "workflows/two/b.yaml", flow("same"))
+    write(tmp_path, "checklists/x.yaml", "id: list\ndescription: d\nitems: [one]\n")
+    write(tmp_path, "checklists/y.yaml", "id: list\ndescription: d\nitems: [two]\n")
+    problems = WorkflowService(WorkflowFiles(tmp_path)).catalogue().problems
+    messages = sorted(str(p) for p in problems)
+    assert len(messages) == 2
+    assert "duplicate checklist id 'list' (also " in messages[0] and "x.yaml:1" in messages[0]
+    assert "duplicate workflow id 'same' (also " in messages[1] and "a.yaml:1" in messages[1]
+
+
+def test_category_must_match_its_folder(tmp_path: Path):
+    write(
+        tmp_path,
+        "workflows/dev/a.yaml",
+        "id: a\ndescription: d\ncategory: ops\nsteps:\n" + flow("a").split("steps:\n")[1],
+    )
+    problems = WorkflowService(WorkflowFiles(tmp_path)).catalogue().problems
+    assert len(problems) == 1 and "differs from the folder 'dev'" in problems[0].message and problems[0].line == 3
+
+
+def test_templates_are_not_workflows_and_the_category_defaults_to_the_folder(tmp_path: Path):
+    write(tmp_path, "workflows/templates/t.yaml", "id: t\nnot: valid\n")
+    write(tmp_path, "workflows/ops/a.yaml", flow("a"))
+    service = WorkflowService(WorkflowFiles(tmp_path))
+    assert service.catalogue().problems == ()
+    assert [(e.id, e.category, e.valid) for e in service.entries()] == [("a", "ops", True)]
+    assert service.workflow("a").category == "ops"
+
+
+def test_agent_names_are_checked_only_when_agent_types_are_given(tmp_path: Path):
+    write(tmp_path, "workflows/x/a.yaml", flow("a"))
+    assert WorkflowService(WorkflowFiles(tmp_path)).catalogue().ok
+    problems = WorkflowService(WorkflowFiles(tmp_path), {"tester"}).catalogue().problems
+    assert [p.message for p in problems] == ["step 'a': unknown agent type 'coder'"]
+    assert "[agents.coder]" in problems[0].hint
+
+
+def test_validate_files_replaces_the_catalogue_entry_and_reports_only_the_given_files(tmp_path: Path):
+    write(tmp_path, "workflows/x/a.yaml", flow("a", nest("n", "missing")))
+    draft = write(tmp_path, "drafts/b.yaml", flow("b", nest("n", "a")))
+    service = WorkflowService(WorkflowFiles(tmp_path))
+    result = service.validate([draft])
+    assert result.problems == () and set(result.workflows) == {"b"}
+    copy = write(tmp_path, "drafts/a.yaml", flow("a"))  # a fixed copy of a: checked instead of the catalogue's
+    assert service.validate([copy, draft]).ok
+
+
+def test_show_of_an_invalid_or_unknown_workflow(tmp_path: Path):
+    write(tmp_path, "workflows/x/a.yaml", flow("a", "  - id: s\n    type: agent\n    prompt: p\n"))
+    service = WorkflowService(WorkflowFiles(tmp_path))
+    with pytest.raises(InvalidInput, match=r"workflow 'a' is invalid: .*a\.yaml:4: .*'agent' is missing"):
+        service.workflow("a")
+    with pytest.raises(WorkflowNotFound):
+        service.workflow("nope")
+
+
+def test_create_from_a_template_and_from_a_workflow_never_overwrites(tmp_path: Path):
+    shutil.copytree(CONFIG / "workflows", tmp_path / "workflows")
+    shutil.copytree(CONFIG / "checklists", tmp_path / "checklists")
+    service = WorkflowService(WorkflowFiles(tmp_path), AGENTS)
+    created = service.create("my-flow", "reviewed")
+    assert created.problems == () and created.file.endswith("custom/my-flow.yaml")
+    assert service.workflow("my-flow").category == "custom"
+    copied = service.create("my-fix", "bug-fix", "ops")
+    assert copied.problems == () and service.workflow("my-fix").category == "ops"
+    assert len(service.workflow("my-fix").steps) == len(service.workflow("bug-fix").steps)
+    with pytest.raises(AlreadyExists):
+        service.create("my-flow", "basic")
+    with pytest.raises(AlreadyExists):
+        service.create("bug-fix", "basic", "maintenance")
+    with pytest.raises(InvalidInput, match="unknown template 'nope'"):
+        service.create("x", "nope")
+    with pytest.raises(InvalidInput):
+        service.create("../escape", "basic")
+    assert service.catalogue().ok
+
+
+def test_retarget_sets_id_and_category():
+    assert retarget("# c\nid: t\nsteps: []\n", "n", "ops") == "# c\nid: n\ncategory: ops\nsteps: []\n"
+    assert retarget("id: t\ncategory: x\n", "n", "ops") == "id: n\ncategory: ops\n"
+
+
+# -- the loader
+
+
+def test_lines_are_recorded_for_keys_and_list_items():
+    doc, problems = parse_text("# c\nid: a\nsteps:\n  - id: s\n    type: agent\n  - id: t\n", "f.yaml")
+    assert not problems and doc is not None
+    assert doc.line(("id",)) == 2 and doc.line(("steps", 0)) == 4 and doc.line(("steps", 1, "id")) == 6
+    assert doc.line(("steps", 0, "type")) == 5 and doc.line(("steps", 0, "missing")) == 4
+
+
+def test_json_files_are_accepted_with_lines(tmp_path: Path):
+    write(
+        tmp_path,
+        "workflows/x/a.json",
+        '{\n  "id": "a",\n  "description": "d",\n  "steps": [\n'
+        '    {"id": "s", "type": "agent", "agent": "coder",\n     "prompt": "p", "next": "zz"}\n  ]\n}\n',
+    )
+    problems = WorkflowService(WorkflowFiles(tmp_path)).catalogue().problems
+    assert [(p.line, p.message) for p in problems] == [(6, "step 's': next targets unknown step 'zz'")]
+
+
+def test_a_billion_laughs_file_is_refused_quickly():
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8)
+    )
+    doc, problems = parse_text(laughs, "laughs.yaml")
+    assert doc is None and "too large" in problems[0].message
+
+
+def test_unsafe_tags_never_construct_objects():
+    doc, problems = parse_text("id: !!python/object/apply:os.system ['true']\n", "evil.yaml")
+    assert doc is None and problems[0].line == 1
+    doc, problems = parse_text("id: !!python/name:os.system\n", "evil.yaml")
+    assert doc is None and problems
+
+
+# -- routing, retries, durations
+
+
+def test_routes_default_to_the_next_step_and_approval_rejection_ends():
+    catalogue = WorkflowService(WorkflowFiles(CONFIG), AGENTS).catalogue()
+    steps = {s.id: s for s in catalogue.workflows["feature-development"].steps}
+    assert step_routes(steps["plan"], "approve-plan") == [("success", "approve-plan")]
+    assert step_routes(steps["approve-plan"], "implement") == [("approve", "implement"), ("reject", "plan")]
+    assert step_routes(steps["validate"], "approve-result") == [("success", "approve-result"), ("error", "fix")]
+    assert step_routes(steps["fix"], END) == [("success", "validate")]
+    sign_off = catalogue.workflows["comprehensive-test"].steps[-1]
+    assert step_routes(sign_off, END) == [("approve", END), ("reject", END)]
+
+
+def test_retry_delays_back_off_exponentially_up_to_the_cap():
+    step = WorkflowService(WorkflowFiles(CONFIG), AGENTS).workflow("feature-development").steps[2]
+    assert step.max_retries == 2 and step.retry_delay_ms == 5000
+    assert [retry_delay_ms(step, n) for n in (1, 2, 3, 4, 5)] == [5000, 10000, 20000, 40000, 60000]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90s", 90),
+        ("30m", 1800),
+        ("2h", 7200),
+        ("1h30m", 5400),
+        ("1d", 86400),
+        (45, 45),
+        ("", None),
+        ("0s", None),
+        ("soon", None),
+        (True, None),
+        (-3, None),
+    ],
+)
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+# -- the graph
+
+
+def test_mermaid_graph_has_every_step_and_labelled_routes():
+    service = WorkflowService(WorkflowFiles(CONFIG), AGENTS)
+    graph = to_mermaid(service.workflow("feature-development"))
+    lines = graph.splitlines()
+    assert lines[0] == "flowchart TD"
+    assert "    start --> s0_plan" in lines
+    assert '    s1_approve_plan{{"approve-plan<br/>approval"}}' in lines
+    assert "    s1_approve_plan -->|reject| s0_plan" in lines
+    assert "    s1_approve_plan -->|approve| s2_implement" in lines
+    assert "    s3_validate -->|error| s5_fix" in lines
+    assert "    s4_approve_result -->|approve| done" in lines
+    assert {label for label in re.findall(r"-->\|(\w+)\|", graph)} == {"success", "error", "approve", "reject"}
+
+
+def test_mermaid_graph_of_groups_and_conditions():
+    graph = to_mermaid(WorkflowService(WorkflowFiles(CONFIG), AGENTS).workflow("comprehensive-test"))
+    assert '    subgraph s1_suites ["suites<br/>group (shared)"]' in graph
+    assert "        s4_e2e_tests -->|success| s1_suites_end" in graph
+    assert "    s5_failures_found -->|then| s6_triage" in graph and "-->|else| s7_quality_gate" in graph
+    assert "#quot;FAILED#quot;" in graph and '"FAILED"' not in graph
+    assert "    s1_suites -->|error| s6_triage" in graph
+
+
+def test_mermaid_labels_are_escaped():
+    doc = Document(
+        "f.yaml",
+        {
+            "id": "w",
+            "description": "d",
+            "steps": [{"id": "c", "type": "condition", "when": 'a < 1 and b > "<script>"', "then": "end"}],
+        },
+    )
+    catalogue = validate_documents([doc])
+    graph = to_mermaid(catalogue.workflows["w"])
+    assert "<script>" not in graph and "#lt;" in graph
