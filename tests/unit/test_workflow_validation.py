@@ -4,7 +4,6 @@ mermaid graph."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 from pathlib import Path
@@ -37,15 +36,12 @@ def corpus() -> list[Path]:
     return sorted([*BROKEN.glob("*.yaml"), *BROKEN.glob("*.json"), *(BROKEN / "checklists").glob("*.yaml")])
 
 
-def expectation(path: Path) -> tuple[int, str, str | None]:
+def expectation(path: Path) -> tuple[int, str]:
     sidecar = path.with_name(path.name + ".expect")
     lines = (sidecar if sidecar.exists() else path).read_text().splitlines()
     match = EXPECT.match(lines[0])
     assert match, f"{path.name}: the first line must be '# expect line N: <message>'"
-    requires = (
-        lines[1].removeprefix("# requires: ").strip() if len(lines) > 1 and lines[1].startswith("# requires:") else None
-    )
-    return int(match[1]), match[2], requires
+    return int(match[1]), match[2]
 
 
 def test_the_corpus_has_at_least_forty_broken_files():
@@ -54,9 +50,7 @@ def test_the_corpus_has_at_least_forty_broken_files():
 
 @pytest.mark.parametrize("path", corpus(), ids=lambda p: p.relative_to(BROKEN).as_posix())
 def test_each_broken_file_gives_its_error_with_file_line_and_hint(path: Path):
-    line, message, requires = expectation(path)
-    if requires and importlib.util.find_spec(requires) is None:
-        pytest.skip(f"{requires} is not there yet")
+    line, message = expectation(path)
     service = WorkflowService(WorkflowFiles(CONFIG), AGENTS)
     problems = service.validate([path]).problems
     assert problems, f"{path.name} should be invalid"

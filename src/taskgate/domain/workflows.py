@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from taskgate.domain.errors import NotFound
+from taskgate.domain.expressions import ExpressionError, parse_condition
 
 END = "end"
 DEFAULT_MAX_ITERATIONS = 100
@@ -328,17 +329,11 @@ def _suggest(word: str, choices: Iterable[str]) -> str:
 
 
 def _check_condition(text: str) -> tuple[str, int | None] | None:
-    """HOOK (issue 7): the condition language's parser checks `when`. Until `taskgate.domain.expressions`
-    exists, any non-empty text passes. Returns (message, column) for a bad condition, else None."""
-    try:
-        from taskgate.domain.expressions import ExpressionError, parse_condition  # type: ignore[import-not-found]
-    except ImportError:
-        return None
+    """The condition language's parser on `when` (domain/expressions.py): (message, column) if it does not parse."""
     try:
         parse_condition(text)
     except ExpressionError as exc:
-        message = getattr(exc, "message", None) or (str(exc.args[0]) if exc.args else str(exc))
-        return str(message), getattr(exc, "column", None)
+        return exc.message, exc.column
     return None
 
 
