@@ -21,6 +21,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/lint-imports
+	$(BIN)/taskgate workflow validate
 	$(BIN)/pytest
 
 lint: $(STAMP)

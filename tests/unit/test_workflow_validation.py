@@ -340,3 +340,16 @@ def test_mermaid_labels_are_escaped():
     catalogue = validate_documents([doc])
     graph = to_mermaid(catalogue.workflows["w"])
     assert "<script>" not in graph and "#lt;" in graph
+
+
+# -- the docs
+
+
+def test_the_docs_name_every_key_and_show_the_generated_graph():
+    from taskgate.domain.workflows import CHECKLIST_KEYS, STEP_KEYS, WORKFLOW_KEYS
+
+    doc = (ROOT / "docs" / "workflows.md").read_text()
+    keys = {*WORKFLOW_KEYS, *CHECKLIST_KEYS, *(k for keys in STEP_KEYS.values() for k in keys), *StepType}
+    assert [k for k in sorted(keys) if f"`{k}`" not in doc] == []
+    graph = to_mermaid(WorkflowService(WorkflowFiles(CONFIG), AGENTS).workflow("feature-development"))
+    assert f"```mermaid\n{graph}\n```" in doc

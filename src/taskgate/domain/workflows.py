@@ -344,6 +344,9 @@ class _Checker:
         self.doc = doc
         self.agent_types = agent_types
         self.problems: list[WorkflowProblem] = []
+        self.scope_of: dict[str, int] = {}  # step id -> its list (raw, so steps dropped while parsing count)
+        self.incomplete_scopes: set[int] = set()
+        self.scopes = 0
         self.owner = ""  # what a missing key belongs to ("agent step 'plan'"); the file when empty
 
     def problem(self, path: Path, message: str, hint: str = "") -> None:
@@ -545,11 +548,17 @@ def parse_workflow(
 
 
 def _parse_steps(c: _Checker, raw: list[Any], path: Path, all_ids: dict[str, int]) -> tuple[Step, ...]:
-    steps = []
+    c.scopes += 1
+    scope, steps = c.scopes, []
+    for item in raw:
+        if isinstance(item, dict) and isinstance(item.get("id"), str):
+            c.scope_of.setdefault(item["id"], scope)
     for n, item in enumerate(raw):
         step = _parse_step(c, item, (*path, n), all_ids)
         if step is not None:
             steps.append(step)
+    if len(steps) != len(raw):  # a step was dropped: its problem is reported; routes to it are not errors
+        c.incomplete_scopes.add(scope)
     return tuple(steps)
 
 
@@ -780,11 +789,11 @@ def _check_scope(c: _Checker, steps: Sequence[Step], visible: list[str], all_ids
     """Routes stay in their list and name a step or `end`; every step is reachable; `input` names an earlier
     step (of this list or an enclosing one). Groups are checked the same way, as their own scope."""
     ids = {s.id for s in steps}
+    scope = c.scope_of.get(steps[0].id) if steps else None
     for i, step in enumerate(steps):
-        following = steps[i + 1].id if i + 1 < len(steps) else END
         for key in ROUTE_KEYS:
             target = getattr(step, "else_" if key == "else" else key, None)
-            if target is None or target == END or target in ids:
+            if target is None or target == END or target in ids or c.scope_of.get(target, -1) == scope:
                 continue
             at = step.lines.get(key, step.line)
             if target in all_ids:
@@ -808,7 +817,7 @@ def _check_scope(c: _Checker, steps: Sequence[Step], visible: list[str], all_ids
             )
         if step.steps:
             _check_scope(c, step.steps, [*visible, *(s.id for s in steps[:i])], all_ids)
-    if not steps:
+    if not steps or scope in c.incomplete_scopes:
         return
     reached, todo = {steps[0].id}, [0]
     index = {s.id: i for i, s in enumerate(steps)}
