@@ -58,7 +58,6 @@ from hypothesis import strategies as st
 from mcp import Client
 from mcp.server.mcpserver import Context
 
-from taskgate.bootstrap import App
 from taskgate.domain.access import AGENT_TRIGGERS, Principal
 from taskgate.domain.states import SessionState, Trigger
 from taskgate.entrypoints.mcp.server import build_server
@@ -67,6 +66,7 @@ from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.db.tables import ALL_TABLES
 from tests.builders import fire, seed, start
 from tests.conftest import Services, make_git_repo, wire
+from tests.mcp.conftest import app_of
 
 TOTAL_EXAMPLES = int(os.environ.get("TASKGATE_FUZZ_EXAMPLES", "2400"))
 TOOL_NAMES = [fn.__name__ for fn in TOOLS]
@@ -596,19 +596,7 @@ async def _connected(services: Services, principal: Principal) -> Any:
 
     @asynccontextmanager
     async def open_app() -> Any:
-        yield App(
-            None,
-            services.sessions,
-            services.tracker,
-            services.audit,
-            services.access,
-            services.workspaces,
-            services.context,
-            services.operators,
-            services.decisions,
-            services.review_queue,
-            outputs=services.outputs,
-        )
+        yield app_of(services)
 
     async with Client(build_server(open_app, local_principal=principal)) as client:
         yield client

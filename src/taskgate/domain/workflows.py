@@ -488,14 +488,8 @@ def parse_workflow(
     """The workflow of `doc`, or None and its problems (schema, ids, routes, reachability, inputs, agents).
     References to other files (nested workflows, checklists) are checked by `validate_documents`."""
     c = _Checker(doc, frozenset(agent_types) if agent_types is not None else None)
-    c.owner = "the workflow"
-    data = doc.data
-    if not isinstance(data, dict):
-        c.problem(
-            (),
-            f"a workflow file must be a mapping, not {type(data).__name__}",
-            "start the file with 'id: my-workflow', 'description: …' and 'steps:'",
-        )
+    data = _mapping(c, "workflow", "steps")
+    if data is None:
         return None, c.problems
     c.keys(data, (), WORKFLOW_KEYS, "workflow")
     ident = c.ident(data, "id", (), required=True)
@@ -840,16 +834,23 @@ def _check_scope(c: _Checker, steps: Sequence[Step], visible: list[str], all_ids
 # ---------------------------------------------------------------------------------------------- checklists
 
 
+def _mapping(c: _Checker, kind: str, body: str) -> dict | None:
+    """The document's top-level mapping, or None after reporting that it is not one."""
+    c.owner = f"the {kind}"
+    if isinstance(c.doc.data, dict):
+        return c.doc.data
+    c.problem(
+        (),
+        f"a {kind} file must be a mapping, not {type(c.doc.data).__name__}",
+        f"start the file with 'id: my-{kind}', 'description: …' and '{body}:'",
+    )
+    return None
+
+
 def parse_checklist(doc: Document) -> tuple[Checklist | None, list[WorkflowProblem]]:
     c = _Checker(doc, None)
-    c.owner = "the checklist"
-    data = doc.data
-    if not isinstance(data, dict):
-        c.problem(
-            (),
-            f"a checklist file must be a mapping, not {type(data).__name__}",
-            "start the file with 'id: my-checklist', 'description: …' and 'items:'",
-        )
+    data = _mapping(c, "checklist", "items")
+    if data is None:
         return None, c.problems
     c.keys(data, (), CHECKLIST_KEYS, "checklist")
     ident = c.ident(data, "id", (), required=True)
