@@ -23,6 +23,7 @@ from taskgate.domain.entities import (
     Project,
     Session,
     SessionSnapshot,
+    StepRun,
     Task,
     TaskStatus,
     TransitionRecord,
@@ -175,6 +176,27 @@ class TokenRepository(Protocol):
         """Mark revoked; False when no such token exists."""
 
 
+class StepRunRepository(Protocol):
+    """Workflow step runs (attempts), per session in the order they started."""
+
+    async def add(self, run: StepRun) -> int:
+        """Store a new run; returns its id."""
+
+    async def update(self, run: StepRun) -> None:
+        """Overwrite the run with `run.id` (status, ended_at, output_summary, agent_ids, error).
+
+        Raises: StepRunNotFound when no run has that id."""
+
+    async def get(self, run_id: int) -> StepRun:
+        """Raises: StepRunNotFound."""
+
+    async def of_session(self, session_id: str, limit: int = 200) -> list[StepRun]:
+        """The newest `limit` runs of the session, oldest first (by id)."""
+
+    async def open_runs(self, session_id: str) -> list[StepRun]:
+        """The session's runs still running or waiting, oldest first."""
+
+
 class UnitOfWork(Protocol):
     """One database transaction. Write units serialise against each other (see the adapter for how)."""
 
@@ -191,6 +213,7 @@ class UnitOfWork(Protocol):
     test_runs: TestRunRepository
     agents: AgentRepository
     deliveries: DeliveryRepository
+    step_runs: StepRunRepository
 
     async def __aenter__(self) -> UnitOfWork: ...
     async def __aexit__(self, *exc_info: object) -> None:
@@ -386,6 +409,9 @@ class TrackerProvider(Protocol):
 
 
 class Clock(Protocol):
+    async def sleep(self, seconds: float) -> None:
+        """Wait `seconds` (a fake clock moves its time instead; retries and timers use this, never asyncio)."""
+
     def now(self) -> datetime:
         """The current time, timezone-aware UTC."""
 

@@ -128,6 +128,45 @@ class Agent:
     error: str | None = None
 
 
+class StepStatus(StrEnum):
+    """How one run (attempt) of a workflow step stands or ended."""
+
+    RUNNING = "running"
+    WAITING = "waiting"  # an approval or a checklist waits for a person (or an agent ticking items)
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    CHANGES_REQUESTED = "changes_requested"
+    SKIPPED = "skipped"  # moved past by hand (workflow_advance, workflow_break)
+    CANCELLED = "cancelled"  # the session left executing, or workflow_back / workflow_restart
+
+
+OPEN_STEP_STATUSES = frozenset({StepStatus.RUNNING, StepStatus.WAITING})
+
+
+@dataclass(frozen=True, slots=True)
+class StepRun:
+    """One attempt of one workflow step of a session (the `step_runs` table, append and update only).
+
+    `depth` is the frame's depth on the session's workflow stack (1 = the root workflow); `frame` names the
+    frame (a workflow id, `checklist:<id>`, or `<workflow id>/<group step id>` for a group).
+    """
+
+    session_id: str
+    depth: int
+    frame: str
+    step_id: str
+    attempt: int
+    status: StepStatus
+    started_at: datetime
+    ended_at: datetime | None = None
+    output_summary: str = ""
+    agent_ids: tuple[str, ...] = ()
+    error: str | None = None
+    id: int | None = None
+
+
 @dataclass(slots=True)
 class Session:
     """A persisted state machine for one task. `version` increases by one with every applied transition."""

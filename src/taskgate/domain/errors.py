@@ -60,6 +60,10 @@ class SessionNotFound(NotFound):
     kind = "session"
 
 
+class StepRunNotFound(NotFound):
+    kind = "step run"
+
+
 class OperatorNotFound(NotFound):
     kind = "operator"
 
