@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,12 +32,15 @@ from taskgate.application.sessions import SessionService
 from taskgate.application.sweeper import Sweeper, SweeperOptions
 from taskgate.application.tracker import TrackerService
 from taskgate.application.tracker_sync import TrackerWriteBack
+from taskgate.application.workflow_engine import WorkflowEngine, WorkflowOptions
 from taskgate.application.workflows import WorkflowService
 from taskgate.application.workspaces import GitOptions, WorkspaceService
 from taskgate.domain.agents import AgentType
 from taskgate.domain.entities import ApiToken
 from taskgate.domain.outputs import OutputLimits
 from taskgate.domain.policies import Policy
+from taskgate.domain.workflow_run import LoopLimits
+from taskgate.domain.workflows import Catalogue
 from taskgate.infrastructure.agent_runner import SubprocessAgentRunner
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db.engine import Database, redact
@@ -73,6 +76,7 @@ class App:
     clock: Clock | None = None
     agents: AgentService | None = None
     outputs: OutputService | None = None  # the session folders (save_output, manifest.json)
+    workflows: WorkflowEngine | None = None  # the workflow runtime (session stacks)
 
     async def close(self) -> None:
         if self.database is not None:
@@ -136,6 +140,33 @@ def build_agents(
                           outputs_root, outputs)  # fmt: skip
     sessions.use_effects(CompositeEffects([sessions.effects, agents]))
     return agents
+
+
+def build_workflows(
+    sessions: SessionService,
+    uow: UnitOfWorkFactory,
+    *,
+    catalogue: Callable[[], Catalogue],
+    clock: Clock,
+    agents: AgentService | None,
+    decisions: DecisionService | None = None,
+    options: WorkflowOptions | None = None,
+) -> WorkflowEngine:
+    """The workflow engine, added after the engine's current effects (it drives a session entering
+    executing); agents of workflow sessions report to it, and decisions answer its approval steps."""
+    engine = WorkflowEngine(uow, sessions, catalogue, clock, options, launcher=agents)
+    sessions.use_effects(CompositeEffects([sessions.effects, engine]))
+    if agents is not None:
+        agents.on_workflow_agents_ended(engine.agents_ended)
+    if decisions is not None:
+        decisions.use_workflows(engine)
+    return engine
+
+
+def workflow_options(settings: Settings) -> WorkflowOptions:
+    """The `[workflows]` settings as the engine's options."""
+    cfg = settings.workflows
+    return WorkflowOptions(cfg.default, LoopLimits(cfg.max_iterations, cfg.loop_window, cfg.loop_repeats))
 
 
 def agent_types(settings: Settings) -> dict[str, AgentType]:
@@ -256,6 +287,10 @@ async def bootstrap(
     )  # fmt: skip
     app = App(settings, *services, *extras, *people, queue, database=database, uow=uow, clock=clock)
     app.agents, app.outputs = agents, outputs
+    app.workflows = build_workflows(
+        services[0], uow, catalogue=workflow_catalogue(settings).catalogue, clock=clock, agents=agents,
+        decisions=people[1], options=workflow_options(settings),
+    )  # fmt: skip
     return app
 
 

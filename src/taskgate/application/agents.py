@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -81,16 +81,26 @@ class AgentService:
         self._tasks: dict[str, set[asyncio.Task]] = {}  # session id → supervising tasks
         self._tokens: dict[str, str] = {}  # agent id → its token's id, revoked when the agent ends
         self._done_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        # A session that runs a workflow hands the end of its agents to the workflow engine instead
+        self._workflow_listener: Callable[[str], Awaitable[None]] | None = None
         for name in options.default_agents:
             self._type(name)
 
     # -- use cases -------------------------------------------------------------------------------------------
 
+    def on_workflow_agents_ended(self, listener: Callable[[str], Awaitable[None]]) -> None:
+        """Call `listener(session_id)` instead of concluding when an agent of a workflow session ends."""
+        self._workflow_listener = listener
+
     async def execute(self, session_id: str, actor: str, agents: list[str] | None = None) -> Launched:
-        """planning → executing, then launch the agents (default: `execution.default_agents`).
+        """planning → executing, then launch the agents (default: `execution.default_agents`). A session with
+        a workflow on its stack and no agents named only moves on: its workflow launches the agents.
 
         Raises: InvalidInput (unknown agent type, none configured), InvalidTransition, SessionNotFound.
         """
+        if not agents and (await self._sessions.get(session_id)).workflow_stack:
+            result = await self._sessions.fire(FireTrigger(session_id, Trigger.PLAN_COMPLETE.value, actor))
+            return Launched(result.session, [])
         names = list(agents or self._options.default_agents)
         if not names:
             raise InvalidInput("no agents to launch: pass agent names or set execution.default_agents in config")
@@ -115,10 +125,29 @@ class AgentService:
             await uow.sessions.get(session_id)
             return await uow.agents.of_session(session_id)
 
-    async def stop(self, session_id: str) -> None:
+    async def launch_step(
+        self, session_id: str, specs: Sequence[tuple[str, str]], *, instructions: str, timeout_s: float | None
+    ) -> list[Agent]:
+        """Launch one agent per (agent type, prompt) for a workflow step; `timeout_s` replaces the types' own.
+
+        Raises: InvalidInput (an unknown agent type, no worktree), SessionNotFound."""
+        kinds = [self._type(name) for name, _ in specs]
+        if timeout_s is not None:
+            kinds = [replace(kind, timeout_s=timeout_s) for kind in kinds]
+        session = await self._sessions.get(session_id)
+        prompts = [prompt for _, prompt in specs]
+        return await self._launch(session, kinds, instructions=instructions, prompts=prompts)
+
+    async def stop_agents(self, session_id: str, agent_ids: Sequence[str]) -> None:
+        """Stop these agents of the session (the others run on)."""
+        await self.stop(session_id, only=frozenset(agent_ids))
+
+    async def stop(self, session_id: str, only: frozenset[str] | None = None) -> None:
         """Stop every agent of the session (their process groups are killed; they end as cancelled)."""
         async with self._uow(write=False) as uow:
             running = [a for a in await uow.agents.of_session(session_id) if a.status in _LIVE]
+        if only is not None:
+            running = [a for a in running if a.id in only]
         for agent in running:
             if agent.id in self._stops:
                 self._stops[agent.id].set()
@@ -164,15 +193,18 @@ class AgentService:
 
     # -- internals ---------------------------------------------------------------------------------------------
 
-    async def _launch(self, session: Session, kinds: list[AgentType], *, instructions: str) -> list[Agent]:
+    async def _launch(
+        self, session: Session, kinds: list[AgentType], *, instructions: str, prompts: Sequence[str] | None = None
+    ) -> list[Agent]:
         if not session.worktree_path:
             raise InvalidInput(f"session {session.id} has no worktree to run agents in")
         async with self._uow(write=True) as uow:
             previous = await uow.agents.of_session(session.id)
             run = max((a.run for a in previous), default=0) + 1
             made = []
-            for kind in kinds:
-                agent = await self._new_agent(uow, session, kind, run, instructions)
+            for i, kind in enumerate(kinds):
+                prompt = prompts[i] if prompts is not None else None
+                agent = await self._new_agent(uow, session, kind, run, instructions, prompt)
                 await uow.agents.add(agent)
                 payload = {"agent": agent.id, "type": kind.name, "to": "queued", "run": run}
                 await uow.events.append("agent.status", self._clock.now(), payload, session.id)
@@ -182,7 +214,9 @@ class AgentService:
             self._supervise(agent, kind, reattach=False)
         return made
 
-    async def _new_agent(self, uow, session: Session, kind: AgentType, run: int, instructions: str) -> Agent:
+    async def _new_agent(
+        self, uow, session: Session, kind: AgentType, run: int, instructions: str, prompt: str | None = None
+    ) -> Agent:
         task = await uow.tasks.get(session.task_id, with_blockers=False)
         agent_id = self._ids.new_session_id()
         folder = str(PurePosixPath(self._outputs_root, session.id))
@@ -191,7 +225,8 @@ class AgentService:
             "instructions": instructions, "session_id": session.id, "worktree": session.worktree_path or "",
             "session_folder": folder, "config_dir": self._options.config_dir,
         }  # fmt: skip
-        values["prompt"] = (kind.prompt or self._options.prompt).format_map(values)
+        # a workflow step's prompt (its variables resolved by the engine) replaces the type's prompt template
+        values["prompt"] = prompt if prompt is not None else (kind.prompt or self._options.prompt).format_map(values)
         return Agent(
             id=agent_id,
             session_id=session.id,
@@ -284,6 +319,9 @@ class AgentService:
             async with self._uow(write=False) as uow:
                 session = await uow.sessions.get(session_id)
                 agents = await uow.agents.of_session(session_id)
+            if session.workflow_stack and self._workflow_listener is not None:
+                await self._workflow_listener(session_id)  # the workflow engine decides what follows
+                return
             run = max((a.run for a in agents), default=0)
             current = [a for a in agents if a.run == run]
             if session.state != SessionState.EXECUTING or any(a.status in _LIVE for a in current):

@@ -28,6 +28,7 @@ from typing import Any
 
 from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions import FireResult, FireTrigger, SessionService
+from taskgate.application.workflow_engine import WorkflowEngine
 from taskgate.domain.access import Capability, authorize_operator
 from taskgate.domain.entities import (
     Compensation,
@@ -92,12 +93,20 @@ class DecisionResult:
 class DecisionService:
     """The `project_decide` use case."""
 
-    def __init__(self, uow: UnitOfWorkFactory, sessions: SessionService, clock: Clock) -> None:
+    def __init__(
+        self, uow: UnitOfWorkFactory, sessions: SessionService, clock: Clock, workflows: WorkflowEngine | None = None
+    ) -> None:
         self._uow, self._sessions, self._clock = uow, sessions, clock
+        self._workflows = workflows
         self._operator_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
+    def use_workflows(self, workflows: WorkflowEngine) -> None:
+        """Answer workflow approval steps through `workflows` (the composition root attaches it)."""
+        self._workflows = workflows
+
     async def decide(self, cmd: Decide) -> DecisionResult:
-        """Record and apply one decision. Raises: InvalidInput, SessionNotFound, OperatorNotFound, Forbidden,
+        """Record and apply one decision (on a verification, or on the workflow approval step a session
+        waits on). Raises: InvalidInput, SessionNotFound, OperatorNotFound, Forbidden,
         InvalidTransition (not waiting for a decision), ConflictError (a different decision already taken),
         PolicyViolation (guards refused; logged as blocked, nothing else written)."""
         kind, compensation = _validated(cmd)
@@ -107,9 +116,12 @@ class DecisionService:
         async with lock:
             operator, session = await self._load(cmd)
             _authorize(operator, kind, compensation, cmd)
-            earlier = await self._earlier(session, cmd.operator_id, kind)
+            step = self._workflows.approval_step(session) if self._workflows is not None else None
+            earlier = await self._earlier(session, cmd.operator_id, kind, waiting=step is not None)
             if earlier is not None:
                 return earlier
+            if step is not None and (kind != DecisionKind.REJECT or step.on_reject):
+                return await self._answer_step(session, operator, kind, cmd)
             decision = Decision(
                 session_id=session.id,
                 operator_id=operator.id,
@@ -130,26 +142,51 @@ class DecisionService:
 
     # -- internals ---------------------------------------------------------------------------------------------
 
+    async def _answer_step(self, session: Session, operator: Operator, kind: DecisionKind, cmd: Decide):
+        """A workflow approval step: its decision row and the stack move in one transaction (the engine's).
+
+        Idempotent like verifications: the waiting step is identified by the session's version, which every
+        stack change bumps; the same decision again finds the first one (the session moved on) via `_earlier`."""
+        assert self._workflows is not None
+        if cmd.override_policies or cmd.compensation:
+            raise InvalidInput("an approval step takes approve, request_changes or reject, without overrides")
+        decision = Decision(session.id, operator.id, kind, session.version, self._clock.now(), reason=cmd.reason,
+                            instructions=cmd.instructions)  # fmt: skip
+        try:
+            updated = await self._workflows.answer(session, decision)
+        except AlreadyExists:  # another process recorded this operator's decision on the step first
+            replay = await self._earlier(await self._sessions.get(session.id), cmd.operator_id, kind)
+            if replay is None:
+                raise
+            return replay
+        async with self._uow(write=False) as uow:
+            taken = await uow.decisions.for_verification(session.id, session.version)
+        stored = next(d for d in taken if d.operator_id == operator.id)
+        return DecisionResult(stored, updated)
+
     async def _load(self, cmd: Decide) -> tuple[Operator, Session]:
         async with self._uow(write=False) as uow:
             operator = await uow.operators.get(cmd.operator_id)
             session = await uow.sessions.get(cmd.session_id)
         return operator, session
 
-    async def _earlier(self, session: Session, operator_id: str, kind: DecisionKind) -> DecisionResult | None:
-        """The operator's earlier decision on the current (or just decided) verification, if any.
+    async def _earlier(
+        self, session: Session, operator_id: str, kind: DecisionKind, *, waiting: bool = False
+    ) -> DecisionResult | None:
+        """The operator's earlier decision on the current (or just decided) verification, if any. `waiting`:
+        the session waits on a workflow approval step, which is decided like a verification (at its version).
 
         Raises: ConflictError when it differs from `kind`; InvalidTransition when nothing waits for a decision.
         """
         async with self._uow(write=False) as uow:
-            if session.state == SessionState.VERIFYING:
+            if session.state == SessionState.VERIFYING or waiting:
                 taken = await uow.decisions.for_verification(session.id, session.version)
                 mine = [d for d in taken if d.operator_id == operator_id]
             else:
                 applied = [d for d in await uow.decisions.of_session(session.id, limit=20) if d.outcome == "applied"]
                 mine = applied[-1:] if applied and _decided_last(session, applied[-1]) else []
         if not mine:
-            if session.state != SessionState.VERIFYING:
+            if session.state != SessionState.VERIFYING and not waiting:
                 allowed = allowed_triggers(session.state, session.prior_state)
                 raise InvalidTransition(session.id, session.state.value, kind.value, allowed)
             return None

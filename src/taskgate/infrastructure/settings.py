@@ -253,6 +253,17 @@ class ExecutionSettings(BaseModel):
     heartbeat_interval_s: float = Field(default=5.0, gt=0, le=3600)
 
 
+class WorkflowSettings(BaseModel):
+    """`[workflows]`: the workflow a new session runs unless one is chosen, and the loop guard."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    default: str | None = Field(default=None, description="workflow id; unset: sessions run execution.default_agents")
+    max_iterations: int = Field(default=100, ge=1, le=100_000)
+    loop_window: int = Field(default=5, ge=2, le=100)
+    loop_repeats: int = Field(default=3, ge=2, le=100)
+
+
 class Settings(BaseSettings):
     """All of taskgate's configuration. Build it with `load_settings()`."""
 
@@ -268,6 +279,7 @@ class Settings(BaseSettings):
     git: GitSettings = GitSettings()
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     execution: ExecutionSettings = ExecutionSettings()
+    workflows: WorkflowSettings = WorkflowSettings()
     context: ContextSettings = ContextSettings()
     tracker: TrackerSettings = TrackerSettings()
     webhooks: list[WebhookSettings] = []

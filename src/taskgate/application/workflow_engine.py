@@ -1,0 +1,1001 @@
+"""Running workflows: a session's stack of frames, driven step by step while the session is `executing`.
+
+The stack lives in `sessions.workflow_stack` (frames: domain/workflow_run.py); every step attempt is a row
+of `step_runs`. `drive` moves the top frame one step at a time until it has to wait: for agents to end, for a
+person (an approval, checklist items), or for a retry's delay. Agents ending, decisions, checklist ticks,
+stack edits and entering `executing` each `kick` the driver again; when the stack is empty, `work_complete`
+fires.
+
+How races are prevented. In this process one asyncio lock per session serialises the driver and every stack
+edit (push, advance, back, break, restart, checklist ticks, approval answers). Every save of the stack is a
+write unit that locks the session row and checks its version, and bumps it: a second process (the CLI next to
+`serve`) that read the stack before loses with ConcurrentModification and re-reads instead of acting twice. A
+step's run row is written, with the frame marked `running`, before its agents are launched ("claim, then
+act"), so only one driver launches them; agents launched but not yet recorded are found again by the lock:
+the driver that launched them records them before it lets go.
+
+Restart: `recover` kicks every executing session that has a stack; the driver then collects agents that
+ended while nobody watched, relaunches a step whose agents never started, and waits out a retry's remaining
+delay (AgentService.recover re-attaches the agents still running first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import weakref
+from collections.abc import Callable, Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from taskgate.application.effects import NOTHING, Aftermath
+from taskgate.application.ports import Clock, UnitOfWorkFactory
+from taskgate.application.sessions import FireResult, FireTrigger, SessionService
+from taskgate.domain.entities import (
+    OPEN_STEP_STATUSES,
+    Agent,
+    AgentStatus,
+    Decision,
+    Session,
+    StepRun,
+    StepStatus,
+)
+from taskgate.domain.errors import (
+    ConcurrentModification,
+    ConflictError,
+    InvalidInput,
+    InvalidTransition,
+    TaskgateError,
+)
+from taskgate.domain.expressions import ExpressionError, parse_condition
+from taskgate.domain.states import SessionState, Trigger
+from taskgate.domain.variables import VariableError, resolve
+from taskgate.domain.workflow_run import (
+    MAX_DEPTH,
+    OUTPUT_LIMIT,
+    Frame,
+    FrameKind,
+    FrameStatus,
+    LoopLimits,
+    back_target,
+    breadcrumb,
+    child_results,
+    condition_target,
+    dump_stack,
+    enter,
+    find_group,
+    find_step,
+    fingerprint,
+    frame_context,
+    iteration_problem,
+    load_stack,
+    merge_back,
+    record,
+    repeat_problem,
+    route,
+    summary,
+)
+from taskgate.domain.workflows import (
+    END,
+    Catalogue,
+    Checklist,
+    ChecklistNotFound,
+    ContextMode,
+    Step,
+    StepType,
+    Workflow,
+    WorkflowNotFound,
+    retry_delay_ms,
+)
+
+SYSTEM_ACTOR = "system"
+PUSHABLE_STATES = frozenset(
+    {
+        SessionState.CREATED,
+        SessionState.INITIALIZING,
+        SessionState.READY,
+        SessionState.PLANNING,
+        SessionState.EXECUTING,
+        SessionState.SUSPENDED,
+    }
+)
+_CLOSE_ON = frozenset({SessionState.FAILED, SessionState.CANCELLED, SessionState.TIMED_OUT, SessionState.ABANDONED})
+_AGENT_STEPS = frozenset({StepType.agent, StepType.parallel})
+_LIVE = frozenset({AgentStatus.QUEUED, AgentStatus.RUNNING})
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowOptions:
+    """`[workflows]` settings: the workflow a new session runs (None: none, agents run as configured) and
+    the loop guard."""
+
+    default_workflow: str | None = None
+    limits: LoopLimits = field(default_factory=LoopLimits)
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """What the top frame waits for, if a person must act: an approval (with its message) or checklist items."""
+
+    kind: str  # approval | checklist
+    step_id: str | None
+    message: str
+    items: tuple[dict[str, Any], ...] = ()
+    missing: tuple[str, ...] = ()
+    since_version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StackView:
+    """The session's stack as `session_status` shows it."""
+
+    session_id: str
+    state: str
+    depth: int
+    breadcrumb: str
+    frames: tuple[dict[str, Any], ...]
+    waiting: Waiting | None
+    version: int
+
+
+class StepLauncher(Protocol):
+    """What the engine needs of the agents (AgentService)."""
+
+    async def launch_step(
+        self, session_id: str, specs: Sequence[tuple[str, str]], *, instructions: str, timeout_s: float | None
+    ) -> list[Agent]: ...
+    async def stop_agents(self, session_id: str, agent_ids: Sequence[str]) -> None: ...
+    async def wait(self, session_id: str) -> None: ...
+
+
+class WorkflowEngine:
+    """Runs workflow stacks; also a session effect (it drives a session that enters executing)."""
+
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        sessions: SessionService,
+        catalogue: Callable[[], Catalogue],
+        clock: Clock,
+        options: WorkflowOptions | None = None,
+        launcher: StepLauncher | None = None,
+    ) -> None:
+        self._uow, self._sessions, self._load_catalogue, self._clock = uow, sessions, catalogue, clock
+        self._options = options or WorkflowOptions()
+        self._launcher = launcher
+        self._catalogue: Catalogue | None = None
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._queued: set[str] = set()  # sessions with a driver task that has not taken the lock yet
+        self._tasks: dict[str, set[asyncio.Task]] = {}
+        self._recovering: set[str] = set()  # sessions whose claimed-but-unlaunched step a crash left behind
+
+    def use_launcher(self, launcher: StepLauncher) -> None:
+        """Attach the agents (the composition root does this once: agents and engine need each other)."""
+        self._launcher = launcher
+
+    @property
+    def options(self) -> WorkflowOptions:
+        return self._options
+
+    # -- the catalogue -------------------------------------------------------------------------------------
+
+    def catalogue(self, *, refresh: bool = False) -> Catalogue:
+        """The validated catalogue, read once and again on `refresh` (or when a name is missing)."""
+        if self._catalogue is None or refresh:
+            self._catalogue = self._load_catalogue()
+        return self._catalogue
+
+    def workflow(self, name: str) -> Workflow:
+        """A valid workflow by id. Raises: WorkflowNotFound (naming the ones there are)."""
+        found = self.catalogue().workflows.get(name) or self.catalogue(refresh=True).workflows.get(name)
+        if found is None:
+            raise WorkflowNotFound(f"{name} (known: {', '.join(sorted(self.catalogue().workflows)) or 'none'})")
+        return found
+
+    def checklist(self, name: str) -> Checklist:
+        """A valid checklist by id. Raises: ChecklistNotFound (naming the ones there are)."""
+        found = self.catalogue().checklists.get(name) or self.catalogue(refresh=True).checklists.get(name)
+        if found is None:
+            raise ChecklistNotFound(f"{name} (known: {', '.join(sorted(self.catalogue().checklists)) or 'none'})")
+        return found
+
+    def query_workflows(self, pattern: str | None = None, category: str | None = None) -> list[Workflow]:
+        """Valid workflows whose id or description matches `pattern` (a glob, or a substring), by category, id."""
+        found = self.catalogue(refresh=True).workflows.values()
+        out = [w for w in found if _matches(pattern, w.id, w.description) and category in (None, w.category)]
+        return sorted(out, key=lambda w: (w.category or "", w.id))
+
+    def query_checklists(self, pattern: str | None = None) -> list[Checklist]:
+        """Valid checklists whose id or description matches `pattern`, by id."""
+        found = self.catalogue(refresh=True).checklists.values()
+        return sorted((c for c in found if _matches(pattern, c.id, c.description)), key=lambda c: c.id)
+
+    # -- reading a stack ------------------------------------------------------------------------------------
+
+    def view(self, session: Session) -> StackView:
+        """Depth, breadcrumb, frames and what a person must do, from the stored stack."""
+        stack = load_stack(session.workflow_stack)
+        frames = tuple(
+            {
+                "kind": f.kind.value,
+                "name": f.name,
+                "step": f.step,
+                "status": f.status.value,
+                "attempt": f.attempt,
+                "context_mode": f.context_mode.value,
+                "iterations": f.iterations,
+            }
+            for f in stack
+        )
+        return StackView(
+            session.id,
+            session.state.value,
+            len(stack),
+            breadcrumb(stack),
+            frames,
+            self.waiting(session),
+            session.version,
+        )
+
+    def waiting(self, session: Session) -> Waiting | None:
+        """What the session's top frame waits for from a person, or None."""
+        stack = load_stack(session.workflow_stack)
+        if not stack:
+            return None
+        top = stack[-1]
+        if top.kind is FrameKind.checklist:
+            return Waiting("checklist", None, top.name, tuple(top.items), tuple(top.missing_items()), session.version)
+        if top.status is not FrameStatus.waiting or top.step is None:
+            return None
+        step = self._find(top, top.step)
+        if step is None:
+            return None
+        if step.type is StepType.approval:
+            return Waiting("approval", step.id, step.message or "", since_version=session.version)
+        return Waiting("checklist", step.id, step.description or step.checklist or step.id, tuple(top.items),
+                       tuple(top.missing_items()), session.version)  # fmt: skip
+
+    async def step_runs(self, session_id: str, limit: int = 200) -> list[StepRun]:
+        async with self._uow(write=False) as uow:
+            await uow.sessions.get(session_id)
+            return await uow.step_runs.of_session(session_id, limit)
+
+    # -- stack edits ----------------------------------------------------------------------------------------
+
+    async def add_workflow(self, session_id: str, name: str, actor: str) -> StackView:
+        """Push workflow `name` onto the session's stack (the root frame if the stack is empty).
+
+        Raises: WorkflowNotFound, InvalidInput (stack too deep, the workflow already on it), InvalidTransition
+        (the session is past executing), SessionNotFound.
+        """
+        workflow = self.workflow(name)
+        async with self._lock(session_id):
+            session, stack = await self._editable(session_id, "add_workflow_to_session")
+            if any(f.kind is FrameKind.workflow and f.name == name for f in stack):
+                raise InvalidInput(f"workflow '{name}' is already on session {session_id}'s stack: {breadcrumb(stack)}")
+            stack.append(self._workflow_frame(workflow, parent=stack[-1] if stack else None, parent_step=None))
+            event = {"workflow": name, "depth": len(stack), "actor": actor}
+            session = await self._save(session, stack, events=[("workflow.pushed", event)])
+        self._kick_if_executing(session)
+        return self.view(session)
+
+    async def add_checklist(self, session_id: str, name: str, actor: str) -> StackView:
+        """Push checklist `name`: the session's workflow waits until its required items are ticked."""
+        checklist = self.checklist(name)
+        async with self._lock(session_id):
+            session, stack = await self._editable(session_id, "add_checklist_to_session")
+            items = [{"id": i.id, "text": i.text, "required": i.required} for i in checklist.items]
+            stack.append(Frame(FrameKind.checklist, name, items=items, started_at=self._now()))
+            event = {"checklist": name, "depth": len(stack), "actor": actor}
+            session = await self._save(session, stack, events=[("workflow.pushed", event)])
+        self._kick_if_executing(session)
+        return self.view(session)
+
+    async def check_item(self, session_id: str, item: str, actor: str) -> StackView:
+        """Tick `item` of the checklist the top frame waits on (ticking twice changes nothing).
+
+        Raises: InvalidInput (no checklist waits, unknown item), SessionNotFound."""
+        async with self._lock(session_id):
+            session, stack = await self._editable(session_id, "checklist_check")
+            top = stack[-1] if stack else None
+            if (
+                top is None
+                or not top.items
+                or (top.kind is not FrameKind.checklist and top.status is not FrameStatus.waiting)
+            ):
+                raise InvalidInput(
+                    f"session {session_id} is not waiting on a checklist (stack: {breadcrumb(stack) or 'empty'})"
+                )
+            ids = [i["id"] for i in top.items]
+            if item not in ids:
+                raise InvalidInput(f"checklist item '{item}' is not on the list; items: {', '.join(ids)}")
+            if item not in top.checked:
+                top.checked.append(item)
+                event = {"item": item, "actor": actor, "missing": top.missing_items()}
+                session = await self._save(session, stack, events=[("checklist.checked", event)])
+        self._kick_if_executing(session)
+        return self.view(session)
+
+    async def advance(self, session_id: str, actor: str) -> StackView:
+        """Move the top frame past its current step by hand (it counts as skipped, routed as a success)."""
+        async with self._lock(session_id):
+            session, stack = await self._editable(session_id, "workflow_advance")
+            top = self._top(stack, session_id)
+            on_list = top.kind is FrameKind.checklist or (top.items and top.status is FrameStatus.waiting)
+            if on_list and (missing := top.missing_items()):
+                raise InvalidInput(f"tick the checklist's required items first: {', '.join(missing)}")
+            step = self._find(top, top.step) if top.step else None
+            if step is not None and step.type is StepType.approval:
+                raise InvalidInput(f"step '{step.id}' is an approval: answer it with project_decide")
+            await self._abandon_step(session, top, StepStatus.SKIPPED, f"advanced by {actor}")
+            top.status, top.outcome = FrameStatus.done, {"status": StepStatus.SKIPPED.value, "output": ""}
+            session = await self._save(
+                session, stack, events=[("workflow.advanced", {"actor": actor, "step": top.step})]
+            )
+        self._kick_if_executing(session)
+        return self.view(session)
+
+    async def back(self, session_id: str, actor: str) -> StackView:
+        """Return the top frame to the step it ran before the current one."""
+        async with self._lock(session_id):
+            session, stack = await self._editable(session_id, "workflow_back")
+            top = self._top(stack, session_id)
+            if len(top.history) < 2:
+                raise InvalidInput(f"{top.label} has no previous step to go back to")
+            await self._abandon_step(session, top, StepStatus.CANCELLED, f"workflow_back by {actor}")
+            previous = top.history[-2]
+            top.history = top.history[:-2]
+            enter(top, previous)
+            session = await self._save(session, stack, events=[("workflow.back", {"actor": actor, "step": previous})])
+        self._kick_if_executing(session)
+        return self.view(session)
+
+    async def break_frame(self, session_id: str, actor: str) -> StackView:
+        """Leave the nested top frame (only when depth > 1); the step that pushed it counts as skipped."""
+        async with self._lock(session_id):
+            session, stack = await self._editable(session_id, "workflow_break")
+            if len(stack) < 2:
+                raise InvalidInput(
+                    f"workflow_break leaves a nested frame; session {session_id} is at depth {len(stack)}"
+                )
+            child = stack[-1]
+            await self._abandon_step(session, child, StepStatus.CANCELLED, f"workflow_break by {actor}")
+            stack.pop()
+            parent = stack[-1]
+            if child.parent_step is not None and parent.step == child.parent_step:
+                await self._close_run(parent.run_id, StepStatus.SKIPPED, f"left by workflow_break ({actor})")
+                parent.status, parent.outcome = FrameStatus.done, {"status": StepStatus.SKIPPED.value, "output": ""}
+            session = await self._save(
+                session, stack, events=[("workflow.break", {"actor": actor, "left": child.label})]
+            )
+        self._kick_if_executing(session)
+        return self.view(session)
+
+    async def restart(self, session_id: str, actor: str) -> StackView:
+        """Run the top frame again from its first step, with its results cleared."""
+        async with self._lock(session_id):
+            session, stack = await self._editable(session_id, "workflow_restart")
+            top = self._top(stack, session_id)
+            await self._abandon_step(session, top, StepStatus.CANCELLED, f"workflow_restart by {actor}")
+            parent = stack[-2] if len(stack) > 1 else None
+            top.results = child_results(parent, top.context_mode) if parent else {}
+            top.own, top.trail, top.history, top.iterations, top.checked = [], [], [], 0, []
+            top.step, top.status = None, FrameStatus.pending
+            session = await self._save(
+                session, stack, events=[("workflow.restart", {"actor": actor, "frame": top.label})]
+            )
+        self._kick_if_executing(session)
+        return self.view(session)
+
+    # -- approvals --------------------------------------------------------------------------------------------
+
+    def approval_step(self, session: Session) -> Step | None:
+        """The approval step the session waits on, or None."""
+        waiting = self.waiting(session) if session.state == SessionState.EXECUTING else None
+        if waiting is None or waiting.kind != "approval" or waiting.step_id is None:
+            return None
+        return self._find(load_stack(session.workflow_stack)[-1], waiting.step_id)
+
+    async def answer(self, session: Session, decision: Decision) -> Session:
+        """Answer the approval step the session waits on with `decision` (approve → on_approve, reject →
+        on_reject, request_changes → back to the step that made the work, with the instructions). The decision
+        row, the step run, the stack and an event are written in one transaction.
+
+        Raises: ConflictError when the session moved on meanwhile; AlreadyExists (the unique decision index)
+        when another process recorded this operator's decision first."""
+        status = {"approve": StepStatus.APPROVED, "reject": StepStatus.REJECTED,
+                  "request_changes": StepStatus.CHANGES_REQUESTED}[decision.decision.value]  # fmt: skip
+        async with self._lock(session.id), self._uow(write=True) as uow:
+            current = await uow.sessions.get(session.id, lock=True)
+            step = self.approval_step(current)
+            if current.version != session.version or step is None:
+                raise ConflictError(f"session {session.id} moved on before the decision; read its status again")
+            await uow.operators.lock(decision.operator_id)
+            stack = load_stack(current.workflow_stack)
+            top = stack[-1]
+            now = self._clock.now()
+            decided = replace(decision, at=now, outcome="applied", to_state=current.state.value)
+            await uow.decisions.add(decided)
+            payload = {"operator": decision.operator_id, "decision": decision.decision.value, "step": step.id,
+                       "reason": decision.reason, "to_state": current.state.value}  # fmt: skip
+            await uow.events.append("decision.recorded", now, payload, session.id)
+            if decision.instructions:
+                top.variables["instructions"] = decision.instructions
+            output = decision.instructions or decision.reason or ""
+            await self._finish_run(uow, top.run_id, status, output, None, now)
+            top.status, top.outcome = FrameStatus.done, {"status": status.value, "output": output}
+            updated = await self._write(uow, current, stack, now)
+            await uow.commit()
+        self._kick_if_executing(updated)
+        return updated
+
+    # -- driving ----------------------------------------------------------------------------------------------
+
+    def kick(self, session_id: str) -> None:
+        """Drive the session in the background (coalesced: one waiting driver per session is enough)."""
+        if session_id in self._queued:
+            return
+        self._queued.add(session_id)
+        task = asyncio.create_task(self.drive(session_id, queued=True))
+        tasks = self._tasks.setdefault(session_id, set())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    async def wait(self, session_id: str) -> None:
+        """Until the session's driver has nothing left to do in this process (its agents ended, its retry
+        delays passed): it ended, or it waits for a person."""
+        while True:
+            tasks = list(self._tasks.get(session_id, ()))
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+                continue
+            if self._launcher is not None:
+                await self._launcher.wait(session_id)
+            if not self._tasks.get(session_id):
+                return
+
+    async def drive(self, session_id: str, *, queued: bool = False) -> None:
+        """Move the session's stack on until it must wait, or the session leaves executing."""
+        async with self._lock(session_id):
+            if queued:
+                self._queued.discard(session_id)
+            try:
+                await self._drive_locked(session_id)
+            finally:
+                self._recovering.discard(session_id)  # only the first pass after a restart may relaunch
+
+    async def _drive_locked(self, session_id: str) -> None:
+        for _ in range(100_000):  # every pass moves a frame or returns; this only bounds a bug
+            try:
+                if not await self._step_once(session_id):
+                    return
+            except ConcurrentModification:
+                continue  # another process moved the session: read it again
+            except (InvalidTransition, ConflictError):
+                return
+
+    async def agents_ended(self, session_id: str) -> None:
+        """AgentService calls this when an agent of a workflow session ended."""
+        self.kick(session_id)
+
+    async def recover(self) -> list[str]:
+        """At start: drive every executing session that has a stack (after AgentService.recover)."""
+        sessions = await self._sessions.list_sessions(states={SessionState.EXECUTING})
+        report = []
+        for session in sessions:
+            if session.workflow_stack:
+                self._recovering.add(session.id)
+                self.kick(session.id)
+                report.append(
+                    f"session {session.id}: workflow resumed at {breadcrumb(load_stack(session.workflow_stack))}"
+                )
+        return report
+
+    # -- the session effect ---------------------------------------------------------------------------------
+
+    def wants_before(self, trigger: Trigger) -> bool:
+        return False
+
+    async def before(self, session: Session, cmd: FireTrigger) -> FireTrigger:
+        return cmd
+
+    async def after(self, result: FireResult, cmd: FireTrigger) -> Aftermath:
+        session = result.session
+        if session.state in _CLOSE_ON:
+            await self._close_open_runs(session.id, f"session {cmd.trigger}")
+        if session.state == SessionState.EXECUTING and session.workflow_stack:
+            # never take the engine's lock here (the driver holds it while it fires): only queue a driver
+            self.kick(session.id)
+        return NOTHING
+
+    # -- one step of the driver -----------------------------------------------------------------------------
+
+    async def _step_once(self, session_id: str) -> bool:
+        """Do the next thing the session's stack needs; False when the driver must stop and wait."""
+        session = await self._sessions.get(session_id)
+        if session.state != SessionState.EXECUTING:
+            return False
+        stack = load_stack(session.workflow_stack)
+        if not stack:
+            await self._complete(session)
+            return False
+        top = stack[-1]
+        if top.kind is FrameKind.checklist:
+            if top.missing_items():
+                return False
+            await self._pop(session, stack, StepStatus.SUCCEEDED, f"checklist {top.name} done")
+            return True
+        try:
+            steps = self._steps(top)
+        except TaskgateError as exc:
+            await self._fail(session, stack, f"{top.label}: {exc}")
+            return False
+        if top.step is None:
+            enter(top, steps[0].id)
+            await self._save(session, stack)
+            return True
+        step = find_step(steps, top.step)
+        if step is None:
+            await self._fail(session, stack, f"{top.label} has no step '{top.step}' any more (the file changed)")
+            return False
+        return await self._advance_frame(session, stack, top, step, steps)
+
+    async def _advance_frame(self, session: Session, stack: list[Frame], top: Frame, step: Step, steps) -> bool:
+        if top.status is FrameStatus.pending:
+            return await self._start(session, stack, top, step, steps)
+        if top.status is FrameStatus.running:
+            return await self._collect(session, stack, top, step)
+        if top.status is FrameStatus.waiting:
+            if step.type is StepType.checklist and not top.missing_items():
+                await self._finish_step(session, stack, StepStatus.SUCCEEDED, "every required item checked")
+                return True
+            return False
+        if top.status is FrameStatus.retry:
+            return await self._retry(session, stack, top)
+        return await self._route(session, stack, top, step, steps)
+
+    async def _start(self, session: Session, stack: list[Frame], top: Frame, step: Step, steps) -> bool:
+        problem = iteration_problem(top, self._options.limits) or self._past_deadline(top)
+        if problem:
+            await self._fail(session, stack, problem)
+            return False
+        top.iterations += 1
+        if step.type is StepType.condition:
+            return await self._condition(session, stack, top, step, steps)
+        if step.type is StepType.approval:
+            event = ("workflow.waiting", {"step": step.id, "message": step.message})
+            await self._open_run(session, stack, top, step, StepStatus.WAITING, FrameStatus.waiting, event=event)
+            return False
+        if step.type is StepType.checklist:
+            source = step.items or self.checklist(step.checklist or "").items
+            top.items = [{"id": i.id, "text": i.text, "required": i.required} for i in source]
+            top.checked = []
+            event = ("workflow.waiting", {"step": step.id, "checklist": [i["id"] for i in top.items]})
+            await self._open_run(session, stack, top, step, StepStatus.WAITING, FrameStatus.waiting, event=event)
+            return True
+        if step.type in (StepType.workflow, StepType.group):
+            return await self._push_child(session, stack, top, step)
+        return await self._launch(session, stack, top, step)
+
+    async def _condition(self, session: Session, stack: list[Frame], top: Frame, step: Step, steps) -> bool:
+        context = await self._context(session, top)
+        try:
+            value = parse_condition(step.when or "false").evaluate(context)
+        except ExpressionError as exc:
+            await self._fail(session, stack, f"step '{step.id}': {exc}")
+            return False
+        now = self._clock.now()
+        record(top, step.id, StepStatus.SUCCEEDED, "true" if value else "false", 1)
+        target = condition_target(step, value, steps)
+        run = self._run(session, top, len(stack), step, StepStatus.SUCCEEDED, now, output=f"when → {value}")
+        await self._goto(session, stack, top, target, runs=[replace(run, ended_at=now)])
+        return True
+
+    async def _launch(self, session: Session, stack: list[Frame], top: Frame, step: Step) -> bool:
+        """Claim the step (its run row, the frame running), then start its agents and note their ids."""
+        session = await self._open_run(session, stack, top, step, StepStatus.RUNNING, FrameStatus.running)
+        run_id = top.run_id
+        assert run_id is not None
+        try:
+            if self._launcher is None:
+                raise InvalidInput("no agent launcher is configured")
+            specs = await self._agent_specs(session, top, step)
+            timeout = step.timeout_ms / 1000 if step.timeout_ms else None
+            instructions = top.variables.get("instructions", "")
+            agents = await self._launcher.launch_step(session.id, specs, instructions=instructions, timeout_s=timeout)
+        except (InvalidInput, VariableError) as exc:  # an unknown agent type, a prompt that does not resolve
+            await self._finish_step(session, stack, StepStatus.FAILED, str(exc))
+            return True
+        async with self._uow(write=True) as uow:
+            run = await uow.step_runs.get(run_id)
+            await uow.step_runs.update(replace(run, agent_ids=tuple(a.id for a in agents)))
+            await uow.commit()
+        return True
+
+    async def _collect(self, session: Session, stack: list[Frame], top: Frame, step: Step) -> bool:
+        """A running agent step: when its agents all ended, its outcome; else wait (False)."""
+        if step.type not in _AGENT_STEPS:  # a child frame ran for it and is gone: count the step done
+            await self._finish_step(session, stack, StepStatus.SUCCEEDED, "")
+            return True
+        async with self._uow(write=False) as uow:
+            run = await uow.step_runs.get(top.run_id) if top.run_id else None
+            agents = await uow.agents.of_session(session.id) if run and run.agent_ids else []
+        if run is None or not run.agent_ids:
+            if session.id not in self._recovering:  # another driver claimed it and is launching: its agents
+                return False  # report to that driver's process
+            # claimed at a crash, never launched (the crashed process held the claim): launch now
+            finish = [(top.run_id, StepStatus.CANCELLED, "", "its agents never started; launched again")]
+            top.status = FrameStatus.pending
+            session = await self._save(session, stack, finish=finish)
+            return await self._launch(session, stack, top, step)
+        mine = [a for a in agents if a.id in run.agent_ids]
+        if any(a.status in _LIVE for a in mine):
+            return False
+        status, output = _agents_outcome(step, mine)
+        await self._finish_step(session, stack, status, output)
+        return True
+
+    async def _retry(self, session: Session, stack: list[Frame], top: Frame) -> bool:
+        due = datetime.fromisoformat(top.retry_at) if top.retry_at else self._clock.now()
+        remaining = (due - self._clock.now()).total_seconds()
+        if remaining > 0:
+            self._after_delay(session.id, remaining)
+            return False
+        top.status, top.attempt, top.retry_at, top.outcome = FrameStatus.pending, top.attempt + 1, None, None
+        top.iterations -= 1 if top.iterations else 0  # a retry is the same step run, counted once
+        await self._save(session, stack)
+        return True
+
+    async def _route(self, session: Session, stack: list[Frame], top: Frame, step: Step, steps) -> bool:
+        outcome = top.outcome or {"status": StepStatus.FAILED.value, "output": ""}
+        status, output = StepStatus(outcome["status"]), str(outcome.get("output", ""))
+        if status is StepStatus.FAILED and top.attempt <= step.max_retries and step.type is not StepType.approval:
+            delay = retry_delay_ms(step, top.attempt) / 1000
+            top.status, top.retry_at = FrameStatus.retry, (self._clock.now() + timedelta(seconds=delay)).isoformat()
+            await self._save(session, stack, events=[("workflow.retry", {"step": step.id, "attempt": top.attempt + 1,
+                                                                         "delay_s": delay})])  # fmt: skip
+            return True
+        record(top, step.id, status, output, top.attempt)
+        instructions = top.variables.get("instructions", "") if status is StepStatus.CHANGES_REQUESTED else ""
+        loop = repeat_problem(top, step.id, fingerprint(status.value, output, instructions), self._options.limits)
+        if loop:
+            await self._fail(session, stack, loop)
+            return False
+        if status is StepStatus.CHANGES_REQUESTED:
+            target = back_target(top, step, steps) or steps[0].id
+        else:
+            target = route(step, status, steps)
+        if target is None:
+            if len(stack) == 1 or status is StepStatus.REJECTED:
+                what = "was rejected" if status is StepStatus.REJECTED else "failed"
+                await self._fail(session, stack, f"step '{step.id}' of {top.label} {what}: {output}"[:2000])
+                return False
+            await self._pop(session, stack, StepStatus.FAILED, f"step '{step.id}' failed: {output}")
+            return True
+        await self._goto(session, stack, top, target)
+        return True
+
+    async def _goto(self, session: Session, stack: list[Frame], top: Frame, target: str, runs=()) -> None:
+        if target == END:
+            top.outcome = {"status": StepStatus.SUCCEEDED.value, "output": ""}
+            await self._pop(session, stack, StepStatus.SUCCEEDED, "", runs=runs)
+            return
+        enter(top, target)
+        await self._save(session, stack, runs=runs)
+
+    async def _push_child(self, session: Session, stack: list[Frame], top: Frame, step: Step) -> bool:
+        if len(stack) >= MAX_DEPTH:
+            await self._fail(session, stack, f"step '{step.id}': the stack is {MAX_DEPTH} frames deep (the limit)")
+            return False
+        if step.type is StepType.workflow:
+            child = self._workflow_frame(self.workflow(step.workflow or ""), parent=top, parent_step=step.id)
+            if step.input and step.input in top.results:
+                child.variables["input"] = str(top.results[step.input].get("output", ""))
+        else:
+            mode = step.context_mode or ContextMode.isolated
+            child = Frame(
+                FrameKind.group, step.id, workflow=top.workflow, context_mode=mode, summarize=step.summarize,
+                parent_step=step.id, results=child_results(top, mode), variables=dict(top.variables),
+                max_iterations=top.max_iterations, started_at=self._now(), deadline=top.deadline,
+            )  # fmt: skip
+        event = ("workflow.pushed", {"frame": child.label, "by_step": step.id, "depth": len(stack) + 1})
+        await self._open_run(
+            session, stack, top, step, StepStatus.RUNNING, FrameStatus.running, event=event, push=child
+        )
+        return True
+
+    async def _pop(self, session: Session, stack: list[Frame], status: StepStatus, output: str, runs=()) -> None:
+        """The top frame ended: hand its outcome to the step below that pushed it (if any), then drop it."""
+        child = stack.pop()
+        events = [("workflow.popped", {"frame": child.label, "status": status.value, "depth": len(stack)})]
+        finish = []
+        if stack and child.parent_step is not None and stack[-1].step == child.parent_step:
+            parent = stack[-1]
+            merge_back(parent, child)
+            if child.kind is FrameKind.group and child.summarize:
+                output = summary(child, self._steps(child))
+            elif status is StepStatus.SUCCEEDED:
+                output = _last_output(child)
+            parent.status, parent.outcome = FrameStatus.done, {"status": status.value, "output": output[-OUTPUT_LIMIT:]}
+            finish.append((parent.run_id, status, output, output if status is StepStatus.FAILED else None))
+        await self._save(session, stack, runs=runs, finish=finish, events=events)
+
+    async def _finish_step(self, session: Session, stack: list[Frame], status: StepStatus, output: str) -> None:
+        """Record the outcome of the top frame's current step (its run row too); routing comes next."""
+        top = stack[-1]
+        error = output if status is StepStatus.FAILED else None
+        finish = [(top.run_id, status, output, error)]
+        top.status, top.outcome = FrameStatus.done, {"status": status.value, "output": output[-OUTPUT_LIMIT:]}
+        event = {"step": top.step, "frame": top.label, "attempt": top.attempt, "status": status.value}
+        await self._save(session, stack, finish=finish, events=[("workflow.step", event)])
+
+    async def _complete(self, session: Session) -> None:
+        cmd = FireTrigger(session.id, Trigger.WORK_COMPLETE.value, SYSTEM_ACTOR, reason="workflow finished",
+                          expected_version=session.version)  # fmt: skip
+        with suppress(InvalidTransition, ConcurrentModification):
+            await self._sessions.fire(cmd)
+
+    async def _fail(self, session: Session, stack: list[Frame], reason: str) -> None:
+        """Fail the session with `reason`; the top frame stays on its step, so `retry` runs it again."""
+        top = stack[-1]
+        finish = [(top.run_id, StepStatus.FAILED, "", reason)]
+        top.status, top.attempt, top.run_id, top.outcome, top.retry_at = FrameStatus.pending, 1, None, None, None
+        top.iterations, top.trail = 0, []
+        event = {"frame": top.label, "step": top.step, "reason": reason}
+        session = await self._save(session, stack, finish=finish, events=[("workflow.failed", event)])
+        cmd = FireTrigger(session.id, Trigger.FAIL.value, SYSTEM_ACTOR, reason=reason[:2000],
+                          expected_version=session.version, changes={"compensation_plan": "manual_review"})  # fmt: skip
+        with suppress(InvalidTransition, ConcurrentModification):
+            await self._sessions.fire(cmd)
+
+    # -- persistence ------------------------------------------------------------------------------------------
+
+    async def _save(
+        self,
+        session: Session,
+        stack: list[Frame],
+        *,
+        runs: Sequence[StepRun] = (),
+        finish: Sequence[tuple[int | None, StepStatus, str, str | None]] = (),
+        events: Sequence[tuple[str, dict[str, Any]]] = (),
+        claim: tuple[Frame, StepRun] | None = None,
+    ) -> Session:
+        """Write the stack (version checked and bumped), step runs started (`runs`), ended (`finish`: run id,
+        status, output, error) and claimed (`claim`: the frame whose `run_id` the new run gets), and events,
+        in one transaction. Raises: ConcurrentModification when the session moved since it was read."""
+        async with self._uow(write=True) as uow:
+            current = await uow.sessions.get(session.id, lock=True)
+            if current.version != session.version:
+                raise ConcurrentModification(session.id, session.version, current.version)
+            now = self._clock.now()
+            for run in runs:
+                await uow.step_runs.add(run)
+            for run_id, status, output, error in finish:
+                await self._finish_run(uow, run_id, status, output, error, now)
+            if claim is not None:
+                claim[0].run_id = await uow.step_runs.add(claim[1])
+            for kind, payload in events:
+                await uow.events.append(kind, now, payload, session.id)
+            updated = await self._write(uow, current, stack, now)
+            await uow.commit()
+        return updated
+
+    async def _write(self, uow, current: Session, stack: list[Frame], now: datetime) -> Session:
+        updated = replace(current, workflow_stack=dump_stack(stack), version=current.version + 1, updated_at=now)
+        await uow.sessions.update(updated, expected_version=current.version)
+        return updated
+
+    async def _open_run(
+        self,
+        session: Session,
+        stack: list[Frame],
+        top: Frame,
+        step: Step,
+        status: StepStatus,
+        frame_status: FrameStatus,
+        *,
+        event: tuple[str, dict[str, Any]] | None = None,
+        push: Frame | None = None,
+    ) -> Session:
+        """Claim the step: its run row and the frame's new status (and a child frame to push), written together
+        before any agent starts."""
+        top.status = frame_status
+        if push is not None:
+            stack.append(push)
+        run = self._run(session, top, stack.index(top) + 1, step, status, self._clock.now())
+        return await self._save(session, stack, events=[event] if event else (), claim=(top, run))
+
+    def _run(self, session: Session, top: Frame, depth: int, step: Step, status: StepStatus, now: datetime,
+             output: str = "") -> StepRun:  # fmt: skip
+        return StepRun(session.id, depth, _frame_name(top), step.id, top.attempt, status, now, output_summary=output)
+
+    async def _finish_run(self, uow, run_id: int | None, status: StepStatus, output: str, error, now) -> None:
+        if run_id is None:
+            return
+        run = await uow.step_runs.get(run_id)
+        if run.status in OPEN_STEP_STATUSES:
+            await uow.step_runs.update(replace(run, status=status, ended_at=now, output_summary=output[-OUTPUT_LIMIT:],
+                                               error=error))  # fmt: skip
+
+    async def _close_run(self, run_id: int | None, status: StepStatus, note: str) -> None:
+        async with self._uow(write=True) as uow:
+            await self._finish_run(uow, run_id, status, note, None, self._clock.now())
+            await uow.commit()
+
+    async def _close_open_runs(self, session_id: str, note: str) -> None:
+        async with self._uow(write=True) as uow:
+            for run in await uow.step_runs.open_runs(session_id):
+                await uow.step_runs.update(
+                    replace(run, status=StepStatus.CANCELLED, ended_at=self._clock.now(), error=note)
+                )
+            await uow.commit()
+
+    async def _abandon_step(self, session: Session, top: Frame, status: StepStatus, note: str) -> None:
+        """Stop the current step's agents (if any) and close its run: a hand edit moves the frame elsewhere."""
+        if top.run_id is None:
+            return
+        async with self._uow(write=False) as uow:
+            run = await uow.step_runs.get(top.run_id)
+        if run.agent_ids and self._launcher is not None:
+            await self._launcher.stop_agents(session.id, run.agent_ids)
+        await self._close_run(top.run_id, status, note)
+
+    # -- helpers ----------------------------------------------------------------------------------------------
+
+    def _lock(self, session_id: str) -> asyncio.Lock:
+        lock = self._locks.get(session_id)
+        if lock is None:
+            lock = self._locks[session_id] = asyncio.Lock()
+        return lock
+
+    async def _editable(self, session_id: str, what: str) -> tuple[Session, list[Frame]]:
+        session = await self._sessions.get(session_id)
+        if session.state not in PUSHABLE_STATES:
+            allowed = ", ".join(sorted(s.value for s in PUSHABLE_STATES))
+            raise InvalidTransition(session_id, session.state.value, what, [f"(states: {allowed})"])
+        stack = load_stack(session.workflow_stack)
+        if what in ("add_workflow_to_session", "add_checklist_to_session") and len(stack) >= MAX_DEPTH:
+            raise InvalidInput(f"session {session_id}'s stack is {MAX_DEPTH} frames deep (the limit)")
+        return session, stack
+
+    @staticmethod
+    def _top(stack: list[Frame], session_id: str) -> Frame:
+        if not stack:
+            raise InvalidInput(f"session {session_id} runs no workflow (its stack is empty)")
+        return stack[-1]
+
+    def _kick_if_executing(self, session: Session) -> None:
+        if session.state == SessionState.EXECUTING:
+            self.kick(session.id)
+
+    def _after_delay(self, session_id: str, seconds: float) -> None:
+        async def later() -> None:
+            await self._clock.sleep(seconds)
+            self.kick(session_id)
+
+        task = asyncio.create_task(later())
+        tasks = self._tasks.setdefault(session_id, set())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def _workflow_frame(self, workflow: Workflow, *, parent: Frame | None, parent_step: str | None) -> Frame:
+        now = self._clock.now()
+        deadline = (now + timedelta(seconds=workflow.max_duration_s)).isoformat() if workflow.max_duration_s else None
+        variables = dict(parent.variables) if parent else {}
+        variables.pop("instructions", None)
+        variables.update(getattr(workflow, "variables", None) or {})
+        return Frame(FrameKind.workflow, workflow.id, workflow=workflow.id, parent_step=parent_step,
+                     variables=variables, max_iterations=workflow.max_iterations, started_at=now.isoformat(),
+                     deadline=deadline)  # fmt: skip
+
+    def _steps(self, frame: Frame) -> tuple[Step, ...]:
+        workflow = self.workflow(frame.workflow or frame.name)
+        if frame.kind is FrameKind.workflow:
+            return workflow.steps
+        group = find_group(workflow.steps, frame.name)
+        if group is None:
+            raise WorkflowNotFound(f"{workflow.id}/{frame.name} (the group is gone from the file)")
+        return group.steps
+
+    def _find(self, frame: Frame, step_id: str) -> Step | None:
+        try:
+            return find_step(self._steps(frame), step_id)
+        except TaskgateError:
+            return None
+
+    def _past_deadline(self, frame: Frame) -> str | None:
+        if frame.deadline and self._clock.now() > datetime.fromisoformat(frame.deadline):
+            return f"{frame.label} ran past its max_duration (deadline {frame.deadline})"
+        return None
+
+    def _now(self) -> str:
+        return self._clock.now().isoformat()
+
+    async def _context(self, session: Session, top: Frame) -> dict[str, Any]:
+        async with self._uow(write=False) as uow:
+            task = await uow.tasks.get(session.task_id, with_blockers=False)
+        facts = {"id": task.id, "title": task.title, "description": task.description, "priority": task.priority,
+                 "labels": list(getattr(task, "labels", ()) or ())}  # fmt: skip
+        return frame_context(top, facts, {"id": session.id, "state": session.state.value})
+
+    async def _agent_specs(self, session: Session, top: Frame, step: Step) -> list[tuple[str, str]]:
+        """(agent type, prompt) per agent of the step, the prompts' variables resolved."""
+        async with self._uow(write=False) as uow:
+            task = await uow.tasks.get(session.task_id, with_blockers=False)
+            project = await uow.projects.get(session.project_id)
+        builtins = {"project-root": project.root_path, "session_id": session.id,
+                    "session-folder": session.state_data.get("session_folder", "")}  # fmt: skip
+        variables = {**top.variables, "task.id": task.id, "task.title": task.title,
+                     "task.description": task.description, "task.priority": str(task.priority)}  # fmt: skip
+        given = step.input and top.results.get(step.input)
+        if given:
+            variables["input"] = str(given.get("output", ""))
+        variables.setdefault("input", "")
+        variables.setdefault("instructions", "")
+        pairs = (
+            [(step.agent or "", step.prompt)]
+            if step.type is StepType.agent
+            else [(a.agent, a.prompt or step.prompt) for a in step.agents]
+        )
+        out = []
+        for agent, prompt in pairs:
+            text = resolve(prompt or "", builtins, variables)
+            if given and "{{input}}" not in (prompt or ""):
+                text += f"\n\nOutput of step '{step.input}':\n{variables['input']}"
+            if variables["instructions"]:
+                text += f"\n\nThe operator's instructions:\n{variables['instructions']}"
+            out.append((agent, text))
+        return out
+
+
+def _agents_outcome(step: Step, agents: list[Agent]) -> tuple[StepStatus, str]:
+    ok = [a for a in agents if a.status == AgentStatus.COMPLETED]
+    need = len(agents) if step.type is StepType.agent else (step.min_success or len(agents))
+    if len(agents) == 1:
+        output = agents[0].output_tail or ""
+    else:
+        output = "\n".join(
+            f"[{a.agent_type}] {a.status.value}: {(a.output_tail or '').strip()[-1500:]}" for a in agents
+        )
+    if len(ok) >= need:
+        return StepStatus.SUCCEEDED, output
+    failed = "; ".join(f"{a.agent_type} {a.id[:8]}: {a.error or a.status.value}" for a in agents if a not in ok)
+    return StepStatus.FAILED, f"{len(ok)} of {len(agents)} agents succeeded, {need} needed: {failed}\n{output}"
+
+
+def _last_output(frame: Frame) -> str:
+    for step_id in reversed(frame.own):
+        out = frame.results.get(step_id, {}).get("output")
+        if out:
+            return str(out)
+    return ""
+
+
+def _frame_name(frame: Frame) -> str:
+    if frame.kind is FrameKind.group:
+        return f"{frame.workflow}/{frame.name}"
+    if frame.kind is FrameKind.checklist:
+        return f"checklist:{frame.name}"
+    return frame.name
+
+
+def _matches(pattern: str | None, ident: str, description: str) -> bool:
+    if not pattern:
+        return True
+    pattern = pattern.lower()
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(ident.lower(), pattern)
+    return pattern in ident.lower() or pattern in description.lower()
+
+
+def stack_view_json(view: StackView) -> dict[str, Any]:
+    """The view as plain JSON (CLI --json, MCP models)."""
+    waiting = None
+    if view.waiting is not None:
+        w = view.waiting
+        waiting = {"kind": w.kind, "step": w.step_id, "message": w.message, "items": list(w.items),
+                   "missing": list(w.missing)}  # fmt: skip
+    return {"session_id": view.session_id, "state": view.state, "depth": view.depth, "breadcrumb": view.breadcrumb,
+            "frames": list(view.frames), "waiting": waiting}  # fmt: skip

@@ -1,0 +1,130 @@
+"""What the workflow runtime tests share: a scripted agent runner, workflow files in a temp config dir, and
+an engine wired to a test's services."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from taskgate.application.agents import AgentService, ExecutionOptions
+from taskgate.application.ports import AgentExit
+from taskgate.application.workflow_engine import WorkflowEngine, WorkflowOptions
+from taskgate.application.workflows import WorkflowService
+from taskgate.bootstrap import build_agents, build_workflows
+from taskgate.domain.agents import AgentType
+from taskgate.domain.workflow_run import LoopLimits
+from taskgate.infrastructure.workflow_files import WorkflowFiles
+from tests.builders import seed, start
+
+
+class ScriptedAgentRunner:
+    """An AgentRunner without processes. The command's first argument says how the agent ends:
+    `ok` exits 0, `fail` exits 1, `flaky` fails its first `flaky_failures` runs then exits 0, `hold` runs until
+    `release()` (or a stop). Its output is the rest of the command (the prompt), so tests can read prompts."""
+
+    def __init__(self, flaky_failures: int = 2) -> None:
+        self._pids = itertools.count(1000)
+        self.commands: dict[int, list[str]] = {}
+        self.flaky_failures, self.flaky_runs = flaky_failures, 0
+        self.released = asyncio.Event()
+        self.ended_pids: set[int] = set()
+
+    async def start(self, command: list[str], cwd: str, env: dict[str, str], output_path: str) -> int:
+        pid = next(self._pids)
+        self.commands[pid] = list(command)
+        return pid
+
+    async def wait(self, pid: int, *, output_path, timeout_s, max_output_bytes, stop, beat, beat_every_s) -> AgentExit:
+        command = self.commands[pid]
+        output = " ".join(command[1:])
+        try:
+            if command[0] == "hold":
+                stopped = asyncio.create_task(stop.wait())
+                released = asyncio.create_task(self.released.wait())
+                await asyncio.wait({stopped, released}, return_when=asyncio.FIRST_COMPLETED)
+                for task in (stopped, released):
+                    task.cancel()
+                return AgentExit(None, "cancelled", output) if stop.is_set() else AgentExit(0, "exited", output)
+            if command[0] == "fail":
+                return AgentExit(1, "exited", output)
+            if command[0] == "flaky":
+                self.flaky_runs += 1
+                return AgentExit(1 if self.flaky_runs <= self.flaky_failures else 0, "exited", output)
+            return AgentExit(0, "exited", output)
+        finally:
+            self.ended_pids.add(pid)
+
+    def alive(self, pid: int) -> bool:
+        return pid in self.commands and pid not in self.ended_pids
+
+    def ended(self, output_path: str) -> AgentExit | None:
+        return None
+
+    def release(self) -> None:
+        self.released.set()
+
+    def prompts(self, kind: str | None = None) -> list[str]:
+        return [" ".join(c[1:]) for c in self.commands.values() if kind is None or c[0] == kind]
+
+
+AGENT_TYPES = {name: AgentType(name, (name, "{prompt}")) for name in ("ok", "fail", "flaky", "hold")}
+
+
+def write_workflows(config: Path, files: dict[str, str]) -> Path:
+    """Write `files` ({"development/x.yaml": text, "checklists/y.yaml": text}) under config/."""
+    for name, text in files.items():
+        target = config / ("checklists" if name.startswith("checklists/") else "workflows") / name.removeprefix(
+            "checklists/"
+        )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return config
+
+
+@dataclass
+class Rig:
+    engine: WorkflowEngine
+    agents: AgentService
+    runner: ScriptedAgentRunner
+    catalogue: WorkflowService
+
+
+def rig(services, tmp_path: Path, files: dict[str, str], *, clock=None, limits: LoopLimits | None = None,
+        runner: ScriptedAgentRunner | None = None, default: str | None = None) -> Rig:  # fmt: skip
+    """The engine and agents over `services`, with the workflows `files` in a temp config dir."""
+    from taskgate.infrastructure.system import SystemClock, UuidGenerator
+
+    config = write_workflows(tmp_path / "config", files)
+    catalogue = WorkflowService(WorkflowFiles(config), set(AGENT_TYPES))
+    problems = catalogue.catalogue().problems
+    assert not problems, [str(p) for p in problems]
+    clock = clock or SystemClock()
+    runner = runner or ScriptedAgentRunner()
+    agents = build_agents(
+        services.sessions, services.uow, access=services.access, clock=clock, ids=UuidGenerator(),
+        types=AGENT_TYPES, options=ExecutionOptions(heartbeat_interval_s=30), outputs_root=str(tmp_path / "out"),
+        runner=runner,
+    )  # fmt: skip
+    engine = build_workflows(
+        services.sessions, services.uow, catalogue=catalogue.catalogue, clock=clock, agents=agents,
+        decisions=services.decisions, options=WorkflowOptions(default, limits or LoopLimits()),
+    )  # fmt: skip
+    return Rig(engine, agents, runner, catalogue)
+
+
+async def planning_with(services, git_repo: Path, rig_: Rig, workflow: str, actor: str = "alice"):
+    """A session in planning whose stack holds `workflow`."""
+    seeded = await seed(services, git_repo, tasks=1)
+    session = await start(services, seeded.tasks[0])
+    await rig_.engine.add_workflow(session.id, workflow, actor)
+    return session
+
+
+async def run_until_idle(rig_: Rig, session_id: str) -> None:
+    await asyncio.wait_for(rig_.engine.wait(session_id), timeout=30)
+
+
+Awaiting = Callable[[], Awaitable[None]]
