@@ -111,6 +111,7 @@ def rig(services, tmp_path: Path, files: dict[str, str], *, clock=None, limits: 
     engine = build_workflows(
         services.sessions, services.uow, catalogue=catalogue.catalogue, clock=clock, agents=agents,
         decisions=services.decisions, options=WorkflowOptions(default, limits or LoopLimits()),
+        review_queue=services.review_queue,
     )  # fmt: skip
     return Rig(engine, agents, runner, catalogue)
 

@@ -151,6 +151,7 @@ def build_workflows(
     agents: AgentService | None,
     decisions: DecisionService | None = None,
     options: WorkflowOptions | None = None,
+    review_queue: ReviewQueue | None = None,
 ) -> WorkflowEngine:
     """The workflow engine, added after the engine's current effects (it drives a session entering
     executing); agents of workflow sessions report to it, and decisions answer its approval steps."""
@@ -160,6 +161,8 @@ def build_workflows(
         agents.on_workflow_agents_ended(engine.agents_ended)
     if decisions is not None:
         decisions.use_workflows(engine)
+    if review_queue is not None:
+        review_queue.use_workflows(engine)
     return engine
 
 
@@ -289,7 +292,7 @@ async def bootstrap(
     app.agents, app.outputs = agents, outputs
     app.workflows = build_workflows(
         services[0], uow, catalogue=workflow_catalogue(settings).catalogue, clock=clock, agents=agents,
-        decisions=people[1], options=workflow_options(settings),
+        decisions=people[1], options=workflow_options(settings), review_queue=queue,
     )  # fmt: skip
     return app
 

@@ -126,9 +126,17 @@ class AgentService:
             return await uow.agents.of_session(session_id)
 
     async def launch_step(
-        self, session_id: str, specs: Sequence[tuple[str, str]], *, instructions: str, timeout_s: float | None
+        self,
+        session_id: str,
+        specs: Sequence[tuple[str, str]],
+        *,
+        instructions: str,
+        timeout_s: float | None,
+        step_run_id: int | None = None,
     ) -> list[Agent]:
         """Launch one agent per (agent type, prompt) for a workflow step; `timeout_s` replaces the types' own.
+        The agents' ids are written into step run `step_run_id` in the same transaction as their rows, so a
+        step never has agents it does not know of.
 
         Raises: InvalidInput (an unknown agent type, no worktree), SessionNotFound."""
         kinds = [self._type(name) for name, _ in specs]
@@ -136,7 +144,7 @@ class AgentService:
             kinds = [replace(kind, timeout_s=timeout_s) for kind in kinds]
         session = await self._sessions.get(session_id)
         prompts = [prompt for _, prompt in specs]
-        return await self._launch(session, kinds, instructions=instructions, prompts=prompts)
+        return await self._launch(session, kinds, instructions=instructions, prompts=prompts, step_run=step_run_id)
 
     async def stop_agents(self, session_id: str, agent_ids: Sequence[str]) -> None:
         """Stop these agents of the session (the others run on)."""
@@ -194,7 +202,13 @@ class AgentService:
     # -- internals ---------------------------------------------------------------------------------------------
 
     async def _launch(
-        self, session: Session, kinds: list[AgentType], *, instructions: str, prompts: Sequence[str] | None = None
+        self,
+        session: Session,
+        kinds: list[AgentType],
+        *,
+        instructions: str,
+        prompts: Sequence[str] | None = None,
+        step_run: int | None = None,
     ) -> list[Agent]:
         if not session.worktree_path:
             raise InvalidInput(f"session {session.id} has no worktree to run agents in")
@@ -209,6 +223,9 @@ class AgentService:
                 payload = {"agent": agent.id, "type": kind.name, "to": "queued", "run": run}
                 await uow.events.append("agent.status", self._clock.now(), payload, session.id)
                 made.append(agent)
+            if step_run is not None:
+                run_row = await uow.step_runs.get(step_run)
+                await uow.step_runs.update(replace(run_row, agent_ids=tuple(a.id for a in made)))
             await uow.commit()
         for agent, kind in zip(made, kinds, strict=True):
             self._supervise(agent, kind, reattach=False)

@@ -140,12 +140,29 @@ class StackView:
     version: int
 
 
+@dataclass(slots=True)
+class _Carry:
+    """Writes of a step's outcome that travel with its routing, so both land in one transaction."""
+
+    finish: list[tuple[int | None, StepStatus, str, str | None]] = field(default_factory=list)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
 class StepLauncher(Protocol):
     """What the engine needs of the agents (AgentService)."""
 
     async def launch_step(
-        self, session_id: str, specs: Sequence[tuple[str, str]], *, instructions: str, timeout_s: float | None
-    ) -> list[Agent]: ...
+        self,
+        session_id: str,
+        specs: Sequence[tuple[str, str]],
+        *,
+        instructions: str,
+        timeout_s: float | None,
+        step_run_id: int | None = None,
+    ) -> list[Agent]:
+        """Launch the step's agents; their ids go into step run `step_run_id` in the agents' own transaction."""
+        ...
+
     async def stop_agents(self, session_id: str, agent_ids: Sequence[str]) -> None: ...
     async def wait(self, session_id: str) -> None: ...
 
@@ -280,6 +297,23 @@ class WorkflowEngine:
             session = await self._save(session, stack, events=[("workflow.pushed", event)])
         self._kick_if_executing(session)
         return self.view(session)
+
+    def chosen(self, name: str | None) -> Workflow | None:
+        """The workflow a new session should run: `name`, else `[workflows] default`, else None. Call it
+        before starting the session, so an unknown name is refused before anything is written.
+
+        Raises: WorkflowNotFound."""
+        name = name or self._options.default_workflow
+        return self.workflow(name) if name else None
+
+    async def attach(self, session_id: str, workflow: Workflow | None, actor: str) -> StackView | None:
+        """Push `workflow` (from `chosen`) as the session's root frame unless its stack already has one."""
+        if workflow is None:
+            return None
+        session = await self._sessions.get(session_id)
+        if session.workflow_stack:
+            return self.view(session)
+        return await self.add_workflow(session_id, workflow.id, actor)
 
     async def add_checklist(self, session_id: str, name: str, actor: str) -> StackView:
         """Push checklist `name`: the session's workflow waits until its required items are ticked."""
@@ -549,8 +583,7 @@ class WorkflowEngine:
             return await self._collect(session, stack, top, step)
         if top.status is FrameStatus.waiting:
             if step.type is StepType.checklist and not top.missing_items():
-                await self._finish_step(session, stack, StepStatus.SUCCEEDED, "every required item checked")
-                return True
+                return await self._finish_step(session, stack, StepStatus.SUCCEEDED, "every required item checked")
             return False
         if top.status is FrameStatus.retry:
             return await self._retry(session, stack, top)
@@ -604,21 +637,17 @@ class WorkflowEngine:
             specs = await self._agent_specs(session, top, step)
             timeout = step.timeout_ms / 1000 if step.timeout_ms else None
             instructions = top.variables.get("instructions", "")
-            agents = await self._launcher.launch_step(session.id, specs, instructions=instructions, timeout_s=timeout)
+            await self._launcher.launch_step(
+                session.id, specs, instructions=instructions, timeout_s=timeout, step_run_id=run_id
+            )
         except (InvalidInput, VariableError) as exc:  # an unknown agent type, a prompt that does not resolve
-            await self._finish_step(session, stack, StepStatus.FAILED, str(exc))
-            return True
-        async with self._uow(write=True) as uow:
-            run = await uow.step_runs.get(run_id)
-            await uow.step_runs.update(replace(run, agent_ids=tuple(a.id for a in agents)))
-            await uow.commit()
+            return await self._finish_step(session, stack, StepStatus.FAILED, str(exc))
         return True
 
     async def _collect(self, session: Session, stack: list[Frame], top: Frame, step: Step) -> bool:
         """A running agent step: when its agents all ended, its outcome; else wait (False)."""
         if step.type not in _AGENT_STEPS:  # a child frame ran for it and is gone: count the step done
-            await self._finish_step(session, stack, StepStatus.SUCCEEDED, "")
-            return True
+            return await self._finish_step(session, stack, StepStatus.SUCCEEDED, "")
         async with self._uow(write=False) as uow:
             run = await uow.step_runs.get(top.run_id) if top.run_id else None
             agents = await uow.agents.of_session(session.id) if run and run.agent_ids else []
@@ -634,8 +663,7 @@ class WorkflowEngine:
         if any(a.status in _LIVE for a in mine):
             return False
         status, output = _agents_outcome(step, mine)
-        await self._finish_step(session, stack, status, output)
-        return True
+        return await self._finish_step(session, stack, status, output)
 
     async def _retry(self, session: Session, stack: list[Frame], top: Frame) -> bool:
         due = datetime.fromisoformat(top.retry_at) if top.retry_at else self._clock.now()
@@ -648,20 +676,22 @@ class WorkflowEngine:
         await self._save(session, stack)
         return True
 
-    async def _route(self, session: Session, stack: list[Frame], top: Frame, step: Step, steps) -> bool:
+    async def _route(
+        self, session: Session, stack: list[Frame], top: Frame, step: Step, steps, carry: _Carry | None = None
+    ) -> bool:
         outcome = top.outcome or {"status": StepStatus.FAILED.value, "output": ""}
         status, output = StepStatus(outcome["status"]), str(outcome.get("output", ""))
         if status is StepStatus.FAILED and top.attempt <= step.max_retries and step.type is not StepType.approval:
             delay = retry_delay_ms(step, top.attempt) / 1000
             top.status, top.retry_at = FrameStatus.retry, (self._clock.now() + timedelta(seconds=delay)).isoformat()
-            await self._save(session, stack, events=[("workflow.retry", {"step": step.id, "attempt": top.attempt + 1,
-                                                                         "delay_s": delay})])  # fmt: skip
+            retry = {"step": step.id, "attempt": top.attempt + 1, "delay_s": delay}
+            await self._save(session, stack, carry=carry, events=[("workflow.retry", retry)])
             return True
         record(top, step.id, status, output, top.attempt)
         instructions = top.variables.get("instructions", "") if status is StepStatus.CHANGES_REQUESTED else ""
         loop = repeat_problem(top, step.id, fingerprint(status.value, output, instructions), self._options.limits)
         if loop:
-            await self._fail(session, stack, loop)
+            await self._fail(session, stack, loop, carry)
             return False
         if status is StepStatus.CHANGES_REQUESTED:
             target = back_target(top, step, steps) or steps[0].id
@@ -670,20 +700,20 @@ class WorkflowEngine:
         if target is None:
             if len(stack) == 1 or status is StepStatus.REJECTED:
                 what = "was rejected" if status is StepStatus.REJECTED else "failed"
-                await self._fail(session, stack, f"step '{step.id}' of {top.label} {what}: {output}"[:2000])
+                await self._fail(session, stack, f"step '{step.id}' of {top.label} {what}: {output}"[:2000], carry)
                 return False
-            await self._pop(session, stack, StepStatus.FAILED, f"step '{step.id}' failed: {output}")
+            await self._pop(session, stack, StepStatus.FAILED, f"step '{step.id}' failed: {output}", carry=carry)
             return True
-        await self._goto(session, stack, top, target)
+        await self._goto(session, stack, top, target, carry=carry)
         return True
 
-    async def _goto(self, session: Session, stack: list[Frame], top: Frame, target: str, runs=()) -> None:
+    async def _goto(self, session: Session, stack: list[Frame], top: Frame, target: str, runs=(), carry=None) -> None:
         if target == END:
             top.outcome = {"status": StepStatus.SUCCEEDED.value, "output": ""}
-            await self._pop(session, stack, StepStatus.SUCCEEDED, "", runs=runs)
+            await self._pop(session, stack, StepStatus.SUCCEEDED, "", runs=runs, carry=carry)
             return
         enter(top, target)
-        await self._save(session, stack, runs=runs)
+        await self._save(session, stack, runs=runs, carry=carry)
 
     async def _push_child(self, session: Session, stack: list[Frame], top: Frame, step: Step) -> bool:
         if len(stack) >= MAX_DEPTH:
@@ -706,7 +736,9 @@ class WorkflowEngine:
         )
         return True
 
-    async def _pop(self, session: Session, stack: list[Frame], status: StepStatus, output: str, runs=()) -> None:
+    async def _pop(
+        self, session: Session, stack: list[Frame], status: StepStatus, output: str, runs=(), carry=None
+    ) -> None:
         """The top frame ended: hand its outcome to the step below that pushed it (if any), then drop it."""
         child = stack.pop()
         events = [("workflow.popped", {"frame": child.label, "status": status.value, "depth": len(stack)})]
@@ -720,16 +752,25 @@ class WorkflowEngine:
                 output = _last_output(child)
             parent.status, parent.outcome = FrameStatus.done, {"status": status.value, "output": output[-OUTPUT_LIMIT:]}
             finish.append((parent.run_id, status, output, output if status is StepStatus.FAILED else None))
-        await self._save(session, stack, runs=runs, finish=finish, events=events)
+        await self._save(session, stack, runs=runs, finish=finish, events=events, carry=carry)
 
-    async def _finish_step(self, session: Session, stack: list[Frame], status: StepStatus, output: str) -> None:
-        """Record the outcome of the top frame's current step (its run row too); routing comes next."""
-        top = stack[-1]
+    def _outcome(self, top: Frame, status: StepStatus, output: str) -> _Carry:
+        """Record the outcome of the top frame's current step in the frame; its run row and event ride along
+        with whatever routing writes next (one transaction)."""
         error = output if status is StepStatus.FAILED else None
-        finish = [(top.run_id, status, output, error)]
         top.status, top.outcome = FrameStatus.done, {"status": status.value, "output": output[-OUTPUT_LIMIT:]}
         event = {"step": top.step, "frame": top.label, "attempt": top.attempt, "status": status.value}
-        await self._save(session, stack, finish=finish, events=[("workflow.step", event)])
+        return _Carry([(top.run_id, status, output, error)], [("workflow.step", event)])
+
+    async def _finish_step(self, session: Session, stack: list[Frame], status: StepStatus, output: str) -> bool:
+        """The top frame's current step ended with `status`: record it and route it, in one transaction."""
+        top = stack[-1]
+        carry = self._outcome(top, status, output)
+        step = self._find(top, top.step or "")
+        if step is None:  # the file changed under the running step: routing fails the session with why
+            await self._save(session, stack, carry=carry)
+            return True
+        return await self._route(session, stack, top, step, self._steps(top), carry)
 
     async def _complete(self, session: Session) -> None:
         cmd = FireTrigger(session.id, Trigger.WORK_COMPLETE.value, SYSTEM_ACTOR, reason="workflow finished",
@@ -737,14 +778,14 @@ class WorkflowEngine:
         with suppress(InvalidTransition, ConcurrentModification):
             await self._sessions.fire(cmd)
 
-    async def _fail(self, session: Session, stack: list[Frame], reason: str) -> None:
+    async def _fail(self, session: Session, stack: list[Frame], reason: str, carry: _Carry | None = None) -> None:
         """Fail the session with `reason`; the top frame stays on its step, so `retry` runs it again."""
         top = stack[-1]
         finish = [(top.run_id, StepStatus.FAILED, "", reason)]
         top.status, top.attempt, top.run_id, top.outcome, top.retry_at = FrameStatus.pending, 1, None, None, None
         top.iterations, top.trail = 0, []
         event = {"frame": top.label, "step": top.step, "reason": reason}
-        session = await self._save(session, stack, finish=finish, events=[("workflow.failed", event)])
+        session = await self._save(session, stack, finish=finish, events=[("workflow.failed", event)], carry=carry)
         cmd = FireTrigger(session.id, Trigger.FAIL.value, SYSTEM_ACTOR, reason=reason[:2000],
                           expected_version=session.version, changes={"compensation_plan": "manual_review"})  # fmt: skip
         with suppress(InvalidTransition, ConcurrentModification):
@@ -761,10 +802,13 @@ class WorkflowEngine:
         finish: Sequence[tuple[int | None, StepStatus, str, str | None]] = (),
         events: Sequence[tuple[str, dict[str, Any]]] = (),
         claim: tuple[Frame, StepRun] | None = None,
+        carry: _Carry | None = None,
     ) -> Session:
         """Write the stack (version checked and bumped), step runs started (`runs`), ended (`finish`: run id,
         status, output, error) and claimed (`claim`: the frame whose `run_id` the new run gets), and events,
         in one transaction. Raises: ConcurrentModification when the session moved since it was read."""
+        if carry is not None:
+            finish, events = [*carry.finish, *finish], [*carry.events, *events]
         async with self._uow(write=True) as uow:
             current = await uow.sessions.get(session.id, lock=True)
             if current.version != session.version:
