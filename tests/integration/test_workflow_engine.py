@@ -7,9 +7,11 @@ real AgentService; only the agent processes are scripted (tests/workflow_support
 from __future__ import annotations
 
 import asyncio
+
 import pytest
 
 from taskgate.application.decisions import Decide
+from taskgate.application.sessions import FireTrigger
 from taskgate.domain.errors import ConflictError, InvalidInput, InvalidTransition
 from taskgate.domain.states import SessionState
 from taskgate.domain.workflow_run import LoopLimits
@@ -393,12 +395,14 @@ async def test_the_loop_guard_caps_iterations(services, git_repo, tmp_path):
     session = await planning_with(services, git_repo, r, "loop")
     failed = await _execute(services, r, session)
     assert failed.state == SessionState.FAILED
-    assert "ran 4 steps, its limit is 4 (max_iterations)" in ((await services.sessions.history(session.id))[-1].reason or "")
+    reason = (await services.sessions.history(session.id))[-1].reason or ""
+    assert "ran 4 steps, its limit is 4 (max_iterations)" in reason
 
 
 async def test_stack_edits_push_break_advance_back_restart(services, git_repo, tmp_path):
-    r = rig(services, tmp_path, {"dev/approvals.yaml": APPROVALS, "dev/child.yaml": CHILD,
-                                 "checklists/rel.yaml": "id: rel\ndescription: r\nitems:\n  - {id: a, text: A}\n"})  # fmt: skip
+    release = "id: rel\ndescription: r\nitems:\n  - {id: a, text: A}\n"
+    files = {"dev/approvals.yaml": APPROVALS, "dev/child.yaml": CHILD, "checklists/rel.yaml": release}
+    r = rig(services, tmp_path, files)
     session = await planning_with(services, git_repo, r, "approvals")
     with pytest.raises(WorkflowNotFound):
         await r.engine.add_workflow(session.id, "nope", ACTOR)
@@ -451,3 +455,52 @@ async def test_restart_mid_step_resumes_at_the_step_in_progress(services, git_re
     assert (await restarted.sessions.get(session.id)).state == SessionState.VERIFYING
     runs = await _runs(second, session)
     assert runs == [("first", 1, "failed"), ("first", 2, "succeeded"), ("second", 1, "succeeded")]
+
+
+async def test_many_concurrent_answers_act_once(services, git_repo, tmp_path):
+    """20 identical approvals at once: one decision row, the step approved once (the operator's lock, the
+    engine's per-session lock and the version-checked save serialise them; the rest are replays)."""
+    r = rig(services, tmp_path, {"dev/approvals.yaml": APPROVALS})
+    session = await planning_with(services, git_repo, r, "approvals")
+    shown = await _execute(services, r, session)  # the version the operator read, waiting at approve-plan
+    decide = [_decide(services, session.id, "approve", expected_version=shown.version) for _ in range(20)]
+    results = await asyncio.gather(*decide)
+    assert sum(1 for x in results if not x.replayed) == 1
+    await run_until_idle(r, session.id)
+    async with services.uow(write=False) as uow:
+        assert len(await uow.decisions.of_session(session.id)) == 1
+    assert [st for s, _, st in await _runs(r, session) if s == "approve-plan"] == ["approved"]
+    # the work went on to verifying meanwhile: the resent approval is still recognised, not taken as a new one
+    assert (await services.sessions.get(session.id)).state == SessionState.VERIFYING
+    late = await _decide(services, session.id, "approve", expected_version=shown.version)
+    assert late.replayed and late.decision.session_version == shown.version
+    with pytest.raises(ConflictError, match="moved on"):
+        await _decide(services, session.id, "approve", expected_version=shown.version - 1)
+
+
+async def test_many_concurrent_ticks_of_one_item_tick_it_once(services, git_repo, tmp_path):
+    r = rig(services, tmp_path, {"dev/checked.yaml": CHECKLIST_STEP})
+    other = await planning_with(services, git_repo, r, "checked")
+    await _execute(services, r, other)
+    await asyncio.gather(*(r.engine.check_item(other.id, "tests", ACTOR) for _ in range(20)))
+    await run_until_idle(r, other.id)
+    async with services.uow(write=False) as uow:
+        ticks = [e for e in await uow.events.list(other.id, limit=500) if e["kind"] == "checklist.checked"]
+    assert len(ticks) == 1
+    assert (await services.sessions.get(other.id)).state == SessionState.VERIFYING
+
+
+async def test_two_services_driving_one_session_run_each_step_once(services, git_repo, tmp_path):
+    """Two engines (as two processes would) kicked at once on one session: the version-checked claim lets
+    one of them run each step; the other re-reads and finds nothing to do."""
+    one = rig(services, tmp_path, {"dev/linear.yaml": LINEAR})
+    twin = wire(services.backend, services.database, services.url)
+    two = rig(twin, tmp_path / "two", {"dev/linear.yaml": LINEAR})
+    session = await planning_with(services, git_repo, one, "linear")
+    await services.sessions.transition(FireTrigger(session.id, "plan_complete", ACTOR))
+    for _ in range(5):
+        one.engine.kick(session.id)
+        two.engine.kick(session.id)
+    await asyncio.gather(run_until_idle(one, session.id), run_until_idle(two, session.id))
+    assert (await services.sessions.get(session.id)).state == SessionState.VERIFYING
+    assert await _runs(one, session) == [("first", 1, "succeeded"), ("second", 1, "succeeded")]

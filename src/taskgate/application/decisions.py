@@ -64,6 +64,10 @@ class Decide:
     instructions: str | None = None
     override_policies: tuple[str, ...] = ()
     compensation: str | None = None
+    # The session version the operator decided on (as session_status / project_sessions_ready showed it). With
+    # it, a resent decision is recognised even after the session moved on to its next gate (a workflow's next
+    # approval step, or verifying): it returns the first result instead of deciding the new gate.
+    expected_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +120,8 @@ class DecisionService:
         async with lock:
             operator, session = await self._load(cmd)
             _authorize(operator, kind, compensation, cmd)
+            if cmd.expected_version is not None and cmd.expected_version != session.version:
+                return await self._decided_at(session, cmd.operator_id, kind, cmd.expected_version)
             step = self._workflows.approval_step(session) if self._workflows is not None else None
             earlier = await self._earlier(session, cmd.operator_id, kind, waiting=step is not None)
             if earlier is not None:
@@ -141,6 +147,23 @@ class DecisionService:
                 return replay
 
     # -- internals ---------------------------------------------------------------------------------------------
+
+    async def _decided_at(self, session: Session, operator_id: str, kind: DecisionKind, version: int):
+        """The operator's decision taken on the session at `version` (a resent decision), else ConflictError."""
+        async with self._uow(write=False) as uow:
+            taken = await uow.decisions.for_verification(session.id, version)
+        mine = [d for d in taken if d.operator_id == operator_id]
+        if not mine:
+            raise ConflictError(
+                f"session {session.id} is at version {session.version}, not {version}: it moved on; read it again"
+            )
+        if mine[0].decision != kind:
+            first = mine[0].decision.value
+            raise ConflictError(
+                f"session {session.id} was already decided at version {version}: {first} by {operator_id}; "
+                "a different decision is refused"
+            )
+        return DecisionResult(mine[0], session, replayed=True, pending=mine[0].outcome == "pending")
 
     async def _answer_step(self, session: Session, operator: Operator, kind: DecisionKind, cmd: Decide):
         """A workflow approval step: its decision row and the stack move in one transaction (the engine's).
