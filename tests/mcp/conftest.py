@@ -9,13 +9,17 @@ from typing import Any
 
 from mcp import Client
 
+from taskgate.application.agents import AgentService
+from taskgate.application.workflow_engine import WorkflowEngine
 from taskgate.bootstrap import App
 from taskgate.domain.access import Principal
 from taskgate.entrypoints.mcp.server import build_server
 from tests.conftest import Services
 
 
-def app_of(services: Services) -> App:
+def app_of(services: Services, workflows: WorkflowEngine | None = None, agents: AgentService | None = None) -> App:
+    """The App over `services`; `workflows` and `agents` (see tests/workflow_support.py `rig`) when a test
+    needs the workflow runtime."""
     return App(
         None,
         services.sessions,
@@ -28,6 +32,8 @@ def app_of(services: Services) -> App:
         services.decisions,
         services.review_queue,
         outputs=services.outputs,
+        workflows=workflows,
+        agents=agents,
     )
 
 
@@ -56,12 +62,15 @@ class ToolCaller:
 
 
 @asynccontextmanager
-async def connect(services: Services, principal: Principal | None, **options: Any) -> AsyncIterator[ToolCaller]:
-    """The taskgate MCP server for `services`, with `principal` as the caller, and a client connected to it."""
+async def connect(
+    services: Services, principal: Principal | None, *, app: App | None = None, **options: Any
+) -> AsyncIterator[ToolCaller]:
+    """The taskgate MCP server for `services` (or for `app`, e.g. one carrying a workflow engine), with
+    `principal` as the caller, and a client connected to it."""
 
     @asynccontextmanager
     async def open_app() -> AsyncIterator[App]:
-        yield app_of(services)
+        yield app or app_of(services)
 
     server = build_server(open_app, local_principal=principal, **options)
     async with Client(server) as client:

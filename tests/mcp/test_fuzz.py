@@ -113,7 +113,9 @@ internal error."""
 AGENT_READS = {"ping", "session_status", "session_history", "session_state_at", "session_review", "context_discover",
                "policies_check"}  # fmt: skip
 AGENT_FIRES = {"session_fire"}
-AGENT_WRITES = {"save_output"}  # into the agent's own session folder
+AGENT_WRITES = {"save_output",  # into the agent's own session folder
+                "add_workflow_to_session", "add_checklist_to_session", "checklist_check",  # its own session's stack
+                "workflow_advance", "workflow_back", "workflow_break", "workflow_restart"}  # fmt: skip
 GUARD_LOGGED_TABLES = {"transition_log", "events", "sessions"}
 SDK_SERVER_LOGGER = "mcp.server.mcpserver.server"
 
@@ -331,6 +333,7 @@ def domains(seed: Seed) -> dict[str, Domain]:
     paths = [str(seed.repo), *map(str, seed.spare_repos), f"{seed.repo}/../{seed.repo.name}", str(seed.repo.parent),
              "taskgate-fuzz.md", "taskgate-fuzz/out.txt", "../taskgate-fuzz.txt", "a/../../taskgate-fuzz"]  # fmt: skip
     task_refs = mostly(tasks, bounded_text(64))
+    workflow_ids = ["feature", "quality-validation", "nope", "a" * 100, "-x", "../feature"]
     return {
         "session_id": Domain(mostly(sessions, bounded_text(64, min_size=1)), st.sampled_from(["", "x" * 65])),
         "trigger": choice([t.value for t in Trigger] + ["START", " start", "create"], 64),
@@ -362,6 +365,12 @@ def domains(seed: Seed) -> dict[str, Domain]:
         "actor": choice([None, "operator:alice", "system", "agent:fuzz", "operator:"], 200),
         "content": Domain(bounded_text(200), st.sampled_from(["x" * 100_000, "\x00", "\ud800"])),
         "encoding": Domain(st.sampled_from(["text", "base64"]), st.sampled_from(["TEXT", "b64", "", None])),
+        "workflow": choice([None, "feature", "nope", "../feature", "feature*"], 100),
+        "workflow_name": Domain(mostly(workflow_ids, bounded_text(100, min_size=1)), over_limit(100) | st.just("")),
+        "checklist_name": Domain(mostly(workflow_ids, bounded_text(100, min_size=1)), over_limit(100) | st.just("")),
+        "item": Domain(mostly(["tests", "docs", "nope"], bounded_text(100, min_size=1)), over_limit(100) | st.just("")),
+        "pattern": choice([None, "feat*", "*", "[", "review", "%"], 200),
+        "category": choice([None, "development", "testing", "ops"], 100),
     }
 
 

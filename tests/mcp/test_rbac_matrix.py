@@ -14,9 +14,10 @@ import pytest
 from taskgate.application.operators import AddOperator
 from taskgate.application.tracker import AddTask
 from taskgate.domain.access import Principal
-from tests.builders import OPERATOR, fire, seed, start
+from tests.builders import ACTOR, OPERATOR, fire, seed, start
 from tests.conftest import Services, make_git_repo, wire
-from tests.mcp.conftest import connect
+from tests.mcp.conftest import app_of, connect
+from tests.workflow_support import Rig, rig, run_until_idle
 
 ROLES = ["admin", "architect", "developer", "reviewer", "qa"]
 # tool (with the arguments' shape) → the roles allowed; written from docs/operators.md, not from the code
@@ -36,6 +37,21 @@ ALLOWED = {
     "project_decide": {"admin", "architect", "reviewer", "qa"},
     "project_decide:override": {"admin"},
     "save_output": {"admin", "architect", "developer"},
+    "add_workflow_to_session": {"admin", "architect", "developer"},
+    "add_checklist_to_session": {"admin", "architect", "developer"},
+    "checklist_check": {"admin", "architect", "developer"},
+    "workflow_advance": {"admin", "architect", "developer"},
+    "workflow_back": {"admin", "architect", "developer"},
+    "workflow_break": {"admin", "architect", "developer"},
+    "workflow_restart": {"admin", "architect", "developer"},
+}
+# The stack tools run on a real workflow engine; `gated` reaches its approval through a condition, no agents.
+WORKFLOWS = {
+    "dev/gated.yaml": "id: gated\ndescription: a condition, then an approval\nsteps:\n"
+    "  - {id: route, type: condition, when: 'true', then: gate, else: end}\n"
+    "  - {id: gate, type: approval, message: Approve it.}\n",
+    "dev/solo.yaml": "id: solo\ndescription: one approval\nsteps:\n  - {id: gate, type: approval, message: Go.}\n",
+    "checklists/rel.yaml": "id: rel\ndescription: release\nitems:\n  - {id: a, text: A}\n",
 }
 
 
@@ -50,8 +66,46 @@ async def session_in(services: Services, state_triggers: list[str]):
     return await fire(services, await start(services, await new_task(services, "matrix work")), *state_triggers)
 
 
-async def call_for(tool: str, tools, services: Services, tmp_path: Path):
+async def with_stack(services: Services, r: Rig, *frames: str, executing: bool = False):
+    """A planning session with `frames` pushed ("checklist:NAME" for a checklist); moved to executing and driven
+    until it waits, if asked."""
+    session = await session_in(services, [])
+    for frame in frames:
+        kind, _, name = frame.rpartition(":")
+        push = r.engine.add_checklist if kind == "checklist" else r.engine.add_workflow
+        await push(session.id, name, ACTOR)
+    if executing:
+        await fire(services, session, "plan_complete")
+        await run_until_idle(r, session.id)
+    return session
+
+
+async def call_stack_tool(tool: str, tools, services: Services, r: Rig):
+    if tool == "add_workflow_to_session":
+        session = await session_in(services, [])
+        return await tools.call(tool, session_id=session.id, workflow_name="solo")
+    if tool == "add_checklist_to_session":
+        session = await with_stack(services, r, "solo")
+        return await tools.call(tool, session_id=session.id, checklist_name="rel")
+    if tool == "checklist_check":
+        session = await with_stack(services, r, "solo", "checklist:rel")
+        return await tools.call(tool, session_id=session.id, item="a")
+    if tool == "workflow_break":
+        session = await with_stack(services, r, "solo", "checklist:rel")
+        return await tools.call(tool, session_id=session.id)
+    if tool == "workflow_back":  # executing, waiting at `gate` after `route`: back has a step to return to
+        session = await with_stack(services, r, "gated", executing=True)
+        out = await tools.call(tool, session_id=session.id)
+        await run_until_idle(r, session.id)
+        return out
+    session = await with_stack(services, r, "solo")
+    return await tools.call(tool, session_id=session.id)
+
+
+async def call_for(tool: str, tools, services: Services, tmp_path: Path, r: Rig):
     """Prepare what `tool` needs, then call it; returns (ok, text)."""
+    if tool in STACK_TOOLS:
+        return await call_stack_tool(tool, tools, services, r)
     if tool == "project_init":
         return await tools.call("project_init", path=str(make_git_repo(tmp_path / "another")), name="another")
     if tool == "plan_add":
@@ -91,6 +145,9 @@ async def call_for(tool: str, tools, services: Services, tmp_path: Path):
                             override_policies=["wip_limit"])  # fmt: skip
 
 
+STACK_TOOLS = {t for t in ALLOWED if t.startswith(("add_", "checklist_", "workflow_"))}
+
+
 @pytest.mark.parametrize("role", ROLES)
 async def test_every_state_changing_tool_is_allowed_or_refused_for_each_role_as_documented(services, tmp_path, role):
     services = wire(services.backend, services.database, services.url, wip_limit=1000)  # many sessions at once
@@ -98,10 +155,11 @@ async def test_every_state_changing_tool_is_allowed_or_refused_for_each_role_as_
     await seed(services, repo, tasks=1)  # alice (admin) owns project 'repo'
     await services.operators.grant(OPERATOR, max_active_sessions=1000)
     await services.operators.add(AddOperator(f"op-{role}", [role], max_active_sessions=100))
+    r = rig(services, tmp_path, WORKFLOWS)
     verdicts = {}
-    async with connect(services, Principal.operator(f"op-{role}")) as tools:
+    async with connect(services, Principal.operator(f"op-{role}"), app=app_of(services, workflows=r.engine)) as tools:
         for tool in ALLOWED:
-            ok, out = await call_for(tool, tools, services, tmp_path)
+            ok, out = await call_for(tool, tools, services, tmp_path, r)
             refused = not ok and "Forbidden" in out
             verdicts[tool] = not refused
             if refused:

@@ -14,10 +14,12 @@ from taskgate.application.guards import PolicyCheck
 from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import WorkspaceContext
 from taskgate.application.review_queue import ReviewItem
+from taskgate.application.workflow_engine import StackView
 from taskgate.domain.entities import Agent, Plan, Project, Session, SessionSnapshot, Task, TransitionRecord
 from taskgate.domain.outputs import OutputRecord
 from taskgate.domain.policies import TestRun
 from taskgate.domain.session_fsm import allowed_triggers
+from taskgate.domain.workflows import Checklist, Workflow
 
 
 class ProjectOut(BaseModel):
@@ -119,6 +121,62 @@ class AgentOut(BaseModel):
         )  # fmt: skip
 
 
+class WaitingOut(BaseModel):
+    """What the top frame of a workflow stack waits for from a person."""
+
+    kind: str = Field(description="approval (answer it with project_decide) or checklist (tick with checklist_check).")
+    step_id: str | None = Field(description="The waiting step; null for a checklist pushed onto the stack.")
+    message: str = Field(description="The approval's message, or the checklist's name or description.")
+    items: list[dict[str, Any]] = Field(description="The checklist's items: id, text, required.")
+    missing: list[str] = Field(description="Required checklist items not ticked yet.")
+    since_version: int = Field(description="The session version the wait was read at.")
+
+
+class WorkflowStackOut(BaseModel):
+    """A session's workflow stack: the top frame runs; finishing it pops back to the one below."""
+
+    summary: str
+    session_id: str
+    state: str = Field(description="The session's state (frames run while it is executing).")
+    version: int = Field(description="The session's version now (every stack edit moves it on).")
+    depth: int = Field(description="Frames on the stack; 0: no workflow.")
+    breadcrumb: str = Field(description="Root frame first, then each nested frame and the current step.")
+    frames: list[dict[str, Any]] = Field(
+        description="Bottom to top: kind, name, step, status, attempt, context_mode, iterations."
+    )
+    waiting: WaitingOut | None = Field(description="What a person must do for the top frame to go on; null: nothing.")
+
+    @classmethod
+    def of(cls, view: StackView, done: str = "") -> WorkflowStackOut:
+        w = view.waiting
+        waiting = None if w is None else WaitingOut(
+            kind=w.kind, step_id=w.step_id, message=w.message, items=[dict(i) for i in w.items],
+            missing=list(w.missing), since_version=w.since_version,
+        )  # fmt: skip
+        where = f"{view.breadcrumb} (depth {view.depth})" if view.depth else "no workflow (the stack is empty)"
+        return cls(
+            summary=f"{done + '; ' if done else ''}session {view.session_id} ({view.state}): {where}"
+            f"{_waiting_note(waiting)}",
+            session_id=view.session_id,
+            state=view.state,
+            version=view.version,
+            depth=view.depth,
+            breadcrumb=view.breadcrumb,
+            frames=[dict(f) for f in view.frames],
+            waiting=waiting,
+        )
+
+
+def _waiting_note(waiting: WaitingOut | None) -> str:
+    if waiting is None:
+        return ""
+    if waiting.kind == "approval":
+        return f"; waits for approval of step '{waiting.step_id}': {waiting.message} (answer with project_decide)"
+    if waiting.missing:
+        return f"; waits for checklist {waiting.message}: tick {', '.join(waiting.missing)} (checklist_check)"
+    return f"; checklist {waiting.message}: every required item is ticked"
+
+
 class SessionOut(BaseModel):
     summary: str
     id: str
@@ -141,9 +199,12 @@ class SessionOut(BaseModel):
     )
 
     agents: list[AgentOut] = Field(default_factory=list, description="The session's agents, oldest first.")
+    workflow: WorkflowStackOut | None = Field(
+        default=None, description="The session's workflow stack (depth, breadcrumb, frames, waiting); null: none."
+    )
 
     @classmethod
-    def of(cls, s: Session, agents: Sequence[Agent] = ()) -> SessionOut:
+    def of(cls, s: Session, agents: Sequence[Agent] = (), workflow: StackView | None = None) -> SessionOut:
         nxt = allowed_triggers(s.state, s.prior_state)
         flags = (
             [f"; worktree missing since {s.state_data['worktree_missing']}"]
@@ -152,12 +213,16 @@ class SessionOut(BaseModel):
         )
         if s.state_data.get("merge_conflicts"):
             flags.append(f"; last merge conflicted in {', '.join(s.state_data['merge_conflicts'])}")
+        stack = WorkflowStackOut.of(workflow) if workflow is not None and workflow.depth else None
+        if stack is not None:
+            flags.append(f"; workflow {stack.breadcrumb}{_waiting_note(stack.waiting)}")
         return cls(
             summary=f"session {s.id} for {s.task_id} is {s.state.value} (version {s.version}); "
             f"next: {', '.join(nxt) or 'nothing, it is finished'}" + "".join(flags),
             branch=s.branch_name,
             worktree=s.worktree_path,
             agents=[AgentOut.of(a) for a in agents],
+            workflow=stack,
             workspace=dict(s.state_data),
             id=s.id,
             task_id=s.task_id,
@@ -567,6 +632,10 @@ class ReadyOut(BaseModel):
     policies: list[dict[str, Any]] = Field(description="The approve policies as the caller would meet them now.")
     would_approve: bool | None = Field(description="Whether approve would pass the policies now (dry run).")
     approvals: list[str] = Field(description="Operators whose approval is counted already.")
+    approval_step: str | None = Field(
+        default=None, description="The workflow approval step the session waits on (state executing), if so."
+    )
+    message: str | None = Field(default=None, description="That approval step's message to the reviewer.")
 
     @classmethod
     def of(cls, item: ReviewItem) -> ReadyOut:
@@ -577,10 +646,17 @@ class ReadyOut(BaseModel):
                                           "output_tail": run.output_tail[-2000:]}  # fmt: skip
         files = [FileStatOut(path=f.path, added=f.added, deleted=f.deleted) for f in review.diff_stat] if review else []
         verdict = "would pass" if check and check.allowed else ("would be refused" if check else "not checked")
+        waits = (
+            f"approve {verdict}"
+            if item.approval_step is None
+            else f"waits at workflow approval step '{item.approval_step}': {item.message or '(no message)'}"
+        )
         return cls(
             summary=f"{item.session.task_id} ({item.session.id[:8]}): {len(files)} file(s) changed, "
             f"{len(review.commits) if review else 0} commit(s); tests "
-            f"{'not run yet' if run is None else ('passed' if run.exit_code == 0 else 'failed')}; approve {verdict}",
+            f"{'not run yet' if run is None else ('passed' if run.exit_code == 0 else 'failed')}; {waits}",
+            approval_step=item.approval_step,
+            message=item.message,
             session=SessionOut.of(item.session),
             waiting_since=item.session.updated_at,
             files=files,
@@ -623,4 +699,64 @@ class OutputOut(BaseModel):
             summary=f"saved {record.path} ({record.bytes} bytes) in the folder of session {session_id}",
             session_id=session_id,
             **record.to_dict(),
+        )
+
+
+class WorkflowInfo(BaseModel):
+    id: str
+    description: str
+    category: str | None = Field(description="The folder under config/workflows it lives in.")
+    steps: int = Field(description="How many top-level steps it has.")
+    step_ids: list[str] = Field(description="Its top-level steps, in file order (the first runs first).")
+    triggers: list[str] = Field(description="Events that may start it, as the file lists them.")
+    max_iterations: int = Field(description="The loop guard: at most this many steps per run of the workflow.")
+
+    @classmethod
+    def of(cls, w: Workflow) -> WorkflowInfo:
+        return cls(
+            id=w.id, description=w.description, category=w.category, steps=len(w.steps),
+            step_ids=[s.id for s in w.steps], triggers=list(w.triggers), max_iterations=w.max_iterations,
+        )  # fmt: skip
+
+
+class WorkflowList(BaseModel):
+    summary: str
+    workflows: list[WorkflowInfo]
+
+    @classmethod
+    def of(cls, workflows: Sequence[Workflow], pattern: str | None, category: str | None) -> WorkflowList:
+        filters = [f"matching '{pattern}'"] if pattern else []
+        filters += [f"in category {category}"] if category else []
+        return cls(
+            summary=f"{len(workflows)} workflow(s){' ' + ' '.join(filters) if filters else ''}",
+            workflows=[WorkflowInfo.of(w) for w in workflows],
+        )
+
+
+class ChecklistItemOut(BaseModel):
+    id: str
+    text: str
+    required: bool = Field(description="Whether the checklist waits for it.")
+
+
+class ChecklistInfo(BaseModel):
+    id: str
+    description: str
+    items: list[ChecklistItemOut]
+
+    @classmethod
+    def of(cls, c: Checklist) -> ChecklistInfo:
+        items = [ChecklistItemOut(id=i.id, text=i.text, required=i.required) for i in c.items]
+        return cls(id=c.id, description=c.description, items=items)
+
+
+class ChecklistList(BaseModel):
+    summary: str
+    checklists: list[ChecklistInfo]
+
+    @classmethod
+    def of(cls, checklists: Sequence[Checklist], pattern: str | None) -> ChecklistList:
+        matching = f" matching '{pattern}'" if pattern else ""
+        return cls(
+            summary=f"{len(checklists)} checklist(s){matching}", checklists=[ChecklistInfo.of(c) for c in checklists]
         )

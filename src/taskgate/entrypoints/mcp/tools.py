@@ -21,10 +21,13 @@ from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import FireTrigger, StartTask, parse_trigger
 from taskgate.application.timestamps import parse_timestamp
 from taskgate.application.tracker import AddTask
+from taskgate.application.workflow_engine import StackView, WorkflowEngine
 from taskgate.bootstrap import App
 from taskgate.domain.access import Capability, Principal, authorize, check_operator_param
+from taskgate.domain.entities import Agent, Session
 from taskgate.domain.errors import InvalidInput, PolicyViolation, StorageError, TaskgateError, Unauthenticated
 from taskgate.entrypoints.mcp.models import (
+    ChecklistList,
     CheckpointOut,
     ContextOut,
     DecisionOut,
@@ -43,6 +46,8 @@ from taskgate.entrypoints.mcp.models import (
     TaskList,
     TaskOut,
     TransitionList,
+    WorkflowList,
+    WorkflowStackOut,
 )
 
 PRINCIPAL_SCOPE_KEY = "taskgate.principal"
@@ -109,6 +114,14 @@ SessionRef = Annotated[
 ]
 Reason = Annotated[str | None, Field(description="Why; recorded in the transition log.", max_length=2000)]
 Timestamp = Annotated[str, Field(description="ISO 8601, e.g. 2026-11-21T10:00:00Z; no zone means UTC.", max_length=64)]
+WorkflowName = Annotated[str, Field(description="A workflow id (see query_workflows).", min_length=1, max_length=100)]
+ChecklistName = Annotated[
+    str, Field(description="A checklist id (see query_checklists).", min_length=1, max_length=100)
+]
+Pattern = Annotated[
+    str | None,
+    Field(description="A glob on the id (feature-*), or text found in the id or description.", max_length=200),
+]
 
 
 def _timestamp(text: str | None) -> datetime | None:
@@ -125,6 +138,20 @@ async def _session_id(call: Call, ref: str, capability: Capability = Capability.
     session_id = await call.app.sessions.resolve_id(ref)
     await call.app.operators.authorize(call.principal, capability, session_id=session_id, trigger=trigger)
     return session_id
+
+
+def _workflows(call: Call) -> WorkflowEngine:
+    if call.app.workflows is None:
+        raise InvalidInput("this server runs no workflow runtime; workflows are not available here")
+    return call.app.workflows
+
+
+async def _session_out(call: Call, session: Session, agents: list[Agent] | None = None) -> SessionOut:
+    """The session with its agents and, when it runs one, its workflow stack."""
+    if agents is None:
+        agents = await call.app.agents.agents(session.id) if call.app.agents is not None else []
+    engine = call.app.workflows
+    return SessionOut.of(session, agents, engine.view(session) if engine and session.workflow_stack else None)
 
 
 @tool_errors
@@ -233,23 +260,37 @@ async def project_session_start(
             max_length=100,
         ),
     ] = None,
+    workflow: Annotated[
+        str | None,
+        Field(
+            description="The workflow the session runs (see query_workflows); default: [workflows] default.",
+            max_length=100,
+        ),
+    ] = None,
 ) -> SessionOut:
     """Start work on a task: create its session (or reuse its ready one) and fire `start` (ready → planning).
 
     Guarded by the WIP limit of the plan, plan_open and task_unblocked; a refusal says which guard and why,
-    and leaves the session `ready` to start later."""
+    and leaves the session `ready` to start later. With `workflow` (or a configured default) the workflow is
+    pushed as the session's root frame and runs once session_execute moves it to executing; an unknown
+    workflow is refused before anything is written."""
     call = _call(ctx)
     await call.app.operators.authorize(call.principal, Capability.START)
     operator = check_operator_param(call.principal, operator_id)
-    result = await call.app.sessions.start_task(StartTask(task_id, call.principal.actor, operator))
-    return SessionOut.of(result.session)
+    engine = _workflows(call) if workflow is not None else call.app.workflows
+    chosen = engine.chosen(workflow) if engine is not None else None
+    session = (await call.app.sessions.start_task(StartTask(task_id, call.principal.actor, operator))).session
+    if engine is not None and await engine.attach(session.id, chosen, call.principal.actor) is not None:
+        session = await call.app.sessions.get(session.id)  # the push moved its version on
+    return await _session_out(call, session, [])
 
 
 @tool_errors
 async def project_sessions_ready(ctx: Context, project: ProjectRef = None) -> ReadyList:
     """Sessions waiting for the caller's decision (state `verifying`), oldest first, each with its diff stat,
     commits, the stored test result of its head, the approve policies as the caller would meet them (a dry run;
-    tests are not run here) and the approvals counted so far."""
+    tests are not run here) and the approvals counted so far. Sessions whose workflow waits on an approval step
+    (state `executing`) are listed too, with `approval_step` and its `message`; project_decide answers them."""
     call = _call(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
     found = await call.app.tracker.resolve_project(project)
@@ -261,7 +302,11 @@ async def project_decide(
     session_id: SessionRef,
     decision: Annotated[
         Literal["approve", "request_changes", "reject"],
-        Field(description="approve → awaiting_merge; request_changes → executing; reject → failed + compensation."),
+        Field(
+            description="approve → awaiting_merge; request_changes → executing; reject → failed + compensation. "
+            "On a workflow approval step: approve → its on_approve, reject → its on_reject (or the session is "
+            "rejected), request_changes → back to the step that made the work."
+        ),
     ],
     ctx: Context,
     reason: Reason = None,
@@ -277,9 +322,12 @@ async def project_decide(
         Field(description="For reject: auto_revert (discard the work), manual_review (default), approve_and_merge."),
     ] = None,
 ) -> DecisionOut:
-    """Decide on a session waiting in verifying. Idempotent: the same decision sent again returns the first
-    result and writes nothing; a different decision on an already-decided verification is refused, naming it.
-    Needs the approve permission (override_policies and approve_and_merge also need override)."""
+    """Decide on a session waiting in verifying, or answer the workflow approval step a session waits on in
+    executing: approve → the step's on_approve, reject → its on_reject (or the session is rejected when the step
+    has none), request_changes → back to the step that made the work, with the instructions. Idempotent: the
+    same decision sent again returns the first result and writes nothing; a different decision on an
+    already-decided verification or step is refused, naming it. Needs the approve permission
+    (override_policies and approve_and_merge also need override)."""
     call = _call(ctx)
     sid = await _session_id(call, session_id, Capability.DECIDE)
     assert call.principal.operator_id is not None  # agents were refused DECIDE above
@@ -291,12 +339,12 @@ async def project_decide(
 
 @tool_errors
 async def session_status(session_id: SessionRef, ctx: Context) -> SessionOut:
-    """One session: state, version, prior state (while suspended), the triggers allowed next, and its agents
-    (status, exit code, start/end, heartbeat, output file and tail)."""
+    """One session: state, version, prior state (while suspended), the triggers allowed next, its agents
+    (status, exit code, start/end, heartbeat, output file and tail) and its workflow stack (depth, breadcrumb,
+    frames, and what a person must do: an approval or checklist items), when it runs one."""
     call = _call(ctx)
     sid = await _session_id(call, session_id)
-    agents = await call.app.agents.agents(sid) if call.app.agents is not None else []
-    return SessionOut.of(await call.app.sessions.get(sid), agents)
+    return await _session_out(call, await call.app.sessions.get(sid))
 
 
 @tool_errors
@@ -305,19 +353,22 @@ async def session_execute(
     ctx: Context,
     agents: Annotated[
         list[Annotated[str, Field(max_length=100)]],
-        Field(description="Agent types to launch ([agents.NAME] in config); default: execution.default_agents.",
-              max_length=64),
+        Field(
+            description="Agent types to launch ([agents.NAME] in config); default: execution.default_agents.",
+            max_length=64,
+        ),
     ] = [],  # noqa: B006 (pydantic copies)
 ) -> SessionOut:
     """Move a session from planning to executing and launch its agents into its worktree (each with a token
     scoped to the session). They run supervised: when all have ended the session moves to verifying by itself
-    (a failed agent fails it for the operator). Follow them with session_status."""
+    (a failed agent fails it for the operator). A session running a workflow, with no agents named, lets its
+    workflow launch the agents step by step. Follow them with session_status."""
     call = _call(ctx)
     sid = await _session_id(call, session_id, Capability.START)
     if call.app.agents is None:
         raise InvalidInput("this server runs no agent supervisor")
     launched = await call.app.agents.execute(sid, call.principal.actor, list(agents))
-    return SessionOut.of(launched.session, launched.agents)
+    return await _session_out(call, launched.session, launched.agents)
 
 
 @tool_errors
@@ -533,6 +584,110 @@ async def save_output(
     return OutputOut.of(sid, record)
 
 
+@tool_errors
+async def query_workflows(
+    ctx: Context,
+    pattern: Pattern = None,
+    category: Annotated[
+        str | None, Field(description="Only this category (the folder under config/workflows).", max_length=100)
+    ] = None,
+) -> WorkflowList:
+    """The valid workflows of the catalogue (config/workflows), by category then id: id, description,
+    category, steps and the loop guard. Files are read again on every call."""
+    call = _call(ctx)
+    await call.app.operators.authorize(call.principal, Capability.READ)
+    return WorkflowList.of(_workflows(call).query_workflows(pattern, category), pattern, category)
+
+
+@tool_errors
+async def query_checklists(ctx: Context, pattern: Pattern = None) -> ChecklistList:
+    """The valid checklists of the catalogue (config/checklists), by id, with their items (required or not)."""
+    call = _call(ctx)
+    await call.app.operators.authorize(call.principal, Capability.READ)
+    return ChecklistList.of(_workflows(call).query_checklists(pattern), pattern)
+
+
+async def _edit_stack(
+    ctx: Context, session_id: str, edit: Callable[[WorkflowEngine, str, str], Awaitable[StackView]], done: str
+) -> WorkflowStackOut:
+    """Stack edits move the session on like a trigger does: they need FIRE, which operators hold with `write`
+    and agents on their own session only."""
+    call = _call(ctx)
+    sid = await _session_id(call, session_id, Capability.FIRE)
+    engine = _workflows(call)
+    return WorkflowStackOut.of(await edit(engine, sid, call.principal.actor), done)
+
+
+@tool_errors
+async def add_workflow_to_session(
+    session_id: SessionRef, workflow_name: WorkflowName, ctx: Context
+) -> WorkflowStackOut:
+    """Push a workflow onto the session's stack (its root frame when the stack is empty). The top frame runs
+    while the session is executing; when it finishes, the frame below goes on. Refused past executing, when
+    the workflow is already on the stack, or at the depth limit. Agents: their own session only."""
+    return await _edit_stack(
+        ctx,
+        session_id,
+        lambda e, sid, actor: e.add_workflow(sid, workflow_name, actor),
+        f"pushed workflow {workflow_name}",
+    )
+
+
+@tool_errors
+async def add_checklist_to_session(
+    session_id: SessionRef, checklist_name: ChecklistName, ctx: Context
+) -> WorkflowStackOut:
+    """Push a checklist onto the session's stack: the workflow below waits until its required items are
+    ticked with checklist_check. Agents: their own session only."""
+    return await _edit_stack(
+        ctx,
+        session_id,
+        lambda e, sid, actor: e.add_checklist(sid, checklist_name, actor),
+        f"pushed checklist {checklist_name}",
+    )
+
+
+@tool_errors
+async def checklist_check(
+    session_id: SessionRef,
+    item: Annotated[str, Field(description="The item's id (see waiting.items).", min_length=1, max_length=100)],
+    ctx: Context,
+) -> WorkflowStackOut:
+    """Tick an item of the checklist the session's top frame waits on; ticking it again changes nothing.
+    When every required item is ticked the workflow goes on. Agents: their own session only."""
+    return await _edit_stack(ctx, session_id, lambda e, sid, actor: e.check_item(sid, item, actor), f"ticked {item}")
+
+
+@tool_errors
+async def workflow_advance(session_id: SessionRef, ctx: Context) -> WorkflowStackOut:
+    """Move the top frame past its current step by hand (recorded as skipped, routed as a success). Refused on
+    an approval step (answer it with project_decide) and while required checklist items are missing. Agents:
+    their own session only."""
+    return await _edit_stack(ctx, session_id, lambda e, sid, actor: e.advance(sid, actor), "advanced")
+
+
+@tool_errors
+async def workflow_back(session_id: SessionRef, ctx: Context) -> WorkflowStackOut:
+    """Return the top frame to the step it ran before the current one (that step runs again). Agents: their
+    own session only."""
+    return await _edit_stack(ctx, session_id, lambda e, sid, actor: e.back(sid, actor), "went back")
+
+
+@tool_errors
+async def workflow_break(session_id: SessionRef, ctx: Context) -> WorkflowStackOut:
+    """Leave the nested top frame and return to the one below (the step that pushed it counts as skipped).
+    Refused at depth 1: the root workflow is left by finishing it, or by cancelling the session. Agents: their
+    own session only."""
+    return await _edit_stack(ctx, session_id, lambda e, sid, actor: e.break_frame(sid, actor), "left the top frame")
+
+
+@tool_errors
+async def workflow_restart(session_id: SessionRef, ctx: Context) -> WorkflowStackOut:
+    """Run the top frame again from its first step, with its results and ticked items cleared. Agents: their
+    own session only."""
+    return await _edit_stack(ctx, session_id, lambda e, sid, actor: e.restart(sid, actor), "restarted the top frame")
+
+
 TOOLS: list[Callable[..., Awaitable[Any]]] = [
     ping,
     project_init,
@@ -560,4 +715,13 @@ TOOLS: list[Callable[..., Awaitable[Any]]] = [
     policies_list,
     policies_check,
     save_output,
+    query_workflows,
+    query_checklists,
+    add_workflow_to_session,
+    add_checklist_to_session,
+    checklist_check,
+    workflow_advance,
+    workflow_back,
+    workflow_break,
+    workflow_restart,
 ]
