@@ -32,6 +32,7 @@ from taskgate.application.ports import (
     WorktreeState,
 )
 from taskgate.domain.entities import (
+    OPEN_STEP_STATUSES,
     Agent,
     AgentStatus,
     ApiToken,
@@ -43,6 +44,8 @@ from taskgate.domain.entities import (
     Project,
     Session,
     SessionSnapshot,
+    StepRun,
+    StepStatus,
     Task,
     TaskStatus,
     TransitionRecord,
@@ -56,6 +59,7 @@ from taskgate.domain.errors import (
     ProjectNotFound,
     SessionAlreadyActive,
     SessionNotFound,
+    StepRunNotFound,
     TaskNotFound,
     VcsError,
 )
@@ -79,6 +83,7 @@ class InMemoryStore:
     test_runs: list[TestRun] = field(default_factory=list)
     agents: dict[str, Agent] = field(default_factory=dict)
     deliveries: list[dict[str, Any]] = field(default_factory=list)
+    step_runs: dict[int, StepRun] = field(default_factory=dict)
     next_id: dict[str, int] = field(default_factory=dict)
 
     def allocate(self, kind: str) -> int:
@@ -413,6 +418,7 @@ class InMemoryUnitOfWork:
         self.test_runs = InMemoryTestRunRepository(store)
         self.agents = InMemoryAgentRepository(store)
         self.deliveries = InMemoryDeliveryRepository(store)
+        self.step_runs = InMemoryStepRunRepository(store)
         return self
 
     async def commit(self) -> None:
@@ -441,6 +447,13 @@ class FakeClock:
 
     def __init__(self, start: datetime | None = None) -> None:
         self.current = start or datetime(2026, 1, 1, tzinfo=UTC)
+        self.slept: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        """Record the wait and move the time by it at once, then yield once so other tasks run."""
+        self.slept.append(seconds)
+        self.current += timedelta(seconds=seconds)
+        await asyncio.sleep(0)
 
     def now(self) -> datetime:
         self.current += timedelta(microseconds=1)
@@ -937,3 +950,39 @@ class FakeTestRunner:
     async def run(self, command: tuple[str, ...], cwd: str, *, timeout_s: float) -> TestOutcome:
         self.calls.append((tuple(command), cwd, timeout_s))
         return TestOutcome(None if self.timed_out else self.exit_code, self.timed_out, 3, self.output)
+
+
+class InMemoryStepRunRepository(_Repo):
+    """Runs are frozen dataclasses of immutable values, so they are stored and returned without copies."""
+
+    _CHANGES = ("status", "ended_at", "output_summary", "agent_ids", "error")  # what `update` overwrites
+
+    async def add(self, run: StepRun) -> int:
+        if run.session_id not in self.store.sessions:
+            raise SessionNotFound(run.session_id)
+        stored = _normalised(replace(run, id=self.store.allocate("step_run")))
+        self.store.step_runs[stored.id] = stored
+        return stored.id
+
+    async def update(self, run: StepRun) -> None:
+        old = await self.get(run.id)
+        changes = {name: getattr(run, name) for name in self._CHANGES}
+        self.store.step_runs[old.id] = _normalised(replace(old, **changes))
+
+    async def get(self, run_id: int | None) -> StepRun:
+        if run_id not in self.store.step_runs:
+            raise StepRunNotFound(run_id)
+        return self.store.step_runs[run_id]
+
+    async def of_session(self, session_id: str, limit: int = 200) -> list[StepRun]:
+        found = [r for r in self.store.step_runs.values() if r.session_id == session_id]
+        return found[max(len(found) - limit, 0) :]
+
+    async def open_runs(self, session_id: str) -> list[StepRun]:
+        runs = self.store.step_runs.values()
+        return [r for r in runs if r.session_id == session_id and r.status in OPEN_STEP_STATUSES]
+
+
+def _normalised(run: StepRun) -> StepRun:
+    """As the database returns it: a StepStatus (not a bare string) and a tuple of agent ids (not a list)."""
+    return replace(run, status=StepStatus(run.status), agent_ids=tuple(run.agent_ids))

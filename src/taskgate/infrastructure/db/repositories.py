@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from taskgate.application.ports import Delivery, OutboxEvent, TransitionQuery
 from taskgate.domain.entities import (
+    OPEN_STEP_STATUSES,
     Agent,
     AgentStatus,
     ApiToken,
@@ -29,6 +30,8 @@ from taskgate.domain.entities import (
     Project,
     Session,
     SessionSnapshot,
+    StepRun,
+    StepStatus,
     Task,
     TaskStatus,
     TransitionRecord,
@@ -41,6 +44,7 @@ from taskgate.domain.errors import (
     ProjectNotFound,
     SessionAlreadyActive,
     SessionNotFound,
+    StepRunNotFound,
     TaskNotFound,
 )
 from taskgate.domain.policies import BlockerFact, TestRun
@@ -694,3 +698,62 @@ class SqlAlchemyTestRunRepository(_Repository):
 
 def _test_run(row: Any) -> TestRun:
     return TestRun(**{**dict(row), "command": tuple(row["command"])})
+
+
+_STEP_RUN_CHANGES = ("status", "ended_at", "output_summary", "agent_ids", "error")  # what `update` overwrites
+
+
+class SqlAlchemyStepRunRepository(_Repository):
+    """Workflow step runs (`step_runs`): a row per attempt, added when it starts and updated as it ends."""
+
+    async def add(self, run: StepRun) -> int:
+        """Insert `run` (its `id` is ignored); returns the new id.
+
+        Raises: SessionNotFound when `run.session_id` names no session."""
+        values = {f.name: getattr(run, f.name) for f in fields(run) if f.name != "id"}
+        stmt = insert(t.step_runs).returning(t.step_runs.c.id)
+        try:
+            return int((await self._conn.execute(stmt, _step_run_values(values))).scalar_one())
+        except IntegrityError as exc:
+            if _foreign_key_failed(exc):
+                raise SessionNotFound(run.session_id) from exc
+            raise
+
+    async def update(self, run: StepRun) -> None:
+        if run.id is None or not _storable(run.id):
+            raise StepRunNotFound(run.id)
+        values = _step_run_values({name: getattr(run, name) for name in _STEP_RUN_CHANGES})
+        stmt = update(t.step_runs).where(t.step_runs.c.id == run.id).values(**values)
+        if (await self._conn.execute(stmt)).rowcount != 1:
+            raise StepRunNotFound(run.id)
+
+    async def get(self, run_id: int) -> StepRun:
+        row = await self._one(select(t.step_runs).where(t.step_runs.c.id == run_id)) if _storable(run_id) else None
+        if row is None:
+            raise StepRunNotFound(run_id)
+        return _step_run(row)
+
+    async def of_session(self, session_id: str, limit: int = 200) -> list[StepRun]:
+        c = t.step_runs.c
+        stmt = select(t.step_runs).where(c.session_id == session_id).order_by(c.id.desc()).limit(limit)
+        return [_step_run(r) for r in reversed(await self._all(stmt))]
+
+    async def open_runs(self, session_id: str) -> list[StepRun]:
+        c = t.step_runs.c
+        live = [s.value for s in OPEN_STEP_STATUSES]
+        stmt = select(t.step_runs).where(c.session_id == session_id, c.status.in_(live)).order_by(c.id)
+        return [_step_run(r) for r in await self._all(stmt)]
+
+
+def _step_run_values(values: dict[str, Any]) -> dict[str, Any]:
+    return {**values, "status": StepStatus(values["status"]).value, "agent_ids": list(values["agent_ids"])}
+
+
+def _step_run(row: Any) -> StepRun:
+    return StepRun(**{**dict(row), "status": StepStatus(row["status"]), "agent_ids": tuple(row["agent_ids"])})
+
+
+def _foreign_key_failed(exc: IntegrityError) -> bool:
+    """A foreign key violation: SQLSTATE 23503 on PostgreSQL; SQLite has no codes, only the message."""
+    orig = exc.orig
+    return getattr(orig, "sqlstate", None) == "23503" or "FOREIGN KEY constraint failed" in str(orig)

@@ -279,6 +279,24 @@ test_runs = Table(
     Index("ix_test_runs_session_id", "session_id", "id"),
 )
 
+step_runs = Table(
+    "step_runs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session_id", String(36), ForeignKey("sessions.id"), nullable=False),
+    Column("depth", Integer, nullable=False),  # the frame's depth on the workflow stack, 1 = the root workflow
+    Column("frame", Text, nullable=False),
+    Column("step_id", Text, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("output_summary", Text, nullable=False, server_default=text("''")),
+    Column("agent_ids", JSON, nullable=False),
+    Column("error", Text, nullable=True),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("ended_at", UtcDateTime, nullable=True),
+    Index("ix_step_runs_session", "session_id", "id"),
+)
+
 ALL_TABLES = [
     projects,
     plans,
@@ -294,4 +312,5 @@ ALL_TABLES = [
     session_snapshots,
     webhook_deliveries,
     test_runs,
+    step_runs,
 ]

@@ -18,6 +18,7 @@ from taskgate.infrastructure.db.repositories import (
     SqlAlchemyProjectRepository,
     SqlAlchemySessionRepository,
     SqlAlchemySnapshotRepository,
+    SqlAlchemyStepRunRepository,
     SqlAlchemyTaskRepository,
     SqlAlchemyTestRunRepository,
     SqlAlchemyTokenRepository,
@@ -64,6 +65,7 @@ class SqlAlchemyUnitOfWork:
         self.test_runs = SqlAlchemyTestRunRepository(conn, dialect)
         self.agents = SqlAlchemyAgentRepository(conn, dialect)
         self.deliveries = SqlAlchemyDeliveryRepository(conn, dialect)
+        self.step_runs = SqlAlchemyStepRunRepository(conn, dialect)
 
     async def commit(self) -> None:
         assert self._conn is not None
