@@ -100,11 +100,15 @@ async def test_a_session_started_with_a_workflow_waits_at_its_approval_and_a_dec
         assert item["message"] == "Read the plan and approve it." and item["would_approve"] is None
         assert "approval step 'approve-plan': Read the plan and approve it." in item["summary"]
 
-        decided = await tools.ok("project_decide", session_id=sid, decision="approve", reason="good plan")
+        shown = item["session"]["version"]
+        decide = {"session_id": sid, "decision": "approve", "reason": "good plan", "expected_version": shown}
+        decided = await tools.ok("project_decide", **decide)
         assert decided["decision"] == "approve" and decided["state"] == "executing"
         await run_until_idle(r, sid)
         done = await tools.ok("session_status", session_id=sid)
         assert done["state"] == "verifying" and done["workflow"] is None
+        resent = await tools.ok("project_decide", **decide)  # after the workflow moved on to verifying
+        assert resent["replayed"] is True and resent["state"] == "verifying"
     runs = [(x.step_id, x.status.value) for x in await r.engine.step_runs(sid)]
     assert runs == [("plan", "succeeded"), ("approve-plan", "approved"), ("build", "succeeded")]
 

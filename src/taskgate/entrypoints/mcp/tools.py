@@ -321,6 +321,14 @@ async def project_decide(
         Literal["auto_revert", "manual_review", "approve_and_merge"] | None,
         Field(description="For reject: auto_revert (discard the work), manual_review (default), approve_and_merge."),
     ] = None,
+    expected_version: Annotated[
+        int | None,
+        Field(
+            description="The session version you decided on (from session_status or project_sessions_ready). "
+            "Recommended: a resent decision is then recognised even after the session moved on to its next gate.",
+            ge=1,
+        ),
+    ] = None,
 ) -> DecisionOut:
     """Decide on a session waiting in verifying, or answer the workflow approval step a session waits on in
     executing: approve → the step's on_approve, reject → its on_reject (or the session is rejected when the step
@@ -332,8 +340,9 @@ async def project_decide(
     sid = await _session_id(call, session_id, Capability.DECIDE)
     assert call.principal.operator_id is not None  # agents were refused DECIDE above
     cmd = Decide(
-        sid, call.principal.operator_id, decision, reason, instructions, tuple(override_policies), compensation
-    )
+        sid, call.principal.operator_id, decision, reason, instructions, tuple(override_policies), compensation,
+        expected_version,
+    )  # fmt: skip
     return DecisionOut.of(await call.app.decisions.decide(cmd))
 
 
