@@ -24,11 +24,14 @@ from tests.workflow_support import planning_with, rig, run_until_idle
 LINEAR = """
 id: linear
 description: two agents then done
+variables:
+  target: "{{task.title}} in {{place}}"
+  place: src
 steps:
   - id: first
     type: agent
     agent: ok
-    prompt: "write {{task.title}}"
+    prompt: "write {{target}}"
   - id: second
     type: agent
     agent: ok
@@ -54,8 +57,8 @@ async def test_agent_steps_run_in_order_pass_outputs_and_complete_the_work(servi
     assert done.state == SessionState.VERIFYING and done.workflow_stack == []
     assert await _runs(r, session) == [("first", 1, "succeeded"), ("second", 1, "succeeded")]
     first, second = r.runner.prompts("ok")
-    assert first == "write task 0"
-    assert second.startswith("check it") and "Output of step 'first':\nwrite task 0" in second
+    assert first == "write task 0 in src"  # workflow variables, resolved through the task's
+    assert second.startswith("check it") and "Output of step 'first':\nwrite task 0 in src" in second
     history = [row.trigger for row in await services.sessions.history(session.id)]
     assert history[-1] == "work_complete"
 

@@ -929,7 +929,7 @@ class WorkflowEngine:
         deadline = (now + timedelta(seconds=workflow.max_duration_s)).isoformat() if workflow.max_duration_s else None
         variables = dict(parent.variables) if parent else {}
         variables.pop("instructions", None)
-        variables.update(getattr(workflow, "variables", None) or {})
+        variables.update(workflow.variables)
         return Frame(FrameKind.workflow, workflow.id, workflow=workflow.id, parent_step=parent_step,
                      variables=variables, max_iterations=workflow.max_iterations, started_at=now.isoformat(),
                      deadline=deadline)  # fmt: skip

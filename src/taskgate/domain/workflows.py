@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from taskgate.domain.errors import NotFound
 from taskgate.domain.expressions import ExpressionError, parse_condition
+from taskgate.domain.variables import BUILTINS, VariableError, resolve_all
+from taskgate.domain.variables import NAME as VARIABLE_NAME
 
 END = "end"
 DEFAULT_MAX_ITERATIONS = 100
@@ -218,10 +220,12 @@ class Workflow:
     max_duration_s: float | None = None
     file: str = ""
     line: int = 1
+    variables: Mapping[str, str] = field(default_factory=dict)  # `{{name}}` in prompts (bounded, acyclic)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
+            "variables": dict(self.variables),
             "description": self.description,
             "category": self.category,
             "triggers": list(self.triggers),
@@ -285,7 +289,7 @@ def parse_duration(value: object) -> float | None:
 
 # ---------------------------------------------------------------------------------------------- the schema
 
-WORKFLOW_KEYS = ("id", "description", "category", "triggers", "max_iterations", "max_duration", "steps")
+WORKFLOW_KEYS = ("id", "description", "category", "triggers", "max_iterations", "max_duration", "variables", "steps")
 CHECKLIST_KEYS = ("id", "description", "items")
 ITEM_KEYS = ("id", "text", "required")
 _COMMON = ("id", "type", "description", "next", "on_error", "timeout_ms")
@@ -519,6 +523,7 @@ def parse_workflow(
                 f"'max_duration' {data['max_duration']!r} is not a duration",
                 "write seconds or a text such as 90s, 30m, 2h, 1h30m, 1d",
             )
+    variables = _variables(c, data.get("variables"))
     raw_steps = c.listing(data, "steps", (), required=True)
     steps: tuple[Step, ...] = ()
     if raw_steps:
@@ -537,8 +542,30 @@ def parse_workflow(
         duration,
         doc.file,
         doc.line(()),
+        variables,
     )
     return workflow, []
+
+
+def _variables(c: _Checker, raw: object) -> dict[str, str]:
+    """`variables:` — names to texts; each resolves (no cycle, no unknown name but the task's and built-ins)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        c.problem(("variables",), "'variables' must be a mapping of names to texts", "write variables:\n  name: text")
+        return {}
+    out: dict[str, str] = {}
+    for name, value in raw.items():
+        if not isinstance(name, str) or not VARIABLE_NAME.fullmatch(name) or not isinstance(value, str | int | float):
+            c.problem(("variables", str(name)), f"variable {name!r}: names are identifiers, values are texts",
+                      "e.g. docs_dir: '{project-root}/docs'")  # fmt: skip
+            continue
+        out[name] = str(value)
+    try:
+        resolve_all(out, dict.fromkeys(BUILTINS, ""), strict=False)
+    except VariableError as exc:
+        c.problem(("variables",), f"variables: {exc}", "break the cycle or shorten the values")
+    return out
 
 
 def _parse_steps(c: _Checker, raw: list[Any], path: Path, all_ids: dict[str, int]) -> tuple[Step, ...]:
