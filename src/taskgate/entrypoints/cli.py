@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import fnmatch
 import os
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -21,12 +22,14 @@ from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import FireTrigger, StartTask
 from taskgate.application.timestamps import parse_timestamp
 from taskgate.application.tracker import AddTask
+from taskgate.application.workflow_engine import StackView, WorkflowEngine, stack_view_json
 from taskgate.application.workflows import WorkflowService
 from taskgate.bootstrap import App, bootstrap, database_report, load_settings, workflow_catalogue
 from taskgate.domain import session_fsm
 from taskgate.domain.access import Capability, Principal
-from taskgate.domain.entities import Project
+from taskgate.domain.entities import Outcome, Project, Session
 from taskgate.domain.errors import InvalidInput, TaskgateError
+from taskgate.domain.states import SessionState
 from taskgate.domain.workflows import to_mermaid as to_workflow_mermaid
 from taskgate.entrypoints import render
 from taskgate.entrypoints.render import console, err_console
@@ -308,25 +311,36 @@ def _operator_actor(services: App, operator: str | None) -> tuple[str, str]:
     return operator_id, f"operator:{operator_id}"
 
 
+WorkflowOpt = Annotated[
+    str | None, typer.Option("--workflow", "-w", help="The workflow the session runs (default: [workflows] default).")
+]
+
+
 @session_app.command("start")
 def session_start(
     task_id: Annotated[str, typer.Argument(help="The task to work on.")],
     operator: Annotated[str | None, typer.Option("--operator", help="Operator id (default: operator.default).")] = None,
+    workflow: WorkflowOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Start work on a task: create (or reuse the ready) session and fire `start` (WIP-limited)."""
+    """Start work on a task: create (or reuse the ready) session and fire `start` (WIP-limited). With --workflow
+    (or a `[workflows] default`) the session runs that workflow once it executes (`session execute`)."""
 
     async def work(services: App):
         operator_id, actor = _operator_actor(services, operator)
-        return await services.sessions.start_task(StartTask(task_id, actor, operator_id))
+        chosen = _engine(services).chosen(workflow)  # an unknown name is refused before anything is written
+        result = await services.sessions.start_task(StartTask(task_id, actor, operator_id))
+        view = await _engine(services).attach(result.session.id, chosen, actor)
+        return (await services.sessions.get(result.session.id)) if view else result.session, view
 
-    result = run(work)
+    session, view = run(work)
     if as_json:
-        render.print_json(result.session)
+        render.print_json(session)
         return
-    console.print(
-        f"session [bold]{result.session.id}[/bold] for {task_id} is now [green]{result.session.state}[/green]"
-    )
+    console.print(f"session [bold]{session.id}[/bold] for {task_id} is now [green]{session.state}[/green]")
+    if view is not None:
+        console.print(f"workflow [bold]{view.breadcrumb}[/bold] is on its stack; it runs from `session execute`",
+                      highlight=False)  # fmt: skip
 
 
 @session_app.command("fire")
@@ -343,12 +357,22 @@ def session_fire(
     async def work(services: App):
         full_id = await services.sessions.resolve_id(session_id)
         _, actor = _operator_actor(services, operator)
-        return await services.sessions.fire(FireTrigger(full_id, trigger, actor, reason, expected_version))
+        known = await _marks(services, full_id)
+        result = await services.sessions.fire(FireTrigger(full_id, trigger, actor, reason, expected_version))
+        if not as_json:
+            _print_fired(result)
+        # retry, resume or plan_complete kick the session's workflow: this process drives it (no serve needed)
+        outcome = await _drive(services, full_id, known=known, quiet=as_json) if result.session.workflow_stack else None
+        return result, outcome
 
-    result = run(work)
+    result, outcome = run(work)
     if as_json:
         render.print_json(result.record)
-        return
+    elif outcome is not None and outcome.session.version != result.session.version:
+        _report(outcome)
+
+
+def _print_fired(result) -> None:
     console.print(
         f"{result.record.from_state} → [green]{result.record.to_state}[/green] "
         f"(session {result.session.id[:8]}, version {result.session.version})"
@@ -376,6 +400,24 @@ def session_show(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt 
     console.print(f"[bold]{'next triggers':>17}[/bold]  {', '.join(allowed) or '-'}", highlight=False)
 
 
+@session_app.command("status")
+def session_status(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt = False) -> None:
+    """A session's state and its workflow: depth, breadcrumb (workflow › step › nested workflow › step), and
+    what it waits for (an approval's message, checklist items to tick) with the commands that answer it."""
+
+    async def work(services: App):
+        session = await services.sessions.get(await services.sessions.resolve_id(session_id))
+        return session, _engine(services).view(session)
+
+    session, view = run(work)
+    if as_json:
+        allowed = session_fsm.allowed_triggers(session.state, session.prior_state)
+        render.print_json({**render.jsonable(session), "next_triggers": list(allowed),
+                           "workflow": stack_view_json(view)})  # fmt: skip
+        return
+    render.print_workflow_status(session, view)
+
+
 @session_app.command("decide")
 def session_decide(
     session_id: Annotated[str, typer.Argument()],
@@ -388,23 +430,48 @@ def session_decide(
     compensation: Annotated[
         str | None, typer.Option(help="For reject: auto_revert, manual_review (default) or approve_and_merge.")
     ] = None,
+    expected_version: Annotated[
+        int | None,
+        typer.Option(
+            help="The version you decided on (session status shows it): sent again after the session moved on, "
+            "the first result is returned instead of deciding the next gate."
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Decide on a session in verifying, as the local operator (idempotent: the same decision twice is one)."""
+    """Decide on a session in verifying, or on the workflow approval step it waits on, as the local operator
+    (idempotent: the same decision twice is one). A workflow then goes on in this process until it must wait for
+    a person again or ends, printing its step runs."""
 
     async def work(services: App):
         full_id = await services.sessions.resolve_id(session_id)
         operator_id, _ = _operator_actor(services, None)
-        cmd = Decide(full_id, operator_id, decision, reason, instructions, tuple(override or ()), compensation)
-        return await services.decisions.decide(cmd)
+        cmd = Decide(full_id, operator_id, decision, reason, instructions, tuple(override or ()), compensation,
+                     expected_version)  # fmt: skip
+        before = await services.sessions.get(full_id)
+        known = await _marks(services, full_id)
+        result = await services.decisions.decide(cmd)
+        if not as_json:
+            console.print(result.summary(), highlight=False)
+            for record in result.follow_ups:
+                console.print(f"  then {record.trigger}: {record.from_state} → [green]{record.to_state}[/green]")
+        if services.workflows is None:
+            return result, None
+        # the decision kicked what follows (the workflow's next step, or agents relaunched by request_changes) in
+        # this process: drive it here until it must wait for a person or ends
+        if before.workflow_stack or result.session.workflow_stack:
+            return result, await _drive(services, full_id, known=known, quiet=as_json)
+        if as_json or result.session.state != SessionState.EXECUTING:
+            await services.workflows.wait(full_id)
+        else:
+            await render.follow_agents(services, full_id, until=services.workflows.wait(full_id))
+        return result, None
 
-    result = run(work)
+    result, outcome = run(work)
     if as_json:
         render.print_json(result.decision)
-        return
-    console.print(result.summary(), highlight=False)
-    for record in result.follow_ups:
-        console.print(f"  then {record.trigger}: {record.from_state} → [green]{record.to_state}[/green]")
+    elif outcome is not None:
+        _report(outcome)
 
 
 @session_app.command("execute")
@@ -423,7 +490,15 @@ def session_execute(
     async def work(services: App):
         assert services.agents is not None
         full_id = await services.sessions.resolve_id(session_id)
+        known = await _marks(services, full_id)
         launched = await services.agents.execute(full_id, _local_actor(services), agent or [])
+        if launched.session.workflow_stack and not launched.agents:
+            view = _engine(services).view(launched.session)
+            console.print(f"session {full_id[:8]} is executing workflow {view.breadcrumb}", highlight=False)
+            if wait:
+                return await _drive(services, full_id, known=known, quiet=False)
+            await _until_launched(services, full_id, known)
+            return await _outcome(services, full_id)
         console.print(f"session {full_id[:8]} is executing; {len(launched.agents)} agent(s) launched")
         if wait:
             await render.follow_agents(services, full_id, until=services.agents.wait(full_id))
@@ -431,8 +506,11 @@ def session_execute(
             await services.agents.started(full_id)
         return await services.sessions.get(full_id)
 
-    session = run(work)
-    console.print(f"session {session.id[:8]} is now [bold]{session.state.value}[/bold]")
+    done = run(work)
+    if isinstance(done, _Outcome):
+        _report(done)
+        return
+    console.print(f"session {done.id[:8]} is now [bold]{done.state.value}[/bold]")
 
 
 @session_app.command("watch")
@@ -1046,10 +1124,12 @@ def operator_list(as_json: JsonOpt = False) -> None:
 
 
 workflow_app = typer.Typer(
-    help="Workflows of config/workflows: list, show, validate, graph, create (running them arrives with the runtime).",
+    help="Workflows of config/workflows: list, show, validate, graph, create; run them on sessions and edit their "
+    "stacks (push, advance, back, break, restart); their step runs.",
     no_args_is_help=True,
 )
-checklist_app = typer.Typer(help="Checklists of config/checklists.", no_args_is_help=True)
+checklist_app = typer.Typer(help="Checklists of config/checklists; push them onto sessions, tick items.",
+                            no_args_is_help=True)  # fmt: skip
 app.add_typer(workflow_app, name="workflow")
 app.add_typer(checklist_app, name="checklist")
 
@@ -1071,13 +1151,30 @@ def _or_fail(work: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
+PatternArg = Annotated[
+    str | None, typer.Argument(help="A glob on the id (`bug-*`), or words to find in the id or description.")
+]
+
+
+def _matches(pattern: str | None, ident: str, description: str) -> bool:
+    """The rule of WorkflowEngine.query_workflows / query_checklists, for the catalogue's entries (invalid ones
+    too, which the engine never lists)."""
+    if not pattern:
+        return True
+    pattern = pattern.lower()
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(ident.lower(), pattern)
+    return pattern in ident.lower() or pattern in description.lower()
+
+
 @workflow_app.command("list")
 def workflow_list(
+    pattern: PatternArg = None,
     category: Annotated[str | None, typer.Option("--category", "-c", help="Only this category.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The catalogue's workflows by category (invalid ones marked; `workflow validate` says why)."""
-    entries = _workflows().entries(category)
+    entries = [e for e in _workflows().entries(category) if _matches(pattern, e.id, e.description)]
     emit(entries, as_json, lambda: render.workflows_table(entries))
 
 
@@ -1143,9 +1240,10 @@ def workflow_create(
 
 
 @checklist_app.command("list")
-def checklist_list(as_json: JsonOpt = False) -> None:
+def checklist_list(pattern: PatternArg = None, as_json: JsonOpt = False) -> None:
     """The valid checklists (`workflow validate` reports the others)."""
-    checklists = list(_workflows().catalogue().checklists.values())
+    found = _workflows().catalogue().checklists.values()
+    checklists = sorted((c for c in found if _matches(pattern, c.id, c.description)), key=lambda c: c.id)
     emit([c.as_dict() for c in checklists], as_json, lambda: render.checklists_table(checklists))
 
 
@@ -1154,3 +1252,246 @@ def checklist_show(name: Annotated[str, typer.Argument(help="The checklist's id.
     """A checklist's items."""
     checklist = _or_fail(lambda: _workflows().checklist(name))
     emit(checklist.as_dict(), as_json, lambda: render.checklist_table(checklist))
+
+
+# -- running workflows on sessions ------------------------------------------------------------------------------
+
+SessionArg = Annotated[str, typer.Argument(help="Session id or a unique prefix of it.")]
+_RUNNABLE = {SessionState.READY, SessionState.PLANNING, SessionState.EXECUTING}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Outcome:
+    """Where a session stands after this process drove its workflow: the session, its stack, why it failed."""
+
+    session: Session
+    view: StackView
+    reason: str | None = None
+
+
+def _engine(services: App) -> WorkflowEngine:
+    if services.workflows is None:
+        raise InvalidInput("this taskgate runs no workflow engine")
+    return services.workflows
+
+
+async def _marks(services: App, session_id: str) -> dict[int, str]:
+    """The step runs seen before a change, so that only what the change causes is printed."""
+    if services.workflows is None:
+        return {}
+    return render.step_marks(await services.workflows.step_runs(session_id))
+
+
+async def _outcome(services: App, session_id: str) -> _Outcome:
+    session = await services.sessions.get(session_id)
+    reason = None
+    if session.state == SessionState.FAILED:
+        records = await services.sessions.history(session_id, 20)
+        failed = [r for r in records if r.outcome == Outcome.APPLIED and r.to_state == SessionState.FAILED.value]
+        reason = failed[-1].reason if failed else None
+    return _Outcome(session, _engine(services).view(session), reason)
+
+
+async def _drive(services: App, session_id: str, *, known: dict[int, str], quiet: bool) -> _Outcome:
+    """Drive the session's workflow in this process until it must wait for a person or ends (state changes kick
+    a driver in the process that made them; with no `serve` running, this one is the only driver), printing
+    each step run as it starts and ends unless `quiet`."""
+    engine = _engine(services)
+    if quiet:
+        await engine.wait(session_id)
+    else:
+        await render.follow_steps(services, session_id, until=engine.wait(session_id), known=known)
+    return await _outcome(services, session_id)
+
+
+async def _until_launched(services: App, session_id: str, known: dict[int, str]) -> None:
+    """`--no-wait`: until the current step's agents started (or it waits for a person, a retry's delay, or the
+    session left executing); the agents then run on in their own process groups."""
+    engine = _engine(services)
+
+    async def launched() -> None:
+        while True:
+            session = await services.sessions.get(session_id)
+            view = engine.view(session)
+            runs = [r for r in await engine.step_runs(session_id) if r.id not in known]
+            if session.state != SessionState.EXECUTING or view.waiting is not None or not view.depth:
+                return
+            if view.frames[-1]["status"] == "retry" or any(r.status.value == "running" and r.agent_ids for r in runs):
+                assert services.agents is not None
+                await services.agents.started(session_id)
+                return
+            await asyncio.sleep(0.1)
+
+    await render.follow_steps(services, session_id, until=_first_of(launched(), engine.wait(session_id)), known=known)
+
+
+async def _first_of(*work: Awaitable[None]) -> None:
+    tasks = [asyncio.ensure_future(w) for w in work]
+    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+
+
+def _report(outcome: _Outcome) -> bool:
+    """Print where the session stands; False when it failed."""
+    return render.print_workflow_outcome(outcome.session, outcome.view, outcome.reason)
+
+
+async def _to_executing(services: App, session_id: str, actor: str) -> None:
+    """Fire what the session needs to execute its workflow: start (ready), plan_complete (planning); an executing
+    session's driver is kicked in this process."""
+    session = await services.sessions.get(session_id)
+    if session.state == SessionState.READY:
+        session = (await services.sessions.fire(FireTrigger(session_id, "start", actor))).session
+    if session.state == SessionState.PLANNING:
+        assert services.agents is not None
+        await services.agents.execute(session_id, actor, [])
+    elif session.state == SessionState.EXECUTING:
+        _engine(services).kick(session_id)
+
+
+@workflow_app.command("run")
+def workflow_run(
+    name: Annotated[str, typer.Argument(help="The workflow's id.")],
+    task: Annotated[str | None, typer.Option("--task", "-t", help="Start a session for this task.")] = None,
+    session: Annotated[str | None, typer.Option("--session", "-s", help="Run it on this session.")] = None,
+    operator: Annotated[str | None, typer.Option("--operator", help="Operator id (default: operator.default).")] = None,
+) -> None:
+    """Run workflow NAME in the foreground: on a new session for --task, or on --session (pushed if its stack is
+    empty). It starts the session if it is ready, executes it if it is planning, then drives it here, printing
+    each step run as it starts and ends, until it finishes (verifying), pauses for a person (an approval, a
+    checklist: the command to continue is printed) or fails (exit 1, with the reason)."""
+    if (task is None) == (session is None):
+        fail("give either --task TASK or --session ID")
+
+    async def work(services: App) -> _Outcome:
+        engine = _engine(services)
+        operator_id, actor = _operator_actor(services, operator)
+        workflow = engine.chosen(name)  # an unknown name is refused before anything is written
+        assert workflow is not None
+        if task is not None:
+            started = await services.sessions.start_task(StartTask(task, actor, operator_id))
+            session_id = started.session.id
+            await engine.attach(session_id, workflow, actor)
+            console.print(f"session {session_id} for {task} runs workflow {name}", highlight=False)
+        else:
+            assert session is not None
+            session_id = await services.sessions.resolve_id(session)
+            await _onto(services, session_id, name, actor)
+        known = await _marks(services, session_id)
+        await _to_executing(services, session_id, actor)
+        return await _drive(services, session_id, known=known, quiet=False)
+
+    try:
+        outcome = run(work)
+    except KeyboardInterrupt:
+        err_console.print("interrupted: agents already started run on; `taskgate serve` picks the workflow up")
+        raise typer.Exit(130) from None
+    if not _report(outcome):
+        raise typer.Exit(1)
+
+
+async def _onto(services: App, session_id: str, name: str, actor: str) -> None:
+    """Put workflow `name` on the session for `workflow run --session`: pushed onto an empty stack; a stack that
+    holds it already just runs on. Raises: InvalidInput (another workflow runs, or the state does not run)."""
+    current = await services.sessions.get(session_id)
+    if current.state not in _RUNNABLE:
+        hint = {SessionState.SUSPENDED: "resume it first (taskgate session fire ID resume)",
+                SessionState.FAILED: "retry it (taskgate session fire ID retry)"}.get(current.state, "")  # fmt: skip
+        raise InvalidInput(f"session {session_id} is {current.state.value}: a workflow runs from ready, planning or "
+                           f"executing" + (f"; {hint.replace('ID', session_id)}" if hint else ""))  # fmt: skip
+    view = _engine(services).view(current)
+    if not view.depth:
+        await _engine(services).add_workflow(session_id, name, actor)
+        console.print(f"workflow {name} pushed onto session {session_id}", highlight=False)
+    elif not any(f["kind"] == "workflow" and f["name"] == name for f in view.frames):
+        raise InvalidInput(f"session {session_id} already runs {view.breadcrumb}; nest {name} with "
+                           f"`taskgate workflow push {session_id} {name}`")  # fmt: skip
+
+
+def _stack_edit(session_id: str, edit: Callable[[WorkflowEngine, str, str], Awaitable[StackView]],
+                done: Callable[[StackView], str], as_json: bool) -> None:  # fmt: skip
+    """Run one stack edit as the local operator, then drive what it kicked in this process and say where the
+    session stands (`done` says what the edit did, from the stack right after it)."""
+
+    async def work(services: App) -> _Outcome:
+        full_id = await services.sessions.resolve_id(session_id)
+        known = await _marks(services, full_id)
+        view = await edit(_engine(services), full_id, _local_actor(services))
+        if not as_json:
+            console.print(done(view), highlight=False, markup=False)
+        return await _drive(services, full_id, known=known, quiet=as_json)
+
+    outcome = run(work)
+    if as_json:
+        render.print_json(stack_view_json(outcome.view))
+    else:
+        _report(outcome)
+
+
+def _crumb(view: StackView) -> str:
+    return view.breadcrumb or "(the stack is empty)"
+
+
+@workflow_app.command("push")
+def workflow_push(session_id: SessionArg, name: Annotated[str, typer.Argument(help="The workflow's id.")],
+                  as_json: JsonOpt = False) -> None:  # fmt: skip
+    """Push workflow NAME onto the session's stack: it runs on top (nested) and hands back to the frame below
+    when it ends. On an empty stack it becomes the session's workflow."""
+    _stack_edit(session_id, lambda e, sid, actor: e.add_workflow(sid, name, actor),
+                lambda view: f"pushed {name}: depth {view.depth}: {view.breadcrumb}", as_json)  # fmt: skip
+
+
+@workflow_app.command("advance")
+def workflow_advance(session_id: SessionArg, as_json: JsonOpt = False) -> None:
+    """Move the top frame past its current step by hand (counted as skipped, routed as a success); its agents
+    are stopped. An approval is answered with `session decide` instead."""
+    _stack_edit(session_id, lambda e, sid, actor: e.advance(sid, actor), lambda v: f"advanced: {_crumb(v)}", as_json)
+
+
+@workflow_app.command("back")
+def workflow_back(session_id: SessionArg, as_json: JsonOpt = False) -> None:
+    """Return the top frame to the step it ran before the current one."""
+    _stack_edit(session_id, lambda e, sid, actor: e.back(sid, actor), lambda v: f"back at: {_crumb(v)}", as_json)
+
+
+@workflow_app.command("break")
+def workflow_break(session_id: SessionArg, as_json: JsonOpt = False) -> None:
+    """Leave the nested top frame (depth above 1); the step that pushed it counts as skipped."""
+    _stack_edit(session_id, lambda e, sid, actor: e.break_frame(sid, actor), lambda v: f"left the frame: {_crumb(v)}",
+                as_json)  # fmt: skip
+
+
+@workflow_app.command("restart")
+def workflow_restart(session_id: SessionArg, as_json: JsonOpt = False) -> None:
+    """Run the top frame again from its first step, its results cleared."""
+    _stack_edit(session_id, lambda e, sid, actor: e.restart(sid, actor), lambda v: f"restarted: {_crumb(v)}", as_json)
+
+
+@workflow_app.command("steps")
+def workflow_steps(
+    session_id: SessionArg,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="Newest N runs.")] = 200,
+    as_json: JsonOpt = False,
+) -> None:
+    """The session's step runs, oldest first: frame, depth, step, attempt, status, times, agents, output."""
+
+    async def work(services: App):
+        full_id = await services.sessions.resolve_id(session_id)
+        return full_id, await _engine(services).step_runs(full_id, limit)
+
+    full_id, runs = run(work)
+    emit(runs, as_json, lambda: render.step_runs_table(runs, f"Step runs of session {full_id}"))
+
+
+@checklist_app.command("push")
+def checklist_push(session_id: SessionArg, name: Annotated[str, typer.Argument(help="The checklist's id.")],
+                   as_json: JsonOpt = False) -> None:  # fmt: skip
+    """Push checklist NAME onto the session's stack: its workflow waits until the required items are ticked."""
+    _stack_edit(session_id, lambda e, sid, actor: e.add_checklist(sid, name, actor),
+                lambda view: f"pushed checklist {name}: depth {view.depth}: {view.breadcrumb}", as_json)  # fmt: skip
+
+
+@checklist_app.command("check")
+def checklist_check(session_id: SessionArg, item: Annotated[str, typer.Argument(help="The item's id.")],
+                    as_json: JsonOpt = False) -> None:  # fmt: skip
+    """Tick ITEM of the checklist the session waits on (ticking twice changes nothing)."""
+    _stack_edit(session_id, lambda e, sid, actor: e.check_item(sid, item, actor), lambda _: f"ticked {item}", as_json)

@@ -23,7 +23,7 @@ from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import WorkspaceContext
 from taskgate.application.workspaces import WorktreeRow
 from taskgate.domain.access import effective_permissions
-from taskgate.domain.entities import Agent, Operator, Outcome, Session, Task, TransitionRecord
+from taskgate.domain.entities import Agent, Operator, Outcome, Session, StepRun, Task, TransitionRecord
 from taskgate.domain.policies import TestRun
 
 console = Console()
@@ -364,3 +364,156 @@ def checklists_table(checklists: Sequence[Any]) -> Table:
 def checklist_table(checklist: Any) -> Table:
     rows = [(i.id, escape(i.text), "yes" if i.required else "no") for i in checklist.items]
     return table(f"{checklist.id}: {escape(checklist.description)}", ["item", "text", "required"], rows)
+
+
+# -- running workflows ---------------------------------------------------------------------------------------
+
+_MARKS = {"running": "▶", "waiting": "⏸", "succeeded": "✓", "approved": "✓", "failed": "✗", "rejected": "✗",
+          "changes_requested": "↺", "skipped": "»", "cancelled": "■"}  # fmt: skip
+_OPEN = frozenset({"running", "waiting"})
+
+
+def _first_line(text: str | None, width: int = 100) -> str:
+    line = next((part.strip() for part in (text or "").splitlines() if part.strip()), "")
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def step_run_line(run: StepRun, *, started: bool = False) -> str:
+    """One line for a step run as it starts or ends (plain text: outputs are data, never Rich markup);
+    `started`: the start of a run that has ended since."""
+    status = "running" if started else run.status.value
+    where = f"{'  ' * (run.depth - 1)}{_MARKS.get(status, '·')} {run.frame} › {run.step_id}"
+    if run.attempt > 1:
+        where += f" (attempt {run.attempt})"
+    if status == "running":
+        agents = f" ({len(run.agent_ids)} agent(s))" if run.agent_ids else ""
+        return f"{where} running{agents}"
+    if status == "waiting":
+        return f"{where} waits for a person"
+    note = _first_line(run.error if status == "failed" and run.error else run.output_summary)
+    return f"{where} {status.replace('_', ' ')}" + (f": {note}" if note else "")
+
+
+def step_marks(runs: Sequence[StepRun]) -> dict[int, str]:
+    """What `follow_steps` has already seen: run id → status (and whether its agents were noted)."""
+    return {r.id: f"{r.status.value}:{bool(r.agent_ids)}" for r in runs if r.id is not None}
+
+
+async def follow_steps(
+    app: Any, session_id: str, *, until: Awaitable[Any], known: dict[int, str] | None = None, interval: float = 0.2
+) -> None:
+    """Print each step run of the session as it starts and ends, polling the database until `until` completes
+    (and once more after). Runs already in `known` (see `step_marks`) are printed only when they change."""
+    done = asyncio.ensure_future(until)
+    seen = dict(known or {})
+    while True:
+        finished = done.done()
+        lines: list[tuple[datetime, str]] = []  # what happened since the last poll, in the order it happened
+        for run in await app.workflows.step_runs(session_id):
+            mark = f"{run.status.value}:{bool(run.agent_ids)}"
+            before = seen.get(run.id) if run.id is not None else None
+            if run.id is None or before == mark:
+                continue
+            seen[run.id] = mark
+            if before is not None and before.split(":")[0] == run.status.value == "running":
+                continue  # only its agents were noted
+            if before is None and run.agent_ids and run.status.value not in _OPEN:  # it started and ended unseen
+                lines.append((run.started_at, step_run_line(run, started=True)))
+            lines.append((run.ended_at or run.started_at, step_run_line(run)))
+        for _, line in sorted(lines, key=lambda pair: pair[0]):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        if finished:
+            break
+        await asyncio.wait({done}, timeout=interval)
+    await done
+
+
+def step_runs_table(runs: Sequence[StepRun], title: str = "Step runs") -> Table:
+    """`workflow steps`: every step attempt of a session, oldest first."""
+    rows = [(r.id, r.depth, escape(r.frame), escape(r.step_id), r.attempt, r.status.value, _when(r.started_at),
+             _when(r.ended_at), " ".join(a[:8] for a in r.agent_ids),
+             escape(_first_line(r.error if r.error else r.output_summary, 60)))
+            for r in runs]  # fmt: skip
+    columns = ["run", "depth", "frame", "step", "attempt", "status", "started", "ended", "agents", "output / error"]
+    return table(title, columns, rows)
+
+
+def continue_hints(session_id: str, view: Any) -> list[str]:
+    """The exact commands that let a paused workflow go on."""
+    waiting = view.waiting
+    if waiting is None:
+        return []
+    if waiting.kind == "approval":
+        at = f"--expected-version {view.version}"  # sent twice, it is still one decision on this step
+        return [f"taskgate session decide {session_id} approve {at}",
+                f"taskgate session decide {session_id} request_changes {at} --instructions 'what to change'",
+                f"taskgate session decide {session_id} reject {at} --reason 'why'"]  # fmt: skip
+    return [f"taskgate checklist check {session_id} {item}" for item in waiting.missing]
+
+
+def waiting_lines(view: Any) -> list[str]:
+    """What the session's workflow waits for, in words (plain text)."""
+    waiting = view.waiting
+    if waiting is None:
+        return []
+    if waiting.kind == "approval":
+        return [f"waits for approval at step '{waiting.step_id}': {waiting.message}"]
+    where = f"step '{waiting.step_id}' ({waiting.message})" if waiting.step_id else f"checklist {waiting.message}"
+    ticked = [f"  [{' ' if i['id'] in waiting.missing else 'x'}] {i['id']}: {i['text']}"
+              + ("" if i.get("required", True) else " (optional)") for i in waiting.items]  # fmt: skip
+    if not waiting.missing:
+        return [f"{where}: every required item is ticked", *ticked]
+    return [f"waits for checklist {where}: tick {', '.join(waiting.missing)}", *ticked]
+
+
+def print_workflow_status(session: Session, view: Any) -> None:
+    """`session status`: state, and the workflow's depth, breadcrumb and what it waits for."""
+    say = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
+    say(f"session {session.id} ({session.task_id}) is {session.state.value}, version {session.version}")
+    if not view.depth:
+        say("workflow: none")
+        return
+    say(f"workflow: depth {view.depth}: {view.breadcrumb}")
+    for line in waiting_lines(view):
+        say(line)
+    for hint in continue_hints(session.id, view):
+        say(f"  continue: {hint}")
+
+
+def print_workflow_outcome(session: Session, view: Any, reason: str | None = None) -> bool:
+    """The end of a foreground run: finished, paused (with the commands to continue), failed (with the reason),
+    or where it stands. Returns False when the session failed."""
+    say = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
+    sid, state = session.id, session.state.value
+    if state == "failed":
+        first, *rest = (reason or f"see taskgate session history {sid}").strip().splitlines() or [""]
+        say(f"failed: session {sid} is failed: {first}")
+        for line in rest[:10]:
+            say(f"    {line}")
+        say(f"  try again: taskgate session fire {sid} retry")
+        return False
+    if state in ("ready", "planning") and view.depth:
+        say(f"session {sid} is {state} with workflow {view.breadcrumb}")
+        for line in waiting_lines(view):
+            say(f"  {line}")
+        nxt = f"session execute {sid}" if state == "planning" else f"session fire {sid} start"
+        say(f"  run it: taskgate {nxt}")
+        return True
+    if view.waiting is not None:
+        say(f"paused: session {sid} ({state}) at {view.breadcrumb}")
+        for line in waiting_lines(view):
+            say(f"  {line}")
+        if state == "executing":
+            for hint in continue_hints(sid, view):
+                say(f"  continue: {hint}")
+        return True
+    if state == "verifying" and not view.depth:
+        say(f"finished: the workflow is done and session {sid} is verifying")
+        say(f"  decide: taskgate session decide {sid} approve | request_changes | reject")
+        return True
+    if state == "executing" and view.depth:
+        say(f"running: session {sid} at {view.breadcrumb}; its agents run on, and `taskgate serve` moves it on")
+        say(f"  follow: taskgate workflow steps {sid}")
+        return True
+    say(f"session {sid} is {state}" + (f" at {view.breadcrumb}" if view.depth else ""))
+    return True

@@ -29,6 +29,9 @@ class _OpenApp:
         if app.agents is not None:  # agents of a crashed run: re-attach to live ones, fail the rest
             for line in await app.agents.recover():
                 logging.getLogger("taskgate").warning("start-up recovery: %s", line)
+        if app.workflows is not None:  # after the agents: the drivers then find their agents re-attached
+            for line in await app.workflows.recover():
+                logging.getLogger("taskgate").warning("start-up recovery: %s", line)
         self.app = app
         sweeping = _start_sweeper(self.settings, app)
         delivering = None
