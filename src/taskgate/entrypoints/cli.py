@@ -368,7 +368,7 @@ def session_fire(
     result, outcome = run(work)
     if as_json:
         render.print_json(result.record)
-    elif outcome is not None and outcome.session.version != result.session.version:
+    elif outcome is not None:
         _report(outcome)
 
 
