@@ -237,6 +237,13 @@ async def test_a_rejection_without_on_reject_rejects_the_session(services, git_r
     result = await _decide(services, session.id, "reject", reason="no")
     assert result.session.state == SessionState.FAILED
     assert (await _runs(r, session))[-1] == ("approve-plan", 1, "cancelled")
+    await services.sessions.fire(FireTrigger(session.id, "retry", ACTOR))  # manual_review chose to try again
+    await run_until_idle(r, session.id)
+    assert (await _runs(r, session))[-1] == ("approve-plan", 1, "waiting")  # the approval is asked again
+    await _decide(services, session.id, "approve")
+    await run_until_idle(r, session.id)
+    assert (await services.sessions.get(session.id)).state == SessionState.VERIFYING
+    assert (await _runs(r, session))[-2] == ("approve-plan", 1, "approved")
 
 
 CHECKLIST_STEP = """

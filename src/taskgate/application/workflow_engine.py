@@ -582,6 +582,10 @@ class WorkflowEngine:
         if top.status is FrameStatus.running:
             return await self._collect(session, stack, top, step)
         if top.status is FrameStatus.waiting:
+            if not await self._run_open(top):  # its run was closed when the session left executing (a reject
+                top.status, top.run_id = FrameStatus.pending, None  # without on_reject, then retry): ask again
+                await self._save(session, stack)
+                return True
             if step.type is StepType.checklist and not top.missing_items():
                 return await self._finish_step(session, stack, StepStatus.SUCCEEDED, "every required item checked")
             return False
@@ -664,6 +668,12 @@ class WorkflowEngine:
             return False
         status, output = _agents_outcome(step, mine)
         return await self._finish_step(session, stack, status, output)
+
+    async def _run_open(self, top: Frame) -> bool:
+        if top.run_id is None:
+            return False
+        async with self._uow(write=False) as uow:
+            return (await uow.step_runs.get(top.run_id)).status in OPEN_STEP_STATUSES
 
     async def _retry(self, session: Session, stack: list[Frame], top: Frame) -> bool:
         due = datetime.fromisoformat(top.retry_at) if top.retry_at else self._clock.now()
