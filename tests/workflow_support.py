@@ -70,14 +70,34 @@ class ScriptedAgentRunner:
         return [" ".join(c[1:]) for c in self.commands.values() if kind is None or c[0] == kind]
 
 
+APPROVALS = """
+id: approvals
+description: plan, approve, build
+steps:
+  - id: plan
+    type: agent
+    agent: ok
+    prompt: plan it
+  - id: approve-plan
+    type: approval
+    message: Read the plan and approve it.
+    on_reject: plan
+  - id: build
+    type: agent
+    agent: ok
+    prompt: build it
+"""
+
 AGENT_TYPES = {name: AgentType(name, (name, "{prompt}")) for name in ("ok", "fail", "flaky", "hold")}
 
 
 def write_workflows(config: Path, files: dict[str, str]) -> Path:
     """Write `files` ({"development/x.yaml": text, "checklists/y.yaml": text}) under config/."""
     for name, text in files.items():
-        target = config / ("checklists" if name.startswith("checklists/") else "workflows") / name.removeprefix(
-            "checklists/"
+        target = (
+            config
+            / ("checklists" if name.startswith("checklists/") else "workflows")
+            / name.removeprefix("checklists/")
         )
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)

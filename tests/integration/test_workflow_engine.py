@@ -19,7 +19,7 @@ from taskgate.domain.workflows import WorkflowNotFound
 from tests.builders import ACTOR, OPERATOR
 from tests.conftest import wire
 from tests.fakes import FakeClock
-from tests.workflow_support import planning_with, rig, run_until_idle
+from tests.workflow_support import APPROVALS, planning_with, rig, run_until_idle
 
 LINEAR = """
 id: linear
@@ -165,23 +165,6 @@ async def test_parallel_steps_join_on_min_success(services, git_repo, tmp_path, 
     assert [x.step_id for x in runs[1:]] == ([] if expected == "succeeded" else ["fixup"])
 
 
-APPROVALS = """
-id: approvals
-description: plan, approve, build
-steps:
-  - id: plan
-    type: agent
-    agent: ok
-    prompt: plan it
-  - id: approve-plan
-    type: approval
-    message: Read the plan and approve it.
-    on_reject: plan
-  - id: build
-    type: agent
-    agent: ok
-    prompt: build it
-"""
 
 
 async def _decide(services, session_id, decision, **fields):

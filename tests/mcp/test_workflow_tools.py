@@ -10,27 +10,10 @@ from __future__ import annotations
 from taskgate.domain.access import Principal
 from tests.builders import seed
 from tests.mcp.conftest import app_of, connect
-from tests.workflow_support import Rig, rig, run_until_idle
+from tests.workflow_support import APPROVALS, Rig, rig, run_until_idle
 
 ALICE = Principal.operator("alice")
 
-APPROVALS = """
-id: approvals
-description: plan, approve, build
-steps:
-  - id: plan
-    type: agent
-    agent: ok
-    prompt: plan it
-  - id: approve-plan
-    type: approval
-    message: Read the plan and approve it.
-    on_reject: plan
-  - id: build
-    type: agent
-    agent: ok
-    prompt: build it
-"""
 FEATURE = """
 id: feature-small
 description: one agent builds a small feature

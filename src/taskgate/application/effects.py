@@ -50,7 +50,8 @@ class SessionEffects(Protocol):
 
 
 class NoEffects:
-    """For engines that only keep state (unit tests of the engine, benchmarks of the bare transition)."""
+    """For engines that only keep state (unit tests of the engine, benchmarks of the bare transition), and the
+    base of effects that act only after a transition (they override `after`)."""
 
     def wants_before(self, trigger: Trigger) -> bool:
         return False

@@ -22,7 +22,6 @@ delay (AgentService.recover re-attaches the agents still running first).
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import weakref
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -30,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from taskgate.application.effects import NOTHING, Aftermath
+from taskgate.application.effects import NOTHING, Aftermath, NoEffects
 from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions import FireResult, FireTrigger, SessionService
 from taskgate.domain.entities import (
@@ -87,6 +86,7 @@ from taskgate.domain.workflows import (
     StepType,
     Workflow,
     WorkflowNotFound,
+    matches_pattern,
     retry_delay_ms,
 )
 
@@ -167,7 +167,7 @@ class StepLauncher(Protocol):
     async def wait(self, session_id: str) -> None: ...
 
 
-class WorkflowEngine:
+class WorkflowEngine(NoEffects):
     """Runs workflow stacks; also a session effect (it drives a session that enters executing)."""
 
     def __init__(
@@ -221,13 +221,13 @@ class WorkflowEngine:
     def query_workflows(self, pattern: str | None = None, category: str | None = None) -> list[Workflow]:
         """Valid workflows whose id or description matches `pattern` (a glob, or a substring), by category, id."""
         found = self.catalogue(refresh=True).workflows.values()
-        out = [w for w in found if _matches(pattern, w.id, w.description) and category in (None, w.category)]
+        out = [w for w in found if matches_pattern(pattern, w.id, w.description) and category in (None, w.category)]
         return sorted(out, key=lambda w: (w.category or "", w.id))
 
     def query_checklists(self, pattern: str | None = None) -> list[Checklist]:
         """Valid checklists whose id or description matches `pattern`, by id."""
         found = self.catalogue(refresh=True).checklists.values()
-        return sorted((c for c in found if _matches(pattern, c.id, c.description)), key=lambda c: c.id)
+        return sorted((c for c in found if matches_pattern(pattern, c.id, c.description)), key=lambda c: c.id)
 
     # -- reading a stack ------------------------------------------------------------------------------------
 
@@ -528,12 +528,6 @@ class WorkflowEngine:
         return report
 
     # -- the session effect ---------------------------------------------------------------------------------
-
-    def wants_before(self, trigger: Trigger) -> bool:
-        return False
-
-    async def before(self, session: Session, cmd: FireTrigger) -> FireTrigger:
-        return cmd
 
     async def after(self, result: FireResult, cmd: FireTrigger) -> Aftermath:
         session = result.session
@@ -1033,15 +1027,6 @@ def _frame_name(frame: Frame) -> str:
     if frame.kind is FrameKind.checklist:
         return f"checklist:{frame.name}"
     return frame.name
-
-
-def _matches(pattern: str | None, ident: str, description: str) -> bool:
-    if not pattern:
-        return True
-    pattern = pattern.lower()
-    if any(c in pattern for c in "*?["):
-        return fnmatch.fnmatchcase(ident.lower(), pattern)
-    return pattern in ident.lower() or pattern in description.lower()
 
 
 def stack_view_json(view: StackView) -> dict[str, Any]:

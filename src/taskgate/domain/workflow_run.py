@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -244,18 +244,7 @@ def summary(child: Frame, steps: Sequence[Step]) -> str:
     return "\n".join(lines)
 
 
-def child_outcome(child: Frame) -> StepStatus:
-    """How the step that pushed `child` ended, from the child's last outcome."""
-    if child.outcome and child.outcome.get("status") == StepStatus.FAILED.value:
-        return StepStatus.FAILED
-    return StepStatus.SUCCEEDED
-
-
 def frame_context(frame: Frame, task: Mapping[str, Any], session: Mapping[str, Any]) -> dict[str, Any]:
     """What conditions and prompts read: `steps.<id>.status|output|attempts`, `context.<var>`, `task.*`,
     `session.*`."""
     return {"steps": frame.results, "context": dict(frame.variables), "task": dict(task), "session": dict(session)}
-
-
-def with_outcome(frame: Frame, status: StepStatus, output: str) -> Frame:
-    return replace(frame, status=FrameStatus.done, outcome={"status": status.value, "output": output[-OUTPUT_LIMIT:]})

@@ -12,6 +12,7 @@ Routing: a step goes on to the step after it (in its own list) unless `next` or 
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -264,6 +265,17 @@ class Catalogue:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+def matches_pattern(pattern: str | None, ident: str, description: str) -> bool:
+    """Catalogue search: a glob (`*`, `?`, `[`) against the id, else a substring of the id or the description,
+    ignoring case; no pattern matches everything."""
+    if not pattern:
+        return True
+    pattern = pattern.lower()
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(ident.lower(), pattern)
+    return pattern in ident.lower() or pattern in description.lower()
 
 
 def retry_delay_ms(step: Step, attempt: int) -> int:
@@ -899,6 +911,12 @@ def walk_steps(steps: Iterable[Step]) -> Iterable[Step]:
         yield from walk_steps(step.steps)
 
 
+_REFERENCES = (  # step keys naming another catalogue file: (key, as the message names it, fix hint)
+    ("workflow", "nested workflow", "add it under config/workflows/<category>/, or fix the name"),
+    ("checklist", "checklist", "add it as config/checklists/<name>.yaml, or list the items inline"),
+)
+
+
 def validate_documents(documents: Iterable[Document], agent_types: Iterable[str] | None = None) -> Catalogue:
     """Every document checked on its own, then together: ids unique across files, nested workflows and named
     checklists exist, no nesting cycle. `agent_types`: the configured agent names (None: not checked)."""
@@ -933,28 +951,13 @@ def validate_documents(documents: Iterable[Document], agent_types: Iterable[str]
     broken: set[str] = set()
     for workflow in workflows.values():
         for step in walk_steps(workflow.steps):
-            if step.workflow is not None and step.workflow not in all_ids["workflow"]:
-                problems.append(
-                    WorkflowProblem(
-                        workflow.file,
-                        step.lines.get("workflow", step.line),
-                        f"step '{step.id}': nested workflow '{step.workflow}' does not exist",
-                        _suggest(step.workflow, all_ids["workflow"])
-                        or "add it under config/workflows/<category>/, or fix the name",
-                    )
-                )
-                broken.add(workflow.id)
-            if step.checklist is not None and step.checklist not in all_ids["checklist"]:
-                problems.append(
-                    WorkflowProblem(
-                        workflow.file,
-                        step.lines.get("checklist", step.line),
-                        f"step '{step.id}': checklist '{step.checklist}' does not exist",
-                        _suggest(step.checklist, all_ids["checklist"])
-                        or "add it as config/checklists/<name>.yaml, or list the items inline",
-                    )
-                )
-                broken.add(workflow.id)
+            for key, label, hint in _REFERENCES:
+                name = getattr(step, key)
+                if name is not None and name not in all_ids[key]:
+                    message = f"step '{step.id}': {label} '{name}' does not exist"
+                    line = step.lines.get(key, step.line)
+                    problems.append(WorkflowProblem(workflow.file, line, message, _suggest(name, all_ids[key]) or hint))
+                    broken.add(workflow.id)
     for cycle, step in _nesting_cycles(workflows):
         owner = workflows[cycle[0]]
         problems.append(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import fnmatch
 import os
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -30,6 +29,7 @@ from taskgate.domain.access import Capability, Principal
 from taskgate.domain.entities import Outcome, Project, Session
 from taskgate.domain.errors import InvalidInput, TaskgateError
 from taskgate.domain.states import SessionState
+from taskgate.domain.workflows import matches_pattern
 from taskgate.domain.workflows import to_mermaid as to_workflow_mermaid
 from taskgate.entrypoints import render
 from taskgate.entrypoints.render import console, err_console
@@ -1156,17 +1156,6 @@ PatternArg = Annotated[
 ]
 
 
-def _matches(pattern: str | None, ident: str, description: str) -> bool:
-    """The rule of WorkflowEngine.query_workflows / query_checklists, for the catalogue's entries (invalid ones
-    too, which the engine never lists)."""
-    if not pattern:
-        return True
-    pattern = pattern.lower()
-    if any(c in pattern for c in "*?["):
-        return fnmatch.fnmatchcase(ident.lower(), pattern)
-    return pattern in ident.lower() or pattern in description.lower()
-
-
 @workflow_app.command("list")
 def workflow_list(
     pattern: PatternArg = None,
@@ -1174,7 +1163,7 @@ def workflow_list(
     as_json: JsonOpt = False,
 ) -> None:
     """The catalogue's workflows by category (invalid ones marked; `workflow validate` says why)."""
-    entries = [e for e in _workflows().entries(category) if _matches(pattern, e.id, e.description)]
+    entries = [e for e in _workflows().entries(category) if matches_pattern(pattern, e.id, e.description)]
     emit(entries, as_json, lambda: render.workflows_table(entries))
 
 
@@ -1243,7 +1232,7 @@ def workflow_create(
 def checklist_list(pattern: PatternArg = None, as_json: JsonOpt = False) -> None:
     """The valid checklists (`workflow validate` reports the others)."""
     found = _workflows().catalogue().checklists.values()
-    checklists = sorted((c for c in found if _matches(pattern, c.id, c.description)), key=lambda c: c.id)
+    checklists = sorted((c for c in found if matches_pattern(pattern, c.id, c.description)), key=lambda c: c.id)
     emit([c.as_dict() for c in checklists], as_json, lambda: render.checklists_table(checklists))
 
 
