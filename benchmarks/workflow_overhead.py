@@ -2,15 +2,15 @@
 
 One SQLite file built by the real migrations (synchronous FULL, as shipped), one real git repository with
 session worktrees, the real SessionService, AgentService and WorkflowEngine. Agents are no-ops: an in-process
-AgentRunner whose agents exit 0 at once, so what is measured is taskgate's own work per step: claiming the
-step (its step_runs row and the stack, one transaction), the agent rows and their status changes, collecting
-the outcome, routing, and the events, all through the database.
+AgentRunner whose agents exit 0 at once, so what is measured is taskgate's own work per step: collecting the
+previous step's outcome, routing, claiming the step (its step_runs row, the stack, the events) and the agent
+rows (all one transaction), and for AgentService the agents' status changes, tokens and manifest.
 
 Four workflows of `--steps` steps each run to `verifying`, timed from entering `executing` to `verifying`:
 
 - **condition**: condition steps only (no agents: the engine alone, one transaction per step);
-- **bare**: one agent per step through a launcher that writes the agent's row already completed (one
-  transaction) and tells the engine: the engine's cost per agent step (claim, collect + route);
+- **bare**: one agent per step through a launcher that writes the agent's row already completed, in the
+  engine's claim transaction, and tells the engine: the engine's cost per agent step;
 - **agent**: one no-op agent per step through the real AgentService (its token, rows, status changes and
   manifest.json writes included: the supervisor's bookkeeping, not the engine's);
 - **parallel**: three no-op agents per step through AgentService, joined with min_success 3.
@@ -31,7 +31,6 @@ import statistics
 import subprocess
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from taskgate.application.agents import ExecutionOptions
@@ -77,21 +76,20 @@ class NoopRunner:
 
 
 class BareLauncher:
-    """A StepLauncher with no supervisor at all: each agent is one row written already completed (with the
-    step run's agent ids, in one transaction), then the engine is told. What remains is the engine's own work."""
+    """A StepLauncher with no supervisor at all: each agent is one row written already completed, in the
+    transaction of the engine's claim, then the engine is told. What remains is the engine's own work."""
 
     def __init__(self, uow, clock, ids) -> None:
         self.uow, self.clock, self.ids, self.engine = uow, clock, ids, None
 
-    async def launch_step(self, session_id, specs, *, instructions, timeout_s, step_run_id=None):
+    async def launch_step(self, session_id, specs, *, instructions, timeout_s, claim=None):
         now = self.clock.now()
         made = [Agent(self.ids.new_session_id(), session_id, kind, ["noop"], AgentStatus.COMPLETED, 0,
                       started_at=now, completed_at=now) for kind, _ in specs]  # fmt: skip
         async with self.uow(write=True) as uow:
+            await claim(uow, tuple(a.id for a in made))
             for agent in made:
                 await uow.agents.add(agent)
-            run = await uow.step_runs.get(step_run_id)
-            await uow.step_runs.update(replace(run, agent_ids=tuple(a.id for a in made)))
             await uow.commit()
         self.engine.kick(session_id)
         return made

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -383,6 +384,9 @@ class InMemoryTokenRepository(_Repo):
 
     async def find_by_hash(self, token_hash: str) -> ApiToken | None:
         return next((t for t in self.store.tokens.values() if t.token_hash == token_hash), None)
+
+    async def get(self, token_id: str) -> ApiToken | None:
+        return self.store.tokens.get(token_id)
 
     async def list(self) -> list[ApiToken]:
         return sorted(self.store.tokens.values(), key=lambda t: (t.created_at, t.id))
@@ -781,6 +785,12 @@ class InMemoryAgentRepository(_Repo):
         found = [a for a in self.store.agents.values() if a.session_id == session_id]
         return [copy.deepcopy(a) for a in sorted(found, key=lambda a: a.id)]
 
+    async def many(self, agent_ids: Sequence[str]) -> list[Agent]:
+        return [copy.deepcopy(self.store.agents[i]) for i in agent_ids if i in self.store.agents]
+
+    async def last_run(self, session_id: str) -> int:
+        return max((a.run for a in self.store.agents.values() if a.session_id == session_id), default=0)
+
     async def heartbeat(self, agent_id: str, at: datetime) -> bool:
         agent = self.store.agents.get(agent_id)
         if agent is not None:
@@ -973,6 +983,14 @@ class InMemoryStepRunRepository(_Repo):
         if run_id not in self.store.step_runs:
             raise StepRunNotFound(run_id)
         return self.store.step_runs[run_id]
+
+    async def finish(self, run_id: int, status: StepStatus, ended_at: datetime, output: str, error: str | None) -> bool:
+        run = self.store.step_runs.get(run_id)
+        if run is None or run.status not in OPEN_STEP_STATUSES:
+            return False
+        closed = replace(run, status=status, ended_at=ended_at, output_summary=output, error=error)
+        self.store.step_runs[run_id] = _normalised(closed)
+        return True
 
     async def of_session(self, session_id: str, limit: int = 200) -> list[StepRun]:
         found = [r for r in self.store.step_runs.values() if r.session_id == session_id]

@@ -24,7 +24,7 @@ async def test_agents_are_stored_found_stale_and_finished_alike(services, git_re
         _agent("a-2", one, status=AgentStatus.RUNNING, started_at=T0 - 60 * minute, heartbeat_at=T0 - 20 * minute),
         _agent("a-3", two, status=AgentStatus.RUNNING, started_at=T0 - 30 * minute),
         _agent("a-4", two, status=AgentStatus.RUNNING),  # never started: nothing says when it was alive
-        _agent("a-5", two, status=AgentStatus.COMPLETED, started_at=T0 - 90 * minute, exit_code=0),
+        _agent("a-5", two, status=AgentStatus.COMPLETED, started_at=T0 - 90 * minute, exit_code=0, run=3),
     ]
     async with services.uow(write=True) as uow:
         for agent in agents:
@@ -36,6 +36,9 @@ async def test_agents_are_stored_found_stale_and_finished_alike(services, git_re
         assert {a.id for a in stale} == {"a-2", "a-3"} and stale == sorted(stale, key=lambda a: (a.session_id, a.id))
         assert [a.id for a in await uow.agents.stale(T0 - 40 * minute)] == []
         assert await uow.agents.of_session(two) == agents[2:]
+        assert await uow.agents.many(["a-5", "nope", "a-1"]) == [agents[4], agents[0]]
+        assert await uow.agents.many([]) == []
+        assert [await uow.agents.last_run(s) for s in (one, two, "no-such-session")] == [1, 3, 0]
 
     async with services.uow(write=True) as uow:
         assert await uow.agents.heartbeat("a-2", T0)

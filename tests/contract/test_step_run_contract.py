@@ -94,6 +94,30 @@ async def test_update_overwrites_the_outcome_and_closes_the_run(services, git_re
         assert await uow.step_runs.open_runs(one) == [other]
 
 
+async def test_finish_closes_an_open_run_once(services, git_repo: Path):
+    one, _ = await _two_sessions(services, git_repo)
+    [running, waiting, done] = await _add(
+        services, _run(one, "build"), _run(one, "gate", StepStatus.WAITING), _run(one, "plan", StepStatus.SUCCEEDED)
+    )
+    ended = T0 + timedelta(minutes=3)
+    async with services.uow(write=True) as uow:
+        assert await uow.step_runs.finish(running.id, StepStatus.FAILED, ended, "2 failed", "exit code 1")
+        assert await uow.step_runs.finish(waiting.id, StepStatus.APPROVED, ended, "ok", None)
+        assert not await uow.step_runs.finish(running.id, StepStatus.SUCCEEDED, ended, "again", None)
+        assert not await uow.step_runs.finish(done.id, StepStatus.FAILED, ended, "late", "late")
+        for missing in (done.id + 1000, 0, -1, 2**40):
+            assert not await uow.step_runs.finish(missing, StepStatus.FAILED, ended, "", None)
+        await uow.commit()
+
+    async with services.uow(write=False) as uow:
+        failed = replace(running, status=StepStatus.FAILED, ended_at=ended, output_summary="2 failed")
+        assert await uow.step_runs.get(running.id) == replace(failed, error="exit code 1")
+        assert await uow.step_runs.get(waiting.id) == replace(waiting, status=StepStatus.APPROVED, ended_at=ended,
+                                                             output_summary="ok")  # fmt: skip
+        assert await uow.step_runs.get(done.id) == done
+        assert await uow.step_runs.open_runs(one) == []
+
+
 async def test_update_leaves_what_identifies_the_run(services, git_repo: Path):
     one, _ = await _two_sessions(services, git_repo)
     [run] = await _add(services, _run(one, "build"))

@@ -19,7 +19,7 @@ async def test_tokens_authenticate_as_their_principal_and_stop_working_when_revo
     stored = repr(await services.snapshot())
     assert operator.secret not in stored and agent.secret not in stored and operator.token.token_hash in stored
     revoked = await services.access.revoke(operator.token.id)
-    assert revoked.revoked_at is not None
+    assert revoked.revoked_at is not None and (revoked.id, revoked.label) == (operator.token.id, "laptop")
     for bad in (operator.secret, None, "", "tg_unknown", "Bearer x", "tg_" + "x" * 500):
         with pytest.raises(Unauthenticated):
             await services.access.authenticate(bad)

@@ -7,6 +7,7 @@ real AgentService; only the agent processes are scripted (tests/workflow_support
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -404,7 +405,8 @@ async def test_stack_edits_push_break_advance_back_restart(services, git_repo, t
     with pytest.raises(InvalidInput, match="depth 1"):
         await r.engine.break_frame(session.id, ACTOR)
     await _execute(services, r, session)  # waits at approve-plan
-    with pytest.raises(InvalidInput, match="approval: answer it with project_decide"):
+    decide = r"approval: answer it with a decision \(MCP project_decide, CLI `taskgate session decide`\)"
+    with pytest.raises(InvalidInput, match=decide):
         await r.engine.advance(session.id, ACTOR)
     view = await r.engine.add_checklist(session.id, "rel", ACTOR)
     assert view.depth == 2 and view.waiting is not None and view.waiting.missing == ("a",)
@@ -448,6 +450,33 @@ async def test_restart_mid_step_resumes_at_the_step_in_progress(services, git_re
     assert (await restarted.sessions.get(session.id)).state == SessionState.VERIFYING
     runs = await _runs(second, session)
     assert runs == [("first", 1, "failed"), ("first", 2, "succeeded"), ("second", 1, "succeeded")]
+
+
+async def test_a_running_step_whose_run_names_no_agents_is_launched_again(services, git_repo, tmp_path):
+    """A claim always carries its agents now (one transaction); a running frame without them (a stack written
+    by an older release, or edited by hand) must not count as a step whose agents all succeeded: it is
+    launched again."""
+    first = rig(services, tmp_path, {"dev/linear.yaml": LINEAR.replace("agent: ok", "agent: hold", 1)})
+    session = await planning_with(services, git_repo, first, "linear")
+    await first.agents.execute(session.id, ACTOR)
+    while not any(run.agent_ids for run in await first.engine.step_runs(session.id)):
+        await asyncio.sleep(0.01)
+    for task in [t for tasks in first.agents._tasks.values() for t in tasks]:
+        task.cancel()  # the first service is gone
+    async with services.uow(write=True) as uow:
+        stored = await uow.sessions.get(session.id)
+        stack = [{k: v for k, v in frame.items() if k != "agents"} for frame in stored.workflow_stack]
+        await uow.sessions.update(replace(stored, workflow_stack=stack, version=stored.version + 1),
+                                  expected_version=stored.version)  # fmt: skip
+        await uow.commit()
+    restarted = wire(services.backend, services.database, services.url)
+    second = rig(restarted, tmp_path / "again", {"dev/linear.yaml": LINEAR})
+    await second.agents.recover()
+    await second.engine.recover()
+    await run_until_idle(second, session.id)
+    assert (await restarted.sessions.get(session.id)).state == SessionState.VERIFYING
+    runs = await _runs(second, session)
+    assert runs == [("first", 1, "cancelled"), ("first", 1, "succeeded"), ("second", 1, "succeeded")]
 
 
 async def test_many_concurrent_answers_act_once(services, git_repo, tmp_path):

@@ -154,7 +154,7 @@ async def test_back_and_restart_run_steps_again_and_advance_refuses_an_approval(
         await tools.ok("session_execute", session_id=sid)
         await run_until_idle(r, sid)
         refusal = await tools.refused("workflow_advance", session_id=sid)
-        assert "'approve-plan' is an approval: answer it with project_decide" in refusal
+        assert "'approve-plan' is an approval: answer it with a decision (MCP project_decide" in refusal
 
         back = await tools.ok("workflow_back", session_id=sid)
         assert back["summary"].startswith("went back; ") and back["frames"][0]["step"] == "plan"

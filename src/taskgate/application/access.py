@@ -79,7 +79,9 @@ class AccessService:
             if not await uow.tokens.revoke(token_id, self._clock.now()):
                 raise InvalidInput(f"token {token_id} not found")
             await uow.commit()
-            return next(t for t in await uow.tokens.list() if t.id == token_id)
+            revoked = await uow.tokens.get(token_id)  # by id: revoking must not cost a read of every token
+            assert revoked is not None
+            return revoked
 
     @staticmethod
     def new_secret() -> tuple[str, str]:

@@ -26,7 +26,7 @@ from pathlib import PurePosixPath
 from taskgate.application.access import AccessService
 from taskgate.application.effects import NOTHING, Aftermath
 from taskgate.application.outputs import OutputService
-from taskgate.application.ports import AgentExit, AgentRunner, Clock, IdGenerator, UnitOfWorkFactory
+from taskgate.application.ports import AgentExit, AgentRunner, Clock, IdGenerator, StepClaim, UnitOfWorkFactory
 from taskgate.application.sessions import FireResult, FireTrigger, SessionService
 from taskgate.domain.agents import AgentType, render_command
 from taskgate.domain.entities import Agent, AgentStatus, Session
@@ -132,19 +132,21 @@ class AgentService:
         *,
         instructions: str,
         timeout_s: float | None,
-        step_run_id: int | None = None,
+        claim: StepClaim | None = None,
     ) -> list[Agent]:
         """Launch one agent per (agent type, prompt) for a workflow step; `timeout_s` replaces the types' own.
-        The agents' ids are written into step run `step_run_id` in the same transaction as their rows, so a
-        step never has agents it does not know of.
+        `claim` (the engine's step run, given the agents' ids) is written in the same transaction as the
+        agents' rows, before any process starts: a step never has agents it does not know of, and claiming
+        and launching cost one commit.
 
-        Raises: InvalidInput (an unknown agent type, no worktree), SessionNotFound."""
+        Raises: InvalidInput (an unknown agent type, no worktree), SessionNotFound, and whatever `claim`
+        raises (ConcurrentModification), with nothing written."""
         kinds = [self._type(name) for name, _ in specs]
         if timeout_s is not None:
             kinds = [replace(kind, timeout_s=timeout_s) for kind in kinds]
         session = await self._sessions.get(session_id)
         prompts = [prompt for _, prompt in specs]
-        return await self._launch(session, kinds, instructions=instructions, prompts=prompts, step_run=step_run_id)
+        return await self._launch(session, kinds, instructions=instructions, prompts=prompts, claim=claim)
 
     async def stop_agents(self, session_id: str, agent_ids: Sequence[str]) -> None:
         """Stop these agents of the session (the others run on)."""
@@ -208,24 +210,23 @@ class AgentService:
         *,
         instructions: str,
         prompts: Sequence[str] | None = None,
-        step_run: int | None = None,
+        claim: StepClaim | None = None,
     ) -> list[Agent]:
         if not session.worktree_path:
             raise InvalidInput(f"session {session.id} has no worktree to run agents in")
         async with self._uow(write=True) as uow:
-            previous = await uow.agents.of_session(session.id)
-            run = max((a.run for a in previous), default=0) + 1
-            made = []
-            for i, kind in enumerate(kinds):
-                prompt = prompts[i] if prompts is not None else None
-                agent = await self._new_agent(uow, session, kind, run, instructions, prompt)
+            run = await uow.agents.last_run(session.id) + 1
+            given = prompts if prompts is not None else [None] * len(kinds)
+            made = [
+                await self._new_agent(uow, session, kind, run, instructions, prompt)
+                for kind, prompt in zip(kinds, given, strict=True)
+            ]
+            if claim is not None:  # first, so a claim that lost the race rolls back before anything else
+                await claim(uow, tuple(a.id for a in made))
+            for agent in made:
                 await uow.agents.add(agent)
-                payload = {"agent": agent.id, "type": kind.name, "to": "queued", "run": run}
+                payload = {"agent": agent.id, "type": agent.agent_type, "to": "queued", "run": run}
                 await uow.events.append("agent.status", self._clock.now(), payload, session.id)
-                made.append(agent)
-            if step_run is not None:
-                run_row = await uow.step_runs.get(step_run)
-                await uow.step_runs.update(replace(run_row, agent_ids=tuple(a.id for a in made)))
             await uow.commit()
         for agent, kind in zip(made, kinds, strict=True):
             self._supervise(agent, kind, reattach=False)
@@ -335,9 +336,11 @@ class AgentService:
         async with lock:
             async with self._uow(write=False) as uow:
                 session = await uow.sessions.get(session_id)
-                agents = await uow.agents.of_session(session_id)
-            if session.workflow_stack and self._workflow_listener is not None:
-                await self._workflow_listener(session_id)  # the workflow engine decides what follows
+                engine_decides = bool(session.workflow_stack) and self._workflow_listener is not None
+                agents = [] if engine_decides else await uow.agents.of_session(session_id)
+            if engine_decides:  # the workflow engine decides what follows (and reads only its step's agents)
+                assert self._workflow_listener is not None
+                await self._workflow_listener(session_id)
                 return
             run = max((a.run for a in agents), default=0)
             current = [a for a in agents if a.run == run]

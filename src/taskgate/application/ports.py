@@ -7,7 +7,7 @@ Adapters live in `taskgate.infrastructure`; in-memory twins live in `tests/fakes
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -24,6 +24,7 @@ from taskgate.domain.entities import (
     Session,
     SessionSnapshot,
     StepRun,
+    StepStatus,
     Task,
     TaskStatus,
     TransitionRecord,
@@ -171,6 +172,7 @@ class SnapshotRepository(Protocol):
 class TokenRepository(Protocol):
     async def add(self, token: ApiToken) -> None: ...
     async def find_by_hash(self, token_hash: str) -> ApiToken | None: ...
+    async def get(self, token_id: str) -> ApiToken | None: ...
     async def list(self) -> list[ApiToken]: ...
     async def revoke(self, token_id: str, at: datetime) -> bool:
         """Mark revoked; False when no such token exists."""
@@ -189,6 +191,10 @@ class StepRunRepository(Protocol):
 
     async def get(self, run_id: int) -> StepRun:
         """Raises: StepRunNotFound."""
+
+    async def finish(self, run_id: int, status: StepStatus, ended_at: datetime, output: str, error: str | None) -> bool:
+        """Close the run if it is still open (running or waiting), in one statement; False when it was closed
+        already or no run has that id (a closed run keeps its first outcome)."""
 
     async def of_session(self, session_id: str, limit: int = 200) -> list[StepRun]:
         """The newest `limit` runs of the session, oldest first (by id)."""
@@ -224,6 +230,12 @@ class UnitOfWork(Protocol):
 
 class UnitOfWorkFactory(Protocol):
     def __call__(self, *, write: bool) -> UnitOfWork: ...
+
+
+StepClaim = Callable[[UnitOfWork, tuple[str, ...]], Awaitable[None]]
+"""The workflow engine's claim of a step (its run row with these agent ids, the stack, the routing that led
+there), written inside the agent launcher's own transaction so that the claim and the agents' rows commit
+together, before any agent process starts. It may raise ConcurrentModification, which rolls both back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,6 +438,12 @@ class AgentRepository(Protocol):
     async def add(self, agent: Agent) -> None: ...
     async def of_session(self, session_id: str) -> list[Agent]:
         """The session's agents, by id."""
+
+    async def many(self, agent_ids: Sequence[str]) -> list[Agent]:
+        """The agents with these ids, in the order given; ids of no agent are left out."""
+
+    async def last_run(self, session_id: str) -> int:
+        """The highest launch number (`Agent.run`) among the session's agents; 0 when it has none."""
 
     async def heartbeat(self, agent_id: str, at: datetime) -> bool:
         """Record a sign of life; False when no such agent exists."""

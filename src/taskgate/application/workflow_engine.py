@@ -10,13 +10,17 @@ How races are prevented. In this process one asyncio lock per session serialises
 edit (push, advance, back, break, restart, checklist ticks, approval answers). Every save of the stack is a
 write unit that locks the session row and checks its version, and bumps it: a second process (the CLI next to
 `serve`) that read the stack before loses with ConcurrentModification and re-reads instead of acting twice. A
-step's run row is written, with the frame marked `running`, before its agents are launched ("claim, then
-act"), so only one driver launches them; agents launched but not yet recorded are found again by the lock:
-the driver that launched them records them before it lets go.
+step's run row (with its agents' ids) and the frame marked `running` are written in the agent launcher's
+transaction, together with the agents' rows and before any agent process starts ("claim, then act"): a
+driver that lost the race rolls back its agents with its claim, so only one driver launches them.
+
+Commits per step. A step's outcome and its routing are one transaction; when the routing leads to an agent
+step, that step's claim and its agents' rows join it. An agent step therefore costs one commit of taskgate's
+own (benchmarks/workflow_overhead.py), plus whatever the agent supervisor records while its agents run.
 
 Restart: `recover` kicks every executing session that has a stack; the driver then collects agents that
-ended while nobody watched, relaunches a step whose agents never started, and waits out a retry's remaining
-delay (AgentService.recover re-attaches the agents still running first).
+ended while nobody watched (AgentService.recover, run first, re-attaches the agents still running and fails
+those whose process is gone or never started) and waits out a retry's remaining delay.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from taskgate.application.effects import NOTHING, Aftermath, NoEffects
-from taskgate.application.ports import Clock, UnitOfWorkFactory
+from taskgate.application.ports import Clock, StepClaim, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.sessions import FireResult, FireTrigger, SessionService
 from taskgate.domain.entities import (
     OPEN_STEP_STATUSES,
@@ -146,6 +150,13 @@ class _Carry:
 
     finish: list[tuple[int | None, StepStatus, str, str | None]] = field(default_factory=list)
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    runs: list[StepRun] = field(default_factory=list)  # run rows written already ended (a condition, a refusal)
+
+    def then(self, later: _Carry | None) -> _Carry:
+        """These writes, followed by `later`'s."""
+        if later is None:
+            return self
+        return _Carry([*self.finish, *later.finish], [*self.events, *later.events], [*self.runs, *later.runs])
 
 
 class StepLauncher(Protocol):
@@ -158,9 +169,10 @@ class StepLauncher(Protocol):
         *,
         instructions: str,
         timeout_s: float | None,
-        step_run_id: int | None = None,
+        claim: StepClaim | None = None,
     ) -> list[Agent]:
-        """Launch the step's agents; their ids go into step run `step_run_id` in the agents' own transaction."""
+        """Launch the step's agents; `claim(uow, agent_ids)` runs in the transaction that writes their rows,
+        before any of them starts."""
         ...
 
     async def stop_agents(self, session_id: str, agent_ids: Sequence[str]) -> None: ...
@@ -186,7 +198,11 @@ class WorkflowEngine(NoEffects):
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._queued: set[str] = set()  # sessions with a driver task that has not taken the lock yet
         self._tasks: dict[str, set[asyncio.Task]] = {}
-        self._recovering: set[str] = set()  # sessions whose claimed-but-unlaunched step a crash left behind
+        # the session as the running driver's last save left it: the driver's next pass starts from it instead
+        # of reading it again. Safe because every write is version-checked: a change made meanwhile by anyone
+        # else makes the next save fail with ConcurrentModification, after which the driver reads afresh.
+        self._written: dict[str, Session] = {}
+        self._roots: dict[int, str] = {}  # project id → root path (immutable), for `{project-root}`
 
     def use_launcher(self, launcher: StepLauncher) -> None:
         """Attach the agents (the composition root does this once: agents and engine need each other)."""
@@ -362,7 +378,10 @@ class WorkflowEngine(NoEffects):
                 raise InvalidInput(f"tick the checklist's required items first: {', '.join(missing)}")
             step = self._find(top, top.step) if top.step else None
             if step is not None and step.type is StepType.approval:
-                raise InvalidInput(f"step '{step.id}' is an approval: answer it with project_decide")
+                raise InvalidInput(
+                    f"step '{step.id}' is an approval: answer it with a decision (MCP project_decide, CLI "
+                    "`taskgate session decide`)"
+                )
             await self._abandon_step(session, top, StepStatus.SKIPPED, f"advanced by {actor}")
             top.status, top.outcome = FrameStatus.done, {"status": StepStatus.SKIPPED.value, "output": ""}
             session = await self._save(
@@ -495,17 +514,16 @@ class WorkflowEngine(NoEffects):
         async with self._lock(session_id):
             if queued:
                 self._queued.discard(session_id)
-            try:
-                await self._drive_locked(session_id)
-            finally:
-                self._recovering.discard(session_id)  # only the first pass after a restart may relaunch
+            await self._drive_locked(session_id)
 
     async def _drive_locked(self, session_id: str) -> None:
+        self._written.pop(session_id, None)  # each drive starts from what the database holds
         for _ in range(100_000):  # every pass moves a frame or returns; this only bounds a bug
             try:
                 if not await self._step_once(session_id):
                     return
             except ConcurrentModification:
+                self._written.pop(session_id, None)
                 continue  # another process moved the session: read it again
             except (InvalidTransition, ConflictError):
                 return
@@ -520,7 +538,6 @@ class WorkflowEngine(NoEffects):
         report = []
         for session in sessions:
             if session.workflow_stack:
-                self._recovering.add(session.id)
                 self.kick(session.id)
                 report.append(
                     f"session {session.id}: workflow resumed at {breadcrumb(load_stack(session.workflow_stack))}"
@@ -542,7 +559,7 @@ class WorkflowEngine(NoEffects):
 
     async def _step_once(self, session_id: str) -> bool:
         """Do the next thing the session's stack needs; False when the driver must stop and wait."""
-        session = await self._sessions.get(session_id)
+        session = self._written.pop(session_id, None) or await self._sessions.get(session_id)
         if session.state != SessionState.EXECUTING:
             return False
         stack = load_stack(session.workflow_stack)
@@ -587,10 +604,15 @@ class WorkflowEngine(NoEffects):
             return await self._retry(session, stack, top)
         return await self._route(session, stack, top, step, steps)
 
-    async def _start(self, session: Session, stack: list[Frame], top: Frame, step: Step, steps) -> bool:
+    async def _start(
+        self, session: Session, stack: list[Frame], top: Frame, step: Step, steps, carry: _Carry | None = None
+    ) -> bool:
+        """Start the top frame's pending step. `carry` (the routing that led here) is accepted only for agent
+        steps, whose claim it joins; the other kinds are started by the driver's next pass."""
+        assert carry is None or step.type in _AGENT_STEPS
         problem = iteration_problem(top, self._options.limits) or self._past_deadline(top)
         if problem:
-            await self._fail(session, stack, problem)
+            await self._fail(session, stack, problem, carry)
             return False
         top.iterations += 1
         if step.type is StepType.condition:
@@ -608,7 +630,7 @@ class WorkflowEngine(NoEffects):
             return True
         if step.type in (StepType.workflow, StepType.group):
             return await self._push_child(session, stack, top, step)
-        return await self._launch(session, stack, top, step)
+        return await self._launch(session, stack, top, step, carry)
 
     async def _condition(self, session: Session, stack: list[Frame], top: Frame, step: Step, steps) -> bool:
         context = await self._context(session, top)
@@ -621,43 +643,46 @@ class WorkflowEngine(NoEffects):
         record(top, step.id, StepStatus.SUCCEEDED, "true" if value else "false", 1)
         target = condition_target(step, value, steps)
         run = self._run(session, top, len(stack), step, StepStatus.SUCCEEDED, now, output=f"when → {value}")
-        await self._goto(session, stack, top, target, runs=[replace(run, ended_at=now)])
-        return True
+        return await self._goto(session, stack, top, target, carry=_Carry(runs=[replace(run, ended_at=now)]))
 
-    async def _launch(self, session: Session, stack: list[Frame], top: Frame, step: Step) -> bool:
-        """Claim the step (its run row, the frame running), then start its agents and note their ids."""
-        session = await self._open_run(session, stack, top, step, StepStatus.RUNNING, FrameStatus.running)
-        run_id = top.run_id
-        assert run_id is not None
+    async def _launch(
+        self, session: Session, stack: list[Frame], top: Frame, step: Step, carry: _Carry | None = None
+    ) -> bool:
+        """Claim the step and start its agents. The claim (its run row with the agents' ids, the frame
+        `running`, and `carry`) commits in the launcher's transaction with the agents' rows, before any agent
+        process starts. A step whose agents cannot be launched fails with a run row saying why."""
+        run = self._run(session, top, stack.index(top) + 1, step, StepStatus.RUNNING, self._clock.now())
+
+        async def claim(uow: UnitOfWork, agent_ids: tuple[str, ...]) -> None:
+            top.status, top.agents = FrameStatus.running, list(agent_ids)
+            await self._save_in(uow, session, stack, claim=(top, replace(run, agent_ids=agent_ids)), carry=carry)
+
         try:
             if self._launcher is None:
                 raise InvalidInput("no agent launcher is configured")
             specs = await self._agent_specs(session, top, step)
             timeout = step.timeout_ms / 1000 if step.timeout_ms else None
             instructions = top.variables.get("instructions", "")
-            await self._launcher.launch_step(
-                session.id, specs, instructions=instructions, timeout_s=timeout, step_run_id=run_id
-            )
-        except (InvalidInput, VariableError) as exc:  # an unknown agent type, a prompt that does not resolve
-            return await self._finish_step(session, stack, StepStatus.FAILED, str(exc))
+            await self._launcher.launch_step(session.id, specs, instructions=instructions, timeout_s=timeout,
+                                             claim=claim)  # fmt: skip
+        except (InvalidInput, VariableError) as exc:  # an unknown agent type, a prompt that does not resolve,
+            top.status, top.run_id = FrameStatus.pending, None  # no worktree: nothing of the claim was written
+            refused = replace(run, status=StepStatus.FAILED, ended_at=self._clock.now(), error=str(exc))
+            earlier = (carry or _Carry()).then(_Carry(runs=[refused]))
+            return await self._finish_step(session, stack, StepStatus.FAILED, str(exc), earlier)
         return True
 
     async def _collect(self, session: Session, stack: list[Frame], top: Frame, step: Step) -> bool:
         """A running agent step: when its agents all ended, its outcome; else wait (False)."""
         if step.type not in _AGENT_STEPS:  # a child frame ran for it and is gone: count the step done
             return await self._finish_step(session, stack, StepStatus.SUCCEEDED, "")
+        if not top.agents:  # a running step that names no agents: not written since a claim and its agents
+            note = "its agents never started; launched again"  # share one transaction (an older release's
+            never = _Carry(finish=[(top.run_id, StepStatus.CANCELLED, "", note)])  # stack): launch them now
+            top.status, top.run_id = FrameStatus.pending, None
+            return await self._launch(session, stack, top, step, never)
         async with self._uow(write=False) as uow:
-            run = await uow.step_runs.get(top.run_id) if top.run_id else None
-            agents = await uow.agents.of_session(session.id) if run and run.agent_ids else []
-        if run is None or not run.agent_ids:
-            if session.id not in self._recovering:  # another driver claimed it and is launching: its agents
-                return False  # report to that driver's process
-            # claimed at a crash, never launched (the crashed process held the claim): launch now
-            finish = [(top.run_id, StepStatus.CANCELLED, "", "its agents never started; launched again")]
-            top.status = FrameStatus.pending
-            session = await self._save(session, stack, finish=finish)
-            return await self._launch(session, stack, top, step)
-        mine = [a for a in agents if a.id in run.agent_ids]
+            mine = await uow.agents.many(top.agents)
         if any(a.status in _LIVE for a in mine):
             return False
         status, output = _agents_outcome(step, mine)
@@ -708,16 +733,21 @@ class WorkflowEngine(NoEffects):
                 return False
             await self._pop(session, stack, StepStatus.FAILED, f"step '{step.id}' failed: {output}", carry=carry)
             return True
-        await self._goto(session, stack, top, target, carry=carry)
-        return True
+        return await self._goto(session, stack, top, target, carry=carry)
 
-    async def _goto(self, session: Session, stack: list[Frame], top: Frame, target: str, runs=(), carry=None) -> None:
+    async def _goto(self, session: Session, stack: list[Frame], top: Frame, target: str, carry: _Carry | None) -> bool:
+        """Move the top frame to `target` (or end it). An agent step is started at once, so the routing that
+        led to it joins its claim: one commit instead of two."""
         if target == END:
             top.outcome = {"status": StepStatus.SUCCEEDED.value, "output": ""}
-            await self._pop(session, stack, StepStatus.SUCCEEDED, "", runs=runs, carry=carry)
-            return
+            await self._pop(session, stack, StepStatus.SUCCEEDED, "", carry=carry)
+            return True
         enter(top, target)
-        await self._save(session, stack, runs=runs, carry=carry)
+        following = self._find(top, target)
+        if following is not None and following.type in _AGENT_STEPS:
+            return await self._start(session, stack, top, following, (), carry)
+        await self._save(session, stack, carry=carry)
+        return True
 
     async def _push_child(self, session: Session, stack: list[Frame], top: Frame, step: Step) -> bool:
         if len(stack) >= MAX_DEPTH:
@@ -741,7 +771,7 @@ class WorkflowEngine(NoEffects):
         return True
 
     async def _pop(
-        self, session: Session, stack: list[Frame], status: StepStatus, output: str, runs=(), carry=None
+        self, session: Session, stack: list[Frame], status: StepStatus, output: str, carry: _Carry | None = None
     ) -> None:
         """The top frame ended: hand its outcome to the step below that pushed it (if any), then drop it."""
         child = stack.pop()
@@ -756,7 +786,7 @@ class WorkflowEngine(NoEffects):
                 output = _last_output(child)
             parent.status, parent.outcome = FrameStatus.done, {"status": status.value, "output": output[-OUTPUT_LIMIT:]}
             finish.append((parent.run_id, status, output, output if status is StepStatus.FAILED else None))
-        await self._save(session, stack, runs=runs, finish=finish, events=events, carry=carry)
+        await self._save(session, stack, finish=finish, events=events, carry=carry)
 
     def _outcome(self, top: Frame, status: StepStatus, output: str) -> _Carry:
         """Record the outcome of the top frame's current step in the frame; its run row and event ride along
@@ -766,10 +796,13 @@ class WorkflowEngine(NoEffects):
         event = {"step": top.step, "frame": top.label, "attempt": top.attempt, "status": status.value}
         return _Carry([(top.run_id, status, output, error)], [("workflow.step", event)])
 
-    async def _finish_step(self, session: Session, stack: list[Frame], status: StepStatus, output: str) -> bool:
-        """The top frame's current step ended with `status`: record it and route it, in one transaction."""
+    async def _finish_step(
+        self, session: Session, stack: list[Frame], status: StepStatus, output: str, earlier: _Carry | None = None
+    ) -> bool:
+        """The top frame's current step ended with `status`: record it and route it (after `earlier`'s writes),
+        in one transaction."""
         top = stack[-1]
-        carry = self._outcome(top, status, output)
+        carry = (earlier or _Carry()).then(self._outcome(top, status, output))
         step = self._find(top, top.step or "")
         if step is None:  # the file changed under the running step: routing fails the session with why
             await self._save(session, stack, carry=carry)
@@ -811,23 +844,40 @@ class WorkflowEngine(NoEffects):
         """Write the stack (version checked and bumped), step runs started (`runs`), ended (`finish`: run id,
         status, output, error) and claimed (`claim`: the frame whose `run_id` the new run gets), and events,
         in one transaction. Raises: ConcurrentModification when the session moved since it was read."""
-        if carry is not None:
-            finish, events = [*carry.finish, *finish], [*carry.events, *events]
         async with self._uow(write=True) as uow:
-            current = await uow.sessions.get(session.id, lock=True)
-            if current.version != session.version:
-                raise ConcurrentModification(session.id, session.version, current.version)
-            now = self._clock.now()
-            for run in runs:
-                await uow.step_runs.add(run)
-            for run_id, status, output, error in finish:
-                await self._finish_run(uow, run_id, status, output, error, now)
-            if claim is not None:
-                claim[0].run_id = await uow.step_runs.add(claim[1])
-            for kind, payload in events:
-                await uow.events.append(kind, now, payload, session.id)
-            updated = await self._write(uow, current, stack, now)
+            updated = await self._save_in(uow, session, stack, runs=runs, finish=finish, events=events, claim=claim,
+                                          carry=carry)  # fmt: skip
             await uow.commit()
+        return updated
+
+    async def _save_in(
+        self,
+        uow: UnitOfWork,
+        session: Session,
+        stack: list[Frame],
+        *,
+        runs: Sequence[StepRun] = (),
+        finish: Sequence[tuple[int | None, StepStatus, str, str | None]] = (),
+        events: Sequence[tuple[str, dict[str, Any]]] = (),
+        claim: tuple[Frame, StepRun] | None = None,
+        carry: _Carry | None = None,
+    ) -> Session:
+        """`_save`'s writes inside `uow` (the caller commits)."""
+        if carry is not None:
+            runs, finish, events = [*carry.runs, *runs], [*carry.finish, *finish], [*carry.events, *events]
+        current = await uow.sessions.get(session.id, lock=True)
+        if current.version != session.version:
+            raise ConcurrentModification(session.id, session.version, current.version)
+        now = self._clock.now()
+        for run in runs:
+            await uow.step_runs.add(run)
+        for run_id, status, output, error in finish:
+            await self._finish_run(uow, run_id, status, output, error, now)
+        if claim is not None:
+            claim[0].run_id = await uow.step_runs.add(claim[1])
+        for kind, payload in events:
+            await uow.events.append(kind, now, payload, session.id)
+        updated = self._written[session.id] = await self._write(uow, current, stack, now)
         return updated
 
     async def _write(self, uow, current: Session, stack: list[Frame], now: datetime) -> Session:
@@ -860,12 +910,8 @@ class WorkflowEngine(NoEffects):
         return StepRun(session.id, depth, _frame_name(top), step.id, top.attempt, status, now, output_summary=output)
 
     async def _finish_run(self, uow, run_id: int | None, status: StepStatus, output: str, error, now) -> None:
-        if run_id is None:
-            return
-        run = await uow.step_runs.get(run_id)
-        if run.status in OPEN_STEP_STATUSES:
-            await uow.step_runs.update(replace(run, status=status, ended_at=now, output_summary=output[-OUTPUT_LIMIT:],
-                                               error=error))  # fmt: skip
+        if run_id is not None:  # a run closed already (by a stack edit, say) keeps its first outcome
+            await uow.step_runs.finish(run_id, status, now, output[-OUTPUT_LIMIT:], error)
 
     async def _close_run(self, run_id: int | None, status: StepStatus, note: str) -> None:
         async with self._uow(write=True) as uow:
@@ -970,10 +1016,17 @@ class WorkflowEngine(NoEffects):
 
     async def _agent_specs(self, session: Session, top: Frame, step: Step) -> list[tuple[str, str]]:
         """(agent type, prompt) per agent of the step, the prompts' variables resolved."""
+        pairs = (
+            [(step.agent or "", step.prompt)]
+            if step.type is StepType.agent
+            else [(a.agent, a.prompt or step.prompt) for a in step.agents]
+        )
         async with self._uow(write=False) as uow:
             task = await uow.tasks.get(session.task_id, with_blockers=False)
-            project = await uow.projects.get(session.project_id)
-        builtins = {"project-root": project.root_path, "session_id": session.id,
+            root = self._roots.get(session.project_id)
+            if root is None:  # a project's root never changes once registered: read it once per process
+                root = self._roots[session.project_id] = (await uow.projects.get(session.project_id)).root_path
+        builtins = {"project-root": root, "session_id": session.id,
                     "session-folder": session.state_data.get("session_folder", "")}  # fmt: skip
         variables = {**top.variables, "task.id": task.id, "task.title": task.title,
                      "task.description": task.description, "task.priority": str(task.priority)}  # fmt: skip
@@ -982,11 +1035,6 @@ class WorkflowEngine(NoEffects):
             variables["input"] = str(given.get("output", ""))
         variables.setdefault("input", "")
         variables.setdefault("instructions", "")
-        pairs = (
-            [(step.agent or "", step.prompt)]
-            if step.type is StepType.agent
-            else [(a.agent, a.prompt or step.prompt) for a in step.agents]
-        )
         out = []
         for agent, prompt in pairs:
             text = resolve(prompt or "", builtins, variables)

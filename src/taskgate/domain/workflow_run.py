@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -64,6 +64,7 @@ class Frame:
     status: FrameStatus = FrameStatus.pending
     attempt: int = 1
     run_id: int | None = None
+    agents: list[str] = field(default_factory=list)  # the running step's agent ids (also on its run row)
     outcome: dict[str, Any] | None = None  # {"status": StepStatus value, "output": str}
     retry_at: str | None = None  # ISO time
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -79,7 +80,9 @@ class Frame:
     deadline: str | None = None  # ISO time: the workflow's max_duration
 
     def as_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        """The frame as plain JSON values, sharing nothing mutable with the frame. (Not `dataclasses.asdict`:
+        it costs ~400 µs for a frame with 40 step results, a fifth of an agent step's budget.)"""
+        data = {name: _plain(getattr(self, name)) for name in self.__dataclass_fields__}
         data["kind"], data["status"] = self.kind.value, self.status.value
         data["context_mode"] = self.context_mode.value
         return data
@@ -104,6 +107,15 @@ class Frame:
     def missing_items(self) -> list[str]:
         """Required checklist items not ticked yet."""
         return [i["id"] for i in self.items if i.get("required", True) and i["id"] not in self.checked]
+
+
+def _plain(value: Any) -> Any:
+    """A copy of a JSON-like value: dicts and lists copied all the way down, scalars as they are."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
 
 
 def load_stack(raw: Sequence[Mapping[str, Any]]) -> list[Frame]:
@@ -207,7 +219,7 @@ def repeat_problem(frame: Frame, step_id: str, print_: str, limits: LoopLimits) 
 def enter(frame: Frame, step_id: str) -> None:
     """Make `step_id` the frame's current step, not started yet."""
     frame.step, frame.status, frame.attempt = step_id, FrameStatus.pending, 1
-    frame.run_id, frame.outcome, frame.retry_at = None, None, None
+    frame.run_id, frame.outcome, frame.retry_at, frame.agents = None, None, None, []
     frame.history = [*frame.history, step_id][-HISTORY:]
 
 

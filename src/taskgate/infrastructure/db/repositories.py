@@ -6,6 +6,7 @@ on SQLite the unit of work already holds the database write lock (`BEGIN IMMEDIA
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import Any
@@ -429,6 +430,10 @@ class SqlAlchemyTokenRepository(_Repository):
         row = await self._one(select(t.api_tokens).where(t.api_tokens.c.token_hash == token_hash))
         return ApiToken(**row) if row else None
 
+    async def get(self, token_id: str) -> ApiToken | None:
+        row = await self._one(select(t.api_tokens).where(t.api_tokens.c.id == token_id))
+        return ApiToken(**row) if row else None
+
     async def list(self) -> list[ApiToken]:
         rows = await self._all(select(t.api_tokens).order_by(t.api_tokens.c.created_at, t.api_tokens.c.id))
         return [ApiToken(**r) for r in rows]
@@ -526,6 +531,16 @@ class SqlAlchemyAgentRepository(_Repository):
         c = t.agents.c
         stmt = select(t.agents).where(c.session_id == session_id).order_by(c.id)
         return [_agent(r) for r in await self._all(stmt)]
+
+    async def many(self, agent_ids: Sequence[str]) -> list[Agent]:
+        if not agent_ids:
+            return []
+        found = {r["id"]: _agent(r) for r in await self._all(select(t.agents).where(t.agents.c.id.in_(agent_ids)))}
+        return [found[i] for i in agent_ids if i in found]
+
+    async def last_run(self, session_id: str) -> int:
+        stmt = select(func.max(t.agents.c.run)).where(t.agents.c.session_id == session_id)
+        return int((await self._conn.execute(stmt)).scalar() or 0)
 
     async def heartbeat(self, agent_id: str, at: datetime) -> bool:
         stmt = update(t.agents).where(t.agents.c.id == agent_id).values(heartbeat_at=at)
@@ -732,6 +747,18 @@ class SqlAlchemyStepRunRepository(_Repository):
         if row is None:
             raise StepRunNotFound(run_id)
         return _step_run(row)
+
+    async def finish(self, run_id: int, status: StepStatus, ended_at: datetime, output: str, error: str | None) -> bool:
+        if not _storable(run_id):
+            return False
+        c = t.step_runs.c
+        still_open = [s.value for s in OPEN_STEP_STATUSES]
+        stmt = (
+            update(t.step_runs)
+            .where(c.id == run_id, c.status.in_(still_open))
+            .values(status=StepStatus(status).value, ended_at=ended_at, output_summary=output, error=error)
+        )
+        return (await self._conn.execute(stmt)).rowcount == 1
 
     async def of_session(self, session_id: str, limit: int = 200) -> list[StepRun]:
         c = t.step_runs.c
