@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
-from taskgate.domain.access import AGENT_TRIGGERS, Capability, Principal, authorize, check_operator_param
+from taskgate.domain.access import (
+    AGENT_TRIGGERS,
+    Capability,
+    Principal,
+    authorize,
+    authorize_operator,
+    check_operator_param,
+)
+from taskgate.domain.entities import Operator
 from taskgate.domain.errors import Forbidden
 from taskgate.domain.states import Trigger
 
@@ -32,6 +42,18 @@ def test_agents_reach_only_their_own_session_and_only_the_triggers_of_their_work
     for trigger in set(Trigger) - AGENT_TRIGGERS:
         with pytest.raises(Forbidden, match="agents may not fire"):
             authorize(AGENT, Capability.FIRE, session_id="s-1", trigger=trigger)
+
+
+def test_steering_a_workflow_stack_is_its_own_capability():
+    """Agents steer their own session's stack; an operator without `write` is told what was refused, in the
+    words of a stack edit rather than of firing triggers."""
+    authorize(AGENT, Capability.STEER, session_id="s-1")
+    with pytest.raises(Forbidden, match="scoped to session s-1"):
+        authorize(AGENT, Capability.STEER, session_id="s-2")
+    reviewer = Operator("rita", "Rita", None, ["reviewer"], [], 2, datetime(2026, 1, 1, tzinfo=UTC))
+    with pytest.raises(Forbidden, match="may not change a session's workflow stack: it needs the 'write'"):
+        authorize_operator(reviewer, Capability.STEER)
+    authorize_operator(Operator("dev", "Dev", None, ["developer"], [], 2, reviewer.created_at), Capability.STEER)
 
 
 def test_an_operator_parameter_must_match_the_caller():

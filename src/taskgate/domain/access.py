@@ -34,6 +34,7 @@ class Capability(StrEnum):
     MANAGE = "change projects, plans and tasks"
     START = "start sessions"
     FIRE = "fire triggers"
+    STEER = "change a session's workflow stack"
     AUDIT = "query the audit log"
     DECIDE = "decide on a verification (approve, request changes, reject) and merge"
     OVERRIDE = "override policies"
@@ -60,6 +61,7 @@ _PERMISSION_OF: dict[Capability, Permission] = {
     Capability.MANAGE: Permission.WRITE,
     Capability.START: Permission.WRITE,
     Capability.FIRE: Permission.WRITE,
+    Capability.STEER: Permission.WRITE,
     Capability.DECIDE: Permission.APPROVE,
     Capability.OVERRIDE: Permission.OVERRIDE,
     Capability.ADMINISTER: Permission.ADMIN,
@@ -98,7 +100,9 @@ def authorize_operator(operator: Operator, capability: Capability, trigger: Trig
 AGENT_TRIGGERS: frozenset[Trigger] = frozenset({Trigger.PLAN_COMPLETE, Trigger.WORK_COMPLETE, Trigger.FAIL})
 """Triggers an agent may fire on its own session: reporting on its own work, never deciding about it."""
 
-_AGENT_CAPABILITIES = frozenset({Capability.READ_SESSION, Capability.FIRE, Capability.SAVE_OUTPUT})
+_AGENT_CAPABILITIES = frozenset(
+    {Capability.READ_SESSION, Capability.FIRE, Capability.STEER, Capability.SAVE_OUTPUT}
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -619,10 +619,10 @@ async def query_checklists(ctx: Context, pattern: Pattern = None) -> ChecklistLi
 async def _edit_stack(
     ctx: Context, session_id: str, edit: Callable[[WorkflowEngine, str, str], Awaitable[StackView]], done: str
 ) -> WorkflowStackOut:
-    """Stack edits move the session on like a trigger does: they need FIRE, which operators hold with `write`
-    and agents on their own session only."""
+    """Stack edits (and checklist ticks) need STEER, which operators hold with `write` and agents on their own
+    session only."""
     call = _call(ctx)
-    sid = await _session_id(call, session_id, Capability.FIRE)
+    sid = await _session_id(call, session_id, Capability.STEER)
     engine = _workflows(call)
     return WorkflowStackOut.of(await edit(engine, sid, call.principal.actor), done)
 
