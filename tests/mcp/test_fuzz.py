@@ -12,7 +12,9 @@ clean (all valid: reaches the use cases), one bad parameter, or chaos.
 Each (tool, caller) pair gets its own copy of one seeded SQLite database (a project, a plan, four tasks the
 last blocked by the first, one session in `planning`, one `suspended`; WIP limit 2), restored every
 `RESET_EVERY` calls, and is fuzzed as the local operator `alice` and as an agent whose token is scoped to the
-planning session. Unknown tool names, and mixed sequences of calls to any tools, are fuzzed too.
+planning session. The server runs a workflow runtime (`FUZZ_WORKFLOWS`, with scripted agents that exit at once),
+so the stack tools reach their use cases; after each call the harness waits until the drivers and agents the
+call set off have ended. Unknown tool names, and mixed sequences of calls to any tools, are fuzzed too.
 
 Invariants, per call:
 - no exception escapes `Client.call_tool`;
@@ -67,6 +69,7 @@ from taskgate.infrastructure.db.tables import ALL_TABLES
 from tests.builders import fire, seed, start
 from tests.conftest import Services, make_git_repo, wire
 from tests.mcp.conftest import app_of
+from tests.workflow_support import Rig, rig
 
 TOTAL_EXAMPLES = int(os.environ.get("TASKGATE_FUZZ_EXAMPLES", "2400"))
 TOOL_NAMES = [fn.__name__ for fn in TOOLS]
@@ -117,6 +120,35 @@ AGENT_WRITES = {"save_output",  # into the agent's own session folder
                 "add_workflow_to_session", "add_checklist_to_session", "checklist_check",  # its own session's stack
                 "workflow_advance", "workflow_back", "workflow_break", "workflow_restart"}  # fmt: skip
 GUARD_LOGGED_TABLES = {"transition_log", "events", "sessions"}
+FUZZ_WORKFLOWS = {
+    "dev/feature.yaml": """
+id: feature
+description: The fuzzed servers' workflow - an agent step, an approval, a checklist
+steps:
+  - id: plan
+    type: agent
+    agent: ok
+    prompt: plan {{task.title}}
+  - id: approve
+    type: approval
+    message: Approve the plan.
+  - id: check
+    type: checklist
+    checklist: quality-validation
+""",
+    "checklists/quality-validation.yaml": """
+id: quality-validation
+description: Two items
+items:
+  - id: tests-pass
+    text: The tests pass.
+  - id: docs-updated
+    text: The docs say what changed.
+    required: false
+""",
+}
+"""The workflow runtime the fuzzed server runs: the names match the clean values of `workflow_name` and
+`checklist_name`, so clean calls reach the engine's use cases (its agents are scripted and exit 0 at once)."""
 SDK_SERVER_LOGGER = "mcp.server.mcpserver.server"
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -368,7 +400,9 @@ def domains(seed: Seed) -> dict[str, Domain]:
         "workflow": choice([None, "feature", "nope", "../feature", "feature*"], 100),
         "workflow_name": Domain(mostly(workflow_ids, bounded_text(100, min_size=1)), over_limit(100) | st.just("")),
         "checklist_name": Domain(mostly(workflow_ids, bounded_text(100, min_size=1)), over_limit(100) | st.just("")),
-        "item": Domain(mostly(["tests", "docs", "nope"], bounded_text(100, min_size=1)), over_limit(100) | st.just("")),
+        "item": Domain(
+            mostly(["tests-pass", "docs-updated", "nope"], bounded_text(100, min_size=1)), over_limit(100) | st.just("")
+        ),
         "pattern": choice([None, "feat*", "*", "[", "review", "%"], 200),
         "category": choice([None, "development", "testing", "ops"], 100),
     }
@@ -433,6 +467,7 @@ class Harness:
     client: Client
     watcher: sqlite3.Connection
     crash_log: _CrashLog
+    runtime: Rig
     schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
     baseline: tuple[int, dict[str, list]] | None = None
     calls: int = 0
@@ -468,6 +503,7 @@ class Harness:
         crashes_before = len(self.crash_log.crashes)
         try:
             result = self.run(asyncio.wait_for(self.client.call_tool(tool, args), CALL_TIMEOUT_S))
+            self.run(asyncio.wait_for(self.settle(), CALL_TIMEOUT_S))
         except Exception as exc:  # the invariant: nothing escapes the client call
             raise AssertionError(f"{tool}({_short(args)}) raised {type(exc).__name__}: {exc}") from exc
         EXECUTED[(self.caller, counted_as or tool)] += 1
@@ -477,6 +513,17 @@ class Harness:
             self.check_refusal(tool, args, result, before)
         else:
             self.check_success(tool, args, result)
+
+    async def settle(self) -> None:
+        """Until the workflow drivers and agents a call set off have ended: they write after the call returned,
+        and must be done before `data_version` can tell what the next call wrote."""
+        for _ in range(1000):  # each round awaits what is running; what those start is awaited next round
+            groups = [*self.runtime.engine._tasks.values(), *self.runtime.agents._tasks.values()]
+            running = [task for group in groups for task in group if not task.done()]
+            if not running:
+                return
+            await asyncio.gather(*running, return_exceptions=True)
+        raise AssertionError("workflow drivers and agents kept starting each other for 1,000 rounds")
 
     def note_crash(self, tool: str, args: Any, result: Any, logged: list[tuple[str, str]]) -> None:
         """Remember an unexplained internal error, keeping the smallest arguments per (tool, exception type)."""
@@ -600,21 +647,24 @@ def fuzz_seed(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -
 
 
 @asynccontextmanager
-async def _connected(services: Services, principal: Principal) -> Any:
-    """The taskgate server over `services` with `principal` as the caller, and a client connected in-process."""
+async def _connected(services: Services, principal: Principal, runtime: Rig) -> Any:
+    """The taskgate server over `services` (with the workflow runtime `runtime`) with `principal` as the caller,
+    and a client connected in-process."""
 
     @asynccontextmanager
     async def open_app() -> Any:
-        yield app_of(services)
+        yield app_of(services, workflows=runtime.engine, agents=runtime.agents)
 
     async with Client(build_server(open_app, local_principal=principal)) as client:
         yield client
 
 
-async def _hold(services: Services, principal: Principal, ready: asyncio.Future, stop: asyncio.Event) -> None:
+async def _hold(
+    services: Services, principal: Principal, runtime: Rig, ready: asyncio.Future, stop: asyncio.Event
+) -> None:
     """Keep the client open in one task (anyio scopes must exit where they were entered) until `stop`."""
     try:
-        async with _connected(services, principal) as client:
+        async with _connected(services, principal, runtime) as client:
             ready.set_result(client)
             await stop.wait()
     except BaseException as exc:
@@ -633,11 +683,12 @@ def open_harness(seed: Seed, tmp_path: Path, caller: str) -> Iterator[Harness]:
     loop = asyncio.new_event_loop()
     database = Database(f"sqlite:///{db_file}", synchronous="NORMAL")
     services = wire("sqlite", database, database.url, wip_limit=2, outputs_root=tmp_path / "agent-outputs")
+    runtime = rig(services, tmp_path / "runtime", FUZZ_WORKFLOWS)
     ready, stop = loop.create_future(), asyncio.Event()
     with _sdk_log_captured() as crash_log, closing(sqlite3.connect(db_file)) as watcher:
-        holder = loop.create_task(_hold(services, principal, ready, stop))
+        holder = loop.create_task(_hold(services, principal, runtime, ready, stop))
         client = loop.run_until_complete(ready)
-        harness = Harness(caller, principal, seed, loop, services, client, watcher, crash_log)
+        harness = Harness(caller, principal, seed, loop, services, client, watcher, crash_log, runtime)
         try:
             harness.schemas = {t.name: t.input_schema for t in harness.run(client.list_tools()).tools}
             yield harness
