@@ -196,9 +196,12 @@ async def main(steps: int, runs: int, tmp: Path) -> None:
     for kind in ("condition", "bare", "agent", "parallel"):
         per_step = sorted([await run(kind) for _ in range(runs)])
         median, p95 = statistics.median(per_step), per_step[min(len(per_step) - 1, int(0.95 * len(per_step)))]
-        verdict = "meets" if median <= 2.0 else "misses"
+        # the 2 ms goal is the engine's own work (condition, bare); the AgentService rows add the supervisor's
+        # bookkeeping per agent (token, status rows, manifest) and are held to the seeds' 100 ms bar
+        goal, what = (2.0, "the engine's 2 ms goal") if kind in ("condition", "bare") else (100.0, "the 100 ms bar")
+        verdict = "meets" if median <= goal else "misses"
         print(f"  {kind:<9} per step: median {median:6.2f} ms  p95 {p95:6.2f} ms  "
-              f"ratio to baseline {median / base_median:4.1f}x  ({verdict} the 2 ms goal)")  # fmt: skip
+              f"ratio to baseline {median / base_median:4.1f}x  ({verdict} {what})")  # fmt: skip
     await database.dispose()
 
 
