@@ -201,7 +201,8 @@ class WorkflowEngine(NoEffects):
         # the session as the running driver's last save left it: the driver's next pass starts from it instead
         # of reading it again. Safe because every write is version-checked: a change made meanwhile by anyone
         # else makes the next save fail with ConcurrentModification, after which the driver reads afresh.
-        self._written: dict[str, Session] = {}
+        # (a key is present only while its session's drive runs; stack edits outside a drive record nothing)
+        self._written: dict[str, Session | None] = {}
         self._roots: dict[int, str] = {}  # project id → root path (immutable), for `{project-root}`
 
     def use_launcher(self, launcher: StepLauncher) -> None:
@@ -517,16 +518,19 @@ class WorkflowEngine(NoEffects):
             await self._drive_locked(session_id)
 
     async def _drive_locked(self, session_id: str) -> None:
-        self._written.pop(session_id, None)  # each drive starts from what the database holds
-        for _ in range(100_000):  # every pass moves a frame or returns; this only bounds a bug
-            try:
-                if not await self._step_once(session_id):
+        self._written[session_id] = None  # each drive starts from what the database holds
+        try:
+            for _ in range(100_000):  # every pass moves a frame or returns; this only bounds a bug
+                try:
+                    if not await self._step_once(session_id):
+                        return
+                except ConcurrentModification:
+                    self._written[session_id] = None
+                    continue  # another process moved the session: read it again
+                except (InvalidTransition, ConflictError):
                     return
-            except ConcurrentModification:
-                self._written.pop(session_id, None)
-                continue  # another process moved the session: read it again
-            except (InvalidTransition, ConflictError):
-                return
+        finally:
+            del self._written[session_id]
 
     async def agents_ended(self, session_id: str) -> None:
         """AgentService calls this when an agent of a workflow session ended."""
@@ -559,7 +563,8 @@ class WorkflowEngine(NoEffects):
 
     async def _step_once(self, session_id: str) -> bool:
         """Do the next thing the session's stack needs; False when the driver must stop and wait."""
-        session = self._written.pop(session_id, None) or await self._sessions.get(session_id)
+        session = self._written.get(session_id) or await self._sessions.get(session_id)
+        self._written[session_id] = None
         if session.state != SessionState.EXECUTING:
             return False
         stack = load_stack(session.workflow_stack)
@@ -877,7 +882,9 @@ class WorkflowEngine(NoEffects):
             claim[0].run_id = await uow.step_runs.add(claim[1])
         for kind, payload in events:
             await uow.events.append(kind, now, payload, session.id)
-        updated = self._written[session.id] = await self._write(uow, current, stack, now)
+        updated = await self._write(uow, current, stack, now)
+        if session.id in self._written:  # a drive runs: its next pass starts from this
+            self._written[session.id] = updated
         return updated
 
     async def _write(self, uow, current: Session, stack: list[Frame], now: datetime) -> Session:
