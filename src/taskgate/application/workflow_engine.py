@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -144,12 +144,15 @@ class StackView:
     version: int
 
 
+_Event = tuple[str, dict[str, Any]]  # an event kind and its payload, appended with the write it records
+
+
 @dataclass(slots=True)
 class _Carry:
     """Writes of a step's outcome that travel with its routing, so both land in one transaction."""
 
     finish: list[tuple[int | None, StepStatus, str, str | None]] = field(default_factory=list)
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    events: list[_Event] = field(default_factory=list)
     runs: list[StepRun] = field(default_factory=list)  # run rows written already ended (a condition, a refusal)
 
     def then(self, later: _Carry | None) -> _Carry:
@@ -305,15 +308,15 @@ class WorkflowEngine(NoEffects):
         (the session is past executing), SessionNotFound.
         """
         workflow = self.workflow(name)
-        async with self._lock(session_id):
-            session, stack = await self._editable(session_id, "add_workflow_to_session")
+
+        async def push(session: Session, stack: list[Frame]) -> list[_Event]:
+            _check_depth(stack, session_id)
             if any(f.kind is FrameKind.workflow and f.name == name for f in stack):
                 raise InvalidInput(f"workflow '{name}' is already on session {session_id}'s stack: {breadcrumb(stack)}")
             stack.append(self._workflow_frame(workflow, parent=stack[-1] if stack else None, parent_step=None))
-            event = {"workflow": name, "depth": len(stack), "actor": actor}
-            session = await self._save(session, stack, events=[("workflow.pushed", event)])
-        self._kick_if_executing(session)
-        return self.view(session)
+            return [("workflow.pushed", {"workflow": name, "depth": len(stack), "actor": actor})]
+
+        return await self._edit(session_id, "add_workflow_to_session", push)
 
     def chosen(self, name: str | None) -> Workflow | None:
         """The workflow a new session should run: `name`, else `[workflows] default`, else None. Call it
@@ -335,21 +338,21 @@ class WorkflowEngine(NoEffects):
     async def add_checklist(self, session_id: str, name: str, actor: str) -> StackView:
         """Push checklist `name`: the session's workflow waits until its required items are ticked."""
         checklist = self.checklist(name)
-        async with self._lock(session_id):
-            session, stack = await self._editable(session_id, "add_checklist_to_session")
+
+        async def push(session: Session, stack: list[Frame]) -> list[_Event]:
+            _check_depth(stack, session_id)
             items = [{"id": i.id, "text": i.text, "required": i.required} for i in checklist.items]
             stack.append(Frame(FrameKind.checklist, name, items=items, started_at=self._now()))
-            event = {"checklist": name, "depth": len(stack), "actor": actor}
-            session = await self._save(session, stack, events=[("workflow.pushed", event)])
-        self._kick_if_executing(session)
-        return self.view(session)
+            return [("workflow.pushed", {"checklist": name, "depth": len(stack), "actor": actor})]
+
+        return await self._edit(session_id, "add_checklist_to_session", push)
 
     async def check_item(self, session_id: str, item: str, actor: str) -> StackView:
         """Tick `item` of the checklist the top frame waits on (ticking twice changes nothing).
 
         Raises: InvalidInput (no checklist waits, unknown item), SessionNotFound."""
-        async with self._lock(session_id):
-            session, stack = await self._editable(session_id, "checklist_check")
+
+        async def tick(session: Session, stack: list[Frame]) -> list[_Event]:
             top = stack[-1] if stack else None
             if (
                 top is None
@@ -362,17 +365,17 @@ class WorkflowEngine(NoEffects):
             ids = [i["id"] for i in top.items]
             if item not in ids:
                 raise InvalidInput(f"checklist item '{item}' is not on the list; items: {', '.join(ids)}")
-            if item not in top.checked:
-                top.checked.append(item)
-                event = {"item": item, "actor": actor, "missing": top.missing_items()}
-                session = await self._save(session, stack, events=[("checklist.checked", event)])
-        self._kick_if_executing(session)
-        return self.view(session)
+            if item in top.checked:
+                return []
+            top.checked.append(item)
+            return [("checklist.checked", {"item": item, "actor": actor, "missing": top.missing_items()})]
+
+        return await self._edit(session_id, "checklist_check", tick)
 
     async def advance(self, session_id: str, actor: str) -> StackView:
         """Move the top frame past its current step by hand (it counts as skipped, routed as a success)."""
-        async with self._lock(session_id):
-            session, stack = await self._editable(session_id, "workflow_advance")
+
+        async def skip(session: Session, stack: list[Frame]) -> list[_Event]:
             top = self._top(stack, session_id)
             on_list = top.kind is FrameKind.checklist or (top.items and top.status is FrameStatus.waiting)
             if on_list and (missing := top.missing_items()):
@@ -385,16 +388,14 @@ class WorkflowEngine(NoEffects):
                 )
             await self._abandon_step(session, top, StepStatus.SKIPPED, f"advanced by {actor}")
             top.status, top.outcome = FrameStatus.done, {"status": StepStatus.SKIPPED.value, "output": ""}
-            session = await self._save(
-                session, stack, events=[("workflow.advanced", {"actor": actor, "step": top.step})]
-            )
-        self._kick_if_executing(session)
-        return self.view(session)
+            return [("workflow.advanced", {"actor": actor, "step": top.step})]
+
+        return await self._edit(session_id, "workflow_advance", skip)
 
     async def back(self, session_id: str, actor: str) -> StackView:
         """Return the top frame to the step it ran before the current one."""
-        async with self._lock(session_id):
-            session, stack = await self._editable(session_id, "workflow_back")
+
+        async def go_back(session: Session, stack: list[Frame]) -> list[_Event]:
             top = self._top(stack, session_id)
             if len(top.history) < 2:
                 raise InvalidInput(f"{top.label} has no previous step to go back to")
@@ -402,14 +403,14 @@ class WorkflowEngine(NoEffects):
             previous = top.history[-2]
             top.history = top.history[:-2]
             enter(top, previous)
-            session = await self._save(session, stack, events=[("workflow.back", {"actor": actor, "step": previous})])
-        self._kick_if_executing(session)
-        return self.view(session)
+            return [("workflow.back", {"actor": actor, "step": previous})]
+
+        return await self._edit(session_id, "workflow_back", go_back)
 
     async def break_frame(self, session_id: str, actor: str) -> StackView:
         """Leave the nested top frame (only when depth > 1); the step that pushed it counts as skipped."""
-        async with self._lock(session_id):
-            session, stack = await self._editable(session_id, "workflow_break")
+
+        async def leave(session: Session, stack: list[Frame]) -> list[_Event]:
             if len(stack) < 2:
                 raise InvalidInput(
                     f"workflow_break leaves a nested frame; session {session_id} is at depth {len(stack)}"
@@ -421,25 +422,36 @@ class WorkflowEngine(NoEffects):
             if child.parent_step is not None and parent.step == child.parent_step:
                 await self._close_run(parent.run_id, StepStatus.SKIPPED, f"left by workflow_break ({actor})")
                 parent.status, parent.outcome = FrameStatus.done, {"status": StepStatus.SKIPPED.value, "output": ""}
-            session = await self._save(
-                session, stack, events=[("workflow.break", {"actor": actor, "left": child.label})]
-            )
-        self._kick_if_executing(session)
-        return self.view(session)
+            return [("workflow.break", {"actor": actor, "left": child.label})]
+
+        return await self._edit(session_id, "workflow_break", leave)
 
     async def restart(self, session_id: str, actor: str) -> StackView:
         """Run the top frame again from its first step, with its results cleared."""
-        async with self._lock(session_id):
-            session, stack = await self._editable(session_id, "workflow_restart")
+
+        async def from_the_top(session: Session, stack: list[Frame]) -> list[_Event]:
             top = self._top(stack, session_id)
             await self._abandon_step(session, top, StepStatus.CANCELLED, f"workflow_restart by {actor}")
             parent = stack[-2] if len(stack) > 1 else None
             top.results = child_results(parent, top.context_mode) if parent else {}
             top.own, top.trail, top.history, top.iterations, top.checked = [], [], [], 0, []
             top.step, top.status = None, FrameStatus.pending
-            session = await self._save(
-                session, stack, events=[("workflow.restart", {"actor": actor, "frame": top.label})]
-            )
+            return [("workflow.restart", {"actor": actor, "frame": top.label})]
+
+        return await self._edit(session_id, "workflow_restart", from_the_top)
+
+    async def _edit(
+        self, session_id: str, what: str, change: Callable[[Session, list[Frame]], Awaitable[list[_Event]]]
+    ) -> StackView:
+        """One stack edit (`what` names it in refusals): under the session's lock, `change` edits the stack as
+        stored and returns the events that record it; stack and events are saved in one version-checked
+        transaction (nothing is written when it returns none), then the driver is kicked if the session
+        executes. Raises: whatever `change` raises (nothing written), InvalidTransition past executing."""
+        async with self._lock(session_id):
+            session, stack = await self._editable(session_id, what)
+            events = await change(session, stack)
+            if events:
+                session = await self._save(session, stack, events=events)
         self._kick_if_executing(session)
         return self.view(session)
 
@@ -842,7 +854,7 @@ class WorkflowEngine(NoEffects):
         *,
         runs: Sequence[StepRun] = (),
         finish: Sequence[tuple[int | None, StepStatus, str, str | None]] = (),
-        events: Sequence[tuple[str, dict[str, Any]]] = (),
+        events: Sequence[_Event] = (),
         claim: tuple[Frame, StepRun] | None = None,
         carry: _Carry | None = None,
     ) -> Session:
@@ -863,7 +875,7 @@ class WorkflowEngine(NoEffects):
         *,
         runs: Sequence[StepRun] = (),
         finish: Sequence[tuple[int | None, StepStatus, str, str | None]] = (),
-        events: Sequence[tuple[str, dict[str, Any]]] = (),
+        events: Sequence[_Event] = (),
         claim: tuple[Frame, StepRun] | None = None,
         carry: _Carry | None = None,
     ) -> Session:
@@ -901,7 +913,7 @@ class WorkflowEngine(NoEffects):
         status: StepStatus,
         frame_status: FrameStatus,
         *,
-        event: tuple[str, dict[str, Any]] | None = None,
+        event: _Event | None = None,
         push: Frame | None = None,
     ) -> Session:
         """Claim the step: its run row and the frame's new status (and a child frame to push), written together
@@ -956,10 +968,7 @@ class WorkflowEngine(NoEffects):
         if session.state not in PUSHABLE_STATES:
             allowed = ", ".join(sorted(s.value for s in PUSHABLE_STATES))
             raise InvalidTransition(session_id, session.state.value, what, [f"(states: {allowed})"])
-        stack = load_stack(session.workflow_stack)
-        if what in ("add_workflow_to_session", "add_checklist_to_session") and len(stack) >= MAX_DEPTH:
-            raise InvalidInput(f"session {session_id}'s stack is {MAX_DEPTH} frames deep (the limit)")
-        return session, stack
+        return session, load_stack(session.workflow_stack)
 
     @staticmethod
     def _top(stack: list[Frame], session_id: str) -> Frame:
@@ -1051,6 +1060,11 @@ class WorkflowEngine(NoEffects):
                 text += f"\n\nThe operator's instructions:\n{variables['instructions']}"
             out.append((agent, text))
         return out
+
+
+def _check_depth(stack: list[Frame], session_id: str) -> None:
+    if len(stack) >= MAX_DEPTH:
+        raise InvalidInput(f"session {session_id}'s stack is {MAX_DEPTH} frames deep (the limit)")
 
 
 def _agents_outcome(step: Step, agents: list[Agent]) -> tuple[StepStatus, str]:
