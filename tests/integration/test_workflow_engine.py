@@ -15,7 +15,7 @@ from taskgate.application.decisions import Decide
 from taskgate.application.sessions import FireTrigger
 from taskgate.domain.errors import ConflictError, InvalidInput, InvalidTransition
 from taskgate.domain.states import SessionState
-from taskgate.domain.workflow_run import LoopLimits
+from taskgate.domain.workflow_run import MAX_DEPTH, LoopLimits
 from taskgate.domain.workflows import WorkflowNotFound
 from tests.builders import ACTOR, OPERATOR
 from tests.conftest import wire
@@ -391,6 +391,21 @@ async def test_the_loop_guard_caps_iterations(services, git_repo, tmp_path):
     assert failed.state == SessionState.FAILED
     reason = (await services.sessions.history(session.id))[-1].reason or ""
     assert "ran 4 steps, its limit is 4 (max_iterations)" in reason
+
+
+async def test_the_stack_is_refused_past_its_depth_limit_and_nothing_is_written(services, git_repo, tmp_path):
+    release = "id: rel\ndescription: r\nitems:\n  - {id: a, text: A}\n"
+    files = {"dev/approvals.yaml": APPROVALS, "dev/child.yaml": CHILD, "checklists/rel.yaml": release}
+    r = rig(services, tmp_path, files)
+    session = await planning_with(services, git_repo, r, "approvals")  # depth 1
+    for _ in range(MAX_DEPTH - 1):
+        view = await r.engine.add_checklist(session.id, "rel", ACTOR)
+    assert view.depth == MAX_DEPTH
+    before = await services.sessions.get(session.id)
+    for push in (r.engine.add_checklist(session.id, "rel", ACTOR), r.engine.add_workflow(session.id, "child", ACTOR)):
+        with pytest.raises(InvalidInput, match=f"stack is {MAX_DEPTH} frames deep"):
+            await push
+    assert await services.sessions.get(session.id) == before
 
 
 async def test_stack_edits_push_break_advance_back_restart(services, git_repo, tmp_path):
