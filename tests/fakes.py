@@ -397,6 +397,32 @@ class InMemoryTokenRepository(_Repo):
         self.store.tokens[token_id] = replace(self.store.tokens[token_id], revoked_at=at)
         return True
 
+    async def revoke_for_agent(self, agent_id: str, at: datetime) -> int:
+        return self._revoke_where(lambda tok: tok.agent_id == agent_id, at)
+
+    async def revoke_for_session(self, session_id: str, at: datetime) -> int:
+        return self._revoke_where(lambda tok: tok.session_id == session_id, at)
+
+    async def revoke_dangling(self, at: datetime) -> list[str]:
+        live = {a.id for a in self.store.agents.values() if a.status.value in ("queued", "running")}
+        ended = {s.id for s in self.store.sessions.values() if s.state.value in ("completed", "cancelled")}
+        doomed = [
+            tok.id
+            for tok in self.store.tokens.values()
+            if tok.kind == "agent"
+            and tok.revoked_at is None
+            and ((tok.agent_id is not None and tok.agent_id not in live) or tok.session_id in ended)
+        ]
+        for token_id in doomed:
+            self.store.tokens[token_id] = replace(self.store.tokens[token_id], revoked_at=at)
+        return doomed
+
+    def _revoke_where(self, match, at: datetime) -> int:
+        doomed = [tok.id for tok in self.store.tokens.values() if tok.revoked_at is None and match(tok)]
+        for token_id in doomed:
+            self.store.tokens[token_id] = replace(self.store.tokens[token_id], revoked_at=at)
+        return len(doomed)
+
 
 class InMemoryUnitOfWork:
     """A transaction over an `InMemoryStore`: writes go to a copy that replaces the store on commit."""

@@ -45,11 +45,22 @@ class AccessService:
             await uow.operators.get(operator_id)
             return await self._issue(uow, PrincipalKind.OPERATOR, label, operator_id=operator_id)
 
-    async def create_agent_token(self, session_id: str, label: str = "") -> IssuedToken:
-        """A token that reaches only `session_id`. Raises: SessionNotFound."""
+    async def create_agent_token(self, session_id: str, label: str = "", agent_id: str | None = None) -> IssuedToken:
+        """A token that reaches only `session_id`; with `agent_id`, that agent's own, revoked when it ends.
+        Every token of a session is revoked when the session ends. Raises: SessionNotFound."""
         async with self._uow(write=True) as uow:
             await uow.sessions.get(session_id)
-            return await self._issue(uow, PrincipalKind.AGENT, label, session_id=session_id)
+            owner = {"session_id": session_id} | ({"agent_id": agent_id} if agent_id else {})
+            return await self._issue(uow, PrincipalKind.AGENT, label, **owner)
+
+    async def revoke_dangling(self) -> list[str]:
+        """At start: revoke agent tokens whose agent or session ended while no service ran; the ids revoked."""
+        async with self._uow(write=True) as uow:
+            revoked = await uow.tokens.revoke_dangling(self._clock.now())
+            if revoked:
+                await uow.events.append("token.revoked", self._clock.now(), {"tokens": revoked, "why": "ended"})
+            await uow.commit()
+        return revoked
 
     async def authenticate(self, secret: str | None) -> Principal:
         """The principal a bearer token stands for. Raises: Unauthenticated (missing, unknown or revoked)."""

@@ -315,3 +315,4 @@ class ApiToken:
     session_id: str | None = None
     label: str = ""
     revoked_at: datetime | None = None
+    agent_id: str | None = None  # an agent's own token: it dies with that agent

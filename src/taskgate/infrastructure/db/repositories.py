@@ -11,7 +11,7 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, exists, func, insert, select, update
+from sqlalchemy import Select, and_, exists, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
@@ -441,6 +441,30 @@ class SqlAlchemyTokenRepository(_Repository):
     async def revoke(self, token_id: str, at: datetime) -> bool:
         stmt = update(t.api_tokens).where(t.api_tokens.c.id == token_id).values(revoked_at=at)
         return (await self._conn.execute(stmt)).rowcount == 1
+
+    async def revoke_for_agent(self, agent_id: str, at: datetime) -> int:
+        c = t.api_tokens.c
+        stmt = update(t.api_tokens).where(c.agent_id == agent_id, c.revoked_at.is_(None)).values(revoked_at=at)
+        return (await self._conn.execute(stmt)).rowcount
+
+    async def revoke_for_session(self, session_id: str, at: datetime) -> int:
+        c = t.api_tokens.c
+        stmt = update(t.api_tokens).where(c.session_id == session_id, c.revoked_at.is_(None)).values(revoked_at=at)
+        return (await self._conn.execute(stmt)).rowcount
+
+    async def revoke_dangling(self, at: datetime) -> list[str]:
+        c, a, s = t.api_tokens.c, t.agents.c, t.sessions.c
+        live_agents = select(a.id).where(a.status.in_(("queued", "running")))
+        ended_sessions = select(s.id).where(s.state.in_(("completed", "cancelled")))
+        dangling = and_(
+            c.kind == "agent",
+            c.revoked_at.is_(None),
+            or_(and_(c.agent_id.is_not(None), c.agent_id.not_in(live_agents)), c.session_id.in_(ended_sessions)),
+        )
+        ids = [r[0] for r in (await self._conn.execute(select(c.id).where(dangling))).all()]
+        if ids:
+            await self._conn.execute(update(t.api_tokens).where(c.id.in_(ids)).values(revoked_at=at))
+        return ids
 
 
 def _project(row: Any) -> Project:

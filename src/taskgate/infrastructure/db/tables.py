@@ -233,6 +233,9 @@ api_tokens = Table(
     Column("label", String(200), nullable=False, server_default=text("''")),
     Column("created_at", UtcDateTime, nullable=False),
     Column("revoked_at", UtcDateTime, nullable=True),
+    Column("agent_id", String(36), nullable=True),  # the agent whose token it is: revoked when that agent ends
+    Index("ix_api_tokens_agent", "agent_id"),
+    Index("ix_api_tokens_session", "session_id"),
 )
 
 session_snapshots = Table(
