@@ -74,6 +74,9 @@ class NoopRunner:
     def ended(self, output_path: str) -> AgentExit | None:
         return None
 
+    def started(self, output_path: str | None) -> bool:
+        return False
+
 
 class BareLauncher:
     """A StepLauncher with no supervisor at all: each agent is one row written already completed, in the
@@ -115,8 +118,9 @@ def workflows(steps: int) -> dict[str, str]:
                             "    min_success: 3\n")  # fmt: skip
         return f"id: {kind}\ndescription: {kind} steps\nmax_iterations: {steps + 1}\nsteps:\n" + "".join(body)
 
-    return {kind: chain(kind) for kind in ("condition", "agent", "parallel")} | {"bare": chain("agent").replace(
-        "id: agent", "id: bare", 1)}
+    return {kind: chain(kind) for kind in ("condition", "agent", "parallel")} | {
+        "bare": chain("agent").replace("id: agent", "id: bare", 1)
+    }
 
 
 def _next(i: int, steps: int) -> str:

@@ -63,6 +63,10 @@ class ScriptedAgentRunner:
     def ended(self, output_path: str) -> AgentExit | None:
         return None
 
+    def started(self, output_path: str | None) -> bool:
+        # no output file to tell by: taken as started, so a queued one is lost at restart
+        return True
+
     def release(self) -> None:
         self.released.set()
 

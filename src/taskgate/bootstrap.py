@@ -27,6 +27,7 @@ from taskgate.application.ports import (
     UnitOfWorkFactory,
     VcsProvider,
 )
+from taskgate.application.recovery import Recovery
 from taskgate.application.review_queue import ReviewQueue
 from taskgate.application.sessions import SessionService
 from taskgate.application.sweeper import Sweeper, SweeperOptions
@@ -77,6 +78,7 @@ class App:
     agents: AgentService | None = None
     outputs: OutputService | None = None  # the session folders (save_output, manifest.json)
     workflows: WorkflowEngine | None = None  # the workflow runtime (session stacks)
+    recovery: Recovery | None = None  # start-up recovery (`serve` runs it before the first request)
 
     async def close(self) -> None:
         if self.database is not None:
@@ -294,6 +296,7 @@ async def bootstrap(
         services[0], uow, catalogue=workflow_catalogue(settings).catalogue, clock=clock, agents=agents,
         decisions=people[1], options=workflow_options(settings), review_queue=queue,
     )  # fmt: skip
+    app.recovery = Recovery(services[0], extras[0], services[3], agents, app.workflows)
     return app
 
 

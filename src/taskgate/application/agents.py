@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import PurePosixPath
 
+from taskgate.application import crashpoints
 from taskgate.application.access import AccessService
 from taskgate.application.effects import NOTHING, Aftermath
 from taskgate.application.outputs import OutputService
@@ -34,6 +35,7 @@ from taskgate.domain.errors import InvalidInput, InvalidTransition, TaskgateErro
 from taskgate.domain.states import SessionState, Trigger
 
 SYSTEM_ACTOR = "system"
+LAUNCH = "launch"  # state_data key: the agent run a transition owes ({run, agents, instructions}), see `_owed`
 _STOP_ON = frozenset({Trigger.CANCEL, Trigger.FAIL, Trigger.REJECT, Trigger.TIMEOUT, Trigger.ABANDON})
 
 
@@ -79,7 +81,6 @@ class AgentService:
         self._per_session: dict[str, asyncio.Semaphore] = {}
         self._stops: dict[str, asyncio.Event] = {}  # agent id → set to stop it
         self._tasks: dict[str, set[asyncio.Task]] = {}  # session id → supervising tasks
-        self._tokens: dict[str, str] = {}  # agent id → its token's id, revoked when the agent ends
         self._done_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         # A session that runs a workflow hands the end of its agents to the workflow engine instead
         self._workflow_listener: Callable[[str], Awaitable[None]] | None = None
@@ -106,9 +107,15 @@ class AgentService:
             raise InvalidInput("no agents to launch: pass agent names or set execution.default_agents in config")
         if len(names) > 64:
             raise InvalidInput("at most 64 agents per launch")
-        kinds = [self._type(n) for n in names]
-        result = await self._sessions.fire(FireTrigger(session_id, Trigger.PLAN_COMPLETE.value, actor))
-        return Launched(result.session, await self._launch(result.session, kinds, instructions=""))
+        for name in names:
+            self._type(name)
+        # The launch is recorded with plan_complete (one commit), so a crash before the agents' rows exist is
+        # carried on at restart (`resume`) instead of leaving the session executing with nothing running.
+        launch = {"run": await self._next_run(session_id), "agents": names, "instructions": ""}
+        cmd = FireTrigger(session_id, Trigger.PLAN_COMPLETE.value, actor, changes={"state_data": {LAUNCH: launch}})
+        result = await self._sessions.fire(cmd)
+        crashpoints.reached("execute.plan_complete")
+        return Launched(result.session, await self._launch_owed(result.session))
 
     async def started(self, session_id: str) -> None:
         """Until no agent of the session waits queued in this process (each was started, or failed to start)."""
@@ -165,13 +172,17 @@ class AgentService:
                 await self._finish(agent, AgentExit(None, "cancelled", ""), notify=False)
 
     async def recover(self) -> list[str]:
-        """At start: re-attach to agents still running (their pid is alive), mark the others failed, and let
+        """At start: re-attach to agents still running (their pid is alive), start the ones still queued that
+        never started (no pid, no output: the crash came before their process), mark the others failed, and let
         their sessions continue. Returns what it did, one line per agent."""
         report = []
         async with self._uow(write=False) as uow:
             active = await uow.agents.active()
         for agent in active:
-            if agent.status == AgentStatus.RUNNING and agent.pid and self._runner.alive(agent.pid):
+            if agent.status == AgentStatus.QUEUED and not agent.pid and not self._runner.started(agent.output_path):
+                self._supervise(agent, self._type_or_default(agent.agent_type), reattach=False)
+                report.append(f"agent {agent.id} of session {agent.session_id}: started (it was queued)")
+            elif agent.status == AgentStatus.RUNNING and agent.pid and self._runner.alive(agent.pid):
                 self._supervise(agent, self._type_or_default(agent.agent_type), reattach=True)
                 report.append(f"agent {agent.id} of session {agent.session_id}: re-attached (pid {agent.pid})")
             elif agent.output_path and (ended := self._runner.ended(agent.output_path)) is not None:
@@ -185,23 +196,67 @@ class AgentService:
     # -- session effects ---------------------------------------------------------------------------------------
 
     def wants_before(self, trigger: Trigger) -> bool:
-        return False
+        return trigger == Trigger.REQUEST_CHANGES
 
     async def before(self, session: Session, cmd: FireTrigger) -> FireTrigger:
-        return cmd
+        """request_changes records the relaunch it owes (the previous run's agents, with the operator's
+        instructions) in its own transaction; `after` then launches what was recorded."""
+        kinds = await self._previous_kinds(session.id)
+        if not kinds:
+            return cmd
+        changes = dict(cmd.changes or {})
+        data = dict(changes.get("state_data") or {})
+        instructions = str(data.get("instructions") or session.state_data.get("instructions") or "")
+        run = await self._next_run(session.id)
+        data[LAUNCH] = {"run": run, "agents": [k.name for k in kinds], "instructions": instructions}
+        return replace(cmd, changes={**changes, "state_data": data})
 
     async def after(self, result: FireResult, cmd: FireTrigger) -> Aftermath:
         trigger = Trigger(cmd.trigger)
         if trigger in _STOP_ON or result.session.state in {SessionState.CANCELLED, SessionState.FAILED}:
             await self.stop(result.session.id)
         elif trigger == Trigger.REQUEST_CHANGES:
-            instructions = str(result.session.state_data.get("instructions") or "")
-            kinds = await self._previous_kinds(result.session.id)
-            if kinds:
-                await self._launch(result.session, kinds, instructions=instructions)
+            crashpoints.reached("decide.request_changes")
+            await self._launch_owed(result.session)
         return NOTHING
 
+    async def resume(self, session: Session) -> Aftermath:
+        """An executing session without a workflow whose agents a crash cut off: the recorded launch that has
+        no agents yet is launched; a run whose agents all ended is concluded (work_complete, or fail)."""
+        if session.state != SessionState.EXECUTING or session.workflow_stack:
+            return NOTHING
+        if await self._owed(session) is not None:
+            launched = await self._launch_owed(session)
+            return Aftermath(note=f"launched the recorded run of {len(launched)} agent(s)")
+        async with self._uow(write=False) as uow:
+            agents = await uow.agents.of_session(session.id)
+        run = max((a.run for a in agents), default=0)
+        current = [a for a in agents if a.run == run]
+        if not current or any(a.status in _LIVE for a in current):
+            return NOTHING  # nothing ran (an older release's execute) or still running: the sweeper watches it
+        await self._after_agent(session.id)
+        return Aftermath(note=f"concluded run {run}: its {len(current)} agent(s) had ended")
+
     # -- internals ---------------------------------------------------------------------------------------------
+
+    async def _next_run(self, session_id: str) -> int:
+        async with self._uow(write=False) as uow:
+            return await uow.agents.last_run(session_id) + 1
+
+    async def _owed(self, session: Session) -> dict | None:
+        """The launch recorded on the session whose agents do not exist yet, if any."""
+        launch = session.state_data.get(LAUNCH)
+        if not isinstance(launch, dict):
+            return None
+        return launch if await self._next_run(session.id) <= int(launch["run"]) else None
+
+    async def _launch_owed(self, session: Session) -> list[Agent]:
+        """Launch the run recorded on the session (by execute or request_changes), unless it exists already."""
+        launch = await self._owed(session)
+        if launch is None:
+            return []
+        kinds = [self._type_or_default(name) for name in launch["agents"]]
+        return await self._launch(session, kinds, instructions=str(launch["instructions"]), run=int(launch["run"]))
 
     async def _launch(
         self,
@@ -211,11 +266,12 @@ class AgentService:
         instructions: str,
         prompts: Sequence[str] | None = None,
         claim: StepClaim | None = None,
+        run: int | None = None,
     ) -> list[Agent]:
         if not session.worktree_path:
             raise InvalidInput(f"session {session.id} has no worktree to run agents in")
         async with self._uow(write=True) as uow:
-            run = await uow.agents.last_run(session.id) + 1
+            run = run or await uow.agents.last_run(session.id) + 1
             given = prompts if prompts is not None else [None] * len(kinds)
             made = [
                 await self._new_agent(uow, session, kind, run, instructions, prompt)
@@ -228,6 +284,7 @@ class AgentService:
                 payload = {"agent": agent.id, "type": agent.agent_type, "to": "queued", "run": run}
                 await uow.events.append("agent.status", self._clock.now(), payload, session.id)
             await uow.commit()
+        crashpoints.reached("execute.queued")
         for agent, kind in zip(made, kinds, strict=True):
             self._supervise(agent, kind, reattach=False)
         return made
@@ -281,8 +338,7 @@ class AgentService:
 
     async def _start(self, agent: Agent, kind: AgentType) -> Agent:
         session = await self._sessions.get(agent.session_id)
-        token = await self._access.create_agent_token(session.id, f"agent {agent.id}")
-        self._tokens[agent.id] = token.token.id
+        token = await self._access.create_agent_token(session.id, f"agent {agent.id}", agent_id=agent.id)
         env = {**kind.env, "TASKGATE_SESSION_ID": session.id, "TASKGATE_TASK_ID": session.task_id,
                "TASKGATE_SESSION_FOLDER": str(PurePosixPath(self._outputs_root, session.id)),
                "TASKGATE_MCP_URL": self._options.mcp_url, "TASKGATE_TOKEN": token.secret,
@@ -320,11 +376,8 @@ class AgentService:
         reason = error or agent.error or (None if ok else _describe(outcome))
         done = replace(agent, status=status, exit_code=outcome.exit_code, output_tail=outcome.output_tail[-4000:],
                        completed_at=self._clock.now(), error=reason)  # fmt: skip
+        # the agent's token dies in the transaction that records its end (durable: see `_save`)
         await self._save(done, {"to": status.value, "exit_code": outcome.exit_code, "reason": outcome.reason})
-        token_id = self._tokens.pop(agent.id, None)
-        if token_id is not None:  # an ended agent's token stops working (tokens of re-attached agents expire with
-            with suppress(TaskgateError):  # their session instead: their ids were in the crashed process only)
-                await self._access.revoke(token_id)
         if notify and status != AgentStatus.CANCELLED:
             await self._after_agent(agent.session_id)
 
@@ -347,6 +400,7 @@ class AgentService:
             if session.state != SessionState.EXECUTING or any(a.status in _LIVE for a in current):
                 return
             failed = [a for a in current if a.status != AgentStatus.COMPLETED]
+            crashpoints.reached("agents.ended")
             await self._conclude(session, failed)
 
     async def _conclude(self, session: Session, failed: list[Agent]) -> None:
@@ -368,6 +422,8 @@ class AgentService:
     async def _save(self, agent: Agent, change: dict[str, object]) -> None:
         async with self._uow(write=True) as uow:
             await uow.agents.update(agent)
+            if agent.status not in _LIVE:  # ended: its token stops working with the same commit
+                await uow.tokens.revoke_for_agent(agent.id, self._clock.now())
             payload = {"agent": agent.id, "type": agent.agent_type, **change}
             await uow.events.append("agent.status", self._clock.now(), payload, agent.session_id)
             await uow.commit()

@@ -26,8 +26,9 @@ import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from taskgate.application import crashpoints
 from taskgate.application.ports import Clock, UnitOfWorkFactory
-from taskgate.application.sessions import FireResult, FireTrigger, SessionService
+from taskgate.application.sessions import MERGE_REQUESTED, FireResult, FireTrigger, SessionService
 from taskgate.application.workflow_engine import WorkflowEngine
 from taskgate.domain.access import Capability, authorize_operator
 from taskgate.domain.entities import (
@@ -235,10 +236,15 @@ class DecisionService:
         return await self._reject(session, decision)
 
     async def _approve(
-        self, session: Session, decision: Decision, cmd: Decide, overrides: frozenset[str]
+        self,
+        session: Session,
+        decision: Decision,
+        cmd: Decide,
+        overrides: frozenset[str],
+        changes: dict[str, Any] | None = None,
     ) -> DecisionResult:
         try:
-            result = await self._fire(session, "approve", decision, overrides=overrides)
+            result = await self._fire(session, "approve", decision, overrides=overrides, changes=changes)
         except PolicyViolation as exc:
             if {v.policy for v in exc.violations} != {REVIEW_POLICY}:
                 raise
@@ -264,7 +270,8 @@ class DecisionService:
         changes = {"compensation_plan": compensation.value}
         result = await self._fire(session, "reject", replace(decision, compensation=compensation), changes=changes)
         follow_ups, warnings = result.follow_ups, result.warnings
-        if compensation == Compensation.AUTO_REVERT:
+        if compensation == Compensation.AUTO_REVERT:  # a crash here: resumed at restart (failed + auto_revert)
+            crashpoints.reached("decide.reject")
             reverted = await self._sessions.fire(
                 FireTrigger(session.id, "compensate", _actor(decision), reason="auto_revert chosen at reject")
             )
@@ -278,7 +285,10 @@ class DecisionService:
 
     async def _approve_and_merge(self, session: Session, decision: Decision, cmd: Decide) -> DecisionResult:
         """The operator rejects the review but takes the work anyway: approve past every guard, then merge."""
-        approved = await self._approve(session, decision, cmd, frozenset({ALL_POLICIES}))
+        # the merge is owed from the approval on: recorded with it, so a crash before the merge is resumed
+        request = {"by": _actor(decision), "at": decision.at.isoformat(), "why": "approve_and_merge"}
+        changes = {"state_data": {MERGE_REQUESTED: request}}
+        approved = await self._approve(session, decision, cmd, frozenset({ALL_POLICIES}), changes)
         merged = await self._sessions.fire(
             FireTrigger(session.id, "merge", _actor(decision), reason="approve_and_merge: review bypassed")
         )

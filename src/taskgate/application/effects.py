@@ -10,7 +10,9 @@ command or tracker call ever holds the database write lock:
   the caller must see (the worktree could not be created, so the session was failed).
 
 Effects are written to be idempotent: after a crash between an effect and its transition, running the
-effect again (startup reconciliation does) finds the work done and carries on.
+effect again finds the work done and carries on. `resume` is how: at start-up (and when an operator's start
+finds a session a crash left half-made) the engine asks the effects what the session's state still owes,
+and gets back the very follow-up the interrupted call would have fired (see docs/failure-model.md).
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Aftermath:
-    """What `after` asks of the engine: fire `follow_up` next, then raise `error` (if any) to the caller."""
+    """What `after` (or `resume`) asks of the engine: fire `follow_up` next, then raise `error` (if any) to the
+    caller. `note` says what an effect did by itself while resuming (e.g. launched the recorded agents)."""
 
     follow_up: FireTrigger | None = None
     error: TaskgateError | None = None
+    note: str = ""
 
 
 NOTHING = Aftermath()
@@ -48,6 +52,10 @@ class SessionEffects(Protocol):
     async def after(self, result: FireResult, cmd: FireTrigger) -> Aftermath:
         """React to an applied transition."""
 
+    async def resume(self, session: Session) -> Aftermath:
+        """Carry on the work a crash cut off in the session's current state: the follow-up its interrupted
+        call would have fired, or the work done (`note`); NOTHING when the state owes nothing."""
+
 
 class NoEffects:
     """For engines that only keep state (unit tests of the engine, benchmarks of the bare transition), and the
@@ -60,6 +68,9 @@ class NoEffects:
         return cmd
 
     async def after(self, result: FireResult, cmd: FireTrigger) -> Aftermath:
+        return NOTHING
+
+    async def resume(self, session: Session) -> Aftermath:
         return NOTHING
 
 
@@ -85,3 +96,11 @@ class CompositeEffects:
             follow_up = follow_up or found.follow_up
             error = error or found.error
         return Aftermath(follow_up, error)
+
+    async def resume(self, session: Session) -> Aftermath:
+        """The first part whose state the session owes work to resumes it (states belong to one part each)."""
+        for part in self._parts:
+            found = await part.resume(session)
+            if found.follow_up is not None or found.note or found.error is not None:
+                return found
+        return NOTHING

@@ -177,6 +177,17 @@ class TokenRepository(Protocol):
     async def revoke(self, token_id: str, at: datetime) -> bool:
         """Mark revoked; False when no such token exists."""
 
+    async def revoke_for_agent(self, agent_id: str, at: datetime) -> int:
+        """Revoke the agent's live tokens; how many were live."""
+
+    async def revoke_for_session(self, session_id: str, at: datetime) -> int:
+        """Revoke every live token scoped to the session (its agents' and any issued for it); how many."""
+
+    async def revoke_dangling(self, at: datetime) -> list[str]:
+        """Revoke live agent tokens whose agent is neither queued nor running (or is gone), or whose session
+        ended (completed, cancelled); the ids revoked. Start-up runs it for agents that ended while no
+        service watched."""
+
 
 class StepRunRepository(Protocol):
     """Workflow step runs (attempts), per session in the order they started."""
@@ -539,9 +550,7 @@ class DeliveryRepository(Protocol):
     async def counts(self) -> dict[tuple[str, str], int]:
         """Rows by (subscriber, status), without the skip markers."""
 
-    async def list(
-        self, subscriber: str | None = None, status: str | None = None, limit: int = 100
-    ) -> list[Delivery]:
+    async def list(self, subscriber: str | None = None, status: str | None = None, limit: int = 100) -> list[Delivery]:
         """Deliveries by event id (oldest first, at most `limit`), without their events or the skip markers."""
 
 
@@ -638,6 +647,10 @@ class AgentRunner(Protocol):
     def alive(self, pid: int) -> bool: ...
     def ended(self, output_path: str) -> AgentExit | None:
         """How an agent that is gone ended, if its wrapper recorded it (re-attach after a restart)."""
+
+    def started(self, output_path: str | None) -> bool:
+        """Whether a process was ever started with this output (a queued agent found at restart that was not
+        is started then; one that was, with no pid recorded, is lost)."""
 
 
 class SessionFolders(Protocol):

@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from taskgate.application.effects import NoEffects, SessionEffects
+from taskgate.application import crashpoints
+from taskgate.application.effects import Aftermath, NoEffects, SessionEffects
 from taskgate.application.guards import GuardEvaluator, PolicyCheck
 from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import Clock, IdGenerator, UnitOfWork, UnitOfWorkFactory
@@ -61,6 +62,8 @@ from taskgate.domain.session_fsm import TransitionSpec, allowed_triggers, find_t
 from taskgate.domain.states import TERMINAL_STATES, WIP_STATES, SessionState, Trigger
 
 SYSTEM_ACTOR = "system"
+START_REQUESTED = "start_requested"  # state_data key: who asked for the start a crash may cut off
+MERGE_REQUESTED = "merge_requested"  # state_data key: a merge asked for, recorded before git moves anything
 _log = logging.getLogger("taskgate.policies")
 _FULL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -70,6 +73,9 @@ class CreateSession:
     task_id: str
     actor: str
     operator_id: str | None = None
+    # The caller goes on to `start` the session (start_task): recorded with the session, so a crash before the
+    # start is carried on to it at restart (`resume`), and cleared by the start (applied or refused).
+    start_requested: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,11 +199,72 @@ class SessionService:
         # must not start its git work while the first is between its merge and its `merged` row. Across
         # processes the repository flock, the compare-and-swap on the base ref and the version check refuse
         # the loser instead.
-        lock = self._session_locks.get(cmd.session_id)
-        if lock is None:
-            lock = self._session_locks[cmd.session_id] = asyncio.Lock()
-        async with lock:
+        async with self._lock(cmd.session_id):
             return await self._fire_with_effects(trigger, cmd)
+
+    def _lock(self, session_id: str) -> asyncio.Lock:
+        lock = self._session_locks.get(session_id)
+        if lock is None:
+            lock = self._session_locks[session_id] = asyncio.Lock()
+        return lock
+
+    async def resume(self, session_id: str, *, start: bool = True) -> list[str]:
+        """Carry the session on from where a crash cut an operation off (docs/failure-model.md), through the
+        same effects and follow-ups the interrupted call would have run: a `created` session is initialised,
+        the effects' `resume` gives what the current state still owes (a worktree, a recorded agent launch, a
+        compensation, a requested merge, a clean-up), and a start the operator asked for is fired. Each is
+        idempotent, and a session that owes nothing is left as it is. `start=False` stops at ready (the caller
+        fires the start itself). Returns what was done, one line each, also recorded as a `session.resumed`
+        event.
+
+        Raises: SessionNotFound, and what the resumed transitions raise (the session stays where it got to).
+        """
+        async with self._lock(session_id):
+            done = await self._resume_effects(await self.get(session_id))
+            session = await self.get(session_id)
+            if start and session.state == SessionState.READY and session.state_data.get(START_REQUESTED):
+                done.append(await self._resume_start(session))
+        if done:
+            async with self._uow(write=True) as uow:
+                await uow.events.append("session.resumed", self._clock.now(), {"actions": done}, session_id)
+                await uow.commit()
+        return done
+
+    async def _resume_effects(self, session: Session) -> list[str]:
+        if session.state == SessionState.CREATED:
+            reason = "resumed: the session was created but not initialised"
+            aftermath = Aftermath(FireTrigger(session.id, Trigger.INITIALIZE.value, SYSTEM_ACTOR, reason=reason))
+        else:
+            aftermath = await self._effects.resume(session)
+        done = [aftermath.note] if aftermath.note else []
+        if aftermath.follow_up is not None:
+            trigger = parse_trigger(aftermath.follow_up.trigger)
+            result = await self._fire_with_effects(trigger, aftermath.follow_up)
+            steps = " → ".join(r.to_state for r in (result.record, *result.follow_ups))
+            done.append(f"{trigger.value} ({session.state.value} → {steps})")
+        if aftermath.error is not None:
+            raise aftermath.error
+        return done
+
+    async def _resume_start(self, session: Session) -> str:
+        """The operator's start, cut off by a crash: fired now as `system`, naming who asked for it."""
+        by = session.state_data[START_REQUESTED]
+        cmd = FireTrigger(session.id, Trigger.START.value, SYSTEM_ACTOR, reason=f"resumed: start requested by {by}",
+                          changes={"state_data": {START_REQUESTED: None}})  # fmt: skip
+        try:
+            result = await self._fire_with_effects(Trigger.START, cmd)
+        except PolicyViolation as exc:
+            await self._forget_start(session.id)
+            return f"start refused ({'; '.join(v.describe() for v in exc.violations)}): the session stays ready"
+        return f"start (ready → {result.session.state.value})"
+
+    async def _forget_start(self, session_id: str) -> None:
+        """A start that was tried (and refused) is no longer owed: a later restart must not try it again."""
+        async with self._uow(write=True) as uow:
+            session = await uow.sessions.get(session_id, lock=True)
+            data = {k: v for k, v in session.state_data.items() if k != START_REQUESTED}
+            await uow.sessions.update(replace(session, state_data=data), expected_version=session.version)
+            await uow.commit()
 
     async def _fire_with_effects(self, trigger: Trigger, cmd: FireTrigger) -> FireResult:
         prepared = None
@@ -301,9 +368,13 @@ class SessionService:
         Raises: as create_session and fire, and SessionAlreadyActive when the task's session is past ready.
         """
         session = await self._ready_session_for(cmd)
+        crashpoints.reached("start.ready")
+        clear = {"state_data": {START_REQUESTED: None}}
         try:
-            return await self.fire(FireTrigger(session.id, Trigger.START.value, cmd.actor))
+            return await self.fire(FireTrigger(session.id, Trigger.START.value, cmd.actor, changes=clear))
         except PolicyViolation as exc:
+            if session.state_data.get(START_REQUESTED):
+                await self._forget_start(session.id)
             note = f"session {session.id} stays ready; start it again once the guards allow"
             raise PolicyViolation(exc.trigger, exc.violations, session.id, note) from None
         except InvalidTransition as exc:  # a concurrent caller started this ready session first
@@ -528,6 +599,7 @@ class SessionService:
             plan_id=facts.task.plan_id,
             operator_id=cmd.operator_id,
             state=SessionState.CREATED,
+            state_data={START_REQUESTED: cmd.actor} if cmd.start_requested else {},
             version=1,
             created_at=now,
             updated_at=now,
@@ -573,6 +645,8 @@ class SessionService:
         if cmd.decision is not None:
             await self._record_decision(uow, replace(cmd.decision, at=now, outcome="applied", to_state=new_state.value))
         await self._follow_task_and_plan(uow, session, updated, plan)
+        if new_state in TERMINAL_STATES:  # the session ended: every token scoped to it dies with this commit
+            await uow.tokens.revoke_for_session(session.id, now)
         record = _record(updated, row, session.state, Outcome.APPLIED, cmd.actor, cmd.reason, verdict, at=now)
         record = replace(record, seq=await uow.transitions.append(record))
         moved = {"trigger": row.trigger.value, "from": session.state.value, "to": new_state.value}
@@ -626,6 +700,9 @@ class SessionService:
                     raise
                 # a concurrent caller created the task's session between our read and our write
                 raise SessionAlreadyActive(f"task {cmd.task_id} got an active session concurrently") from None
+        if existing.state in (SessionState.CREATED, SessionState.INITIALIZING):  # a start a crash cut off
+            await self.resume(existing.id, start=False)
+            existing = await self.get(existing.id)
         if existing.state != SessionState.READY:
             raise SessionAlreadyActive(
                 f"task {cmd.task_id} already has session {existing.id} in state '{existing.state.value}'"
@@ -633,7 +710,10 @@ class SessionService:
         return existing
 
     async def _create_and_prepare(self, cmd: StartTask) -> Session:
-        session = await self.create_session(CreateSession(cmd.task_id, cmd.actor, cmd.operator_id))
+        session = await self.create_session(
+            CreateSession(cmd.task_id, cmd.actor, cmd.operator_id, start_requested=True)
+        )
+        crashpoints.reached("start.created")
         session = (await self.fire(FireTrigger(session.id, Trigger.INITIALIZE.value, SYSTEM_ACTOR))).session
         if session.state == SessionState.INITIALIZING:  # no effect moved it on: discover nothing, go on
             session = (await self.fire(FireTrigger(session.id, Trigger.CONTEXT_DISCOVERED.value, SYSTEM_ACTOR))).session

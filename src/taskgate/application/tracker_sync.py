@@ -9,25 +9,19 @@ writes the then-current status again.
 
 from __future__ import annotations
 
-from taskgate.application.effects import NOTHING, Aftermath
+from taskgate.application.effects import NOTHING, Aftermath, NoEffects
 from taskgate.application.ports import Clock, TrackerProvider, UnitOfWorkFactory
 from taskgate.application.sessions import FireResult, FireTrigger
-from taskgate.domain.entities import Session, TaskStatus, task_status_for
+from taskgate.domain.entities import TaskStatus, task_status_for
 from taskgate.domain.errors import TaskgateError
-from taskgate.domain.states import SessionState, Trigger
+from taskgate.domain.states import SessionState
 
 
-class TrackerWriteBack:
+class TrackerWriteBack(NoEffects):
     """Writes task status changes of tracker-sourced tasks back to the tracker."""
 
     def __init__(self, uow: UnitOfWorkFactory, clock: Clock, provider: TrackerProvider) -> None:
         self._uow, self._clock, self._provider = uow, clock, provider
-
-    def wants_before(self, trigger: Trigger) -> bool:
-        return False
-
-    async def before(self, session: Session, cmd: FireTrigger) -> FireTrigger:
-        return cmd
 
     async def after(self, result: FireResult, cmd: FireTrigger) -> Aftermath:
         status = _changed_status(result)

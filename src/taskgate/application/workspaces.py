@@ -21,10 +21,11 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
+from taskgate.application import crashpoints
 from taskgate.application.context import ContextScout, jsonable
 from taskgate.application.effects import NOTHING, Aftermath
 from taskgate.application.ports import Clock, UnitOfWorkFactory, VcsProvider, WorkspaceContext, WorktreeEntry
-from taskgate.application.sessions import EffectRefused, FireResult, FireTrigger, SessionService
+from taskgate.application.sessions import MERGE_REQUESTED, EffectRefused, FireResult, FireTrigger, SessionService
 from taskgate.domain.entities import Project, Session, SessionSnapshot
 from taskgate.domain.errors import InvalidInput, MergeConflict, TaskgateError, VcsError
 from taskgate.domain.naming import DEFAULT_BRANCH_PATTERN, branch_name, check_branch_pattern, check_ref_name
@@ -141,16 +142,37 @@ class WorkspaceService:
         if trigger == Trigger.COMPENSATE and session.worktree_path:
             await self._vcs.reset_worktree(session.worktree_path, session.state_data.get("base_commit", "HEAD"))
         await self._discard(session)  # compensate (auto_revert) and cleanup_done
+        crashpoints.reached("compensate.reset" if trigger == Trigger.COMPENSATE else "cleanup.discarded")
         return cmd
 
     async def after(self, result: FireResult, cmd: FireTrigger) -> Aftermath:
         trigger, session = Trigger(cmd.trigger), result.session
         if trigger == Trigger.INITIALIZE:
+            crashpoints.reached("start.initializing")
             return await self._prepare(session)
         if trigger in (Trigger.MERGE, Trigger.COMPENSATE):
+            crashpoints.reached("merge.merged" if trigger == Trigger.MERGE else "compensate.rolled_back")
             return Aftermath(self._fire(session, Trigger.CLEANUP_DONE, reason=f"automatic after {trigger.value}"))
         if trigger == Trigger.CANCEL:
             await self._discard_quietly(session)
+        return NOTHING
+
+    async def resume(self, session: Session) -> Aftermath:
+        """What a crash left owed in git's part of the lifecycle: the worktree of an initialisation, the
+        compensation of an auto_revert reject, a merge that was asked for, the clean-up of a merged or rolled
+        back session. Each follow-up is the trigger the interrupted call would have fired next."""
+        state, resumed = session.state, "resumed after a restart"
+        if state == SessionState.INITIALIZING:
+            return await self._prepare(session)
+        if state == SessionState.FAILED and session.compensation_plan == "auto_revert":
+            return Aftermath(self._fire(session, Trigger.COMPENSATE, reason=f"auto_revert {resumed}"))
+        if state == SessionState.AWAITING_MERGE and session.state_data.get(MERGE_REQUESTED):
+            by = session.state_data[MERGE_REQUESTED].get("by", "?")
+            return Aftermath(self._fire(session, Trigger.MERGE, reason=f"merge requested by {by}, {resumed}"))
+        if state in (SessionState.MERGED, SessionState.ROLLED_BACK):
+            return Aftermath(
+                self._fire(session, Trigger.CLEANUP_DONE, reason=f"automatic after {state.value}, {resumed}")
+            )
         return NOTHING
 
     # -- review context --------------------------------------------------------------------------------------------
@@ -241,6 +263,7 @@ class WorkspaceService:
         except VcsError as exc:
             reason = f"worktree could not be created: {exc}"
             return Aftermath(self._fire(session, Trigger.FAIL, reason=reason[:2000]), error=exc)
+        crashpoints.reached("start.worktree")
         context = await self._scout.discover(project.id, refresh=True)
         data = {"project": context.as_dict(), "worktree": jsonable(created)}
         snapshot = SessionSnapshot(session.id, "context", SYSTEM_ACTOR, data, self._clock.now())
@@ -252,6 +275,9 @@ class WorkspaceService:
         project = await self._project(session.project_id)
         if not session.branch_name or not session.worktree_path:
             raise VcsError(f"session {session.id} has no branch to merge")
+        await self._record_merge_request(session, cmd)
+        crashpoints.reached("merge.requested")
+        forget = {MERGE_REQUESTED: None}  # a refused merge is no longer owed: a restart must not try it again
         try:
             outcome = await self._vcs.merge(
                 project.root_path,
@@ -263,7 +289,8 @@ class WorkspaceService:
             )
         except VcsError as exc:
             violation = Violation("merge", str(exc), suggestion="fix the worktree, then merge again")
-            raise EffectRefused(exc, [violation]) from None
+            raise EffectRefused(exc, [violation], {"state_data": forget}) from None
+        crashpoints.reached("merge.git_done")
         if not outcome.merged:
             error = MergeConflict(session.id, outcome.conflicts, outcome.detail)
             violation = Violation(
@@ -271,12 +298,21 @@ class WorkspaceService:
                 f"conflicts in {', '.join(outcome.conflicts)}",
                 suggestion=f"resolve them on branch {session.branch_name} (rebase onto {outcome.base_ref}), then merge",
             )
-            raise EffectRefused(error, [violation], {"state_data": {"merge_conflicts": outcome.conflicts}})
+            raise EffectRefused(error, [violation], {"state_data": {"merge_conflicts": outcome.conflicts, **forget}})
         merge = {"commit": outcome.merged_commit, "into": outcome.base_ref, "rebased": outcome.rebased,
                  "mode": self._options.merge_mode}  # fmt: skip
         reason = cmd.reason or f"merged into {outcome.base_ref} at {str(outcome.merged_commit)[:12]}"
-        changes = {"state_data": {"merge": merge, "merge_conflicts": None, "worktree_missing": None}}
+        changes = {"state_data": {"merge": merge, "merge_conflicts": None, "worktree_missing": None, **forget}}
         return replace(cmd, reason=reason, changes=changes)
+
+    async def _record_merge_request(self, session: Session, cmd: FireTrigger) -> None:
+        """Write who asked for the merge onto the session before git moves anything, so that a crash anywhere
+        between here and `merged` is carried on at restart (`resume`). Not a transition: the version stays,
+        so the caller's expected_version still holds."""
+        if session.state_data.get(MERGE_REQUESTED):
+            return  # resuming, or approve_and_merge recorded it with its approval
+        request = {"by": cmd.actor, "at": self._clock.now().isoformat()}
+        await self._annotate(session.id, {MERGE_REQUESTED: request})
 
     async def _discard(self, session: Session) -> None:
         if session.worktree_path is None:
@@ -354,14 +390,11 @@ class WorkspaceService:
             await self._flag_missing(session)
 
     async def _resume_initialization(self, session: Session, report: ReconcileReport) -> None:
-        """A crash between `initialize` and `context_discovered`: creating the worktree is idempotent, so redo it."""
+        """A crash between `initialize` and `context_discovered`: creating the worktree is idempotent, so redo it
+        (through the engine's `resume`, which also fires the start the operator asked for, if any)."""
         assert self._sessions is not None
         try:
-            aftermath = await self._prepare(session)
-            if aftermath.follow_up is not None:
-                await self._sessions.fire(aftermath.follow_up)
-            if aftermath.error is not None:
-                raise aftermath.error
+            await self._sessions.resume(session.id)
             report.resumed.append(session.id)
         except TaskgateError as exc:
             report.errors.append(f"session {session.id}: {exc}")
@@ -369,11 +402,19 @@ class WorkspaceService:
     async def _flag_missing(self, session: Session) -> None:
         """Mark (not fail) a session whose worktree folder was deleted by hand; merge restores it from its branch."""
         now = self._clock.now()
+        event = ("session.worktree_missing", {"path": session.worktree_path})
+        await self._annotate(session.id, {"worktree_missing": now.isoformat()}, event)
+
+    async def _annotate(self, session_id: str, data: dict[str, Any], event: tuple[str, dict] | None = None) -> None:
+        """Merge `data` into the session's state_data under its row lock: a flag, not a transition (the
+        version stays). Raises: SessionNotFound."""
+        now = self._clock.now()
         async with self._uow(write=True) as uow:
-            current = await uow.sessions.get(session.id, lock=True)
-            flagged = replace(current, state_data={**current.state_data, "worktree_missing": now.isoformat()})
-            await uow.sessions.update(flagged, expected_version=current.version)  # a flag, not a transition
-            await uow.events.append("session.worktree_missing", now, {"path": session.worktree_path}, session.id)
+            current = await uow.sessions.get(session_id, lock=True)
+            flagged = replace(current, state_data={**current.state_data, **data})
+            await uow.sessions.update(flagged, expected_version=current.version)
+            if event is not None:
+                await uow.events.append(event[0], now, event[1], session_id)
             await uow.commit()
 
     async def _projects_with_sessions(

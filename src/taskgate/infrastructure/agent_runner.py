@@ -96,6 +96,10 @@ class SubprocessAgentRunner:
         code = _read_exit(output_path)
         return None if code is None else AgentExit(code, "exited", _tail(output_path))
 
+    def started(self, output_path: str | None) -> bool:
+        """`start` opens the output file before it starts the process: no file, no process."""
+        return output_path is None or Path(output_path).exists()
+
     def alive(self, pid: int) -> bool:
         child = self._children.get(pid)
         if child is not None:

@@ -25,13 +25,7 @@ class _OpenApp:
     @asynccontextmanager
     async def __call__(self) -> AsyncIterator[App]:
         app = await bootstrap(self.settings)
-        await _reconcile(app)
-        if app.agents is not None:  # agents of a crashed run: re-attach to live ones, fail the rest
-            for line in await app.agents.recover():
-                logging.getLogger("taskgate").warning("start-up recovery: %s", line)
-        if app.workflows is not None:  # after the agents: the drivers then find their agents re-attached
-            for line in await app.workflows.recover():
-                logging.getLogger("taskgate").warning("start-up recovery: %s", line)
+        await _recover(app)
         self.app = app
         sweeping = _start_sweeper(self.settings, app)
         delivering = None
@@ -45,14 +39,16 @@ class _OpenApp:
             await app.close()
 
 
-async def _reconcile(app: App) -> None:
-    """Worktrees and sessions are reconciled before the first call: orphans pruned (or reported), vanished
-    worktrees flagged, interrupted initialisations carried on. Findings go to stderr; nothing here is fatal."""
-    report = await app.workspaces.reconcile()
-    if report.orphan_worktrees or report.orphan_branches or report.missing_worktrees or report.errors:
-        logging.getLogger("taskgate").warning("start-up reconciliation: %s", report.summary())
-    for error in report.errors:
-        logging.getLogger("taskgate").warning("start-up reconciliation: %s", error)
+async def _recover(app: App) -> None:
+    """Before the first call: carry forward what a crash cut off (application/recovery.py). What it did goes to
+    stderr, one line each; nothing here is fatal."""
+    assert app.recovery is not None
+    report = await app.recovery.run()
+    log = logging.getLogger("taskgate")
+    for line in report.lines:
+        log.warning("start-up recovery: %s", line)
+    if report.lines:
+        log.warning("start-up recovery: done in %.2f s (%d session(s) resumed)", report.seconds, len(report.resumed))
 
 
 def _start_sweeper(settings: Settings, app: App) -> tuple[asyncio.Event, asyncio.Task[None]] | None:
