@@ -234,8 +234,8 @@ class AgentService:
         current = [a for a in agents if a.run == run]
         if not current or any(a.status in _LIVE for a in current):
             return NOTHING  # nothing ran (an older release's execute) or still running: the sweeper watches it
-        await self._after_agent(session.id)
-        return Aftermath(note=f"concluded run {run}: its {len(current)} agent(s) had ended")
+        # the follow-up, not a fire: the engine resumes under the session's lock and fires it itself
+        return Aftermath(self._conclusion(session, [a for a in current if a.status != AgentStatus.COMPLETED]))
 
     # -- internals ---------------------------------------------------------------------------------------------
 
@@ -404,6 +404,12 @@ class AgentService:
             await self._conclude(session, failed)
 
     async def _conclude(self, session: Session, failed: list[Agent]) -> None:
+        # the session may have moved meanwhile (cancelled, suspended, failed by the sweeper): leave it there
+        with suppress(InvalidTransition, TaskgateError):
+            await self._sessions.fire(self._conclusion(session, failed))
+
+    def _conclusion(self, session: Session, failed: list[Agent]) -> FireTrigger:
+        """work_complete when every agent of the run completed; fail (or verify anyway) when some failed."""
         summary = "; ".join(f"{a.agent_type} {a.id[:8]}: {a.error or a.status.value}" for a in failed)
         if failed and self._options.on_failure == "fail":
             reason = f"agent(s) failed: {summary}"[:2000]
@@ -415,9 +421,7 @@ class AgentService:
             reason = "all agents completed" if not failed else f"agents ended, some failed: {summary}"[:2000]
             cmd = FireTrigger(session.id, Trigger.WORK_COMPLETE.value, SYSTEM_ACTOR, reason=reason,
                               expected_version=session.version, changes=note)  # fmt: skip
-        # the session may have moved meanwhile (cancelled, suspended, failed by the sweeper): leave it there
-        with suppress(InvalidTransition, TaskgateError):
-            await self._sessions.fire(cmd)
+        return cmd
 
     async def _save(self, agent: Agent, change: dict[str, object]) -> None:
         async with self._uow(write=True) as uow:

@@ -78,6 +78,7 @@ class Recovery:
         report.errors += disk.errors
         if disk.orphan_worktrees or disk.orphan_branches or disk.missing_worktrees or disk.resumed or disk.errors:
             report.lines.append(f"worktrees: {disk.summary()}")
+        report.lines += [f"session {sid}: resumed its interrupted initialisation" for sid in disk.resumed]
         if self._agents is not None:
             report.lines += await self._agents.recover()
         revoked = await self._access.revoke_dangling()
