@@ -17,8 +17,9 @@ acknowledged before the kill is still logged, unchanged; agents still alive are 
 read from their exit file (so is how an agent ended while no server watched); agents whose process was killed are
 failed, and so is their session (`on_agent_failure =
 "fail"`); an interrupted initialisation is carried on to `ready`; a merge git did but the log did not record is
-merged again, once; a logged merge whose cleanup was cut off waits in `merged` for the operator's cleanup_done.
-No process is left behind.
+carried on from its recorded request, once; a logged merge whose clean-up was cut off is cleaned up. An agent's
+token dies with the agent, also when it ended while no server ran (tests/e2e/test_crash_points.py kills the
+server at every named step boundary). No process is left behind.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from mcp.client import Client  # not `from mcp import`: ruff's isort would take 
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import make_git_repo
-from tests.e2e.test_mcp_transports import TASKGATE, _free_port, _wait_until_listening, ok
+from tests.e2e.test_mcp_transports import TASKGATE, _free_port, _wait_until_listening, ok, refused
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +59,11 @@ import sys
 import time
 from pathlib import Path
 
+import os
+
 task_id, title, release_dir = sys.argv[1:4]
+if release_dir != "-":  # the test checks that this token dies with the agent
+    Path(release_dir, f"{task_id}.token").write_text(os.environ.get("TASKGATE_TOKEN", ""))
 print(f"agent of {task_id}: waiting for its release", flush=True)
 release = Path(release_dir, task_id)
 deadline = time.monotonic() + 45
@@ -284,6 +289,18 @@ async def connect(svc: Service) -> AsyncIterator[Client]:
         yield client
 
 
+async def token_works(svc: Service, token: str) -> bool:
+    """Whether the server takes `token` (an MCP initialize answered 200) or refuses it (401)."""
+    assert token.startswith("tg_"), f"not a token: {token!r}"
+    request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+               "capabilities": {}, "clientInfo": {"name": "crash-test", "version": "1"}}}  # fmt: skip
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
+    async with httpx2.AsyncClient(timeout=30) as http:
+        answer = await http.post(svc.url, json=request, headers=headers)
+    assert answer.status_code in (200, 401), answer.text
+    return answer.status_code == 200
+
+
 async def in_flight(svc: Service, tool: str, **arguments: Any) -> None:
     """A call the server never answers because it is killed meanwhile (run as a task, cancelled after the kill)."""
     with suppress(Exception):
@@ -400,6 +417,9 @@ async def test_agents_outlive_a_killed_server_and_are_reattached_or_failed_at_re
         for sid in (reattached, failing):
             status = await assert_state_is_the_logs(client, sid, acknowledged[sid])
             assert status["state"] == "executing" and agents_running(status), status
+        tokens = {sid: (service.release / f"DEMO-{sids.index(sid) + 1}.token").read_text() for sid in sids}
+        # the agents that ended while no server ran lost their tokens at restart; the live ones keep theirs
+        assert [await token_works(service, tokens[sid]) for sid in sids] == [True, False, True, False]
         (service.release / "DEMO-1").write_text("")
         (service.release / "DEMO-3").write_text("3")
 
@@ -417,6 +437,7 @@ async def test_agents_outlive_a_killed_server_and_are_reattached_or_failed_at_re
         assert [(a["status"], a["exit_code"]) for a in failed["agents"]] == [("failed", 3)]
         assert "exited with 3" in (await log_of(client, failing))[-1]["reason"]
         await assert_state_is_the_logs(client, failing, acknowledged[failing])
+        assert [await token_works(service, tokens[sid]) for sid in sids] == [False] * 4  # died with their agents
     assert_no_agent_left(service)
     assert "Traceback" not in log
 
@@ -425,11 +446,12 @@ async def test_agents_outlive_a_killed_server_and_are_reattached_or_failed_at_re
 
 
 @pytest.mark.parametrize("moment", ["before", "after"])
-async def test_a_crash_inside_initialize_is_carried_on_to_ready_at_restart(service: Service, moment: str):
+async def test_a_crash_inside_initialize_is_carried_on_to_the_start_at_restart(service: Service, moment: str):
     """`project_session_start` logs `initialize` (created → initializing), then creates the worktree; the server is
     killed in `git worktree add`, before it ran or after it made the worktree, with `context_discovered` not yet
     fired (the call never returned). At restart reconciliation creates (or reuses) the worktree and fires
-    `context_discovered`: the session is ready, waiting for the operator, whose start then moves it to planning."""
+    `context_discovered`, then the start the operator asked for (recorded when the session was created): the
+    session is planning, as the call would have left it. The operator's resent start is told so."""
     service.seed("Set up")
     service.start()
     service.pause("worktree add", moment)
@@ -449,16 +471,17 @@ async def test_a_crash_inside_initialize_is_carried_on_to_ready_at_restart(servi
     service.start()  # reconciliation resumes the initialisation before the server listens
     async with connect(service) as client:
         ready = await assert_state_is_the_logs(client, sid, acknowledged)
-        assert ready["state"] == "ready" and ready["worktree"] == str(worktree), ready
-        resumed = (await log_of(client, sid))[-1]
-        assert (resumed["trigger"], resumed["actor"]) == ("context_discovered", "system")
+        assert ready["state"] == "planning" and ready["worktree"] == str(worktree), ready
+        resumed = (await log_of(client, sid))[-2:]
+        assert [(r["trigger"], r["actor"]) for r in resumed] == [("context_discovered", "system"), ("start", "system")]
+        assert resumed[1]["reason"] == "resumed: start requested by operator:alice"
         assert ready["workspace"].get("base_commit") == service.git("rev-parse", "main").strip()
         head = subprocess.run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=worktree, capture_output=True,
                               text=True, check=True).stdout.strip()  # fmt: skip
         assert head == ready["branch"]
 
-        again = await ok(client, "project_session_start", task_id="DEMO-1")  # the operator carries on
-        assert (again["id"], again["state"]) == (sid, "planning")
+        again = await refused(client, "project_session_start", task_id="DEMO-1")  # the operator sends it again
+        assert f"already has session {sid} in state 'planning'" in again, again
         await assert_state_is_the_logs(client, sid, acknowledged)
     assert "Traceback" not in service.log()
 
@@ -469,10 +492,10 @@ async def test_a_crash_inside_initialize_is_carried_on_to_ready_at_restart(servi
 async def test_a_crash_during_merge_loses_no_decision_and_merges_exactly_once(service: Service):
     """Three approved sessions. The server is killed (1) inside merge's effect, after git fast-forwarded main but
     before the transition was written; (2) right after a merge call returned; (3) between a logged merge and its
-    automatic cleanup_done (in `git worktree remove`). After (1) the session is still awaiting_merge, as its log
-    says, and merging again lands the commit on main once; after (2) it is completed; after (3) it is merged, its
-    commit on main, and waits for the operator to fire cleanup_done. The approvals taken before each crash are
-    still there: deciding again replays them."""
+    automatic cleanup_done (in `git worktree remove`). After (1) the restart carries the recorded merge request
+    on (git finds the work merged already): completed, the commit on main once, and merging again is refused;
+    after (2) it is completed; after (3) the restart fires the clean-up: completed. The approvals taken before
+    each crash are still there: deciding again replays them."""
     service.seed("Merge me", "Merge me too", "Merge me last")
     service.start()
     async with connect(service) as client:
@@ -501,12 +524,15 @@ async def test_a_crash_during_merge_loses_no_decision_and_merges_exactly_once(se
 
     service.start()
     async with connect(service) as client:
-        waiting = await assert_state_is_the_logs(client, first, acknowledged[first])
-        assert waiting["state"] == "awaiting_merge", waiting  # the merge was never recorded
+        merged = await assert_state_is_the_logs(client, first, acknowledged[first])
+        assert merged["state"] == "completed", merged  # the recorded merge request, carried on at restart
+        resumed = (await log_of(client, first))[-2:]
+        assert [(r["trigger"], r["actor"]) for r in resumed] == [("merge", "system"), ("cleanup_done", "system")]
+        assert resumed[0]["reason"].startswith("merge requested by operator:alice"), resumed[0]
         for sid in sids:
             await assert_approval_kept(client, sid, approvals[sid])
-        merged = await ok(client, "project_session_merge", session_id=first)
-        assert merged["state"] == "completed", merged
+        again = await refused(client, "project_session_merge", session_id=first)
+        assert "completed" in again, again
         assert commits_on(service, "main", "feat: Merge me") == 1
         await assert_state_is_the_logs(client, first, acknowledged[first])
 
@@ -536,12 +562,10 @@ async def test_a_crash_during_merge_loses_no_decision_and_merges_exactly_once(se
 
     service.start()
     async with connect(service) as client:
-        merged = await assert_state_is_the_logs(client, third, acknowledged[third])
-        assert merged["state"] == "merged" and "cleanup_done" in merged["allowed_triggers"], merged
-        assert commits_on(service, "main", "feat: Merge me last") == 1 and worktree.is_dir()
+        cleaned = await assert_state_is_the_logs(client, third, acknowledged[third])
+        assert cleaned["state"] == "completed" and not worktree.exists(), cleaned  # clean-up carried on
+        assert commits_on(service, "main", "feat: Merge me last") == 1
         await assert_approval_kept(client, third, approvals[third])
-        cleaned = await ok(client, "session_fire", session_id=third, trigger="cleanup_done")
-        assert cleaned["state"] == "completed" and not worktree.exists(), cleaned
         for sid in sids:
             await assert_state_is_the_logs(client, sid, acknowledged[sid])
     subjects = ("feat: Merge me", "feat: Merge me too", "feat: Merge me last")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from taskgate.domain.access import Principal
+from taskgate.domain.entities import Agent, AgentStatus
 from taskgate.domain.errors import InvalidInput, OperatorNotFound, SessionNotFound, Unauthenticated
-from tests.builders import seed, start
+from taskgate.domain.states import SessionState
+from tests.builders import fire, seed, start
 
 
 async def test_tokens_authenticate_as_their_principal_and_stop_working_when_revoked(services, git_repo):
@@ -60,3 +64,48 @@ async def test_configured_tokens_authenticate_without_a_database_row(services):
     assert {t.label for t in await access.list_tokens()} == {"from config", "ci"}
     with pytest.raises(Unauthenticated):
         await access.authenticate(secret + "x")
+
+
+async def test_a_sessions_end_revokes_every_token_scoped_to_it(services, git_repo):
+    seeded = await seed(services, git_repo, tasks=2)
+    ending, other = await start(services, seeded.tasks[0]), await start(services, seeded.tasks[1])
+    issued = [await services.access.create_agent_token(ending.id, "by hand"),
+              await services.access.create_agent_token(ending.id, "agent x", agent_id="x")]  # fmt: skip
+    survivor = await services.access.create_agent_token(other.id)
+    operator = await services.access.create_operator_token("alice")
+    await fire(services, ending, "cancel")  # cancelled is an end: the tokens die in the same commit
+    for token in issued:
+        with pytest.raises(Unauthenticated, match="unknown or revoked"):
+            await services.access.authenticate(token.secret)
+    assert await services.access.authenticate(survivor.secret) == Principal.agent(survivor.token.id, other.id)
+    assert await services.access.authenticate(operator.secret) == Principal.operator("alice")
+
+
+async def test_start_up_revokes_the_tokens_of_agents_that_ended_while_no_service_ran(services, git_repo):
+    """An agent's end revokes its token when a service records it; one recorded some other way (the row moved by
+    another process, an older release) is caught at start-up, and so is a token of an ended session."""
+    seeded = await seed(services, git_repo, tasks=2)
+    live, ended = await start(services, seeded.tasks[0]), await start(services, seeded.tasks[1])
+    async with services.uow(write=True) as uow:
+        for agent_id, status in (("a-running", AgentStatus.RUNNING), ("a-done", AgentStatus.COMPLETED)):
+            await uow.agents.add(Agent(agent_id, live.id, "coder", ["true"], status))
+        await uow.commit()
+    running = await services.access.create_agent_token(live.id, agent_id="a-running")
+    done = await services.access.create_agent_token(live.id, agent_id="a-done")
+    gone = await services.access.create_agent_token(live.id, agent_id="a-never-recorded")
+    by_hand = await services.access.create_agent_token(live.id, "an operator's agent token")
+    of_ended = await services.access.create_agent_token(ended.id)
+    async with services.uow(write=True) as uow:  # ended behind the engine's back: no revocation happened
+        row = await uow.sessions.get(ended.id, lock=True)
+        await uow.sessions.update(replace(row, state=SessionState.CANCELLED), expected_version=row.version)
+        await uow.commit()
+
+    revoked = await services.access.revoke_dangling()
+
+    assert sorted(revoked) == sorted([done.token.id, gone.token.id, of_ended.token.id])
+    for token in (done, gone, of_ended):
+        with pytest.raises(Unauthenticated):
+            await services.access.authenticate(token.secret)
+    for token in (running, by_hand):
+        assert (await services.access.authenticate(token.secret)).session_id == live.id
+    assert await services.access.revoke_dangling() == []  # idempotent
