@@ -16,3 +16,11 @@ def test_the_readme_starts_with_the_two_commands():
     readme = (ROOT / "README.md").read_text()
     first_block = readme.split("```bash\n", 1)[1].split("```", 1)[0]
     assert [line.split("#")[0].strip() for line in first_block.splitlines()] == ["make demo", "make test"]
+
+
+def test_the_failure_model_names_every_crash_point():
+    from taskgate.application.crashpoints import POINTS
+
+    doc = (ROOT / "docs" / "failure-model.md").read_text()
+    rows = [line.split("|")[1].strip().strip("`") for line in doc.splitlines() if line.startswith("| `")]
+    assert sorted(rows) == sorted(POINTS)
