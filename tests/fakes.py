@@ -53,6 +53,7 @@ from taskgate.domain.entities import (
 )
 from taskgate.domain.errors import (
     AlreadyExists,
+    BranchGone,
     ConcurrentModification,
     InvalidInput,
     OperatorNotFound,
@@ -63,6 +64,7 @@ from taskgate.domain.errors import (
     StepRunNotFound,
     TaskNotFound,
     VcsError,
+    WorktreeMismatch,
 )
 from taskgate.domain.policies import BlockerFact, TestRun
 from taskgate.domain.states import TERMINAL_STATES, SessionState
@@ -515,6 +517,7 @@ class _FakeWorktree:
     dirty: list[str] = field(default_factory=list)
     untracked: list[str] = field(default_factory=list)
     missing: bool = False  # the folder was deleted by hand; git still lists it until `prune`
+    replaced: str | None = None  # what the folder is now when it is no longer the worktree ("an empty folder")
 
 
 @dataclass
@@ -530,7 +533,8 @@ class FakeVcs:
     as linear commit lists, and every commit records the set of files it changed. A branch created from base
     starts as a copy of base's list, so their fork point is the last commit they share, "ahead" is the
     branch's commits missing from base and "behind" the reverse. Worktrees map a path to its branch, with
-    dirty and untracked file lists and a `missing` flag for a folder deleted by hand (merge recreates it).
+    dirty and untracked file lists, a `missing` flag for a folder deleted by hand (merge recreates it) and a
+    `replaced` note for a folder that is there but is no longer the worktree (every call on it refuses).
 
     Merge: when base moved, the files changed on the branch since the fork that base also changed since the
     fork are the conflicts (nothing changes); otherwise the branch is rebased (its own commits copied on top of
@@ -538,7 +542,8 @@ class FakeVcs:
     branch (ff-only) or gets the branch's commits plus a merge commit (no-ff). Commit ids are sequential
     40-digit hex strings.
 
-    Test helpers: `commit`, `advance_base`, `make_dirty`, `make_untracked`, `delete_folder`, and the readers
+    Test helpers: `commit`, `advance_base`, `make_dirty`, `make_untracked`, `delete_folder`, `replace_folder`,
+    `delete_branch_by_hand`, and the readers
     `head`, `files_on`, `contains`.
     """
 
@@ -586,11 +591,14 @@ class FakeVcs:
     async def delete_branch(self, repo_root: str, branch: str) -> None:
         self._delete_branch(self._repo(repo_root), branch)
 
-    async def reset_worktree(self, path: str, commit: str) -> None:
+    async def reset_worktree(
+        self, path: str, commit: str, *, repo_root: str | None = None, branch: str | None = None
+    ) -> None:
         found = self._find_worktree(path)
         if found is None or found[1].missing:
             return
         repo, worktree = found
+        self._refuse_replaced(path, worktree, branch or worktree.branch)
         history = repo.branches[worktree.branch]
         if commit != "HEAD":
             if commit in repo.branches:
@@ -611,7 +619,11 @@ class FakeVcs:
     ) -> WorkspaceContext:
         repo = self._repo(repo_root)
         if branch not in repo.branches:
-            raise VcsError(f"branch '{branch}' no longer exists in {repo_root}")
+            raise BranchGone(branch, path, repo_root)
+        worktree = repo.worktrees.get(path)
+        live = worktree is not None and not worktree.missing
+        if live:
+            self._refuse_replaced(path, worktree, branch)
         base_history = self._history(repo, base)
         if not base_history:
             raise VcsError(f"base '{base}' does not exist in {repo_root}")
@@ -619,8 +631,6 @@ class FakeVcs:
         own = [c for c in history if c not in set(base_history)]
         files = sorted(self._files(own))
         patch = "".join(f"diff --git a/{f} b/{f}\n" for f in files)
-        worktree = repo.worktrees.get(path)
-        live = worktree is not None and not worktree.missing
         return WorkspaceContext(
             branch=branch,
             base_ref=base,
@@ -642,10 +652,11 @@ class FakeVcs:
     ) -> MergeOutcome:
         repo = self._repo(repo_root)
         if branch not in repo.branches:
-            raise VcsError(f"the worktree {path} and its branch '{branch}' are both gone; nothing left to merge")
+            raise BranchGone(branch, path, repo_root)
         worktree = repo.worktrees.get(path)
         if worktree is None or worktree.missing:  # recreated from its branch
             worktree = repo.worktrees[path] = _FakeWorktree(branch)
+        self._refuse_replaced(path, worktree, branch)
         if worktree.dirty or worktree.untracked:
             raise VcsError(f"the worktree has uncommitted changes ({', '.join(worktree.dirty + worktree.untracked)})")
         if base not in repo.branches:
@@ -744,6 +755,14 @@ class FakeVcs:
         worktree = self._worktree(path)
         worktree.missing, worktree.dirty, worktree.untracked = True, [], []
 
+    def replace_folder(self, path: str, what: str = "an empty folder") -> None:
+        """The worktree folder is still there but is no longer the worktree (emptied, a link, another repository)."""
+        self._worktree(path).replaced = what
+
+    def delete_branch_by_hand(self, repo_root: str, branch: str) -> None:
+        """`git update-ref -d refs/heads/<branch>`: the branch goes even though a worktree has it checked out."""
+        self._repo(repo_root).branches.pop(branch)
+
     def head(self, repo_root: str, branch: str) -> str | None:
         history = self._repo(repo_root).branches.get(branch)
         return history[-1] if history else None
@@ -792,6 +811,14 @@ class FakeVcs:
         if any(w.branch == branch and not w.missing for w in repo.worktrees.values()):
             raise VcsError(f"branch '{branch}' could not be deleted")
         repo.branches.pop(branch, None)
+
+    def _refuse_replaced(self, path: str, worktree: _FakeWorktree, branch: str) -> None:
+        found = worktree.replaced
+        if found is None and worktree.branch != branch:
+            found = f"a worktree of branch '{worktree.branch}'"
+        if found is not None:
+            advice = "move it away and taskgate recreates the worktree from its branch at the next merge"
+            raise WorktreeMismatch(path, f"the worktree of branch '{branch}'", found, advice)
 
     def _find_worktree(self, path: str) -> tuple[_FakeRepo, _FakeWorktree] | None:
         return next(((r, r.worktrees[path]) for r in self._repos.values() if path in r.worktrees), None)

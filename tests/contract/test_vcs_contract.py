@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from taskgate.application.ports import VcsProvider
-from taskgate.domain.errors import VcsError
+from taskgate.domain.errors import BranchGone, VcsError, WorktreeMismatch
 from taskgate.infrastructure.git import GitPythonVcs
 from tests.conftest import make_git_repo
 from tests.fakes import FakeVcs
@@ -51,6 +51,12 @@ class FakeDriver:
 
     def delete_folder(self, path: str) -> None:
         self.fake.delete_folder(path)
+
+    def empty_folder(self, path: str) -> None:
+        self.fake.replace_folder(path, "an empty folder")
+
+    def delete_branch_by_hand(self, branch: str) -> None:
+        self.fake.delete_branch_by_hand(self.root, branch)
 
     def head(self, branch: str) -> str | None:
         return self.fake.head(self.root, branch)
@@ -101,6 +107,13 @@ class GitDriver:
 
     def delete_folder(self, path: str) -> None:
         shutil.rmtree(path)
+
+    def empty_folder(self, path: str) -> None:
+        for child in Path(path).iterdir():
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+
+    def delete_branch_by_hand(self, branch: str) -> None:
+        self.git(self.root, "update-ref", "-d", f"refs/heads/{branch}")
 
     def head(self, branch: str) -> str | None:
         found = self.git(self.root, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False)
@@ -239,12 +252,14 @@ async def test_an_untracked_file_alone_makes_the_merge_refuse(driver: Driver) ->
         await merge(driver)
 
 
-async def test_reset_discards_commits_dirty_and_untracked_changes(driver: Driver) -> None:
+@pytest.mark.parametrize("told", [True, False], ids=["owner-given", "owner-inferred"])
+async def test_reset_discards_commits_dirty_and_untracked_changes(driver: Driver, told: bool) -> None:
     created = await create(driver)
     driver.commit(driver.path("s1"), ["feature.txt"], "feature")
     driver.make_dirty(driver.path("s1"), ["README.md"])
     driver.make_untracked(driver.path("s1"), ["scratch.txt"])
-    await driver.vcs.reset_worktree(driver.path("s1"), created.base_commit)
+    owner = {"repo_root": driver.root, "branch": BRANCH} if told else {}
+    await driver.vcs.reset_worktree(driver.path("s1"), created.base_commit, **owner)
     found = await context(driver)
     assert (found.ahead, found.dirty, found.untracked) == (0, [], [])
     assert driver.head(BRANCH) == created.base_commit
@@ -338,3 +353,50 @@ async def test_worktree_state_is_the_cheap_subset_of_the_review_context(driver: 
     assert [c.subject for c in state.commits] == [c.subject for c in full.commits] == ["feat: work"]
     with pytest.raises(VcsError):
         await driver.vcs.worktree_state(driver.root, driver.path("s1"), "feature/gone/00000000", "main")
+
+
+# -- what taskgate does not own ------------------------------------------------------------------------------------
+
+
+async def test_a_worktree_folder_emptied_by_hand_is_refused_by_every_call_and_nothing_moves(driver: Driver) -> None:
+    created = await create(driver)
+    driver.commit(driver.path("s1"), ["feature.txt"], "feature")
+    driver.advance_base(["upstream.txt"], "upstream")
+    driver.empty_folder(driver.path("s1"))
+    heads = driver.head("main"), driver.head(BRANCH)
+    for call in (
+        lambda: merge(driver),
+        lambda: context(driver),
+        lambda: driver.vcs.worktree_state(driver.root, driver.path("s1"), BRANCH, "main"),
+        lambda: driver.vcs.reset_worktree(driver.path("s1"), created.base_commit, repo_root=driver.root, branch=BRANCH),
+        lambda: driver.vcs.reset_worktree(driver.path("s1"), created.base_commit),
+    ):
+        with pytest.raises(WorktreeMismatch, match="empty folder"):
+            await call()
+    assert (driver.head("main"), driver.head(BRANCH)) == heads
+
+
+async def test_a_worktree_folder_holding_another_branch_is_refused(driver: Driver) -> None:
+    await create(driver, "s1", OTHER)
+    await create(driver, "s2", BRANCH)
+    driver.commit(driver.path("s2"), ["feature.txt"], "feature")
+    base = driver.head("main")
+    for call in (lambda: context(driver, "s1"), lambda: merge(driver, "s1")):
+        with pytest.raises(WorktreeMismatch, match=f"a worktree of branch '{OTHER}'"):
+            await call()
+    assert driver.head("main") == base
+
+
+async def test_a_branch_deleted_by_hand_is_named_before_anything_looks_at_its_worktree(driver: Driver) -> None:
+    await create(driver)
+    driver.commit(driver.path("s1"), ["feature.txt"], "feature")
+    driver.delete_branch_by_hand(BRANCH)
+    base = driver.head("main")
+    for call in (
+        lambda: merge(driver),
+        lambda: context(driver),
+        lambda: driver.vcs.worktree_state(driver.root, driver.path("s1"), BRANCH, "main"),
+    ):
+        with pytest.raises(BranchGone, match=f"branch '{BRANCH}' of the session at .* no longer exists"):
+            await call()
+    assert driver.head("main") == base and driver.head(BRANCH) is None

@@ -351,7 +351,13 @@ class RepoContext:
 
 class VcsProvider(Protocol):
     """Git operations on a project repository and its session worktrees. Mutating calls on one repository are
-    serialised by the adapter; every name and path argument has been validated (see domain/naming.py)."""
+    serialised by the adapter; every name and path argument has been validated (see domain/naming.py).
+
+    Nothing runs in a worktree folder that is not the registered worktree of the session's branch: a folder
+    that is there but is something else (emptied, a symbolic link, another repository, another branch) raises
+    WorktreeMismatch and nothing changes; a folder that is entirely gone is read as empty (and merge recreates
+    it from the branch). A session branch deleted outside taskgate raises BranchGone before anything else.
+    The base branch only ever moves forward."""
 
     async def inspect_repository(self, path: str) -> RepositoryInfo:
         """Raises: InvalidInput when `path` is not inside a git repository."""
@@ -368,24 +374,38 @@ class VcsProvider(Protocol):
     async def delete_branch(self, repo_root: str, branch: str) -> None:
         """Delete a local branch (forced); a missing branch is fine."""
 
-    async def reset_worktree(self, path: str, commit: str) -> None:
-        """Discard every change in the worktree: hard reset to `commit` and remove untracked files."""
+    async def reset_worktree(
+        self, path: str, commit: str, *, repo_root: str | None = None, branch: str | None = None
+    ) -> None:
+        """Discard every change in the worktree: hard reset to `commit` and remove untracked files; nothing to
+        do when its folder is gone. Give `repo_root` and `branch` (the session's): without them the project
+        is the checkout enclosing the worktrees folder and any branch registered at `path` is accepted.
+
+        Raises: WorktreeMismatch (nothing was run there).
+        """
 
     async def workspace_context(
         self, repo_root: str, path: str, branch: str, base: str, *, max_patch_bytes: int = 200_000
     ) -> WorkspaceContext:
-        """Diff, commits and worktree state of a session branch against `base`. Raises: VcsError."""
+        """Diff, commits and worktree state of a session branch against `base`.
+
+        Raises: BranchGone; WorktreeMismatch; VcsError (base missing).
+        """
 
     async def worktree_state(self, repo_root: str, path: str, branch: str, base: str) -> WorktreeState:
-        """The cheap subset of `workspace_context` that policies need (no diff). Raises: VcsError."""
+        """The cheap subset of `workspace_context` that policies need (no diff). Raises: as workspace_context."""
 
     async def merge(
         self, repo_root: str, path: str, branch: str, base: str, *, strategy: str, mode: str
     ) -> MergeOutcome:
         """Bring `base` into the branch if it moved (`strategy` rebase|merge), then merge into `base` (`mode`
-        ff-only|no-ff). A conflict aborts and returns the files; nothing is half-applied.
+        ff-only|no-ff). A conflict aborts and returns the files; nothing is half-applied. `base` moves only by
+        a fast-forward from the commit read at the start; where it is checked out, its files follow and
+        unrelated local changes there are kept.
 
-        Raises: VcsError (dirty worktree, base checked out with local changes, ...).
+        Raises: BranchGone; WorktreeMismatch (the session's worktree, or the base's checkout, is not what it
+        should be); VcsError (dirty worktree, local changes in the base's checkout that the merge would
+        overwrite, base moved meanwhile, ...). Nothing changed in every case.
         """
 
     async def repo_context(self, repo_root: str, *, recent: int = 10) -> RepoContext: ...

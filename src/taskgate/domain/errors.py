@@ -15,7 +15,9 @@
     ├── Forbidden               the caller may not do this (agent scope, operator mismatch)
     ├── StorageError            the database failed in a way the caller cannot fix
     ├── VcsError                a git operation failed; the message carries git's own reason
-    │   └── MergeConflict       the branch does not merge cleanly; carries the conflicting files
+    │   ├── MergeConflict       the branch does not merge cleanly; carries the conflicting files
+    │   ├── WorktreeMismatch    the folder at a worktree path is not that worktree; git was not run there
+    │   └── BranchGone          a session's branch was deleted outside taskgate
     └── TrackerError            an external tracker (Beads' `bd`) is missing, timed out or failed
 
 Every message names the thing that was wrong and, where there is one, what to do next.
@@ -144,6 +146,28 @@ class MergeConflict(VcsError):
         super().__init__(
             f"session {session_id} does not merge cleanly: conflicts in {shown or 'unknown files'}; "
             f"nothing was changed and the session stays awaiting_merge{'; ' + detail if detail else ''}"
+        )
+
+
+class WorktreeMismatch(VcsError):
+    """A folder taskgate would run git in is not the checkout it should be (emptied, a symbolic link, another
+    repository, another branch). Git would have acted on whatever encloses it, so nothing was run there."""
+
+    def __init__(self, path: str, expected: str, found: str, advice: str) -> None:
+        self.path, self.found = path, found
+        super().__init__(f"{path} is not {expected}: it is {found}. Nothing was changed; {advice}")
+
+
+class BranchGone(VcsError):
+    """A session's branch was deleted outside taskgate (its worktree, if any, has nothing to stand on)."""
+
+    def __init__(self, branch: str, path: str, repo_root: str) -> None:
+        self.branch, self.path = branch, path
+        super().__init__(
+            f"branch '{branch}' of the session at {path} no longer exists in {repo_root} (deleted outside "
+            f"taskgate). Nothing was changed; to keep its work, find its last commit in git's reflog (`git "
+            f"reflog` inside the worktree) and recreate the branch (`git branch {branch} <commit>`), else cancel "
+            f"the session"
         )
 
 

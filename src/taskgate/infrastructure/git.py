@@ -12,6 +12,20 @@ lock after a crash). Reads (status, diff, log) take no lock: git's own lock file
 
 Names and paths reach this module validated (domain/naming.py); `--` still separates options from every
 ref and path argument, so nothing given to git can be taken for an option.
+
+Git acts only on what taskgate owns. Run in a folder that is not a checkout of its own, git walks up and acts
+on the enclosing one: an emptied session worktree would let a rebase, a `reset --hard` or a `clean` hit the
+project checkout. So no git command runs in a session worktree (or in the checkout that has the base branch)
+before `_checkout` has verified it: no symbolic link, git's top level there is the folder itself, its common
+git dir is the project's, it is listed by the project's `git worktree list`, and its HEAD is the expected
+branch. Later commands in it run with GIT_DIR and GIT_WORK_TREE pinned to what was verified, so a folder
+emptied or swapped after the check still cannot lead git to another checkout. Every command also gets an
+explicit `-C <folder>`: GitPython silently runs git in the process's own working directory when its folder
+does not exist.
+
+The base branch only moves forward: the merge builds the new commit first, checks that it descends from the
+base as read, then moves the base by a compare-and-swap (`update-ref <new> <old>`) or, when a checkout has the
+base, by `merge --ff-only` there (git refuses anything but a fast-forward and any overwrite of local changes).
 """
 
 from __future__ import annotations
@@ -20,8 +34,9 @@ import asyncio
 import fcntl
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -38,7 +53,7 @@ from taskgate.application.ports import (
     WorktreeEntry,
     WorktreeState,
 )
-from taskgate.domain.errors import InvalidInput, VcsError
+from taskgate.domain.errors import BranchGone, InvalidInput, VcsError, WorktreeMismatch
 
 GIT_TIMEOUT_S = 300
 _FALLBACK_IDENTITY = ("-c", "user.name=taskgate", "-c", "user.email=taskgate@localhost")
@@ -65,31 +80,36 @@ _ENV = {
 }
 
 
-def _git(cwd: str | Path, *args: str, check: bool = True) -> str:
-    """Run `git args…` in `cwd` and return stdout. Raises: VcsError with git's own message when it fails."""
-    status, out, err = Git(str(cwd)).execute(
-        ["git", *args],
+def _run(cwd: str | Path, args: tuple[str, ...], env: dict[str, str] = _ENV) -> tuple[int, str, str]:
+    """(status, stdout, stderr) of `git -C cwd args…`. `-C` makes git fail on a missing folder, where
+    GitPython would run it in the process's own working directory."""
+    return Git(str(cwd)).execute(
+        ["git", "-C", str(cwd), *args],
         with_extended_output=True,
         with_exceptions=False,
         kill_after_timeout=GIT_TIMEOUT_S,
-        env=_ENV,
+        env=env,
         strip_newline_in_stdout=False,
     )
+
+
+def _git(cwd: str | Path, *args: str, check: bool = True, env: dict[str, str] = _ENV) -> str:
+    """Run `git args…` in `cwd` and return stdout. Raises: VcsError with git's own message when it fails."""
+    status, out, err = _run(cwd, args, env)
     if check and status != 0:
         raise VcsError(f"git {args[0]} failed: {(err or out).strip()[-600:] or f'exit {status}'}")
     return out
 
 
-def _ok(cwd: str | Path, *args: str) -> bool:
-    status, _, _ = Git(str(cwd)).execute(
-        ["git", *args], with_extended_output=True, with_exceptions=False, kill_after_timeout=GIT_TIMEOUT_S, env=_ENV
-    )
-    return status == 0
+def _ok(cwd: str | Path, *args: str, env: dict[str, str] = _ENV) -> bool:
+    return _run(cwd, args, env)[0] == 0
 
 
 def _common_dir(repo_root: str) -> Path:
     path = Path(repo_root) / ".git"
-    return path if path.is_dir() else Path(_git(repo_root, "rev-parse", "--git-common-dir").strip()).resolve()
+    if path.is_dir():
+        return path
+    return Path(_git(repo_root, "rev-parse", "--path-format=absolute", "--git-common-dir").strip()).resolve()
 
 
 @contextmanager
@@ -126,6 +146,120 @@ def _resolve_in_process(repo_root: str, ref: str) -> tuple[str | None, bool]:
         repo.close()
 
 
+# -- which folder git acts on ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Checkout:
+    """A folder verified by `_checkout`. Commands run here with GIT_DIR and GIT_WORK_TREE pinned to what was
+    verified, so git never goes looking for a repository above the folder (see the module docstring)."""
+
+    path: str  # resolved
+    git_dir: str  # absolute: <common dir>/worktrees/<name> for a linked worktree
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**_ENV, "GIT_DIR": self.git_dir, "GIT_WORK_TREE": self.path}
+
+    def git(self, *args: str, check: bool = True) -> str:
+        return _git(self.path, *args, check=check, env=self.env)
+
+    def run(self, *args: str) -> tuple[int, str, str]:
+        return _run(self.path, args, self.env)
+
+
+def _require_branch(repo_root: str, branch: str, path: str) -> str:
+    """The commit of `branch`. Raises: BranchGone, before anything looks at (or into) its worktree."""
+    head = _rev(repo_root, f"refs/heads/{branch}")
+    if not head:
+        raise BranchGone(branch, path, repo_root)
+    return head
+
+
+def _session_worktree(repo_root: str, path: str, branch: str | None) -> _Checkout | None:
+    """The session's worktree at `path`, verified; None when nothing at all is there (recreatable from the
+    branch). `branch` None accepts whichever branch is registered there. A rebase of the branch in progress is
+    accepted: reads only read, merge refuses it before changing anything, reset aborts it first.
+    Raises: WorktreeMismatch."""
+    if not os.path.lexists(path):
+        return None
+    advice = "move it away and taskgate recreates the worktree from its branch at the next merge"
+    return _checkout(repo_root, path, branch, linked=True, rebasing=True, advice=advice)
+
+
+def _checkout(
+    repo_root: str, path: str, branch: str | None, *, linked: bool, rebasing: bool = False, advice: str
+) -> _Checkout:
+    """`path` as a registered checkout of the project with `branch` checked out (or, with `rebasing`, being
+    rebased). `linked` also refuses the project's main checkout. Raises: WorktreeMismatch naming what it is."""
+    expected = f"the {'worktree' if linked else 'checkout'} of branch '{branch or '(any)'}' of {repo_root}"
+
+    def refuse(found: str) -> VcsError:
+        return WorktreeMismatch(path, expected, found, advice)
+
+    where = Path(path)
+    if where.is_symlink():
+        raise refuse(f"a symbolic link to {os.readlink(path)} (remove the link itself, not what it points to)")
+    if not where.is_dir():
+        raise refuse("not a folder")
+    top, git_dir, common = _locate(path)
+    real = str(where.resolve())
+    if top != real:
+        raise refuse(_describe_folder(where, top))
+    if Path(common).resolve() != _common_dir(repo_root).resolve():
+        raise refuse(f"a checkout of another repository (git dir {common})")
+    if linked and Path(git_dir).resolve() == Path(common).resolve():
+        raise refuse("the main checkout of a repository, not a linked worktree")
+    entry = next((e for e in _worktrees(repo_root) if str(Path(e.path).resolve()) == real), None)
+    if entry is None:
+        raise refuse(f"a checkout that `git worktree list` of {repo_root} does not list")
+    _check_head(entry, git_dir, branch, rebasing, refuse)
+    return _Checkout(real, git_dir)
+
+
+def _locate(path: str) -> tuple[str, str, str]:
+    """(top level, git dir, common git dir) of the checkout git finds from `path`, all absolute; ("", "", "")
+    when git finds none."""
+    status, out, _ = _run(path, ("rev-parse", "--path-format=absolute", "--show-toplevel", "--git-dir",
+                                 "--git-common-dir"))  # fmt: skip
+    lines = out.splitlines()
+    if status != 0 or len(lines) != 3:
+        return "", "", ""
+    return str(Path(lines[0]).resolve()), lines[1], lines[2]
+
+
+def _describe_folder(where: Path, top: str) -> str:
+    if not top:
+        return "a folder outside any git repository"
+    kind = "an empty folder" if not any(where.iterdir()) else "a folder that is no checkout of its own"
+    return f"{kind} (git run there would act on the enclosing checkout {top})"
+
+
+def _check_head(
+    entry: WorktreeEntry, git_dir: str, branch: str | None, rebasing: bool, refuse: Callable[[str], VcsError]
+) -> None:
+    """The checkout's HEAD is `refs/heads/<branch>` (any branch when None), or a rebase of it when allowed."""
+    rebased = None if entry.branch else _rebased_branch(git_dir)
+    found = entry.branch or (rebased if rebasing else None)
+    if found is not None and branch in (None, found):
+        return
+    if entry.branch:
+        raise refuse(f"a worktree of branch '{entry.branch}'")
+    if rebased:
+        raise refuse(f"a worktree in the middle of a rebase of '{rebased}' (finish or abort it there first)")
+    raise refuse(f"a worktree with a detached HEAD at {(entry.head or '?')[:12]}")
+
+
+def _rebased_branch(git_dir: str) -> str | None:
+    """The branch a rebase in progress in `git_dir` is rewriting, or None."""
+    for folder in ("rebase-merge", "rebase-apply"):
+        head_name = Path(git_dir, folder, "head-name")
+        if head_name.is_file():
+            name = head_name.read_text().strip()
+            return name.removeprefix("refs/heads/") if name.startswith("refs/heads/") else None
+    return None
+
+
 class GitPythonVcs:
     """The VcsProvider for real repositories. Stateless: safe to share between tasks and threads."""
 
@@ -143,8 +277,11 @@ class GitPythonVcs:
     async def delete_branch(self, repo_root: str, branch: str) -> None:
         await asyncio.to_thread(_remove_worktree, repo_root, None, branch)
 
-    async def reset_worktree(self, path: str, commit: str) -> None:
-        await asyncio.to_thread(_reset_worktree, path, commit)
+    async def reset_worktree(
+        self, path: str, commit: str, *, repo_root: str | None = None, branch: str | None = None
+    ) -> None:
+        """See VcsProvider.reset_worktree. Raises: WorktreeMismatch when `path` is not that worktree."""
+        await asyncio.to_thread(_reset_worktree, path, commit, repo_root, branch)
 
     async def workspace_context(
         self, repo_root: str, path: str, branch: str, base: str, *, max_patch_bytes: int = 200_000
@@ -208,7 +345,7 @@ def _inspect(path: str) -> RepositoryInfo:
 def _create_worktree(repo_root: str, path: str, branch: str, base: str) -> WorktreeCreated:
     with _repo_lock(repo_root):
         _exclude_worktrees_dir(repo_root, path)
-        if Path(path).exists():
+        if os.path.lexists(path):
             return _existing_worktree(repo_root, path, branch, base)
         base_ref, base_commit = _base_commit(repo_root, base)
         if not base_commit:
@@ -236,14 +373,11 @@ def _base_commit(repo_root: str, base: str) -> tuple[str, str | None]:
 
 
 def _existing_worktree(repo_root: str, path: str, branch: str, base: str) -> WorktreeCreated:
-    """`path` exists: reuse it if it is this session's worktree (a retried initialisation), else refuse."""
-    for entry in _worktrees(repo_root):
-        if entry.path == path and not entry.missing:
-            if entry.branch != branch:
-                raise VcsError(f"{path} is already a worktree of branch '{entry.branch}', not '{branch}'")
-            fork = _git(repo_root, "merge-base", "--", base, entry.head or branch).strip()
-            return WorktreeCreated(path=path, branch=branch, base_ref=base, base_commit=fork)
-    raise VcsError(f"{path} exists and is not a worktree of this repository; move it away first")
+    """`path` exists: reuse it if it is this session's worktree (a retried initialisation), else refuse.
+    Raises: WorktreeMismatch."""
+    _checkout(repo_root, path, branch, linked=True, advice="move it away first")
+    fork = _git(repo_root, "merge-base", "--", base, f"refs/heads/{branch}").strip()
+    return WorktreeCreated(path=path, branch=branch, base_ref=base, base_commit=fork)
 
 
 def _exclude_worktrees_dir(repo_root: str, path: str) -> None:
@@ -274,22 +408,57 @@ def _remove_leftovers(repo_root: str, path: str | None, branch: str | None) -> N
 
 
 def _remove_folder(repo_root: str, path: str) -> None:
-    if not Path(path).is_absolute() or Path(path).resolve() == Path(repo_root).resolve():
+    where = Path(path)
+    if not where.is_absolute() or where.resolve() == Path(repo_root).resolve():
         raise VcsError(f"refusing to remove {path!r}: not a worktree folder")
+    if where.is_symlink():  # `git worktree remove` would follow it and remove the worktree it points to
+        where.unlink()
+        _git(repo_root, "worktree", "prune")
+        return
     if _ok(repo_root, "worktree", "remove", "--force", "--force", "--", path):
         return
+    _refuse_foreign(repo_root, path)
     # Not a registered worktree (any more), or its folder is half gone: remove what is left by hand.
     shutil.rmtree(path, ignore_errors=True)
     _git(repo_root, "worktree", "prune")
 
 
-def _reset_worktree(path: str, commit: str) -> None:
-    if not Path(path).is_dir():
+def _refuse_foreign(repo_root: str, path: str) -> None:
+    """A folder holding a checkout of another repository is never removed by hand. Raises: WorktreeMismatch."""
+    if not Path(path, ".git").exists():
         return
-    for args in (("rebase", "--abort"), ("merge", "--abort")):
-        _ok(path, *args)  # leave any half-done operation first; failing means there was none
-    _git(path, "reset", "--quiet", "--hard", commit)
-    _git(path, "clean", "-q", "-f", "-d", "-x")
+    _top, _git_dir, common = _locate(path)
+    if common and Path(common).resolve() != _common_dir(repo_root).resolve():
+        found = f"a checkout of another repository (git dir {common})"
+        raise WorktreeMismatch(path, f"a worktree of {repo_root}", found, "move it away, then try again")
+
+
+def _reset_worktree(path: str, commit: str, repo_root: str | None, branch: str | None) -> None:
+    """Hard reset the session's worktree to `commit` and remove every untracked file, after leaving a rebase
+    or merge in progress. Nothing at `path`: nothing to do. Raises: WorktreeMismatch (nothing run there)."""
+    if repo_root is None:  # an older caller: the project is the checkout enclosing the worktrees folder
+        repo_root = _enclosing_root(path)
+        if repo_root is None:
+            return
+    with _repo_lock(repo_root):  # reset moves the branch ref: the same lock as every other ref change
+        worktree = _session_worktree(repo_root, path, branch)
+        if worktree is None:
+            return
+        for args in (("rebase", "--abort"), ("merge", "--abort")):
+            worktree.run(*args)  # leave any half-done operation first; failing means there was none
+        worktree.git("reset", "--quiet", "--hard", commit)
+        worktree.git("clean", "-q", "-f", "-d", "-x")
+
+
+def _enclosing_root(path: str) -> str | None:
+    """The checkout enclosing `path`'s parent folder (worktrees live inside the project), or None when there is
+    nothing at `path`. Raises: WorktreeMismatch when `path` exists outside any repository."""
+    if not os.path.lexists(path):
+        return None
+    top, _git_dir, _common = _locate(str(Path(path).parent))
+    if not top:
+        raise WorktreeMismatch(path, "a taskgate worktree", "a folder outside any git repository", "move it away")
+    return top
 
 
 def _worktrees(repo_root: str) -> list[WorktreeEntry]:
@@ -323,9 +492,8 @@ def _disk_usage(path: str) -> int:
 
 
 def _workspace_context(repo_root: str, path: str, branch: str, base: str, max_patch: int) -> WorkspaceContext:
-    head = _rev(repo_root, f"refs/heads/{branch}")
-    if not head:
-        raise VcsError(f"branch '{branch}' no longer exists in {repo_root}")
+    head = _require_branch(repo_root, branch, path)
+    dirty, untracked, conflicts = _worktree_status(repo_root, path, branch)
     base_commit = _rev(repo_root, base)
     if not base_commit:
         raise VcsError(f"base '{base}' does not exist in {repo_root}")
@@ -334,7 +502,6 @@ def _workspace_context(repo_root: str, path: str, branch: str, base: str, max_pa
         int(n) for n in _git(repo_root, "rev-list", "--left-right", "--count", f"{base_commit}...{head}").split()
     )
     patch = _git(repo_root, "diff", "--no-color", "--no-ext-diff", fork, head)
-    dirty, untracked, conflicts = _worktree_status(path)
     return WorkspaceContext(
         branch=branch,
         base_ref=base,
@@ -353,11 +520,11 @@ def _workspace_context(repo_root: str, path: str, branch: str, base: str, max_pa
 
 
 def _worktree_state(repo_root: str, path: str, branch: str, base: str) -> WorktreeState:
-    """Two git processes (status, log); the branch head is read from its ref file in-process."""
+    """Four git processes (the worktree check's two, status, log); the branch head is read in-process."""
     head, _ = _resolve_in_process(repo_root, branch)
     if not head:
-        raise VcsError(f"branch '{branch}' no longer exists in {repo_root}")
-    dirty, untracked, conflicts = _worktree_status(path)
+        raise BranchGone(branch, path, repo_root)
+    dirty, untracked, conflicts = _worktree_status(repo_root, path, branch)
     commits = _commits(repo_root, f"{base}..{head}")
     return WorktreeState(branch, head, dirty, untracked, conflicts, commits)
 
@@ -382,9 +549,10 @@ def _commits(cwd: str | Path, revision_range: str, limit: int = 200) -> list[Com
     return commits
 
 
-def _status_entries(cwd: str | Path) -> list[tuple[str, str]]:
+def _status_entries(cwd: str | Path | _Checkout) -> list[tuple[str, str]]:
     """(XY code, path) pairs of `git status --porcelain -z`; rename sources are skipped."""
-    records = _git(cwd, "status", "--porcelain", "-z", "--untracked-files=all").split("\0")
+    args = ("status", "--porcelain", "-z", "--untracked-files=all")
+    records = (cwd.git(*args) if isinstance(cwd, _Checkout) else _git(cwd, *args)).split("\0")
     entries, skip = [], False
     for record in records:
         if skip or len(record) < 4:
@@ -396,10 +564,15 @@ def _status_entries(cwd: str | Path) -> list[tuple[str, str]]:
     return entries
 
 
-def _worktree_status(path: str) -> tuple[list[str], list[str], list[str]]:
-    if not Path(path).is_dir():
-        return [], [], []
-    entries = _status_entries(path)
+def _worktree_status(repo_root: str, path: str, branch: str) -> tuple[list[str], list[str], list[str]]:
+    """(dirty, untracked, conflicts) of the session's worktree; all empty when its folder is gone.
+    Raises: WorktreeMismatch."""
+    worktree = _session_worktree(repo_root, path, branch)
+    return ([], [], []) if worktree is None else _split_status(worktree)
+
+
+def _split_status(worktree: _Checkout) -> tuple[list[str], list[str], list[str]]:
+    entries = _status_entries(worktree)
     conflicts = [name for code, name in entries if code in _CONFLICT_CODES]
     untracked = [name for code, name in entries if code == "??"]
     dirty = [name for code, name in entries if code != "??" and code not in _CONFLICT_CODES]
@@ -436,14 +609,15 @@ def _repo_context(repo_root: str, recent: int) -> RepoContext:
 
 def _merge(repo_root: str, path: str, branch: str, base: str, strategy: str, mode: str) -> MergeOutcome:
     with _repo_lock(repo_root):
-        _ensure_worktree(repo_root, path, branch)
-        _refuse_unclean(path)
+        _require_branch(repo_root, branch, path)
+        worktree = _ensure_worktree(repo_root, path, branch)
+        _refuse_unclean(worktree)
         base_commit = _rev(repo_root, f"refs/heads/{base}")
         if not base_commit:
             raise VcsError(f"base branch '{base}' does not exist in {repo_root}")
         rebased = False
         if not _ok(repo_root, "merge-base", "--is-ancestor", base_commit, f"refs/heads/{branch}"):
-            conflicts = _bring_base_in(path, base_commit, strategy)
+            conflicts = _bring_base_in(worktree, base_commit, strategy)
             if conflicts:
                 return MergeOutcome(False, base, conflicts=conflicts, detail=f"{strategy} onto '{base}' conflicted")
             rebased = True
@@ -451,55 +625,105 @@ def _merge(repo_root: str, path: str, branch: str, base: str, strategy: str, mod
         return MergeOutcome(True, base, merged_commit=merged, rebased=rebased)
 
 
-def _ensure_worktree(repo_root: str, path: str, branch: str) -> None:
-    """A worktree deleted by hand is recreated from its branch (its commits are all in the branch)."""
-    if Path(path).is_dir():
-        return
-    if not _rev(repo_root, f"refs/heads/{branch}"):
-        raise VcsError(f"the worktree {path} and its branch '{branch}' are both gone; nothing left to merge")
+def _ensure_worktree(repo_root: str, path: str, branch: str) -> _Checkout:
+    """The session's worktree, verified. One whose folder was deleted by hand is recreated from its branch
+    (its commits are all in the branch); a folder that is there but is not it is refused.
+    Raises: WorktreeMismatch."""
+    worktree = _session_worktree(repo_root, path, branch)
+    if worktree is not None:
+        return worktree
     _git(repo_root, "worktree", "prune")
     _git(repo_root, "worktree", "add", "--quiet", "--", path, branch)
+    return _checkout(repo_root, path, branch, linked=True, advice="move it away, then merge again")
 
 
-def _refuse_unclean(path: str) -> None:
-    dirty, untracked, conflicts = _worktree_status(path)
+def _refuse_unclean(worktree: _Checkout) -> None:
+    dirty, untracked, conflicts = _split_status(worktree)
     changed = conflicts + dirty + untracked
     if changed:
         shown = ", ".join(changed[:10]) + (" ..." if len(changed) > 10 else "")
         raise VcsError(
             f"the worktree has uncommitted changes ({shown}); commit or discard them before merging. Nothing changed"
         )
-    if any((Path(_git(path, "rev-parse", "--git-dir").strip()) / m).exists() for m, _ in _REPO_STATES[:3]):
+    if any((Path(worktree.git_dir) / marker).exists() for marker, _ in _REPO_STATES[:3]):
         raise VcsError("a rebase or merge is in progress in the worktree; finish or abort it first")
 
 
-def _bring_base_in(path: str, base_commit: str, strategy: str) -> list[str]:
+def _bring_base_in(worktree: _Checkout, base_commit: str, strategy: str) -> list[str]:
     """Rebase the branch onto base (or merge base in). On conflict abort and return the conflicting files."""
     args = (
         ("rebase", "--quiet", base_commit) if strategy == "rebase" else ("merge", "--quiet", "--no-edit", base_commit)
     )
-    if _ok(path, *_identity(path), *args):
+    if worktree.run(*_identity(worktree.path), *args)[0] == 0:
         return []
-    conflicts = [name for code, name in _status_entries(path) if code in _CONFLICT_CODES]
-    _git(path, args[0], "--abort")
+    conflicts = [name for code, name in _status_entries(worktree) if code in _CONFLICT_CODES]
+    worktree.git(args[0], "--abort")
     if not conflicts:
         raise VcsError(f"git {args[0]} onto the base failed without conflicts; the branch is unchanged")
     return conflicts
 
 
 def _merge_into_base(repo_root: str, branch: str, base: str, base_commit: str, mode: str) -> str:
-    checked_out = next((e.path for e in _worktrees(repo_root) if e.branch == base and not e.missing), None)
+    """Move `base` from `base_commit` to the branch (ff-only) or to a merge commit of both (no-ff), forward
+    only. Raises: VcsError when that would not be a fast-forward, or `base` moved meanwhile; nothing moved."""
     message = f"Merge branch '{branch}' (taskgate)"
-    if checked_out is not None:  # move the base through its own worktree so its files follow
-        flag = ("--ff-only",) if mode == "ff-only" else ("--no-ff", "--no-edit", "-m", message)
-        _git(checked_out, *_identity(checked_out), "merge", "--quiet", *flag, f"refs/heads/{branch}")
-        return _rev(repo_root, f"refs/heads/{base}")
-    head = _rev(repo_root, f"refs/heads/{branch}")
-    new = head
-    if mode != "ff-only":
-        tree = f"{head}^{{tree}}"
-        new = _git(repo_root, *_identity(repo_root), "commit-tree", tree, "-p", base_commit, "-p", head, "-m", message)
-        new = new.strip()
-    # Compare-and-swap: fails if someone else moved the base since we read it.
-    _git(repo_root, "update-ref", "-m", message, f"refs/heads/{base}", new, base_commit)
+    new = _landing_commit(repo_root, branch, base_commit, mode, message)
+    if not _ok(repo_root, "merge-base", "--is-ancestor", base_commit, new):
+        raise VcsError(
+            f"'{branch}' at {new[:12]} does not contain '{base}' at {base_commit[:12]}: moving '{base}' there "
+            f"would drop its commits. Nothing changed"
+        )
+    checkout = _base_checkout(repo_root, base)
+    if checkout is None:
+        # Compare-and-swap: git refuses if the base is no longer at base_commit (moved since we read it).
+        _git(repo_root, "update-ref", "-m", message, f"refs/heads/{base}", new, base_commit)
+    else:
+        _fast_forward(checkout, repo_root, base, base_commit, new)
+    now = _rev(repo_root, f"refs/heads/{base}")
+    if now != new:
+        raise VcsError(f"'{base}' is at {now[:12]} after the merge, not at {new[:12]}: it moved meanwhile")
     return new
+
+
+def _landing_commit(repo_root: str, branch: str, base_commit: str, mode: str, message: str) -> str:
+    """What the base moves to: the branch head (ff-only), or a merge commit of base and branch (no-ff)."""
+    head = _rev(repo_root, f"refs/heads/{branch}")
+    if mode == "ff-only":
+        return head
+    args = ("commit-tree", f"{head}^{{tree}}", "-p", base_commit, "-p", head, "-m", message)
+    return _git(repo_root, *_identity(repo_root), *args).strip()
+
+
+def _base_checkout(repo_root: str, base: str) -> _Checkout | None:
+    """The verified checkout that has `base` checked out (usually the project's), or None when none has.
+    Raises: WorktreeMismatch when a folder registered with the base is not that checkout any more."""
+    entry = next((e for e in _worktrees(repo_root) if e.branch == base and not e.missing), None)
+    if entry is None:
+        return None
+    advice = f"restore that checkout (or check '{base}' out elsewhere), then merge again"
+    return _checkout(repo_root, entry.path, base, linked=False, advice=advice)
+
+
+def _fast_forward(checkout: _Checkout, repo_root: str, base: str, base_commit: str, new: str) -> None:
+    """Move the checked-out base to `new` in its checkout, so that its files follow. Unrelated local changes
+    stay as they are. Raises: VcsError when local changes would be overwritten, or the base moved."""
+    # The base must still be at base_commit; from there `merge --ff-only` is its compare-and-swap: should a
+    # commit land on the base in between (a user's, who takes no lock of ours), `new` is no longer a
+    # fast-forward of it and git refuses, so the base never loses a commit.
+    if _rev(repo_root, f"refs/heads/{base}") != base_commit:
+        raise VcsError(f"'{base}' moved while the merge was prepared; nothing changed, merge again")
+    status, out, err = checkout.run("merge", "--ff-only", "--quiet", new)
+    if status != 0:
+        raise _fast_forward_refused(checkout.path, base, err or out)
+
+
+def _fast_forward_refused(path: str, base: str, output: str) -> VcsError:
+    """Git's refusal to fast-forward, told as what the user has to do."""
+    files = [line.strip() for line in output.splitlines() if line.startswith("\t")]
+    if "would be overwritten" in output and files:
+        shown = ", ".join(files[:10]) + (" ..." if len(files) > 10 else "")
+        return VcsError(
+            f"'{base}' is checked out in {path} with uncommitted changes that the merge would overwrite "
+            f"({shown}); commit, stash or move them there, then merge again. Nothing changed"
+        )
+    return VcsError(f"fast-forwarding '{base}' in {path} failed: {output.strip()[-600:]}; nothing changed")
