@@ -269,12 +269,14 @@ async def test_an_agent_that_ended_while_no_service_watched_is_recorded_from_its
     for task in list(first._tasks[session.id]):  # the service dies right after starting it
         task.cancel()
     await asyncio.gather(*first._tasks.get(session.id, ()), return_exceptions=True)
-    for _ in range(100):  # the agent finishes on its own meanwhile
-        if Path(f"{(await first.agents(session.id))[0].output_path}.exit").exists():
+    second = supervisor(sql_services, tmp_path, quick)
+    [row] = await first.agents(session.id)
+    for _ in range(200):  # the agent finishes on its own meanwhile (its wrapper writes the file, then exits)
+        if Path(f"{row.output_path}.exit").exists() and not second._runner.alive(row.pid):
             break
         await asyncio.sleep(0.05)
 
-    report = await supervisor(sql_services, tmp_path, quick).recover()
+    report = await second.recover()
 
     assert report == [f"agent {agent.id} of session {session.id}: ended meanwhile (exited with 0)"]
     [row] = await first.agents(session.id)
