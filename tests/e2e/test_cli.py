@@ -150,6 +150,9 @@ def test_info_names_the_config_file_data_dir_and_database(cli, tmp_path):
     assert report["config_file"] == str(tmp_path / "config" / "taskgate.toml") and report["wip_limit"] == 5
 
 
+VERSION_RANGE = "expected_version must be from 1 to 2147483647, got 9223372036854775808"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -160,9 +163,17 @@ def test_info_names_the_config_file_data_dir_and_database(cli, tmp_path):
         (["session", "fire", "{sid}", "plan_complete", "--expected-version", "1"], "is at version 4"),
         (["session", "show", "ffffffff"], "session ffffffff not found"),
         (["session", "state-at", "{sid}", "yesterday"], "malformed timestamp 'yesterday'"),
-        (["session", "history", "{sid}", "--limit", "0"], "limit must be at least 1"),
+        (["session", "history", "{sid}", "--limit", "0"], "limit must be from 1 to 100000, got 0"),
+        # integers out of range are invalid input, refused before the database (which would overflow) sees them
+        (["session", "fire", "{sid}", "plan_complete", "--expected-version", str(2**63)], VERSION_RANGE),
+        (["session", "decide", "{sid}", "approve", "--expected-version", str(2**63)], VERSION_RANGE),
+        (["session", "fire", "{sid}", "plan_complete", "--expected-version", "0"], "expected_version must be from 1"),
+        (["session", "history", "{sid}", "--limit", str(2**63)], "limit must be from 1 to 100000"),
+        (["audit", "transitions", "--limit", str(2**63)], "limit must be from 1 to 100000"),
+        (["task", "list", "--plan", str(2**31)], "plan_id must be from 1 to 2147483647, got 2147483648"),
+        (["task", "add", "x", "--plan", str(2**63)], "plan_id must be from 1 to 2147483647"),
         (["audit", "transitions", "--state", "nirvana"], "unknown state 'nirvana'"),
-        (["task", "add", "x", "--priority", "9"], "priority must be 0"),
+        (["task", "add", "x", "--priority", "9"], "priority must be from 0 to 4, got 9"),
         (["task", "add", "x", "--plan", "42"], "plan 42 not found"),
         (["task", "list", "--status", "sleeping"], "unknown task status 'sleeping'"),
         (["init", "."], "is not inside a git repository"),
@@ -194,6 +205,11 @@ def test_the_same_commands_run_on_postgresql_by_setting_only_the_database_url(tm
     session = cli.json("session", "start", task["id"])
     assert session["state"] == "planning"
     assert [r["trigger"] for r in cli.json("session", "history", session["id"])][-1] == "start"
+    # past 32 bits: asyncpg would refuse the number in its own words; taskgate refuses it first, naming it
+    for command in ("fire", "decide"):
+        error = cli.fails("session", command, session["id"], "approve", "--expected-version", str(2**31))
+        assert error == "error: expected_version must be from 1 to 2147483647, got 2147483648", error
+    assert cli.json("session", "show", session["id"])["version"] == session["version"]
 
 
 def test_a_config_entry_token_is_printed_with_its_hash_and_nothing_is_stored(seeded_cli):

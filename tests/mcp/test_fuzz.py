@@ -3,11 +3,12 @@
 Every tool the server registers is called with arguments drawn, per parameter, from values that pass its
 schema (the seeded sessions, their prefixes, real and unknown task ids, ISO timestamps including the extremes
 of `datetime`, triggers, text exactly at each `max_length`), values that just miss it (one character or one
-unit over a bound, near-miss literals) and hostile ones (wrong JSON types, None, nested lists and dicts,
-floats, bools, huge and negative numbers, 100,000-character strings, NUL, RTL marks, emoji, lone surrogates,
-injection-looking text such as `'; DROP TABLE sessions; --`, `../../etc/passwd`, `--upload-pack=x`,
-`$(rm -rf ~)`, `{{7*7}}`), with parameters left out and unknown ones added. Each call is in one of three moods:
-clean (all valid: reaches the use cases), one bad parameter, or chaos.
+unit over a bound, integers past what a version or id column holds, near-miss literals) and hostile ones
+(wrong JSON types, None, nested lists and dicts, floats, bools, huge and negative numbers, 100,000-character
+strings, NUL, RTL marks, emoji, lone surrogates, injection-looking text such as `'; DROP TABLE sessions; --`,
+`../../etc/passwd`, `--upload-pack=x`, `$(rm -rf ~)`, `{{7*7}}`), with parameters left out and unknown ones
+added. Each call is in one of three moods: clean (all valid: reaches the use cases), one bad parameter, or
+chaos.
 
 Each (tool, caller) pair gets its own copy of one seeded SQLite database (a project, a plan, four tasks the
 last blocked by the first, one session in `planning`, one `suspended`; WIP limit 2), restored every
@@ -61,6 +62,7 @@ from mcp import Client
 from mcp.server.mcpserver import Context
 
 from taskgate.domain.access import AGENT_TRIGGERS, Principal
+from taskgate.domain.bounds import INT32_MAX
 from taskgate.domain.states import SessionState, Trigger
 from taskgate.entrypoints.mcp.server import build_server
 from taskgate.entrypoints.mcp.tools import TOOLS
@@ -210,7 +212,11 @@ ODD_TEXT = [
 ]
 HUGE_LENGTHS = [64, 65, 100, 101, 200, 201, 500, 501, 2000, 2001, 4096, 4097, 20000, 20001, 100_000]
 HUGE_CHARS = ["x", "\x00", "é", "🔥", "'", "%", "/"]
-BIG_INTS = [-1, 0, 2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64, -(2**63) - 1, 10**30, -(10**30)]
+BIG_INTS = [-1, 0, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**53 + 1, 2**63 - 1, 2**63, 2**64, -(2**63) - 1, 10**30,
+            -(10**30)]  # fmt: skip
+OUT_OF_RANGE = [0, -1, INT32_MAX + 1, 2**63 - 1, 2**63, 2**64, -(2**63) - 1, 10**30]
+"""Integers past what a version or id column holds (domain/bounds.py): each must be refused by name, never reach
+the database (2**63 once ended project_decide in SQLite's OverflowError)."""
 
 unicode_text = st.text(st.characters(exclude_categories=()), max_size=40)
 """Any code point, surrogates and NUL included."""
@@ -370,12 +376,15 @@ def domains(seed: Seed) -> dict[str, Domain]:
         "session_id": Domain(mostly(sessions, bounded_text(64, min_size=1)), st.sampled_from(["", "x" * 65])),
         "trigger": choice([t.value for t in Trigger] + ["START", " start", "create"], 64),
         "reason": Domain(st.one_of(st.none(), bounded_text(2000)), over_limit(2000)),
-        "expected_version": Domain(weighted((3, st.none()), (1, numbers([1, 4, 5, 6, -1], []).valid)), hostile),
+        "expected_version": Domain(
+            weighted((3, st.none()), (1, numbers([1, 4, 5, 6, INT32_MAX], [], 1, INT32_MAX).valid)),
+            st.one_of(st.sampled_from(OUT_OF_RANGE), hostile),
+        ),
         "task_id": choice(tasks, 64),
         "operator_id": choice([None, "alice", "bob", "ALICE", "", "alice "], 100),
         "project": choice([None, *projects], 200),
-        "plan_id": numbers([None, seed.plan_id, -1, 0, 2, 99, *BIG_INTS], []),
-        "priority": numbers([0, 1, 2, 3, 4], [-1, 5, *BIG_INTS], 0, 4),
+        "plan_id": numbers([None, seed.plan_id, 2, 99, INT32_MAX], OUT_OF_RANGE, 1, INT32_MAX),
+        "priority": numbers([0, 1, 2, 3, 4], [-1, 5, *BIG_INTS, *OUT_OF_RANGE], 0, 4),
         "blocked_by": Domain(
             st.lists(task_refs, max_size=5) | st.lists(task_refs, min_size=100, max_size=100),
             st.lists(task_refs, min_size=101, max_size=101) | st.lists(over_limit(64), min_size=1, max_size=2),
@@ -384,7 +393,7 @@ def domains(seed: Seed) -> dict[str, Domain]:
         "description": Domain(bounded_text(20_000), over_limit(20_000)),
         "name": Domain(st.one_of(st.none(), bounded_text(100)), over_limit(100)),
         "path": choice(paths, 4096),
-        "limit": numbers([1, 2, 100, 10_000], [0, -1, 10_001, *BIG_INTS], 1, 10_000),
+        "limit": numbers([1, 2, 100, 10_000], [0, -1, 10_001, *BIG_INTS, *OUT_OF_RANGE], 1, 10_000),
         "timestamp": timestamps(),
         "since": Domain(st.one_of(st.none(), timestamps().valid), timestamps().edge),
         "until": Domain(st.one_of(st.none(), timestamps().valid), timestamps().edge),

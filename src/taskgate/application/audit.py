@@ -5,11 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from taskgate.application.ports import TransitionQuery, UnitOfWorkFactory
+from taskgate.domain.bounds import ROW_LIMITS
 from taskgate.domain.entities import Outcome, TransitionRecord
 from taskgate.domain.errors import InvalidInput
 from taskgate.domain.states import SessionState
-
-MAX_LIMIT = 100_000
 
 
 class AuditService:
@@ -37,8 +36,7 @@ def _validate(query: TransitionQuery) -> None:
         _require_aware(bound)
     if query.since and query.until and query.since > query.until:
         raise InvalidInput("--since is after --until")
-    if not 1 <= query.limit <= MAX_LIMIT:
-        raise InvalidInput(f"limit must be 1..{MAX_LIMIT}, got {query.limit}")
+    ROW_LIMITS.check("limit", query.limit)
 
 
 def _require_aware(bound: datetime | None) -> None:

@@ -24,6 +24,7 @@ from taskgate.domain.beads import (
     is_valid_issue_id,
     task_status_for_import,
 )
+from taskgate.domain.bounds import IDS
 from taskgate.domain.entities import Project, Task, TaskStatus
 from taskgate.domain.errors import InvalidInput, ProjectArchived
 
@@ -66,6 +67,11 @@ class ImportBeads:
     text: str
     plan_id: int | None = None
     actor: str = "system"
+
+    def __post_init__(self) -> None:
+        """Raises: InvalidInput for an id out of its range (domain/bounds.py), before any I/O."""
+        IDS.check("project_id", self.project_id)
+        IDS.check("plan_id", self.plan_id)
 
 
 @dataclass(slots=True)

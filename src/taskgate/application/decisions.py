@@ -31,6 +31,7 @@ from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions import MERGE_REQUESTED, FireResult, FireTrigger, SessionService
 from taskgate.application.workflow_engine import WorkflowEngine
 from taskgate.domain.access import Capability, authorize_operator
+from taskgate.domain.bounds import VERSIONS
 from taskgate.domain.entities import (
     Compensation,
     Decision,
@@ -69,6 +70,10 @@ class Decide:
     # it, a resent decision is recognised even after the session moved on to its next gate (a workflow's next
     # approval step, or verifying): it returns the first result instead of deciding the new gate.
     expected_version: int | None = None
+
+    def __post_init__(self) -> None:
+        """Raises: InvalidInput for a version out of its range (domain/bounds.py), before any I/O."""
+        VERSIONS.check("expected_version", self.expected_version)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from taskgate.application.guards import GuardEvaluator, PolicyCheck
 from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import Clock, IdGenerator, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.session_machine import SessionMachine
+from taskgate.domain.bounds import ROW_LIMITS, VERSIONS
 from taskgate.domain.entities import (
     Decision,
     DecisionKind,
@@ -94,6 +95,10 @@ class FireTrigger:
     decision: Decision | None = None
     # Policies whose violations are recorded but do not block (an authorised operator's override).
     overrides: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        """Raises: InvalidInput for a version out of its range (domain/bounds.py), before any I/O."""
+        VERSIONS.check("expected_version", self.expected_version)
 
 
 class EffectRefused(TaskgateError):
@@ -408,10 +413,9 @@ class SessionService:
     async def history(self, session_id: str, limit: int = 100) -> list[TransitionRecord]:
         """The newest `limit` log rows of a session (applied and blocked), oldest first.
 
-        Raises: SessionNotFound, InvalidInput when limit < 1.
+        Raises: SessionNotFound, InvalidInput when limit is outside 1..100,000.
         """
-        if limit < 1:
-            raise InvalidInput(f"limit must be at least 1, got {limit}")
+        ROW_LIMITS.check("limit", limit)
         async with self._uow(write=False) as uow:
             await uow.sessions.get(session_id)
             return await uow.transitions.history(session_id, limit=limit)

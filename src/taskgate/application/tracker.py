@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory, VcsProvider
+from taskgate.domain.bounds import IDS, PRIORITIES
 from taskgate.domain.entities import Operator, Permission, Plan, Project, Role, Task, TaskStatus
 from taskgate.domain.errors import AlreadyExists, InvalidInput, ProjectArchived, ProjectNotFound
 from taskgate.domain.states import TERMINAL_STATES, SessionState
@@ -25,6 +26,12 @@ class AddTask:
     priority: int = 2
     blocked_by: list[str] = field(default_factory=list)
     actor: str = "system"
+
+    def __post_init__(self) -> None:
+        """Raises: InvalidInput for an integer out of its range (domain/bounds.py), before any I/O."""
+        IDS.check("project_id", self.project_id)
+        IDS.check("plan_id", self.plan_id)
+        PRIORITIES.check("priority", self.priority)
 
 
 def _check_name(kind: str, name: str) -> str:
@@ -143,7 +150,8 @@ class TrackerService:
         return task
 
     async def list_tasks(self, project_id: int, plan_id: int | None = None, status: str | None = None) -> list[Task]:
-        """Raises: ProjectNotFound, InvalidInput for an unknown status."""
+        """Raises: ProjectNotFound, InvalidInput for an unknown status or a plan id out of range."""
+        IDS.check("plan_id", plan_id)
         wanted = _parse_status(status)
         async with self._uow(write=False) as uow:
             await uow.projects.get(project_id)
@@ -192,8 +200,6 @@ class TrackerService:
             raise InvalidInput(f"task title must be 1-{MAX_TITLE} characters without NUL")
         if len(cmd.description) > MAX_DESCRIPTION or "\x00" in cmd.description:
             raise InvalidInput(f"task description must be at most {MAX_DESCRIPTION} characters without NUL")
-        if not 0 <= cmd.priority <= 4:
-            raise InvalidInput(f"priority must be 0 (most urgent) to 4, got {cmd.priority}")
         return title, cmd.description
 
     @staticmethod

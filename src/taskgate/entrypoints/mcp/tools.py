@@ -24,6 +24,7 @@ from taskgate.application.tracker import AddTask
 from taskgate.application.workflow_engine import StackView, WorkflowEngine
 from taskgate.bootstrap import App
 from taskgate.domain.access import Capability, Principal, authorize, check_operator_param
+from taskgate.domain.bounds import IDS, PRIORITIES, VERSIONS, IntRange
 from taskgate.domain.entities import Agent, Session
 from taskgate.domain.errors import InvalidInput, PolicyViolation, StorageError, TaskgateError, Unauthenticated
 from taskgate.entrypoints.mcp.models import (
@@ -124,6 +125,15 @@ Pattern = Annotated[
 ]
 
 
+def _within(bounds: IntRange) -> dict[str, int]:
+    """The schema's bounds of an integer parameter, from domain/bounds.py: a client sees the range, and an
+    argument outside it is refused as invalid arguments before the tool runs (the use case checks again)."""
+    return {"ge": bounds.low, "le": bounds.high}
+
+
+PlanId = Annotated[int | None, Field(description="A plan id (see plan_list).", **_within(IDS))]
+
+
 def _timestamp(text: str | None) -> datetime | None:
     return None if text is None else parse_timestamp(text)
 
@@ -207,8 +217,8 @@ async def task_add(
     title: Annotated[str, Field(description="What the task is.", max_length=500)],
     ctx: Context,
     description: Annotated[str, Field(description="Details for the agents.", max_length=20000)] = "",
-    plan_id: Annotated[int | None, Field(description="The plan it belongs to (see plan_list).")] = None,
-    priority: Annotated[int, Field(description="0 (most urgent) to 4.", ge=0, le=4)] = 2,
+    plan_id: PlanId = None,
+    priority: Annotated[int, Field(description="0 (most urgent) to 4.", **_within(PRIORITIES))] = 2,
     blocked_by: Annotated[
         list[Annotated[str, Field(max_length=64)]],
         Field(description="Ids of tasks that must complete first.", max_length=100),
@@ -227,7 +237,7 @@ async def task_add(
 async def task_list(
     ctx: Context,
     project: ProjectRef = None,
-    plan_id: Annotated[int | None, Field(description="Only tasks of this plan.")] = None,
+    plan_id: PlanId = None,
     status: Annotated[
         Literal["open", "in_progress", "pending_review", "approved", "merged", "completed"] | None,
         Field(description="Only tasks with this status."),
@@ -326,7 +336,7 @@ async def project_decide(
         Field(
             description="The session version you decided on (from session_status or project_sessions_ready). "
             "Recommended: a resent decision is then recognised even after the session moved on to its next gate.",
-            ge=1,
+            **_within(VERSIONS),
         ),
     ] = None,
 ) -> DecisionOut:
@@ -428,7 +438,11 @@ async def session_fire(
     ctx: Context,
     reason: Reason = None,
     expected_version: Annotated[
-        int | None, Field(description="Refuse if the session is no longer at this version (optimistic concurrency).")
+        int | None,
+        Field(
+            description="Refuse if the session is no longer at this version (optimistic concurrency).",
+            **_within(VERSIONS),
+        ),
     ] = None,
 ) -> FireOut:
     """Fire a trigger on a session: one guarded, logged transition. Agents may fire only plan_complete,
