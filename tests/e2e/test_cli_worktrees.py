@@ -68,3 +68,37 @@ def test_reconcile_reports_then_prunes_an_orphan_and_flags_a_vanished_worktree(t
     report = cli.json("worktrees", "reconcile")
     assert report["pruned"] is True and len(report["orphan_worktrees"]) == 1
     assert [r["session_id"] for r in cli.json("worktrees")] == [gone["id"]]
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *IDENTITY, *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_a_merge_into_an_emptied_worktree_folder_is_refused_and_leaves_main_and_the_users_branch(tmp_path):
+    repo = make_git_repo(tmp_path / "repo")
+    cli = Cli(tmp_path)
+    seed(cli)
+    session = cli.json("session", "start", "DEMO-1")
+    worktree, short = Path(session["worktree_path"]), session["id"][:8]
+    commit(worktree, "api.py", "def api(): ...\n", "feat: api")
+    for trigger in ("plan_complete", "work_complete", "approve"):
+        cli.ok("session", "fire", short, trigger)
+    git(repo, "checkout", "-q", "-b", "human-work")
+    commit(repo, "human.txt", "mine\n", "wip: the user's own work")
+    git(repo, "checkout", "-q", "main")
+    commit(repo, "upstream.txt", "theirs\n", "feat: meanwhile on main")
+    git(repo, "checkout", "-q", "human-work")
+    main, human = git(repo, "rev-parse", "main"), git(repo, "rev-parse", "human-work")
+    shutil.rmtree(worktree)
+    worktree.mkdir()  # emptied by hand: the folder stays
+
+    error = cli.fails("session", "merge", short)
+
+    assert str(worktree) in error and "empty folder" in error and "move it away" in error
+    assert cli.json("session", "show", session["id"])["state"] == "awaiting_merge"
+    assert (git(repo, "rev-parse", "main"), git(repo, "rev-parse", "human-work")) == (main, human)
+    assert git(repo, "branch", "--show-current") == "human-work" and git(repo, "status", "--porcelain") == ""
+
+    worktree.rmdir()
+    assert "then cleanup_done: merged → completed" in cli.ok("session", "merge", short)
+    assert git(repo, "rev-parse", "main^") == main and git(repo, "rev-parse", "human-work") == human

@@ -197,6 +197,16 @@ def _checkout(
     def refuse(found: str) -> VcsError:
         return WorktreeMismatch(path, expected, found, advice)
 
+    checkout = _own_checkout(repo_root, path, linked, refuse)
+    entry = next((e for e in _worktrees(repo_root) if str(Path(e.path).resolve()) == checkout.path), None)
+    if entry is None:
+        raise refuse(f"a checkout that `git worktree list` of {repo_root} does not list")
+    _check_head(entry, checkout.git_dir, branch, rebasing, refuse)
+    return checkout
+
+
+def _own_checkout(repo_root: str, path: str, linked: bool, refuse: Callable[[str], VcsError]) -> _Checkout:
+    """`path` is a checkout of its own (git finds no other from there) of the project's repository."""
     where = Path(path)
     if where.is_symlink():
         raise refuse(f"a symbolic link to {os.readlink(path)} (remove the link itself, not what it points to)")
@@ -210,11 +220,18 @@ def _checkout(
         raise refuse(f"a checkout of another repository (git dir {common})")
     if linked and Path(git_dir).resolve() == Path(common).resolve():
         raise refuse("the main checkout of a repository, not a linked worktree")
-    entry = next((e for e in _worktrees(repo_root) if str(Path(e.path).resolve()) == real), None)
-    if entry is None:
-        raise refuse(f"a checkout that `git worktree list` of {repo_root} does not list")
-    _check_head(entry, git_dir, branch, rebasing, refuse)
+    if linked and not _admin_points_at(git_dir, real):
+        raise refuse(f"a copy of another worktree (its .git names {git_dir}, which belongs elsewhere)")
     return _Checkout(real, git_dir)
+
+
+def _admin_points_at(git_dir: str, real: str) -> bool:
+    """Whether the worktree's admin folder names `real` as its worktree (what `git worktree list` shows)."""
+    try:
+        recorded = Path(git_dir, "gitdir").read_text().strip()
+    except OSError:
+        return False
+    return (Path(git_dir) / recorded).resolve() == Path(real, ".git")
 
 
 def _locate(path: str) -> tuple[str, str, str]:
@@ -409,12 +426,12 @@ def _remove_leftovers(repo_root: str, path: str | None, branch: str | None) -> N
 
 def _remove_folder(repo_root: str, path: str) -> None:
     where = Path(path)
-    if not where.is_absolute() or where.resolve() == Path(repo_root).resolve():
-        raise VcsError(f"refusing to remove {path!r}: not a worktree folder")
-    if where.is_symlink():  # `git worktree remove` would follow it and remove the worktree it points to
-        where.unlink()
+    if where.is_absolute() and where.is_symlink():  # `worktree remove` would follow it and remove its target
+        where.unlink()  # the link only: nothing it points to is touched
         _git(repo_root, "worktree", "prune")
         return
+    if not where.is_absolute() or where.resolve() == Path(repo_root).resolve():
+        raise VcsError(f"refusing to remove {path!r}: not a worktree folder")
     if _ok(repo_root, "worktree", "remove", "--force", "--force", "--", path):
         return
     _refuse_foreign(repo_root, path)
@@ -671,7 +688,7 @@ def _merge_into_base(repo_root: str, branch: str, base: str, base_commit: str, m
     if not _ok(repo_root, "merge-base", "--is-ancestor", base_commit, new):
         raise VcsError(
             f"'{branch}' at {new[:12]} does not contain '{base}' at {base_commit[:12]}: moving '{base}' there "
-            f"would drop its commits. Nothing changed"
+            f"would drop its commits. '{base}' was not moved"
         )
     checkout = _base_checkout(repo_root, base)
     if checkout is None:
@@ -711,7 +728,7 @@ def _fast_forward(checkout: _Checkout, repo_root: str, base: str, base_commit: s
     # commit land on the base in between (a user's, who takes no lock of ours), `new` is no longer a
     # fast-forward of it and git refuses, so the base never loses a commit.
     if _rev(repo_root, f"refs/heads/{base}") != base_commit:
-        raise VcsError(f"'{base}' moved while the merge was prepared; nothing changed, merge again")
+        raise VcsError(f"'{base}' moved while the merge was prepared; it was not moved by taskgate, merge again")
     status, out, err = checkout.run("merge", "--ff-only", "--quiet", new)
     if status != 0:
         raise _fast_forward_refused(checkout.path, base, err or out)
@@ -724,6 +741,6 @@ def _fast_forward_refused(path: str, base: str, output: str) -> VcsError:
         shown = ", ".join(files[:10]) + (" ..." if len(files) > 10 else "")
         return VcsError(
             f"'{base}' is checked out in {path} with uncommitted changes that the merge would overwrite "
-            f"({shown}); commit, stash or move them there, then merge again. Nothing changed"
+            f"({shown}); commit, stash or move them there, then merge again. '{base}' was not moved"
         )
-    return VcsError(f"fast-forwarding '{base}' in {path} failed: {output.strip()[-600:]}; nothing changed")
+    return VcsError(f"fast-forwarding '{base}' in {path} failed: {output.strip()[-600:]}; '{base}' was not moved")
