@@ -19,7 +19,8 @@ project checkout. So no git command runs in a session worktree (or in the checko
 before `_checkout` has verified it: no symbolic link, git's top level there is the folder itself, its common
 git dir is the project's, it is listed by the project's `git worktree list`, and its HEAD is the expected
 branch. Later commands in it run with GIT_DIR and GIT_WORK_TREE pinned to what was verified, so a folder
-emptied or swapped after the check still cannot lead git to another checkout. Every command also gets an
+emptied or deleted after the check still cannot lead git to another checkout (only a folder swapped for a
+symbolic link within those milliseconds, by hand, is beyond what a path can pin). Every command also gets an
 explicit `-C <folder>`: GitPython silently runs git in the process's own working directory when its folder
 does not exist.
 
@@ -692,7 +693,9 @@ def _merge_into_base(repo_root: str, branch: str, base: str, base_commit: str, m
         )
     checkout = _base_checkout(repo_root, base)
     if checkout is None:
-        # Compare-and-swap: git refuses if the base is no longer at base_commit (moved since we read it).
+        # Compare-and-swap: git refuses if the base is no longer at base_commit (moved since we read it), so no
+        # commit is ever dropped. Users' own git commands take no lock of ours: one checking the base out by hand
+        # in the instant between the listing above and this line would keep its old files (git has that window).
         _git(repo_root, "update-ref", "-m", message, f"refs/heads/{base}", new, base_commit)
     else:
         _fast_forward(checkout, repo_root, base, base_commit, new)
