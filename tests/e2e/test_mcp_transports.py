@@ -4,10 +4,16 @@ Stdio: the official SDK client spawns the server and drives a session from `proj
 caller is the configured local operator. HTTP: the data dir is prepared with the CLI, tokens are issued with
 `taskgate token create`, and the bearer gate, the operator and agent principals, the agent rules of
 `domain/access.py`, the `operator_id` check and revocation are exercised over the wire.
+
+Lines a server cannot read (a lone surrogate, invalid UTF-8, not JSON, not JSON-RPC) are written raw, over stdio
+and over HTTP: both answer the same JSON-RPC error and go on serving (issue 13, point 4: stdio used to leave
+them unanswered). Integers out of range are refused by name through the real server, on SQLite and PostgreSQL,
+writing nothing (issue 13, point 5).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -29,7 +35,8 @@ from mcp.shared.exceptions import MCPError
 
 from taskgate import __version__
 from taskgate.entrypoints.mcp.tools import TOOLS
-from tests.conftest import make_git_repo
+from taskgate.infrastructure.db.engine import Database
+from tests.conftest import SQL_BACKENDS, make_git_repo, open_database, wire
 
 TASKGATE = str(Path(sys.executable).with_name("taskgate"))
 TOOL_NAMES = {fn.__name__ for fn in TOOLS}
@@ -148,6 +155,142 @@ async def test_over_stdio_a_client_drives_a_session_from_project_init_to_complet
     assert "Traceback" not in server_log.read_text()
 
 
+# -- stdio: lines the server cannot read --------------------------------------------------------------------------
+
+REPLY_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 60.0  # the first reply waits for the lifespan: migrations, start-up recovery
+
+
+def tool_call(ident: int | str, tool: str, arguments: bytes) -> bytes:
+    """A raw tools/call line; `arguments` is the JSON object, as bytes, exactly as sent."""
+    head = json.dumps({"jsonrpc": "2.0", "id": ident, "method": "tools/call"}).encode()[:-1]
+    return head + b', "params": {"name": "' + tool.encode() + b'", "arguments": ' + arguments + b"}}"
+
+
+UNREADABLE = [
+    # (what, line, JSON-RPC error code, words of its message, the id the reply carries)
+    ("a lone surrogate escape", tool_call(2, "plan_add", rb'{"name": "\udcff"}'), -32700, "surrogate", 2),
+    ("an invalid UTF-8 byte", tool_call(3, "plan_add", b'{"name": "a\xffb"}'), -32700, "invalid unicode", 3),
+    ("a line that is not JSON", b"{not json", -32700, "Parse error", None),
+    ("JSON that is not JSON-RPC", b'{"jsonrpc": "2.0", "id": 5, "method": 7}', -32602, "Validation error", 5),
+]
+
+
+class RawStdio:
+    """`taskgate serve` as a subprocess, driven with raw lines; every wait for a reply is bounded."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    async def send(self, line: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + b"\n")
+        await self.process.stdin.drain()
+
+    async def reply(self, timeout: float = REPLY_TIMEOUT_S) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        try:
+            line = await asyncio.wait_for(self.process.stdout.readline(), timeout)
+        except TimeoutError:
+            pytest.fail(f"no reply within {timeout:.0f} s: the server left the line unanswered")
+        assert line, "the server closed stdout"
+        return json.loads(line)
+
+    async def call(self, ident: int, tool: str, **arguments: Any) -> dict[str, Any]:
+        await self.send(tool_call(ident, tool, json.dumps(arguments).encode()))
+        answer = await self.reply()
+        assert answer["id"] == ident and "result" in answer, answer
+        return answer["result"]
+
+
+@asynccontextmanager
+async def raw_stdio(workdir: Path) -> AsyncIterator[RawStdio]:
+    """A started and initialised `taskgate serve`; stdin closed (and the exit awaited, bounded) at the end."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKGATE_")} | taskgate_env(workdir)
+    log = workdir / "server.stderr"
+    with log.open("w") as errlog:
+        process = await asyncio.create_subprocess_exec(
+            TASKGATE, "serve", cwd=workdir, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=errlog, limit=2**24,
+        )  # fmt: skip
+    wire = RawStdio(process)
+    try:
+        await wire.send(json.dumps(INITIALIZE).encode())
+        assert (await wire.reply(START_TIMEOUT_S))["result"]["serverInfo"]["name"] == "taskgate"
+        await wire.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+        yield wire
+        assert process.stdin is not None
+        process.stdin.close()
+        assert await asyncio.wait_for(process.wait(), REPLY_TIMEOUT_S) == 0, log.read_text()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert "Traceback" not in log.read_text(), log.read_text()
+
+
+async def test_over_stdio_every_unreadable_line_is_answered_and_the_server_goes_on(tmp_path: Path):
+    repo = make_git_repo(tmp_path / "repo")
+    async with raw_stdio(tmp_path) as wire:
+        assert not (await wire.call(1, "project_init", path=str(repo), name="demo"))["isError"]
+        for what, line, code, says, ident in UNREADABLE:
+            await wire.send(line)
+            answer = await wire.reply()
+            assert answer["id"] == ident and answer["error"]["code"] == code, (what, answer)
+            assert says in answer["error"]["message"], (what, answer)
+            assert (await wire.call(10, "ping"))["structuredContent"] == {"summary": "pong"}, what
+        assert (await wire.call(11, "plan_list"))["structuredContent"]["plans"] == []  # the refused adds wrote nothing
+        added = await wire.call(12, "plan_add", name="Phase 1")
+        assert added["structuredContent"]["id"] == 1, added
+
+
+async def test_over_stdio_blank_lines_are_skipped_and_a_notification_needs_no_answer(tmp_path: Path):
+    async with raw_stdio(tmp_path) as wire:
+        await wire.send(b"")
+        await wire.send(b"   ")
+        await wire.send(b'{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}}')
+        assert (await wire.call(2, "ping"))["structuredContent"] == {"summary": "pong"}  # the next line is its reply
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+async def test_the_real_server_refuses_integers_out_of_range_by_name_and_writes_nothing(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+):
+    database, url = await open_database(backend, request, tmp_path)
+    assert isinstance(database, Database) and url is not None
+    services = wire(backend, database, url)
+    repo = make_git_repo(tmp_path / "repo")
+    env = taskgate_env(tmp_path) | {"TASKGATE_DATABASE_URL": url}
+    params = StdioServerParameters(command=TASKGATE, args=["serve"], env=env, cwd=str(tmp_path))
+    try:
+        async with Client(params, read_timeout_seconds=60) as client:
+            await ok(client, "project_init", path=str(repo), name="demo")
+            await ok(client, "plan_add", name="Phase 1", project="demo")
+            await ok(client, "task_add", title="Build the API", plan_id=1, project="demo")
+            sid = (await ok(client, "project_session_start", task_id="DEMO-1"))["id"]
+            for trigger in ("plan_complete", "work_complete"):
+                verifying = await ok(client, "session_fire", session_id=sid, trigger=trigger)
+            before = await services.snapshot()
+            for tool, arguments in [
+                ("project_decide", {"session_id": sid, "decision": "approve", "expected_version": 2**63}),
+                ("session_fire", {"session_id": sid, "trigger": "approve", "expected_version": 2**63}),
+                ("task_add", {"title": "x", "plan_id": 2**63, "project": "demo"}),
+            ]:
+                result = await client.call_tool(tool, arguments)
+                text = " ".join(getattr(c, "text", "") for c in result.content)
+                assert result.is_error, (tool, result.structured_content)
+                assert text != f"Error executing tool {tool}" and "Traceback" not in text, text
+                name = "plan_id" if tool == "task_add" else "expected_version"
+                assert name in text and "less than or equal to 2147483647" in text, text
+                assert "asyncpg" not in text and "Overflow" not in text, text
+            assert await services.snapshot() == before
+            decided = await ok(client, "project_decide", session_id=sid, decision="approve",
+                               expected_version=verifying["version"])  # fmt: skip
+            assert decided["state"] == "awaiting_merge"
+    finally:
+        await database.dispose()
+
+
 # -- streamable HTTP --------------------------------------------------------------------------------------------
 
 
@@ -263,6 +406,17 @@ async def connect(server: HttpServer, token: str) -> AsyncIterator[Client]:
 def raw_post(server: HttpServer, token: str | None) -> httpx2.Response:
     headers = dict(MCP_HEADERS) | ({"Authorization": f"Bearer {token}"} if token is not None else {})
     return httpx2.post(server.url, json=INITIALIZE, headers=headers, timeout=30.0)
+
+
+@pytest.mark.parametrize(("what", "line", "code", "says", "_ident"), UNREADABLE, ids=[u[0] for u in UNREADABLE])
+def test_http_answers_the_lines_stdio_cannot_read_with_the_same_errors(
+    http_server: HttpServer, what: str, line: bytes, code: int, says: str, _ident: Any
+):
+    headers = MCP_HEADERS | {"Authorization": f"Bearer {http_server.operator_token}"}
+    response = httpx2.post(http_server.url, content=line, headers=headers, timeout=30.0)
+    answer = response.json()
+    assert response.status_code == 400 and answer["id"] is None, (what, answer)  # one POST, one answer: no id needed
+    assert answer["error"]["code"] == code and says in answer["error"]["message"], (what, answer)
 
 
 def assert_401(response: httpx2.Response, says: str) -> None:

@@ -14,6 +14,7 @@ import anyio
 from taskgate.bootstrap import App, Settings, bootstrap, build_outbox, build_sweeper
 from taskgate.domain.access import Principal
 from taskgate.entrypoints.mcp.server import build_server, http_app
+from taskgate.entrypoints.mcp.stdio import run_stdio
 
 
 class _OpenApp:
@@ -103,11 +104,12 @@ def _plain_logging() -> None:
 
 
 def serve_stdio(settings: Settings) -> None:
-    """MCP over stdin/stdout; the caller is the configured local operator."""
+    """MCP over stdin/stdout; the caller is the configured local operator. Our transport, not the SDK's: that
+    one leaves a line it cannot parse unanswered (see stdio.py)."""
     _plain_logging()
     opener = _OpenApp(settings)
     principal = Principal.operator(settings.operator.default)
-    build_server(opener, local_principal=principal, tool_names=settings.mcp.tool_names).run()
+    anyio.run(run_stdio, build_server(opener, local_principal=principal, tool_names=settings.mcp.tool_names))
 
 
 def serve_http(settings: Settings, host: str, port: int) -> None:
