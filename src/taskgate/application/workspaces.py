@@ -27,7 +27,14 @@ from taskgate.application.effects import NOTHING, Aftermath
 from taskgate.application.ports import Clock, UnitOfWorkFactory, VcsProvider, WorkspaceContext, WorktreeEntry
 from taskgate.application.sessions import MERGE_REQUESTED, EffectRefused, FireResult, FireTrigger, SessionService
 from taskgate.domain.entities import Project, Session, SessionSnapshot
-from taskgate.domain.errors import InvalidInput, MergeConflict, TaskgateError, VcsError
+from taskgate.domain.errors import (
+    BranchGone,
+    InvalidInput,
+    MergeConflict,
+    TaskgateError,
+    VcsError,
+    WorktreeMismatch,
+)
 from taskgate.domain.naming import DEFAULT_BRANCH_PATTERN, branch_name, check_branch_pattern, check_ref_name
 from taskgate.domain.policies import Violation
 from taskgate.domain.states import TERMINAL_STATES, SessionState, Trigger
@@ -140,7 +147,9 @@ class WorkspaceService:
         if trigger == Trigger.MERGE:
             return await self._merge(session, cmd)
         if trigger == Trigger.COMPENSATE and session.worktree_path:
-            await self._vcs.reset_worktree(session.worktree_path, session.state_data.get("base_commit", "HEAD"))
+            root = (await self._project(session.project_id)).root_path  # the owner: git checks it is that worktree
+            base = session.state_data.get("base_commit", "HEAD")
+            await self._vcs.reset_worktree(session.worktree_path, base, repo_root=root, branch=session.branch_name)
         await self._discard(session)  # compensate (auto_revert) and cleanup_done
         crashpoints.reached("compensate.reset" if trigger == Trigger.COMPENSATE else "cleanup.discarded")
         return cmd
@@ -288,7 +297,9 @@ class WorkspaceService:
                 mode=self._options.merge_mode,
             )
         except VcsError as exc:
-            violation = Violation("merge", str(exc), suggestion="fix the worktree, then merge again")
+            # a worktree that is not ours, or a branch that is gone, says what to do in its own message
+            owned = isinstance(exc, WorktreeMismatch | BranchGone)
+            violation = Violation("merge", str(exc), suggestion="" if owned else "fix the worktree, then merge again")
             raise EffectRefused(exc, [violation], {"state_data": forget}) from None
         crashpoints.reached("merge.git_done")
         if not outcome.merged:
