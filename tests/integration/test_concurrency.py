@@ -42,7 +42,9 @@ from taskgate.domain.errors import (
     SessionAlreadyActive,
 )
 from taskgate.domain.states import SessionState
+from tests.builders import OPERATOR as SEEDED_OPERATOR
 from tests.conftest import Services
+from tests.workflow_support import planning_with, rig, run_until_idle
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -406,3 +408,93 @@ async def test_two_processes_sharing_the_database_respect_the_wip_limit_and_lose
     assert all(o["policies"] == ["one_active_session_per_task"] for o in creates if o["outcome"] == "PolicyViolation")
     contested = [s for s in await svc.sessions.list_sessions(project_id=project_id) if s.task_id == create_task]
     assert [s.id for s in contested] == [o["session_id"] for o in creates if o["outcome"] == "applied"]
+
+
+# -- 5. identical decisions from two OS processes ------------------------------------------------------------------
+
+APPROVE_THEN_CHECK = """
+id: approve-then-check
+description: an approval step, then a checklist that keeps the session waiting
+steps:
+  - id: approve-plan
+    type: approval
+    message: Approve the plan.
+  - id: check
+    type: checklist
+    items:
+      - {id: tests, text: Tests pass}
+"""
+
+
+def decide_specs(
+    svc: Services, session: Session, operator: str = OPERATOR, *, workflows: Path | None = None
+) -> list[dict[str, Any]]:
+    """Two workers sending 50 identical approvals each (every other one with the version they were shown)."""
+    decide = {"session_id": session.id, "operator": operator, "decision": "approve", "count": 50,
+              "expected_version": session.version}  # fmt: skip
+    spec = {"url": svc.url, "wip_limit": WIP_LIMIT, "decide": decide,
+            "workflows": str(workflows) if workflows else None}  # fmt: skip
+    return [{**spec, "actor": f"worker-{n}"} for n in range(2)]
+
+
+def assert_one_result(reports: list[list[dict[str, Any]]], session: Session) -> dict[str, Any]:
+    """Every caller got the same decision: one first result, 99 replays of it. Returns the first result."""
+    outcomes = [o for report in reports for o in report]
+    assert len(outcomes) == 100
+    assert [o for o in outcomes if o["outcome"] != "applied"] == []
+    assert Counter(o["replayed"] for o in outcomes) == {False: 1, True: 99}
+    same = {(o["decision_id"], o["decision"], o["decision_version"], o["to_state"], o["pending"]) for o in outcomes}
+    assert len(same) == 1, same
+    assert next(iter(same))[2] == session.version
+    return next(o for o in outcomes if not o["replayed"])
+
+
+async def decisions_of(svc: Services, session_id: str) -> list[Any]:
+    async with svc.uow(write=False) as uow:  # type: ignore[operator]
+        return await uow.decisions.of_session(session_id)
+
+
+@pytest.mark.slow
+async def test_a_hundred_identical_approvals_from_two_processes_apply_once_and_replay_the_rest(
+    sql_services: Services, git_repo: Path
+) -> None:
+    svc = sql_services
+    project_id = await seed_project(svc, git_repo)
+    _plan_id, (task_id,) = await seed_plan(svc, project_id, "decide", 1)
+    executing = await executing_session(svc, task_id)
+    session = (await svc.sessions.fire(FireTrigger(executing.id, "work_complete", ACTOR))).session
+
+    reports = await run_workers(decide_specs(svc, session))
+
+    first = assert_one_result(reports, session)
+    outcomes = [o for report in reports for o in report]
+    assert {(o["state"], o["version"]) for o in outcomes} == {("awaiting_merge", session.version + 1)}
+    assert first["to_state"] == "awaiting_merge"
+    [decision] = await decisions_of(svc, session.id)
+    assert (decision.id, decision.outcome) == (first["decision_id"], "applied")
+    rows = await assert_log_matches_session(svc, session.id)
+    assert [(r.trigger, r.outcome) for r in rows if r.trigger == "approve"] == [("approve", Outcome.APPLIED)]
+
+
+@pytest.mark.slow
+async def test_a_hundred_identical_answers_to_a_workflow_approval_from_two_processes_act_once(
+    sql_services: Services, git_repo: Path, tmp_path: Path
+) -> None:
+    svc = sql_services
+    r = rig(svc, tmp_path, {"dev/approve-then-check.yaml": APPROVE_THEN_CHECK})
+    planning = await planning_with(svc, git_repo, r, "approve-then-check", actor=ACTOR)
+    await r.agents.execute(planning.id, ACTOR)
+    await run_until_idle(r, planning.id)
+    session = await svc.sessions.get(planning.id)
+    assert r.engine.approval_step(session) is not None
+
+    reports = await run_workers(decide_specs(svc, session, SEEDED_OPERATOR, workflows=tmp_path / "config"))
+
+    first = assert_one_result(reports, session)
+    assert first["to_state"] == "executing"
+    [decision] = await decisions_of(svc, session.id)
+    assert (decision.id, decision.outcome) == (first["decision_id"], "applied")
+    runs = [(x.step_id, x.status.value) for x in await r.engine.step_runs(session.id)]
+    assert runs == [("approve-plan", "approved"), ("check", "waiting")]
+    final = await svc.sessions.get(session.id)
+    assert final.state == SessionState.EXECUTING and r.engine.view(final).waiting.kind == "checklist"

@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from taskgate.application.decisions import Decide
+from taskgate.application.decisions import Decide, DecisionService
 from taskgate.application.operators import AddOperator
 from taskgate.application.sessions import FireTrigger
 from taskgate.bootstrap import Settings, policy_book
 from taskgate.domain.entities import Session
-from taskgate.domain.errors import ConflictError, Forbidden, InvalidInput, InvalidTransition, PolicyViolation
+from taskgate.domain.errors import (
+    ConcurrentModification,
+    ConflictError,
+    Forbidden,
+    InvalidInput,
+    InvalidTransition,
+    PolicyViolation,
+)
 from taskgate.domain.states import SessionState
+from taskgate.infrastructure.system import SystemClock
 from tests.builders import ACTOR, OPERATOR, fire, seed, start
 from tests.conftest import Services, wire
 
@@ -179,6 +188,93 @@ async def test_two_operators_deciding_differently_at_once_leave_one_decision(sql
     lost = [r for r in results if isinstance(r, BaseException)]
     assert len(won) == 1 and len(lost) == 1 and isinstance(lost[0], ConflictError | InvalidTransition), lost
     assert len(await decisions_of(sql_services, session.id)) == 1
+
+
+class SessionsDecidedFirst:
+    """The engine as a second process sees it: its next `fire` waits until `first` (another process's
+    decision) committed. That is the window a cross-process race opens between a decision's read of the
+    session and its transition, made deterministic."""
+
+    def __init__(self, sessions, first) -> None:
+        self._sessions, self._first = sessions, first
+
+    def __getattr__(self, name: str):
+        return getattr(self._sessions, name)
+
+    async def fire(self, cmd: FireTrigger):
+        first, self._first = self._first, None
+        if first is not None:
+            await first()
+        return await self._sessions.fire(cmd)
+
+
+def second_process(services: Services, first) -> DecisionService:
+    """A DecisionService of its own (its own operator locks, as in another process) on the same database."""
+    return DecisionService(services.uow, SessionsDecidedFirst(services.sessions, first), SystemClock())
+
+
+async def test_an_identical_decision_that_lost_the_race_returns_the_winners_result(services, git_repo):
+    [session] = await verifying(services, git_repo)
+    won = []
+
+    async def winner() -> None:
+        won.append(await services.decisions.decide(Decide(session.id, OPERATOR, "approve")))
+
+    lost = await second_process(services, winner).decide(Decide(session.id, OPERATOR, "approve"))
+    assert not won[0].replayed and lost.replayed
+    assert lost.decision.id == won[0].decision.id and lost.session.version == won[0].session.version
+    assert lost.session.state == SessionState.AWAITING_MERGE
+    assert len(await decisions_of(services, session.id)) == 1
+    assert [r.trigger for r in await services.sessions.history(session.id)].count("approve") == 1
+
+
+@pytest.mark.parametrize(("operator", "decision"), [(OPERATOR, "reject"), ("bob", "approve")])
+async def test_a_different_decision_that_lost_the_race_is_refused_naming_the_winner(
+    services, git_repo, operator, decision
+):
+    [session] = await verifying(services, git_repo)
+    await services.operators.add(AddOperator("bob", ["reviewer"]))
+    loser = second_process(services, lambda: services.decisions.decide(Decide(session.id, OPERATOR, "approve")))
+    with pytest.raises(ConflictError, match=f"already decided at version {session.version}: approve by alice"):
+        await loser.decide(Decide(session.id, operator, decision, reason="no"))
+    assert len(await decisions_of(services, session.id)) == 1
+
+
+async def test_a_decision_overtaken_by_something_else_than_a_decision_still_says_the_session_moved(services, git_repo):
+    [session] = await verifying(services, git_repo)
+    loser = second_process(services, lambda: fire(services, session, "suspend"))
+    with pytest.raises(ConcurrentModification, match=f"not {session.version}"):
+        await loser.decide(Decide(session.id, OPERATOR, "approve"))
+    assert await decisions_of(services, session.id) == []
+
+
+class ReadsDecidedFirst:
+    """A unit-of-work factory whose `nth` unit of work starts only once `first` (another process's decision)
+    committed: the window between a decision's read of the session and its look for an earlier decision."""
+
+    def __init__(self, uow, first, nth: int) -> None:
+        self._uow, self._first, self._left = uow, first, nth
+
+    def __call__(self, *, write: bool):
+        self._left -= 1
+        return self._after_first(write) if self._left == 0 else self._uow(write=write)
+
+    @asynccontextmanager
+    async def _after_first(self, write: bool):
+        await self._first()
+        async with self._uow(write=write) as uow:
+            yield uow
+
+
+async def test_a_replay_found_after_another_process_decided_shows_the_session_as_decided(services, git_repo):
+    [session] = await verifying(services, git_repo)
+    winner = lambda: services.decisions.decide(Decide(session.id, OPERATOR, "approve"))  # noqa: E731
+    # the second process read the session verifying (1st unit of work), the first one decides, then the second
+    # looks for an earlier decision (2nd unit of work) and finds it
+    late = DecisionService(ReadsDecidedFirst(services.uow, winner, nth=2), services.sessions, SystemClock())
+    replay = await late.decide(Decide(session.id, OPERATOR, "approve"))
+    assert replay.replayed and replay.session.state == SessionState.AWAITING_MERGE
+    assert replay.session.version == session.version + 1
 
 
 async def test_one_operator_approving_many_sessions_at_once_applies_each_without_deadlock(sql_services, git_repo):

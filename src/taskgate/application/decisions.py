@@ -9,8 +9,10 @@ Idempotency and races. Decisions of one operator run one at a time: an in-proces
 inside the transition the operator's row is locked (`SELECT … FOR UPDATE` on PostgreSQL; SQLite serialises
 every write). Before deciding, the operator's earlier decision on the same verification is looked up: the
 same decision again returns the first result and writes nothing; a different one is refused naming the
-first. A unique index on (session, version, operator) is the backstop when two processes race: the loser's
-insert fails, its transaction rolls back, and it returns the winner's result.
+first. Across processes two callers can both read the verification undecided; the one that writes second
+fails (the session's version moved on under it, or the unique index on (session, version, operator) refuses
+its row), rolls back, and looks at what settled the verification it read: the same decision of the same
+operator is returned as a replay of the winner's; another decision is refused as above.
 
 Effects: approve → awaiting_merge (guards require_tests, review_approval); request_changes → executing with
 the instructions stored for the agents (`state_data.instructions`); reject → failed, then the compensation:
@@ -42,6 +44,7 @@ from taskgate.domain.entities import (
 )
 from taskgate.domain.errors import (
     AlreadyExists,
+    ConcurrentModification,
     ConflictError,
     InvalidInput,
     InvalidTransition,
@@ -127,7 +130,11 @@ class DecisionService:
             operator, session = await self._load(cmd)
             _authorize(operator, kind, compensation, cmd)
             if cmd.expected_version is not None and cmd.expected_version != session.version:
-                return await self._decided_at(session, cmd.operator_id, kind, cmd.expected_version)
+                replay = await self._decided_at(session.id, cmd.operator_id, kind, cmd.expected_version)
+                if replay is None:
+                    raise ConflictError(f"session {session.id} is at version {session.version}, not "
+                                        f"{cmd.expected_version}: it moved on; read it again")  # fmt: skip
+                return replay
             step = self._workflows.approval_step(session) if self._workflows is not None else None
             earlier = await self._earlier(session, cmd.operator_id, kind, waiting=step is not None)
             if earlier is not None:
@@ -146,30 +153,47 @@ class DecisionService:
             )
             try:
                 return await self._apply(session, decision, cmd)
-            except AlreadyExists:  # another process recorded this operator's decision first: return that one
-                replay = await self._earlier(await self._sessions.get(session.id), cmd.operator_id, kind)
-                if replay is None:
-                    raise
-                return replay
+            except AlreadyExists as exc:  # the unique index: this operator's row was written meanwhile
+                return await self._settled(session, cmd.operator_id, kind, exc)
+            except _Overtaken as exc:  # the version check: the session moved on meanwhile
+                return await self._settled(session, cmd.operator_id, kind, exc.cause)
 
     # -- internals ---------------------------------------------------------------------------------------------
 
-    async def _decided_at(self, session: Session, operator_id: str, kind: DecisionKind, version: int):
-        """The operator's decision taken on the session at `version` (a resent decision), else ConflictError."""
+    async def _settled(
+        self, session: Session, operator_id: str, kind: DecisionKind, lost: ConflictError
+    ) -> DecisionResult:
+        """This decision lost the race to write the verification `session` was read at (another process wrote
+        first): the winner's result when it is the same decision by the same operator.
+
+        Raises: ConflictError when a different decision (or another operator's) settled it; `lost` (the
+        error the write met) when no decision did, i.e. the session moved on for another reason."""
+        replay = await self._decided_at(session.id, operator_id, kind, session.version)
+        if replay is None:
+            raise lost
+        return replay
+
+    async def _decided_at(
+        self, session_id: str, operator_id: str, kind: DecisionKind, version: int
+    ) -> DecisionResult | None:
+        """The operator's decision taken on the session at `version` (a resent decision, or the one that won a
+        race), as a replay showing the session as it is now; None when no decision settled that version.
+
+        Raises: ConflictError when the operator decided differently there, or another operator's decision
+        settled it."""
         async with self._uow(write=False) as uow:
-            taken = await uow.decisions.for_verification(session.id, version)
+            taken = await uow.decisions.for_verification(session_id, version)
+            session = await uow.sessions.get(session_id)  # after the decisions: never older than they are
         mine = [d for d in taken if d.operator_id == operator_id]
-        if not mine:
+        first = mine[0] if mine else next((d for d in taken if d.outcome == "applied"), None)
+        if first is None:
+            return None
+        if first.decision != kind or first.operator_id != operator_id:
             raise ConflictError(
-                f"session {session.id} is at version {session.version}, not {version}: it moved on; read it again"
+                f"session {session.id} was already decided at version {version}: {first.decision.value} by "
+                f"{first.operator_id}; a different decision is refused"
             )
-        if mine[0].decision != kind:
-            first = mine[0].decision.value
-            raise ConflictError(
-                f"session {session.id} was already decided at version {version}: {first} by {operator_id}; "
-                "a different decision is refused"
-            )
-        return DecisionResult(mine[0], session, replayed=True, pending=mine[0].outcome == "pending")
+        return DecisionResult(first, session, replayed=True, pending=first.outcome == "pending")
 
     async def _answer_step(self, session: Session, operator: Operator, kind: DecisionKind, cmd: Decide):
         """A workflow approval step: its decision row and the stack move in one transaction (the engine's).
@@ -183,11 +207,8 @@ class DecisionService:
                             instructions=cmd.instructions)  # fmt: skip
         try:
             updated = await self._workflows.answer(session, decision)
-        except AlreadyExists:  # another process recorded this operator's decision on the step first
-            replay = await self._earlier(await self._sessions.get(session.id), cmd.operator_id, kind)
-            if replay is None:
-                raise
-            return replay
+        except ConflictError as exc:  # the session moved on since it was read (another process answered first?)
+            return await self._settled(session, cmd.operator_id, kind, exc)
         async with self._uow(write=False) as uow:
             taken = await uow.decisions.for_verification(session.id, session.version)
         stored = next(d for d in taken if d.operator_id == operator.id)
@@ -214,6 +235,9 @@ class DecisionService:
             else:
                 applied = [d for d in await uow.decisions.of_session(session.id, limit=20) if d.outcome == "applied"]
                 mine = applied[-1:] if applied and _decided_last(session, applied[-1]) else []
+            # read after the decisions: a replay shows the session as that decision left it (or later), never
+            # the verifying row another process decided between our two reads
+            current = await uow.sessions.get(session.id) if mine else session
         if not mine:
             if session.state != SessionState.VERIFYING and not waiting:
                 allowed = allowed_triggers(session.state, session.prior_state)
@@ -225,7 +249,7 @@ class DecisionService:
                 f"session {session.id} was already decided: {first.decision.value} by {first.operator_id} at "
                 f"{first.at.isoformat()} ({first.outcome}); a different decision is refused"
             )
-        return DecisionResult(first, session, replayed=True, pending=first.outcome == "pending")
+        return DecisionResult(first, current, replayed=True, pending=first.outcome == "pending")
 
     async def _apply(self, session: Session, decision: Decision, cmd: Decide) -> DecisionResult:
         if decision.decision == DecisionKind.APPROVE:
@@ -324,7 +348,10 @@ class DecisionService:
             decision=decision,
             overrides=overrides,
         )
-        return await self._sessions.fire(cmd)
+        try:
+            return await self._sessions.fire(cmd)
+        except ConcurrentModification as exc:  # the decision's own transition found the session moved on
+            raise _Overtaken(exc) from exc
 
     async def _stored(self, decision: Decision) -> Decision:
         """The decision as the transition stored it (with its id, time and the state it led to)."""
@@ -336,6 +363,16 @@ class DecisionService:
         async with self._uow(write=True) as uow:
             await uow.events.append(kind, self._clock.now(), payload, session_id)
             await uow.commit()
+
+
+class _Overtaken(Exception):
+    """The decision's own fire met ConcurrentModification: the session changed after it was read (in practice
+    another process decided it first). Raised only around that fire, so that the failure of what a decision
+    fires afterwards (the compensation, the merge of approve_and_merge) is never mistaken for a lost race."""
+
+    def __init__(self, cause: ConcurrentModification) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def _validated(cmd: Decide) -> tuple[DecisionKind, Compensation | None]:
