@@ -101,6 +101,25 @@ def make_git_repo(path: Path) -> Path:
     return path
 
 
+def pg_admin(sql: str) -> None:
+    """Run one statement (CREATE/DROP DATABASE) on the PostgreSQL server's admin connection."""
+    dsn = make_url(PG_URL).set(drivername="postgresql").render_as_string(hide_password=False)
+
+    async def run() -> None:
+        conn = await asyncpg.connect(dsn, timeout=10)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    run_in_fresh_loop(run)
+
+
+def pg_database_url(name: str) -> str:
+    """The URL of database `name` on the test server."""
+    return make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A throwaway PostgreSQL database for this test run, migrated once, dropped at the end.
@@ -108,32 +127,23 @@ def pg_url() -> Iterator[str]:
     Each run gets its own database so concurrent runs (developers, CI) never truncate each other's tables.
     Fails, never skips, when the server is unreachable: PostgreSQL is required.
     """
-    server = make_url(PG_URL)
     name = f"taskgate_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin_dsn = server.set(drivername="postgresql").render_as_string(hide_password=False)
+    url = pg_database_url(name)
 
-    async def admin(sql: str) -> None:
-        conn = await asyncpg.connect(admin_dsn, timeout=10)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    async def prepare() -> None:
-        await admin(f'CREATE DATABASE "{name}"')
+    async def migrate() -> None:
         db = Database(url)
         try:
             await migrations.upgrade(db)
         finally:
             await db.dispose()
 
-    url = server.set(database=name).render_as_string(hide_password=False)
     try:
-        run_in_fresh_loop(prepare)
+        pg_admin(f'CREATE DATABASE "{name}"')
+        run_in_fresh_loop(migrate)
     except (OSError, StorageError, asyncpg.PostgresError) as exc:
         pytest.fail(f"PostgreSQL is required for the test suite and is unreachable at {PG_URL}: {exc}")
     yield url
-    run_in_fresh_loop(lambda: admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")

@@ -22,12 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 from taskgate.application.crashpoints import ENV, POINTS
-from tests.conftest import PG_URL
+from tests.conftest import pg_admin, pg_database_url
 from tests.e2e.test_crash_recovery import (
     Service,
     abandon,
@@ -119,22 +117,12 @@ class CrashService(Service):
 
 def _pg_database() -> Iterator[str]:
     """A database of its own on the PostgreSQL server (the suite's other tests truncate theirs)."""
-    server = make_url(PG_URL)
     name = f"taskgate_crash_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = server.set(drivername="postgresql").render_as_string(hide_password=False)
-
-    async def run(sql: str) -> None:
-        conn = await asyncpg.connect(admin, timeout=10)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(run(f'CREATE DATABASE "{name}"'))
+    pg_admin(f'CREATE DATABASE "{name}"')
     try:
-        yield server.set(database=name).render_as_string(hide_password=False)
+        yield pg_database_url(name)
     finally:
-        asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
