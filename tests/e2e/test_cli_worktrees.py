@@ -102,3 +102,24 @@ def test_a_merge_into_an_emptied_worktree_folder_is_refused_and_leaves_main_and_
     worktree.rmdir()
     assert "then cleanup_done: merged → completed" in cli.ok("session", "merge", short)
     assert git(repo, "rev-parse", "main^") == main and git(repo, "rev-parse", "human-work") == human
+
+
+def test_a_merge_after_the_branch_was_deleted_by_hand_names_the_branch_not_every_file(tmp_path):
+    repo = make_git_repo(tmp_path / "repo")
+    cli = Cli(tmp_path)
+    seed(cli)
+    session = cli.json("session", "start", "DEMO-1")
+    worktree, short, branch = Path(session["worktree_path"]), session["id"][:8], session["branch_name"]
+    commit(worktree, "api.py", "def api(): ...\n", "feat: api")
+    for trigger in ("plan_complete", "work_complete", "approve"):
+        cli.ok("session", "fire", short, trigger)
+    main = git(repo, "rev-parse", "main")
+    git(repo, "update-ref", "-d", f"refs/heads/{branch}")  # git branch -D refuses a checked-out branch; this not
+
+    error = cli.fails("session", "merge", short)
+
+    assert f"branch '{branch}'" in error and "no longer exists" in error, error
+    assert "uncommitted" not in error and "README.md" not in error, error
+    assert cli.json("session", "show", session["id"])["state"] == "awaiting_merge"
+    assert git(repo, "rev-parse", "main") == main
+    assert "no longer exists" in cli.fails("session", "review", short)
