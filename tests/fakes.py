@@ -185,6 +185,7 @@ class InMemoryTaskRepository(_Repo):
             and t.status == TaskStatus.OPEN
             and t.id not in active
             and all(self.store.tasks[b].status == TaskStatus.COMPLETED for b in t.blockers)
+            and (t.plan_id is None or self.store.plans[t.plan_id].status != PlanStatus.CLOSED)
         ]
         return [copy.deepcopy(t) for t in sorted(found, key=lambda t: (t.priority, t.created_at, t.id))]
 

@@ -110,6 +110,19 @@ async def test_ready_tasks_exclude_blocked_and_busy_ones_and_sort_by_priority(se
         assert await uow.tasks.count_unfinished(plan_id) == 3
 
 
+async def test_ready_tasks_leave_out_the_tasks_of_a_closed_plan(services):
+    async with services.uow(write=True) as uow:
+        pid, plan_id = await seed(uow)
+        other = await uow.plans.add(pid, "Phase 2", T0)
+        await uow.tasks.add(task("D-1", pid, plan_id))
+        await uow.tasks.add(task("D-2", pid, other.id))
+        await uow.tasks.add(task("D-3", pid, None))
+        await uow.plans.set_status(plan_id, PlanStatus.CLOSED)
+        await uow.commit()
+    async with services.uow(write=False) as uow:
+        assert [t.id for t in await uow.tasks.ready(pid)] == ["D-2", "D-3"]  # plan_open would refuse D-1
+
+
 async def test_a_second_active_session_for_a_task_is_refused_but_a_finished_one_is_not_counted(services):
     async with services.uow(write=True) as uow:
         pid, plan_id = await seed(uow)

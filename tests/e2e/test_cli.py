@@ -105,6 +105,24 @@ def test_a_user_drives_a_session_from_init_to_completion_through_the_cli(cli):
     assert {t["status"] for t in cli.json("task", "list", "--status", "completed")} == {"completed"}
 
 
+def test_a_task_added_to_a_plan_that_closed_reopens_it_and_can_start(cli):
+    assert "project demo" in cli.ok("init", "repo", "--name", "demo")
+    cli.ok("plan", "add", "Phase 1")
+    cli.ok("task", "add", "Build the API", "--plan", "1")
+    short = cli.json("session", "start", "DEMO-1")["id"][:8]
+    for trigger in ("plan_complete", "work_complete", "approve", "merge"):
+        cli.ok("session", "fire", short, trigger)
+    assert [p["status"] for p in cli.json("plan", "list")] == ["closed"]  # its last task completed
+
+    out = cli.ok("task", "add", "Document it", "--plan", "1")
+    assert "task DEMO-2 added: Document it" in out and "plan 1 'Phase 1' was closed and is open again" in out
+    assert [p["status"] for p in cli.json("plan", "list")] == ["open"]
+    assert [t["id"] for t in cli.json("task", "ready")] == ["DEMO-2"]
+    assert cli.json("task", "add", "And test it", "--plan", "1")["plan_reopened"] is None  # open: nothing to say
+    assert cli.json("session", "start", "DEMO-2")["state"] == "planning"
+    assert [p["status"] for p in cli.json("plan", "list")] == ["in_progress"]
+
+
 def test_state_at_replays_history_and_accepts_zone_less_timestamps_as_utc(cli):
     seed(cli)
     session = cli.json("session", "start", "DEMO-1")

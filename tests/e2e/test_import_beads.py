@@ -52,6 +52,19 @@ def test_new_tasks_can_go_into_a_plan(cli: Cli) -> None:
     assert [t["plan_id"] for t in cli.json("task", "list")] == [1]
 
 
+def test_open_issues_imported_into_a_closed_plan_reopen_it(cli: Cli) -> None:
+    cli.ok("plan", "add", "Phase 1")
+    cli.ok("task", "add", "Only task", "--plan", "1")
+    short = cli.json("session", "start", "DEMO-1")["id"][:8]
+    for trigger in ("plan_complete", "work_complete", "approve", "merge"):
+        cli.ok("session", "fire", short, trigger)
+    assert [p["status"] for p in cli.json("plan", "list")] == ["closed"]
+    out = cli.ok("task", "import-beads", export(cli, bead("bd-1", "Follow-up")), "--plan", "1")
+    assert "plan 1 was closed and is open again" in out
+    assert [p["status"] for p in cli.json("plan", "list")] == ["open"]
+    assert [t["id"] for t in cli.json("task", "ready")] == ["bd-1"]
+
+
 def test_a_missing_file_or_plan_fails_with_one_line(cli: Cli) -> None:
     assert "cannot read" in cli.fails("task", "import-beads", str(cli.workdir / "nope.jsonl"))
     assert "plan 7 not found" in cli.fails("task", "import-beads", export(cli, bead("bd-1")), "--plan", "7")

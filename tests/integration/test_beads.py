@@ -14,7 +14,7 @@ from taskgate.application.beads_import import BeadsImporter, ImportBeads
 from taskgate.application.sessions import StartTask
 from taskgate.application.tracker import AddTask
 from taskgate.application.workspaces import GitOptions
-from taskgate.domain.entities import Project, TaskStatus
+from taskgate.domain.entities import PlanStatus, Project, TaskStatus
 from taskgate.domain.errors import InvalidInput, TaskNotFound, TrackerError
 from taskgate.infrastructure.db.repositories import SqlAlchemyTaskRepository
 from taskgate.infrastructure.git import GitPythonVcs
@@ -231,6 +231,27 @@ async def test_an_active_session_keeps_its_task_status(sql_services, tmp_path) -
     assert tasks["bd-1"].status == TaskStatus.IN_PROGRESS
     assert tasks["bd-2"].status == TaskStatus.COMPLETED
     assert report.updated == ["bd-2"] and report.unchanged == ["bd-1"]
+
+
+async def test_open_issues_imported_into_a_closed_plan_reopen_it_and_closed_ones_do_not(sql_services, tmp_path):
+    project = await sql_services.tracker.init_project(str(make_git_repo(tmp_path / "repo")))
+    plan = await sql_services.tracker.add_plan(project.id, "Done")
+    async with sql_services.uow(write=True) as uow:  # as the completion of its last task leaves it
+        await uow.plans.set_status(plan.id, PlanStatus.CLOSED)
+        await uow.commit()
+    importer = BeadsImporter(sql_services.uow, SystemClock())
+
+    done = await importer.import_jsonl(ImportBeads(project.id, jsonl(bead("bd-1", "Old", status="closed")), plan.id))
+    assert done.reopened_plan is None
+    assert (await sql_services.tracker.list_plans(project.id))[0].status == PlanStatus.CLOSED
+
+    report = await importer.import_jsonl(ImportBeads(project.id, jsonl(bead("bd-2", "New")), plan.id, ACTOR))
+    assert report.reopened_plan == plan.id
+    assert (await sql_services.tracker.list_plans(project.id))[0].status == PlanStatus.OPEN
+    assert [t.id for t in await sql_services.tracker.ready_tasks(project.id)] == ["bd-2"]
+    async with sql_services.uow(write=False) as uow:
+        [event] = [e for e in await uow.events.list(None, limit=100) if e["kind"] == "plan.reopened"]
+    assert (event["payload"]["tasks"], event["payload"]["actor"]) == (["bd-2"], ACTOR)
 
 
 async def test_a_failure_mid_import_writes_nothing(sql_services, tmp_path, monkeypatch) -> None:

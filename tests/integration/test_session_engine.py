@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import text
 
 from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import CreateSession, FireTrigger, StartTask
@@ -251,3 +253,99 @@ async def test_active_sessions_exclude_completed_and_cancelled(services, git_rep
     await fire(services, b, "cancel")
     assert [s.id for s in await services.sessions.active_sessions(seeded.project.id)] == [c.id]
     assert len(await services.sessions.list_sessions(seeded.project.id)) == 3
+
+
+# -- a plan closes with its last task; a task added to it reopens it ----------------------------------------------
+
+
+async def closed_plan(services, git_repo):
+    """A plan whose only task went the happy path, so the plan closed by itself."""
+    seeded = await seed(services, git_repo, tasks=1)
+    await fire(services, await start(services, seeded.tasks[0]), *HAPPY_PATH)
+    assert (await services.tracker.list_plans(seeded.project.id))[0].status == PlanStatus.CLOSED
+    return seeded
+
+
+async def plan_events(services) -> list[dict]:
+    async with services.uow(write=False) as uow:
+        return [e for e in await uow.events.list(None, limit=1000) if e["kind"] == "plan.reopened"]
+
+
+async def test_a_task_added_to_a_closed_plan_reopens_it_and_is_ready_and_starts(services, git_repo):
+    seeded = await closed_plan(services, git_repo)
+    added = await services.tracker.add(AddTask(seeded.project.id, "one more", plan_id=seeded.plan.id, actor=ACTOR))
+    assert added.reopened is not None and added.reopened.status == PlanStatus.OPEN
+    assert added.note() == f"plan {seeded.plan.id} 'Phase 1' was closed and is open again"
+    assert (await services.tracker.list_plans(seeded.project.id))[0].status == PlanStatus.OPEN
+    [event] = await plan_events(services)
+    assert event["payload"]["plan"] == seeded.plan.id and event["payload"]["tasks"] == [added.task.id]
+    assert event["payload"]["actor"] == ACTOR
+    assert [t.id for t in await services.tracker.ready_tasks(seeded.project.id)] == [added.task.id]
+    session = await start(services, added.task)  # plan_open lets it through
+    assert session.state == SessionState.PLANNING
+    assert (await services.tracker.list_plans(seeded.project.id))[0].status == PlanStatus.IN_PROGRESS
+    await fire(services, session, *HAPPY_PATH)  # and the plan closes again with its new last task
+    assert (await services.tracker.list_plans(seeded.project.id))[0].status == PlanStatus.CLOSED
+
+
+async def test_a_task_added_to_an_open_plan_or_to_none_reopens_nothing(services, git_repo):
+    seeded = await seed(services, git_repo, tasks=1)
+    for plan_id in (seeded.plan.id, None):
+        added = await services.tracker.add(AddTask(seeded.project.id, "another", plan_id=plan_id))
+        assert added.reopened is None and added.note() == ""
+    assert await plan_events(services) == []
+
+
+async def test_a_closed_plan_stays_closed_when_adding_its_task_fails(services, git_repo):
+    seeded = await closed_plan(services, git_repo)
+    with pytest.raises(TaskNotFound):
+        await services.tracker.add(AddTask(seeded.project.id, "x", plan_id=seeded.plan.id, blocked_by=["NOPE-9"]))
+    assert (await services.tracker.list_plans(seeded.project.id))[0].status == PlanStatus.CLOSED
+    assert await plan_events(services) == []
+
+
+async def test_a_task_of_a_closed_plan_is_never_listed_ready(services, git_repo):
+    # a database written before tasks reopened their plan can hold one: plan_open would refuse to start it
+    seeded = await closed_plan(services, git_repo)
+    stranded = await services.tracker.add_task(AddTask(seeded.project.id, "stranded", plan_id=seeded.plan.id))
+    async with services.uow(write=True) as uow:
+        await uow.plans.set_status(seeded.plan.id, PlanStatus.CLOSED)
+        await uow.commit()
+    assert stranded.id not in [t.id for t in await services.tracker.ready_tasks(seeded.project.id)]
+
+
+async def test_a_task_added_while_its_plan_closes_waits_for_the_close_and_reopens_the_plan(sql_services, git_repo):
+    """Adding a task locks the plan row, as the completion of the plan's last task does: an addition that
+    meets the closing transaction waits for it, then sees the plan closed and reopens it (without the lock it
+    would read the plan still open, and leave an open task in a closed plan)."""
+    seeded = await seed(sql_services, git_repo, tasks=1)
+    closing = sql_services.database.connect()
+    async with closing as conn:  # the last task's completion, caught before its commit
+        await conn.begin()
+        await conn.execute(text("UPDATE tasks SET status = 'completed'"))
+        await conn.execute(text(f"UPDATE plans SET status = 'closed' WHERE id = {seeded.plan.id}"))
+        adding = asyncio.ensure_future(
+            sql_services.tracker.add(AddTask(seeded.project.id, "late", plan_id=seeded.plan.id))
+        )
+        await asyncio.wait_for(waiting_for_a_lock(sql_services, adding), timeout=10)
+        await conn.commit()
+    added = await asyncio.wait_for(adding, timeout=30)
+    assert added.reopened is not None
+    [plan] = await sql_services.tracker.list_plans(seeded.project.id)
+    assert plan.status == PlanStatus.OPEN
+    assert [t.id for t in await sql_services.tracker.ready_tasks(seeded.project.id)] == [added.task.id]
+
+
+async def waiting_for_a_lock(services, adding: asyncio.Future) -> None:
+    """Until `adding` waits on a lock (PostgreSQL: a lock not granted; SQLite: it retries BEGIN IMMEDIATE
+    with backoff, so a few turns of the loop) or ended without waiting."""
+    if services.backend == "sqlite":
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return
+    async with services.database.connect() as conn:
+        while not adding.done():
+            waiting = (await conn.execute(text("SELECT count(*) FROM pg_locks WHERE NOT granted"))).scalar_one()
+            if waiting:
+                return
+            await asyncio.sleep(0.01)

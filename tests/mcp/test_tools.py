@@ -50,6 +50,25 @@ async def test_plans_and_tasks_are_created_and_listed(services, tmp_path):
         assert [t["id"] for t in ready["tasks"]] == ["SHOP-1", "SHOP-2"]
 
 
+async def test_a_task_added_to_a_closed_plan_reopens_it_and_says_so(services, tmp_path):
+    async with connect(services, ALICE) as operator_tools:
+        seeded = await seed(operator_tools, tmp_path, tasks=1)
+        plan_id = seeded["plan"]["id"]
+        first = (await operator_tools.ok("project_session_start", task_id="SHOP-1", operator_id="alice"))["id"]
+        for trigger in ("plan_complete", "work_complete", "approve", "merge"):
+            await operator_tools.ok("session_fire", session_id=first, trigger=trigger)
+        assert [p["status"] for p in (await operator_tools.ok("plan_list"))["plans"]] == ["closed"]
+        assert seeded["tasks"][0]["plan_reopened"] is False
+
+        added = await operator_tools.ok("task_add", title="one more", plan_id=plan_id)
+        assert added["plan_reopened"] is True
+        assert added["summary"].endswith(f"plan {plan_id} 'Phase 1' was closed and is open again")
+        assert [p["status"] for p in (await operator_tools.ok("plan_list"))["plans"]] == ["open"]
+        assert [t["id"] for t in (await operator_tools.ok("project_ready_tasks"))["tasks"]] == [added["id"]]
+        started = await operator_tools.ok("project_session_start", task_id=added["id"], operator_id="alice")
+        assert started["state"] == "planning"
+
+
 async def test_tracker_refusals_name_the_problem(services, tmp_path):
     async with connect(services, ALICE) as operator_tools:
         await seed(operator_tools, tmp_path)

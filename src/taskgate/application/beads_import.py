@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
-from taskgate.application.tracker import MAX_DESCRIPTION, MAX_TITLE
+from taskgate.application.tracker import MAX_DESCRIPTION, MAX_TITLE, reopen_for
 from taskgate.domain.beads import (
     BLOCKING_DEPENDENCY_TYPES,
     CLOSED,
@@ -25,7 +25,7 @@ from taskgate.domain.beads import (
     task_status_for_import,
 )
 from taskgate.domain.bounds import IDS
-from taskgate.domain.entities import Project, Task, TaskStatus
+from taskgate.domain.entities import Plan, Project, Task, TaskStatus
 from taskgate.domain.errors import InvalidInput, ProjectArchived
 
 SOURCE = "beads"
@@ -81,6 +81,7 @@ class ImportReport:
     unchanged: list[str] = field(default_factory=list)
     skipped: list[LineProblem] = field(default_factory=list)
     warnings: list[LineProblem] = field(default_factory=list)
+    reopened_plan: int | None = None  # the closed plan that new open tasks reopened (see application/tracker.py)
 
     def counts(self) -> dict[str, int]:
         return {
@@ -219,7 +220,7 @@ class BeadsImporter:
         """Create, update or leave alone one task per issue; report every skipped line with its number.
 
         Never changes the status of a task with an active session, and never reopens a task: an issue closed
-        in Beads completes its task, nothing else moves a status.
+        in Beads completes its task, nothing else moves a status. New open tasks reopen a closed plan.
         Raises: ProjectNotFound, ProjectArchived, PlanNotFound, InvalidInput (plan of another project).
         """
         say = progress or (lambda _message: None)
@@ -227,10 +228,13 @@ class BeadsImporter:
         say(f"read {len(parsed.issues) + len(parsed.problems)} issue lines, {len(parsed.problems)} malformed")
         report = ImportReport(skipped=list(parsed.problems))
         async with self._uow(write=True) as uow:
-            project = await self._writable(uow, cmd)
+            project, plan = await self._writable(uow, cmd)
             issues = await self._resolvable(uow, project, parsed.issues, report)
             say(f"importing {len(issues)} issues into project {project.name}")
-            await _Writer(uow, project, cmd.plan_id, self._clock.now(), report).write(issues)
+            writer = _Writer(uow, project, cmd.plan_id, self._clock.now(), report)
+            await writer.write(issues)
+            reopened = await reopen_for(uow, plan, writer.opened, cmd.actor, self._clock.now())
+            report.reopened_plan = reopened.id if reopened else None
             if report.created or report.updated:
                 counts = report.counts()
                 await uow.events.append("tracker.beads_imported", self._clock.now(), {"actor": cmd.actor, **counts})
@@ -240,13 +244,15 @@ class BeadsImporter:
         return report
 
     @staticmethod
-    async def _writable(uow: UnitOfWork, cmd: ImportBeads) -> Project:
+    async def _writable(uow: UnitOfWork, cmd: ImportBeads) -> tuple[Project, Plan | None]:
+        """The project, and the plan of the new tasks locked (as adding a task locks it)."""
         project = await uow.projects.get(cmd.project_id)
         if project.archived_at is not None:
             raise ProjectArchived(project.name)
-        if cmd.plan_id is not None and (await uow.plans.get(cmd.plan_id)).project_id != project.id:
+        plan = await uow.plans.get(cmd.plan_id, lock=True) if cmd.plan_id is not None else None
+        if plan is not None and plan.project_id != project.id:
             raise InvalidInput(f"plan {cmd.plan_id} belongs to another project")
-        return project
+        return project, plan
 
     @staticmethod
     async def _resolvable(
@@ -334,13 +340,17 @@ class _Writer:
         self, uow: UnitOfWork, project: Project, plan_id: int | None, now: datetime, report: ImportReport
     ) -> None:
         self._uow, self._project, self._plan_id, self._now, self._report = uow, project, plan_id, now, report
+        self.opened: list[str] = []  # the new tasks that are open
 
     async def write(self, resolved: list[_Resolved]) -> None:
         changed: set[str] = set()
         for item in resolved:
             if item.existing is None:
-                await self._uow.tasks.add(self._new_task(item.issue))
+                task = self._new_task(item.issue)
+                await self._uow.tasks.add(task)
                 self._report.created.append(item.issue.id)
+                if task.status == TaskStatus.OPEN:
+                    self.opened.append(task.id)
             elif await self._update(item.issue, item.existing):
                 changed.add(item.issue.id)
         existing_ids = [item.issue.id for item in resolved if item.existing is not None]

@@ -79,7 +79,8 @@ class TaskRepository(Protocol):
         self, project_id: int, *, plan_id: int | None = None, status: TaskStatus | None = None
     ) -> list[Task]: ...
     async def ready(self, project_id: int) -> list[Task]:
-        """Open tasks with no active session whose blockers are all completed, by priority then id."""
+        """Open tasks with no active session whose blockers are all completed and whose plan (if any) is not
+        closed, by priority then id."""
 
     async def blockers_of(self, task_id: str) -> list[BlockerFact]: ...
     async def set_status(self, task_id: str, status: TaskStatus) -> None: ...

@@ -1,14 +1,22 @@
-"""The built-in tracker: projects, plans, tasks with priorities and blockers, and operators."""
+"""The built-in tracker: projects, plans, tasks with priorities and blockers, and operators.
+
+A plan closes by itself when its last task completes (application/sessions.py). A task added to a closed plan
+reopens it, in the transaction that adds the task (event `plan.reopened`): the plan only closed because it had
+run out of work, and a closed plan's task could never start (`plan_open`). The plan row is locked while a
+task is added, so an addition and the completion of the plan's last task cannot both miss each other.
+`ready` never lists a task of a closed plan.
+"""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 
 from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory, VcsProvider
 from taskgate.domain.bounds import IDS, PRIORITIES
-from taskgate.domain.entities import Operator, Permission, Plan, Project, Role, Task, TaskStatus
+from taskgate.domain.entities import Operator, Permission, Plan, PlanStatus, Project, Role, Task, TaskStatus
 from taskgate.domain.errors import AlreadyExists, InvalidInput, ProjectArchived, ProjectNotFound
 from taskgate.domain.states import TERMINAL_STATES, SessionState
 
@@ -32,6 +40,20 @@ class AddTask:
         IDS.check("project_id", self.project_id)
         IDS.check("plan_id", self.plan_id)
         PRIORITIES.check("priority", self.priority)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAdded:
+    """A task just added. `reopened`: the closed plan it went into, open again because of it."""
+
+    task: Task
+    reopened: Plan | None = None
+
+    def note(self) -> str:
+        """What happened to the plan, for the reply ("" when nothing did)."""
+        if self.reopened is None:
+            return ""
+        return f"plan {self.reopened.id} '{self.reopened.name}' was closed and is open again"
 
 
 def _check_name(kind: str, name: str) -> str:
@@ -124,14 +146,19 @@ class TrackerService:
             return await uow.plans.list(project_id)
 
     async def add_task(self, cmd: AddTask) -> Task:
-        """Add a task to the project (and plan); blockers must be tasks of the same project.
+        """`add`, for callers that only want the task. Raises: as `add`."""
+        return (await self.add(cmd)).task
+
+    async def add(self, cmd: AddTask) -> TaskAdded:
+        """Add a task to the project (and plan); blockers must be tasks of the same project. A closed plan is
+        reopened by it (see the module docstring).
 
         Raises: ProjectNotFound, ProjectArchived, PlanNotFound, TaskNotFound (blocker), InvalidInput.
         """
         title, description = self._validated_text(cmd)
         async with self._uow(write=True) as uow:
             project = await self._writable(uow, cmd.project_id)
-            await self._check_plan_and_blockers(uow, cmd)
+            plan = await self._check_plan_and_blockers(uow, cmd)
             number = await uow.projects.allocate_task_number(project.id)
             task = Task(
                 id=f"{project.key}-{number}",
@@ -146,8 +173,9 @@ class TrackerService:
             )
             await uow.tasks.add(task)
             await self._record(uow, "task.added", cmd.actor, project=project.id, task=task.id)
+            reopened = await reopen_for(uow, plan, [task.id], cmd.actor, self._clock.now())
             await uow.commit()
-        return task
+        return TaskAdded(task, reopened)
 
     async def list_tasks(self, project_id: int, plan_id: int | None = None, status: str | None = None) -> list[Task]:
         """Raises: ProjectNotFound, InvalidInput for an unknown status or a plan id out of range."""
@@ -203,15 +231,18 @@ class TrackerService:
         return title, cmd.description
 
     @staticmethod
-    async def _check_plan_and_blockers(uow: UnitOfWork, cmd: AddTask) -> None:
+    async def _check_plan_and_blockers(uow: UnitOfWork, cmd: AddTask) -> Plan | None:
+        """The task's plan, locked (see the module docstring)."""
+        plan = None
         if cmd.plan_id is not None:
-            plan = await uow.plans.get(cmd.plan_id)
+            plan = await uow.plans.get(cmd.plan_id, lock=True)
             if plan.project_id != cmd.project_id:
                 raise InvalidInput(f"plan {plan.id} belongs to another project")
         for blocker_id in cmd.blocked_by:
             blocker = await uow.tasks.get(blocker_id)
             if blocker.project_id != cmd.project_id:
                 raise InvalidInput(f"blocker {blocker_id} belongs to another project")
+        return plan
 
     @staticmethod
     async def _writable(uow: UnitOfWork, project_id: int) -> Project:
@@ -241,6 +272,18 @@ class TrackerService:
         if found is None:
             raise ProjectNotFound(ref)
         return found
+
+
+async def reopen_for(uow: UnitOfWork, plan: Plan | None, task_ids: list[str], actor: str, now: datetime) -> Plan | None:
+    """Reopen `plan` (locked by the caller) if it is closed, because the open tasks `task_ids` were just put
+    into it: status open and a `plan.reopened` event, in the caller's transaction. Returns the reopened plan."""
+    if plan is None or plan.status != PlanStatus.CLOSED or not task_ids:
+        return None
+    await uow.plans.set_status(plan.id, PlanStatus.OPEN)
+    payload = {"actor": actor, "project": plan.project_id, "plan": plan.id, "tasks": task_ids,
+               "reason": "open tasks were added to the closed plan"}  # fmt: skip
+    await uow.events.append("plan.reopened", now, payload)
+    return replace(plan, status=PlanStatus.OPEN)
 
 
 def _parse_status(status: str | None) -> TaskStatus | None:

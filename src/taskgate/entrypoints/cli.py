@@ -238,14 +238,20 @@ def task_add(
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Add a task to the built-in tracker."""
+    """Add a task to the built-in tracker. A closed plan (its tasks all completed) is reopened by it."""
 
     def add(services: App, found: Project):
         command = AddTask(found.id, title, description, plan, priority, blocked_by or [], _local_actor(services))
-        return services.tracker.add_task(command)
+        return services.tracker.add(command)
 
-    task = run_in_project(project, add)
-    emit(task, as_json, lambda: f"task [bold]{task.id}[/bold] added: {task.title}")
+    added = run_in_project(project, add)
+    task, note = added.task, added.note()
+    reopened = added.reopened.id if added.reopened else None
+    emit(
+        {**render.jsonable(task), "plan_reopened": reopened},
+        as_json,
+        lambda: f"task [bold]{task.id}[/bold] added: {task.title}" + (f"\n{note}" if note else ""),
+    )
 
 
 @task_app.command("list")
@@ -263,7 +269,8 @@ def task_list(
 
 @task_app.command("ready")
 def task_ready(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
-    """Tasks that can start now: open, no active session, every blocker completed; most urgent first."""
+    """Tasks that can start now: open, no active session, every blocker completed, plan not closed; most urgent
+    first."""
 
     tasks = run_in_project(project, lambda services, found: services.tracker.ready_tasks(found.id))
     emit(tasks, as_json, lambda: render.tasks_table(tasks, "Ready tasks"))
@@ -298,6 +305,8 @@ def task_import_beads(
         console.print(f"  skipped line {problem.line}: {problem.reason}", highlight=False, markup=False)
     for problem in report.warnings:
         console.print(f"  note, line {problem.line}: {problem.reason}", highlight=False, markup=False)
+    if report.reopened_plan is not None:
+        console.print(f"plan {report.reopened_plan} was closed and is open again", highlight=False)
 
 
 def _local_actor(services: App) -> str:

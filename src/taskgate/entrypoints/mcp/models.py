@@ -14,6 +14,7 @@ from taskgate.application.guards import PolicyCheck
 from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import WorkspaceContext
 from taskgate.application.review_queue import ReviewItem
+from taskgate.application.tracker import TaskAdded
 from taskgate.application.workflow_engine import StackView
 from taskgate.domain.entities import Agent, Plan, Project, Session, SessionSnapshot, Task, TransitionRecord
 from taskgate.domain.outputs import OutputRecord
@@ -74,6 +75,14 @@ class TaskOut(BaseModel):
     status: str
     plan_id: int | None
     blockers: list[str] = Field(description="Ids of tasks that must complete before this one can start.")
+    plan_reopened: bool = Field(False, description="task_add only: the plan was closed and this task reopened it.")
+
+    @classmethod
+    def added(cls, added: TaskAdded) -> TaskOut:
+        out = cls.of(added.task)
+        if added.reopened is None:
+            return out
+        return out.model_copy(update={"summary": f"{out.summary}; {added.note()}", "plan_reopened": True})
 
     @classmethod
     def of(cls, t: Task) -> TaskOut:

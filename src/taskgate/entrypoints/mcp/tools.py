@@ -225,12 +225,13 @@ async def task_add(
     ] = [],  # noqa: B006 (pydantic copies)
     project: ProjectRef = None,
 ) -> TaskOut:
-    """Add a task to the built-in tracker. A task with unfinished blockers cannot be started."""
+    """Add a task to the built-in tracker. A task with unfinished blockers cannot be started. A closed plan (its
+    tasks all completed) is reopened by the task; `plan_reopened` says so."""
     call = _call(ctx)
     await call.app.operators.authorize(call.principal, Capability.MANAGE)
     found = await call.app.tracker.resolve_project(project)
     command = AddTask(found.id, title, description, plan_id, priority, list(blocked_by), call.principal.actor)
-    return TaskOut.of(await call.app.tracker.add_task(command))
+    return TaskOut.added(await call.app.tracker.add(command))
 
 
 @tool_errors
@@ -252,7 +253,8 @@ async def task_list(
 
 @tool_errors
 async def project_ready_tasks(ctx: Context, project: ProjectRef = None) -> TaskList:
-    """Tasks that can start now: open, no active session, every blocker completed; most urgent first."""
+    """Tasks that can start now: open, no active session, every blocker completed, plan not closed; most urgent
+    first."""
     call = _call(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
     found = await call.app.tracker.resolve_project(project)

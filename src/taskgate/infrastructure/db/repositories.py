@@ -168,9 +168,10 @@ class SqlAlchemyTaskRepository(_Repository):
         return await self._with_blockers(await self._all(stmt.order_by(t.tasks.c.created_at, t.tasks.c.id)))
 
     async def ready(self, project_id: int) -> list[Task]:
-        tk, dep, s = t.tasks, t.task_dependencies, t.sessions
+        tk, dep, s, pl = t.tasks, t.task_dependencies, t.sessions, t.plans
         blocker = t.tasks.alias("blocker")
         has_active_session = exists().where(and_(s.c.task_id == tk.c.id, s.c.state.not_in(_TERMINAL)))
+        in_closed_plan = exists().where(and_(pl.c.id == tk.c.plan_id, pl.c.status == PlanStatus.CLOSED.value))
         has_open_blocker = exists().where(
             and_(
                 dep.c.task_id == tk.c.id,
@@ -185,6 +186,7 @@ class SqlAlchemyTaskRepository(_Repository):
                 tk.c.status == TaskStatus.OPEN.value,
                 ~has_active_session,
                 ~has_open_blocker,
+                ~in_closed_plan,  # plan_open refuses to start them
             )
             .order_by(tk.c.priority, tk.c.created_at, tk.c.id)
         )
