@@ -100,9 +100,7 @@ def authorize_operator(operator: Operator, capability: Capability, trigger: Trig
 AGENT_TRIGGERS: frozenset[Trigger] = frozenset({Trigger.PLAN_COMPLETE, Trigger.WORK_COMPLETE, Trigger.FAIL})
 """Triggers an agent may fire on its own session: reporting on its own work, never deciding about it."""
 
-_AGENT_CAPABILITIES = frozenset(
-    {Capability.READ_SESSION, Capability.FIRE, Capability.STEER, Capability.SAVE_OUTPUT}
-)
+_AGENT_CAPABILITIES = frozenset({Capability.READ_SESSION, Capability.FIRE, Capability.STEER, Capability.SAVE_OUTPUT})
 
 
 @dataclass(frozen=True, slots=True)

@@ -845,6 +845,7 @@ def token_list(as_json: JsonOpt = False) -> None:
 @token_app.command("revoke")
 def token_revoke(token_id: Annotated[str, typer.Argument(help="The token id (see token list).")]) -> None:
     """Revoke a token: it stops working at once."""
+
     async def work(services: App):
         await _as_admin(services)
         return await services.access.revoke(token_id)
