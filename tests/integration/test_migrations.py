@@ -95,3 +95,36 @@ def test_the_fast_start_up_check_names_the_real_head_revision():
 def test_an_unsupported_database_url_is_refused_by_name():
     with pytest.raises(InvalidInput, match="unsupported database URL driver 'mysql'"):
         Database("mysql://root@localhost/x")
+
+
+async def test_0007_adopts_old_agent_tokens_and_0008_reopens_plans_that_closed_over_unfinished_tasks(tmp_path):
+    """Data migrations: tokens issued before 0007 name their agent in the label only; plans closed before tasks
+    added to them reopened it hold tasks that could never start."""
+    db = Database(f"sqlite:///{tmp_path / 'data.db'}")
+    agent = "0123abcd-0000-4000-8000-000000000001"
+    try:
+        await migrations.upgrade(db, "0006")
+        async with db.connect() as conn:
+            for sql in (
+                "INSERT INTO projects (id, name, key, root_path, config, created_at) VALUES (1, 'p', 'P', '/r', '{}',"
+                " '2026-01-01')",
+                "INSERT INTO plans (id, project_id, name, status, created_at) VALUES"
+                " (1, 1, 'a', 'closed', '2026-01-01'), (2, 1, 'b', 'closed', '2026-01-01')",
+                "INSERT INTO tasks (id, project_id, plan_id, title, description, status, priority, created_at) VALUES"
+                " ('P-1', 1, 1, 'done', '', 'completed', 2, '2026-01-01'),"
+                " ('P-2', 1, 2, 'done', '', 'completed', 2, '2026-01-01'),"
+                " ('P-3', 1, 2, 'stranded', '', 'open', 2, '2026-01-01')",
+                "INSERT INTO api_tokens (id, token_hash, kind, label, created_at) VALUES"
+                f" ('t1', 'h1', 'agent', 'agent {agent}', '2026-01-01'),"
+                " ('t2', 'h2', 'agent', 'by hand', '2026-01-01')",
+            ):
+                await conn.exec_driver_sql(sql)
+            await conn.commit()
+        await migrations.upgrade(db)
+        async with db.connect() as conn:
+            plans = dict((await conn.exec_driver_sql("SELECT id, status FROM plans")).all())
+            tokens = dict((await conn.exec_driver_sql("SELECT id, agent_id FROM api_tokens")).all())
+        assert plans == {1: "closed", 2: "open"}
+        assert tokens == {"t1": agent, "t2": None}
+    finally:
+        await db.dispose()
