@@ -60,8 +60,8 @@ class Case:
     """A crash point, what must be true before the call that reaches it, and where the session must end."""
 
     point: str
-    before: str  # "" (no session yet), planning, verifying, awaiting_merge
-    call: str  # start | execute | request_changes | reject | merge
+    before: str  # "" (no session yet), planning, verifying, awaiting_merge, failed
+    call: str  # start | execute | request_changes | retry | reject | merge
     expected: str
 
 
@@ -71,6 +71,7 @@ CASES = [
     *(Case(p, "planning", "execute", "verifying") for p in ("execute.plan_complete", "execute.queued",
                                                              "agents.ended")),
     Case("decide.request_changes", "verifying", "request_changes", "verifying"),
+    Case("retry.recorded", "failed", "retry", "verifying"),
     *(Case(p, "verifying", "reject", "completed") for p in ("decide.reject", "compensate.reset",
                                                              "compensate.rolled_back")),
     *(Case(p, "awaiting_merge", "merge", "completed") for p in ("merge.requested", "merge.git_done",
@@ -156,6 +157,9 @@ async def _prepare(svc: CrashService, task: str, before: str) -> str | None:
         if before == "awaiting_merge":
             approved = await ok(client, "project_decide", session_id=sid, decision="approve", reason="fine")
             assert approved["state"] == "awaiting_merge", approved
+        if before == "failed":  # manual_review: waits for the operator's retry
+            rejected = await ok(client, "project_decide", session_id=sid, decision="reject", reason="wrong approach")
+            assert rejected["state"] == "failed", rejected
         return sid
 
 
@@ -166,6 +170,8 @@ def _arguments(case: Case, task: str, sid: str | None) -> tuple[str, dict[str, A
         return "session_execute", {"session_id": sid, "agents": ["appender"]}
     if case.call == "merge":
         return "project_session_merge", {"session_id": sid}
+    if case.call == "retry":
+        return "session_fire", {"session_id": sid, "trigger": "retry"}
     decision = {
         "request_changes": {"decision": "request_changes", "instructions": "rename the helper"},
         "reject": {"decision": "reject", "reason": "wrong approach", "compensation": "auto_revert"},
@@ -225,7 +231,7 @@ async def _assert_git_follows(svc: CrashService, client: Any, sid: str, case: Ca
         runs = {a["run"] for a in status["agents"]}
         assert all(a["status"] == "completed" for a in status["agents"]), status["agents"]
         subjects = svc.git("log", "--format=%s", f"main..{branch}").splitlines()
-        if case.call == "request_changes":
+        if case.call in ("request_changes", "retry"):
             assert runs == {1, 2} and subjects.count("fix: address review") == 1, (runs, subjects)
         else:
             assert runs == {1} and subjects == [f"feat: DEMO-{CASES.index(case) + 1}"], (runs, subjects)

@@ -16,7 +16,7 @@ import pytest
 from taskgate.application.sessions import CreateSession, FireTrigger
 from taskgate.application.workspaces import GitOptions
 from taskgate.domain.entities import Session, TaskStatus
-from taskgate.domain.errors import MergeConflict, VcsError
+from taskgate.domain.errors import ConflictError, MergeConflict, VcsError
 from taskgate.domain.states import SessionState
 from tests.builders import ACTOR, OPERATOR, fire, seed, start
 from tests.conftest import Services, open_database, wire
@@ -139,6 +139,14 @@ async def test_a_real_conflict_aborts_cleanly_and_leaves_the_session_awaiting_me
     assert last.guard_results[0]["policy"] == "merge" and "feature.txt" in last.guard_results[0]["message"]
 
     git(worktree, "merge", "-q", "-X", "ours", "main", "-m", "merge main, keeping our feature")  # the fix
+    with pytest.raises(ConflictError, match="changed after it was approved"):  # the fix itself was not reviewed
+        await services.sessions.fire(FireTrigger(session.id, "merge", ACTOR))
+    blocked = (await services.sessions.history(session.id, limit=1))[0]
+    assert (blocked.trigger, blocked.outcome.value, blocked.guard_results[0]["policy"]) == (
+        "merge", "blocked", "approved_head"
+    )  # fmt: skip
+    assert git(git_repo, "rev-parse", "main") == main_before
+    await fire(services, await services.sessions.get(session.id), "reverify", "approve")  # reviewed again
     done = await services.sessions.fire(FireTrigger(session.id, "merge", ACTOR))
     assert done.session.state == SessionState.COMPLETED and "merge_conflicts" not in done.session.state_data
 

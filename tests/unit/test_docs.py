@@ -24,3 +24,10 @@ def test_the_failure_model_names_every_crash_point():
     doc = (ROOT / "docs" / "failure-model.md").read_text()
     rows = [line.split("|")[1].strip().strip("`") for line in doc.splitlines() if line.startswith("| `")]
     assert sorted(rows) == sorted(POINTS)
+
+
+def test_the_operators_doc_shows_the_loop_generated_from_the_transition_table():
+    from taskgate.domain.session_fsm import loop_to_mermaid
+
+    doc = (ROOT / "docs" / "operators.md").read_text()
+    assert f"```mermaid\n{loop_to_mermaid()}\n```" in doc

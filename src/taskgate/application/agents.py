@@ -196,17 +196,21 @@ class AgentService:
     # -- session effects ---------------------------------------------------------------------------------------
 
     def wants_before(self, trigger: Trigger) -> bool:
-        return trigger == Trigger.REQUEST_CHANGES
+        return trigger in _RELAUNCH_ON
 
     async def before(self, session: Session, cmd: FireTrigger) -> FireTrigger:
-        """request_changes records the relaunch it owes (the previous run's agents, with the operator's
-        instructions) in its own transaction; `after` then launches what was recorded."""
+        """request_changes and retry record the relaunch they owe (the previous run's agents, with the operator's
+        instructions, or for a retry why the session failed) in their own transaction; `after` then launches
+        what was recorded. A workflow session's retry is the workflow engine's: it runs the step again."""
         kinds = await self._previous_kinds(session.id)
-        if not kinds:
+        if not kinds or (cmd.trigger == Trigger.RETRY.value and session.workflow_stack):
             return cmd
         changes = dict(cmd.changes or {})
         data = dict(changes.get("state_data") or {})
-        instructions = str(data.get("instructions") or session.state_data.get("instructions") or "")
+        if cmd.trigger == Trigger.RETRY.value:
+            instructions = await self._why_failed(session.id)
+        else:
+            instructions = str(data.get("instructions") or session.state_data.get("instructions") or "")
         run = await self._next_run(session.id)
         data[LAUNCH] = {"run": run, "agents": [k.name for k in kinds], "instructions": instructions}
         return replace(cmd, changes={**changes, "state_data": data})
@@ -215,8 +219,8 @@ class AgentService:
         trigger = Trigger(cmd.trigger)
         if trigger in _STOP_ON or result.session.state in {SessionState.CANCELLED, SessionState.FAILED}:
             await self.stop(result.session.id)
-        elif trigger == Trigger.REQUEST_CHANGES:
-            crashpoints.reached("decide.request_changes")
+        elif trigger in _RELAUNCH_ON:
+            crashpoints.reached("decide.request_changes" if trigger == Trigger.REQUEST_CHANGES else "retry.recorded")
             await self._launch_owed(result.session)
         return NOTHING
 
@@ -238,6 +242,16 @@ class AgentService:
         return Aftermath(self._conclusion(session, [a for a in current if a.status != AgentStatus.COMPLETED]))
 
     # -- internals ---------------------------------------------------------------------------------------------
+
+    async def _why_failed(self, session_id: str) -> str:
+        """What a retry tells the agents: the transition that failed the session, with its reason."""
+        async with self._uow(write=False) as uow:
+            rows = await uow.transitions.history(session_id, limit=20)
+        failed = [r for r in rows if r.to_state == SessionState.FAILED.value and r.outcome.value == "applied"]
+        if not failed:
+            return ""
+        last = failed[-1]
+        return f"The previous attempt was stopped ({last.trigger} by {last.actor}): {last.reason or 'no reason given'}"
 
     async def _next_run(self, session_id: str) -> int:
         async with self._uow(write=False) as uow:
@@ -455,6 +469,7 @@ class AgentService:
 
 
 _LIVE = frozenset({AgentStatus.QUEUED, AgentStatus.RUNNING})
+_RELAUNCH_ON = frozenset({Trigger.REQUEST_CHANGES, Trigger.RETRY})
 
 
 def _iso(at: datetime | None) -> str | None:

@@ -26,6 +26,7 @@ POINTS: dict[str, str] = {
     "execute.queued": "the agents' rows are committed (queued); no process is started",
     "agents.ended": "the run's last agent is recorded ended; work_complete is not fired",
     "decide.request_changes": "request_changes is committed (executing, the relaunch recorded); no agent row",
+    "retry.recorded": "retry is committed (executing, the relaunch recorded); no agent row exists",
     "decide.reject": "reject with auto_revert is committed (failed); compensate is not fired",
     "compensate.reset": "the worktree is reset and removed; compensate is not committed",
     "compensate.rolled_back": "compensate is committed (rolled_back); cleanup_done is not fired",

@@ -158,6 +158,27 @@ class DecisionService:
             except _Overtaken as exc:  # the version check: the session moved on meanwhile
                 return await self._settled(session, cmd.operator_id, kind, exc.cause)
 
+    async def fire(
+        self, session_id: str, trigger: str, operator_id: str, *, reason: str | None = None,
+        expected_version: int | None = None,
+    ) -> FireResult:  # fmt: skip
+        """A decision trigger (approve, request_changes, reject) fired as a plain trigger (MCP `session_fire`, CLI
+        `session fire`): taken as the operator's decision, so it is recorded, a resend replays it, and a reject
+        gets its compensation, exactly as `decide` would. Returns the decision's transition (the latest one, for a
+        replay or an answer to a workflow approval step), with a warning when an approval is pending.
+
+        Raises: as `decide`."""
+        result = await self.decide(Decide(session_id, operator_id, trigger, reason=reason,
+                                          expected_version=expected_version))  # fmt: skip
+        async with self._uow(write=False) as uow:
+            rows = await uow.transitions.history(session_id, limit=50)
+        version = result.decision.session_version + (0 if result.pending else 1)
+        own = [r for r in rows if r.trigger == trigger and r.session_version == version] or rows[-1:]
+        notes = ["approval counted; review_approval needs more approvers"] if result.pending else []
+        if result.replayed:
+            notes.append("the same decision was taken before: its result, nothing new written")
+        return FireResult(result.session, own[-1], result.follow_ups, (*result.warnings, *notes))
+
     # -- internals ---------------------------------------------------------------------------------------------
 
     async def _settled(
@@ -226,22 +247,27 @@ class DecisionService:
         """The operator's earlier decision on the current (or just decided) verification, if any. `waiting`:
         the session waits on a workflow approval step, which is decided like a verification (at its version).
 
-        Raises: ConflictError when it differs from `kind`; InvalidTransition when nothing waits for a decision.
+        A decision belongs to one round: outside verifying, the session's last applied decision is the one a
+        resend replays only while nothing but that decision's own consequences (a compensation, the merge and
+        its clean-up, a suspension) has happened since; a retry, new work or a new verification starts a new
+        round, which takes a new decision.
+
+        Raises: ConflictError when it differs from `kind`; InvalidTransition when `kind` cannot be decided now.
         """
         async with self._uow(write=False) as uow:
             if session.state == SessionState.VERIFYING or waiting:
                 taken = await uow.decisions.for_verification(session.id, session.version)
                 mine = [d for d in taken if d.operator_id == operator_id]
             else:
-                applied = [d for d in await uow.decisions.of_session(session.id, limit=20) if d.outcome == "applied"]
-                mine = applied[-1:] if applied and _decided_last(session, applied[-1]) else []
+                mine = await self._this_rounds(uow, session)
             # read after the decisions: a replay shows the session as that decision left it (or later), never
             # the verifying row another process decided between our two reads
             current = await uow.sessions.get(session.id) if mine else session
         if not mine:
-            if session.state != SessionState.VERIFYING and not waiting:
-                allowed = allowed_triggers(session.state, session.prior_state)
-                raise InvalidTransition(session.id, session.state.value, kind.value, allowed)
+            allowed = allowed_triggers(session.state, session.prior_state)
+            if session.state != SessionState.VERIFYING and not waiting and kind.value not in allowed:
+                decidable = [d.value for d in DecisionKind if d.value in allowed]
+                raise InvalidTransition(session.id, session.state.value, kind.value, decidable)
             return None
         first = mine[0]
         if first.decision != kind or first.operator_id != operator_id:
@@ -250,6 +276,20 @@ class DecisionService:
                 f"{first.at.isoformat()} ({first.outcome}); a different decision is refused"
             )
         return DecisionResult(first, current, replayed=True, pending=first.outcome == "pending")
+
+    @staticmethod
+    async def _this_rounds(uow, session: Session) -> list[Decision]:
+        """The session's last applied decision, if the round it decided is still the current one."""
+        applied = [d for d in await uow.decisions.of_session(session.id, limit=20) if d.outcome == "applied"]
+        if not applied or applied[-1].session_version >= session.version:
+            return []
+        last = applied[-1]
+        since = [r for r in await uow.transitions.history(session.id, limit=50) if r.outcome.value == "applied"]
+        own = [r for r in since if r.session_version == last.session_version + 1 and r.trigger == last.decision]
+        if not own:  # an answer to a workflow approval step (no transition of its own), or long ago
+            return []
+        later = [r for r in since if r.session_version > last.session_version + 1]
+        return [last] if all(r.trigger in _SAME_ROUND for r in later) else []
 
     async def _apply(self, session: Session, decision: Decision, cmd: Decide) -> DecisionResult:
         if decision.decision == DecisionKind.APPROVE:
@@ -410,9 +450,9 @@ def _authorize(operator: Operator, kind: DecisionKind, compensation: Compensatio
         authorize_operator(operator, Capability.OVERRIDE)
 
 
-def _decided_last(session: Session, decision: Decision) -> bool:
-    """True when `decision` is what moved the session out of its last verification (no verification since)."""
-    return decision.session_version + 1 <= session.version and session.state != SessionState.VERIFYING
+# What may follow a decision within its own round: its compensation, the merge of an approval and its clean-up,
+# a suspension. Anything else (retry, new work, a new verification) starts a new round.
+_SAME_ROUND = frozenset({"compensate", "cleanup_done", "merge", "suspend", "resume"})
 
 
 def _bypassed(record: TransitionRecord) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ Worktrees live in `<project root>/<worktrees_dir>/<session id>`; branches follow
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
@@ -29,6 +30,7 @@ from taskgate.application.sessions import MERGE_REQUESTED, EffectRefused, FireRe
 from taskgate.domain.entities import Project, Session, SessionSnapshot
 from taskgate.domain.errors import (
     BranchGone,
+    ConflictError,
     InvalidInput,
     MergeConflict,
     TaskgateError,
@@ -47,7 +49,8 @@ _PLACEHOLDER_RES = {
     "session_id": _UUID,
     "slug": r"[a-z0-9.-]+",
 }
-_BEFORE = frozenset({Trigger.INITIALIZE, Trigger.MERGE, Trigger.COMPENSATE, Trigger.CLEANUP_DONE})
+_BEFORE = frozenset({Trigger.INITIALIZE, Trigger.APPROVE, Trigger.MERGE, Trigger.COMPENSATE, Trigger.CLEANUP_DONE})
+APPROVED = "approved"  # state_data key: the head and the change an approval saw, checked again at merge
 _UNPREPARED = frozenset({SessionState.CREATED, SessionState.INITIALIZING})
 
 
@@ -144,6 +147,8 @@ class WorkspaceService:
         trigger = Trigger(cmd.trigger)
         if trigger == Trigger.INITIALIZE:
             return replace(cmd, changes=await self._names(session))
+        if trigger == Trigger.APPROVE:
+            return await self._record_approved(session, cmd)
         if trigger == Trigger.MERGE:
             return await self._merge(session, cmd)
         if trigger == Trigger.COMPENSATE and session.worktree_path:
@@ -284,6 +289,7 @@ class WorkspaceService:
         project = await self._project(session.project_id)
         if not session.branch_name or not session.worktree_path:
             raise VcsError(f"session {session.id} has no branch to merge")
+        await self._refuse_unapproved_change(session)
         await self._record_merge_request(session, cmd)
         crashpoints.reached("merge.requested")
         forget = {MERGE_REQUESTED: None}  # a refused merge is no longer owed: a restart must not try it again
@@ -315,6 +321,37 @@ class WorkspaceService:
         reason = cmd.reason or f"merged into {outcome.base_ref} at {str(outcome.merged_commit)[:12]}"
         changes = {"state_data": {"merge": merge, "merge_conflicts": None, "worktree_missing": None, **forget}}
         return replace(cmd, reason=reason, changes=changes)
+
+    async def _record_approved(self, session: Session, cmd: FireTrigger) -> FireTrigger:
+        """The approval is of this head and this change: recorded with it, so a merge can tell whether what it
+        lands is what was approved. A session without a branch yet is approved as it is."""
+        if not session.branch_name or not session.worktree_path:
+            return cmd
+        context = await self.review(session.id)
+        approved = {"head": context.head_commit, "change": change_id(context)}
+        changes = dict(cmd.changes or {})
+        changes["state_data"] = {**dict(changes.get("state_data") or {}), APPROVED: approved}
+        return replace(cmd, changes=changes)
+
+    async def _refuse_unapproved_change(self, session: Session) -> None:
+        """The branch moved after the approval (a conflict fixed by hand, a commit pushed later): unless the change
+        is the same (a rebase onto a moved base that changed none of it), it needs a new verification.
+        Raises: EffectRefused (a blocked merge row naming both heads), nothing else written."""
+        approved = session.state_data.get(APPROVED)
+        if not isinstance(approved, dict):
+            return  # approved before approvals were recorded
+        try:
+            context = await self.review(session.id)
+        except VcsError:
+            return  # a branch or worktree that is gone or foreign: the merge itself refuses it, naming it
+        if context.head_commit == approved["head"] or change_id(context) == approved["change"]:
+            return
+        message = (
+            f"branch {session.branch_name} changed after it was approved (approved {approved['head'][:12]}, now "
+            f"{context.head_commit[:12]}); what would be merged is not what was reviewed. Nothing was merged"
+        )
+        hint = "fire reverify to send it back to verifying for a new decision (MCP session_fire, CLI session fire)"
+        raise EffectRefused(ConflictError(message), [Violation("approved_head", message, suggestion=hint)])
 
     async def _record_merge_request(self, session: Session, cmd: FireTrigger) -> None:
         """Write who asked for the merge onto the session before git moves anything, so that a crash anywhere
@@ -448,6 +485,19 @@ class WorkspaceService:
     async def _project(self, project_id: int) -> Project:
         async with self._uow(write=False) as uow:
             return await uow.projects.get(project_id)
+
+
+def change_id(context: WorkspaceContext) -> str:
+    """What a branch changes against its fork point, independent of where it sits: the diff's file headers and
+    added/removed lines, without blob ids and line numbers (like `git patch-id`), hashed. A rebase that changes
+    none of the branch's lines keeps it; a conflict fixed by hand changes it."""
+    kept = [
+        line
+        for line in context.patch.splitlines()
+        if line.startswith(("diff --git", "+", "-")) and not line.startswith(("index ", "@@"))
+    ]
+    stat = ";".join(f"{f.path}:{f.added}:{f.deleted}" for f in context.diff_stat)
+    return hashlib.sha256("\n".join([stat, *kept]).encode()).hexdigest()
 
 
 def _checkpoint_data(context: WorkspaceContext) -> dict[str, Any]:

@@ -53,7 +53,7 @@ ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
 DECISION_TRIGGERS: frozenset[Trigger] = frozenset({Trigger.APPROVE, Trigger.REQUEST_CHANGES, Trigger.REJECT})
 """Triggers that are an operator's decision on a verification (project_decide fires them)."""
 
-_APPROVER_TRIGGERS = DECISION_TRIGGERS | {Trigger.MERGE}
+_APPROVER_TRIGGERS = DECISION_TRIGGERS | {Trigger.MERGE, Trigger.REVERIFY}  # reverify reopens a decision
 _PERMISSION_OF: dict[Capability, Permission] = {
     Capability.READ: Permission.READ,
     Capability.READ_SESSION: Permission.READ,

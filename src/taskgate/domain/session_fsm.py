@@ -73,6 +73,7 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     _row(T.WORK_COMPLETE, S.EXECUTING, S.VERIFYING, Initiator.AUTO, "all agents/steps ended"),
     _row(T.APPROVE, S.VERIFYING, S.AWAITING_MERGE, Initiator.DECISION, "operator approves the work"),
     _row(T.REQUEST_CHANGES, S.VERIFYING, S.EXECUTING, Initiator.DECISION, "agents re-run with instructions"),
+    _row(T.REVERIFY, S.AWAITING_MERGE, S.VERIFYING, Initiator.OPERATOR, "the branch changed after approval"),
     _row(T.REJECT, _REJECTABLE, S.FAILED, Initiator.DECISION, "operator rejects the work"),
     _row(T.FAIL, _FAILABLE, S.FAILED, Initiator.SYSTEM, "an error ends the attempt"),
     _row(T.COMPENSATE, S.FAILED, S.ROLLED_BACK, Initiator.SYSTEM, "auto_revert: worktree reset and discarded"),
@@ -129,4 +130,21 @@ def to_mermaid() -> str:
         label = row.trigger.value + (f" [prior={row.when_prior.value}]" if row.when_prior else "")
         lines.extend(f"    {src.value} --> {row.dest.value}: {label}" for src in sorted(row.sources))
     lines.extend(f"    {state.value} --> [*]" for state in sorted(TERMINAL_STATES))
+    return "\n".join(lines)
+
+
+# The operator's loop: agents work, a person decides, the work comes back or lands (docs/operators.md).
+LOOP_TRIGGERS = (T.WORK_COMPLETE, T.APPROVE, T.REQUEST_CHANGES, T.REJECT, T.RETRY, T.REVERIFY, T.MERGE,
+                 T.COMPENSATE, T.CLEANUP_DONE)  # fmt: skip
+
+
+def loop_to_mermaid() -> str:
+    """The operator's loop (the rows of LOOP_TRIGGERS between its states), from the same table."""
+    states = {S.EXECUTING, S.VERIFYING, S.AWAITING_MERGE, S.FAILED, S.ROLLED_BACK, S.MERGED, S.COMPLETED}
+    lines = ["stateDiagram-v2", f"    [*] --> {S.EXECUTING.value}: {T.PLAN_COMPLETE.value}"]
+    for row in TRANSITIONS:
+        if row.trigger in LOOP_TRIGGERS and row.dest in states:
+            lines.extend(f"    {src.value} --> {row.dest.value}: {row.trigger.value}"
+                         for src in sorted(row.sources & states))  # fmt: skip
+    lines.append(f"    {S.COMPLETED.value} --> [*]")
     return "\n".join(lines)

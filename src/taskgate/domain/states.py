@@ -36,6 +36,7 @@ class Trigger(StrEnum):
     WORK_COMPLETE = "work_complete"
     APPROVE = "approve"
     REQUEST_CHANGES = "request_changes"
+    REVERIFY = "reverify"
     REJECT = "reject"
     FAIL = "fail"
     COMPENSATE = "compensate"

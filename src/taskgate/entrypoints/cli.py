@@ -25,7 +25,7 @@ from taskgate.application.workflow_engine import StackView, WorkflowEngine, stac
 from taskgate.application.workflows import WorkflowService
 from taskgate.bootstrap import App, bootstrap, database_report, load_settings, workflow_catalogue
 from taskgate.domain import session_fsm
-from taskgate.domain.access import Capability, Principal
+from taskgate.domain.access import DECISION_TRIGGERS, Capability, Principal
 from taskgate.domain.entities import Outcome, Project, Session
 from taskgate.domain.errors import InvalidInput, TaskgateError
 from taskgate.domain.states import SessionState
@@ -361,13 +361,18 @@ def session_fire(
     operator: Annotated[str | None, typer.Option("--operator")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Fire a trigger on a session (one guarded, logged transaction)."""
+    """Fire a trigger on a session (one guarded, logged transaction). approve, request_changes and reject are
+    taken as the operator's decision, exactly as `session decide` takes them."""
 
     async def work(services: App):
         full_id = await services.sessions.resolve_id(session_id)
-        _, actor = _operator_actor(services, operator)
+        operator_id, actor = _operator_actor(services, operator)
         known = await _marks(services, full_id)
-        result = await services.sessions.fire(FireTrigger(full_id, trigger, actor, reason, expected_version))
+        if trigger in DECISION_TRIGGERS:  # one way to decide: recorded, a resend replays it
+            result = await services.decisions.fire(full_id, trigger, operator_id, reason=reason,
+                                                   expected_version=expected_version)  # fmt: skip
+        else:
+            result = await services.sessions.fire(FireTrigger(full_id, trigger, actor, reason, expected_version))
         if not as_json:
             _print_fired(result)
         # retry, resume or plan_complete kick the session's workflow: this process drives it (no serve needed)

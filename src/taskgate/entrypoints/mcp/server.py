@@ -26,9 +26,12 @@ ToolNames = Literal["underscore", "colon"]
 
 INSTRUCTIONS = """taskgate runs AI coding agents in guarded, audited sessions, one per task.
 Typical flow: project_init (once) → plan_add → task_add → project_ready_tasks → project_session_start(task_id)
-→ session_fire(session_id, plan_complete / work_complete / approve / merge / cleanup_done) → session_history.
-session_status lists the triggers allowed next. Refusals (WIP limit, blocked task, wrong state) come back as
-tool errors that say why and what to do; they change nothing. audit_query answers who did what, when."""
+→ session_execute(session_id) (agents work; when they end the session is verifying) → session_review(session_id)
+→ project_decide(session_id, approve | request_changes with instructions | reject) → project_session_merge
+(rebases if needed, merges, then cleans up by itself) → session_history.
+project_sessions_ready lists what waits for a decision. session_status lists the triggers allowed next.
+Refusals (WIP limit, blocked task, wrong state) come back as tool errors that say why and what to do; they change
+nothing. audit_query answers who did what, when."""
 
 
 def tool_name(name: str, style: ToolNames) -> str:

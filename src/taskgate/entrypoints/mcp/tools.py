@@ -23,7 +23,7 @@ from taskgate.application.timestamps import parse_timestamp
 from taskgate.application.tracker import AddTask
 from taskgate.application.workflow_engine import StackView, WorkflowEngine
 from taskgate.bootstrap import App
-from taskgate.domain.access import Capability, Principal, authorize, check_operator_param
+from taskgate.domain.access import DECISION_TRIGGERS, Capability, Principal, authorize, check_operator_param
 from taskgate.domain.bounds import IDS, PRIORITIES, VERSIONS, IntRange
 from taskgate.domain.entities import Agent, Session
 from taskgate.domain.errors import InvalidInput, PolicyViolation, StorageError, TaskgateError, Unauthenticated
@@ -422,7 +422,11 @@ async def _fire(
 ) -> FireOut:
     call = _call(ctx)
     sid = await _session_id(call, session_id, Capability.FIRE, parse_trigger(trigger))
-    result = await call.app.sessions.fire(FireTrigger(sid, trigger, call.principal.actor, reason, expected_version))
+    operator = call.principal.operator_id
+    if trigger in DECISION_TRIGGERS and operator is not None:  # one way to decide: the decision path records it
+        result = await call.app.decisions.fire(sid, trigger, operator, reason=reason, expected_version=expected_version)
+    else:
+        result = await call.app.sessions.fire(FireTrigger(sid, trigger, call.principal.actor, reason, expected_version))
     return FireOut.of(result.session, result.record, result.follow_ups, result.warnings)
 
 
@@ -447,8 +451,10 @@ async def session_fire(
         ),
     ] = None,
 ) -> FireOut:
-    """Fire a trigger on a session: one guarded, logged transition. Agents may fire only plan_complete,
-    work_complete and fail on their own session."""
+    """Fire a trigger on a session: one guarded, logged transition. approve, request_changes and reject are
+    decisions: fired here they are taken exactly as project_decide takes them (recorded, a resend replays the
+    first result, reject's compensation is manual_review; use project_decide for instructions, overrides or
+    another compensation). Agents may fire only plan_complete, work_complete and fail on their own session."""
     return await _fire(ctx, session_id, trigger, reason, expected_version)
 
 
