@@ -271,9 +271,14 @@ class DecisionService:
             return None
         first = mine[0]
         if first.decision != kind or first.operator_id != operator_id:
+            again = (
+                "; to decide again, fire reverify (back to verifying)"
+                if session.state == SessionState.AWAITING_MERGE
+                else ""
+            )
             raise ConflictError(
                 f"session {session.id} was already decided: {first.decision.value} by {first.operator_id} at "
-                f"{first.at.isoformat()} ({first.outcome}); a different decision is refused"
+                f"{first.at.isoformat()} ({first.outcome}); a different decision is refused{again}"
             )
         return DecisionResult(first, current, replayed=True, pending=first.outcome == "pending")
 

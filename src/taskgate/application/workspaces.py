@@ -346,12 +346,13 @@ class WorkspaceService:
             return  # a branch or worktree that is gone or foreign: the merge itself refuses it, naming it
         if context.head_commit == approved["head"] or change_id(context) == approved["change"]:
             return
+        hint = "fire reverify to send it back to verifying for a new decision (MCP session_fire, CLI session fire)"
         message = (
             f"branch {session.branch_name} changed after it was approved (approved {approved['head'][:12]}, now "
-            f"{context.head_commit[:12]}); what would be merged is not what was reviewed. Nothing was merged"
+            f"{context.head_commit[:12]}): what would be merged is not what was reviewed"
         )
-        hint = "fire reverify to send it back to verifying for a new decision (MCP session_fire, CLI session fire)"
-        raise EffectRefused(ConflictError(message), [Violation("approved_head", message, suggestion=hint)])
+        violation = Violation("approved_head", message, suggestion=hint)
+        raise EffectRefused(ConflictError(f"{message}; {hint}"), [violation])
 
     async def _record_merge_request(self, session: Session, cmd: FireTrigger) -> None:
         """Write who asked for the merge onto the session before git moves anything, so that a crash anywhere

@@ -377,6 +377,10 @@ def session_fire(
             _print_fired(result)
         # retry, resume or plan_complete kick the session's workflow: this process drives it (no serve needed)
         outcome = await _drive(services, full_id, known=known, quiet=as_json) if result.session.workflow_stack else None
+        if outcome is None and trigger in _RELAUNCHING and services.workflows is not None:
+            # retry and request_changes relaunched the session's agents in this process: supervise them to the end
+            done = services.workflows.wait(full_id)
+            await (done if as_json else render.follow_agents(services, full_id, until=done))
         return result, outcome
 
     result, outcome = run(work)
@@ -384,6 +388,9 @@ def session_fire(
         render.print_json(result.record)
     elif outcome is not None:
         _report(outcome)
+
+
+_RELAUNCHING = frozenset({"retry", "request_changes"})
 
 
 def _print_fired(result) -> None:
