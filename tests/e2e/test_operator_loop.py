@@ -37,12 +37,13 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
             next(databases)
 
 
-async def decisions(svc: CrashService, session_id: str) -> list[tuple[str, str, int]]:
-    """(decision, operator, session version) rows of the session, oldest first, from the database itself."""
+async def decisions(deployment: Any, session_id: str) -> list[tuple[str, str, int]]:
+    """(decision, operator, session version) rows of the session, oldest first, read from the database itself;
+    `deployment` is a served CrashService or a CLI workspace (its `env` names the database)."""
     sql = "SELECT decision, operator_id, session_version FROM decisions WHERE session_id = {} ORDER BY id"
-    url = svc.env.get("TASKGATE_DATABASE_URL")
+    url = deployment.env.get("TASKGATE_DATABASE_URL")
     if url is None:
-        with sqlite3.connect(svc.root / "data" / "taskgate.db") as db:
+        with sqlite3.connect(Path(deployment.env["TASKGATE_DATA_DIR"]) / "taskgate.db") as db:
             return [tuple(r) for r in db.execute(sql.format("?"), (session_id,))]
     conn = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
     try:
