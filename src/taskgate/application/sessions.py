@@ -265,10 +265,19 @@ class SessionService:
 
     async def _forget_start(self, session_id: str) -> None:
         """A start that was tried (and refused) is no longer owed: a later restart must not try it again."""
+        await self.annotate(session_id, {START_REQUESTED: None})
+
+    async def annotate(
+        self, session_id: str, data: Mapping[str, Any], event: tuple[str, dict[str, Any]] | None = None
+    ) -> None:
+        """Merge `data` into the session's state_data (a None value removes the key) under its row lock, with an
+        optional event: a note on the session, not a transition, so its version stays and a caller's
+        expected_version still holds. Raises: SessionNotFound."""
         async with self._uow(write=True) as uow:
             session = await uow.sessions.get(session_id, lock=True)
-            data = {k: v for k, v in session.state_data.items() if k != START_REQUESTED}
-            await uow.sessions.update(replace(session, state_data=data), expected_version=session.version)
+            await uow.sessions.update(_with_changes(session, {"state_data": data}), expected_version=session.version)
+            if event is not None:
+                await uow.events.append(event[0], self._clock.now(), event[1], session_id)
             await uow.commit()
 
     async def _fire_with_effects(self, trigger: Trigger, cmd: FireTrigger) -> FireResult:

@@ -455,16 +455,8 @@ class WorkspaceService:
         await self._annotate(session.id, {"worktree_missing": now.isoformat()}, event)
 
     async def _annotate(self, session_id: str, data: dict[str, Any], event: tuple[str, dict] | None = None) -> None:
-        """Merge `data` into the session's state_data under its row lock: a flag, not a transition (the
-        version stays). Raises: SessionNotFound."""
-        now = self._clock.now()
-        async with self._uow(write=True) as uow:
-            current = await uow.sessions.get(session_id, lock=True)
-            flagged = replace(current, state_data={**current.state_data, **data})
-            await uow.sessions.update(flagged, expected_version=current.version)
-            if event is not None:
-                await uow.events.append(event[0], now, event[1], session_id)
-            await uow.commit()
+        assert self._sessions is not None, "WorkspaceService.attach was not called"
+        await self._sessions.annotate(session_id, data, event)
 
     async def _projects_with_sessions(
         self, project_id: int | None, *, include_terminal: bool
