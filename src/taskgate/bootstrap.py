@@ -163,6 +163,7 @@ def build_workflows(
         agents.on_workflow_agents_ended(engine.agents_ended)
     if decisions is not None:
         decisions.use_workflows(engine)
+        engine.use_decisions(decisions)  # a workflow's last approval is the verification decision
     if review_queue is not None:
         review_queue.use_workflows(engine)
     return engine

@@ -166,8 +166,6 @@ async def test_parallel_steps_join_on_min_success(services, git_repo, tmp_path, 
     assert [x.step_id for x in runs[1:]] == ([] if expected == "succeeded" else ["fixup"])
 
 
-
-
 async def _decide(services, session_id, decision, **fields):
     return await services.decisions.decide(Decide(session_id, OPERATOR, decision, **fields))
 
@@ -214,20 +212,111 @@ async def test_request_changes_on_an_approval_goes_back_with_instructions_and_re
     assert (await services.sessions.get(session.id)).state == SessionState.EXECUTING
 
 
-async def test_a_rejection_without_on_reject_rejects_the_session(services, git_repo, tmp_path):
+async def test_a_rejection_without_on_reject_fails_the_session_and_retry_sends_the_work_back_told_why(
+    services, git_repo, tmp_path
+):
     r = rig(services, tmp_path, {"dev/approvals.yaml": APPROVALS.replace("    on_reject: plan\n", "")})
     session = await planning_with(services, git_repo, r, "approvals")
     await _execute(services, r, session)
-    result = await _decide(services, session.id, "reject", reason="no")
+    result = await _decide(services, session.id, "reject", reason="wrong approach")
     assert result.session.state == SessionState.FAILED
-    assert (await _runs(r, session))[-1] == ("approve-plan", 1, "cancelled")
+    why = f"The previous attempt was stopped (reject by operator:{OPERATOR}): wrong approach"
+    [rejected] = [x for x in await r.engine.step_runs(session.id) if x.step_id == "approve-plan"]
+    assert (rejected.status.value, rejected.error) == ("rejected", why)
     await services.sessions.fire(FireTrigger(session.id, "retry", ACTOR))  # manual_review chose to try again
     await run_until_idle(r, session.id)
-    assert (await _runs(r, session))[-1] == ("approve-plan", 1, "waiting")  # the approval is asked again
+    assert await _runs(r, session) == [
+        ("plan", 1, "succeeded"), ("approve-plan", 1, "rejected"), ("plan", 1, "succeeded"),
+        ("approve-plan", 1, "waiting"),
+    ]  # fmt: skip
+    assert r.runner.prompts("ok")[-1].endswith(f"The operator's instructions:\n{why}")  # the plan is redone
     await _decide(services, session.id, "approve")
     await run_until_idle(r, session.id)
+    assert r.runner.prompts("ok")[-1] == "build it"  # an approval clears the instructions
+    done = await services.sessions.get(session.id)  # an agent ran after the approval: verified on its own
+    assert done.state == SessionState.VERIFYING
+
+
+async def test_a_retry_after_a_reject_while_agents_ran_runs_their_step_again_told_why(services, git_repo, tmp_path):
+    r = rig(services, tmp_path, {"dev/held.yaml": HELD})
+    session = await planning_with(services, git_repo, r, "held")
+    await r.agents.execute(session.id, ACTOR)
+    await asyncio.wait_for(_until_running(r, session.id), timeout=10)
+    result = await _decide(services, session.id, "reject", reason="stop that")
+    assert result.session.state == SessionState.FAILED
+    await run_until_idle(r, session.id)
+    await services.sessions.fire(FireTrigger(session.id, "retry", ACTOR))
+    r.runner.release()
+    await run_until_idle(r, session.id)
+    assert await _runs(r, session) == [("work", 1, "rejected"), ("work", 1, "succeeded")]
+    why = f"The previous attempt was stopped (reject by operator:{OPERATOR}): stop that"
+    assert r.runner.prompts("hold")[-1].endswith(f"The operator's instructions:\n{why}")
     assert (await services.sessions.get(session.id)).state == SessionState.VERIFYING
-    assert (await _runs(r, session))[-2] == ("approve-plan", 1, "approved")
+
+
+HELD = """
+id: held
+description: one agent that runs until released
+steps:
+  - id: work
+    type: agent
+    agent: hold
+    prompt: work on it
+"""
+
+
+async def _until_running(r, session_id):
+    while not [x for x in await r.engine.step_runs(session_id) if x.status.value == "running"]:
+        await asyncio.sleep(0.01)
+
+
+FINAL = """
+id: final
+description: build, then a person approves; optionally an agent step after the approval
+steps:
+  - id: build
+    type: agent
+    agent: ok
+    prompt: build it
+  - id: approve
+    type: approval
+    message: Approve the build.
+    on_reject: build
+  - id: gate
+    type: condition
+    when: "true"
+    then: end
+"""
+
+
+@pytest.mark.parametrize("after", ["nothing", "an agent step"])
+async def test_the_last_approval_is_the_verification_decision_unless_an_agent_runs_after_it(
+    services, git_repo, tmp_path, after
+):
+    text = FINAL if after == "nothing" else FINAL.replace("then: end", "then: notes") + NOTES
+    r = rig(services, tmp_path, {"dev/final.yaml": text})
+    session = await planning_with(services, git_repo, r, "final")
+    await _execute(services, r, session)
+    await _decide(services, session.id, "approve", reason="looks right")
+    await run_until_idle(r, session.id)
+    done = await services.sessions.get(session.id)
+    triggers = [(x.trigger, x.actor) for x in await services.sessions.history(session.id)][-2:]
+    async with services.uow(write=False) as uow:
+        decisions = [(d.decision.value, d.operator_id, d.to_state) for d in await uow.decisions.of_session(session.id)]
+    if after == "nothing":
+        assert done.state == SessionState.AWAITING_MERGE
+        assert triggers == [("work_complete", "system"), ("approve", f"operator:{OPERATOR}")]
+        assert decisions == [("approve", OPERATOR, "executing"), ("approve", OPERATOR, "awaiting_merge")]
+    else:
+        assert done.state == SessionState.VERIFYING and triggers[-1] == ("work_complete", "system")
+        assert decisions == [("approve", OPERATOR, "executing")]
+
+
+NOTES = """  - id: notes
+    type: agent
+    agent: ok
+    prompt: write the release notes
+"""
 
 
 CHECKLIST_STEP = """
@@ -447,7 +536,7 @@ async def test_stack_edits_push_break_advance_back_restart(services, git_repo, t
 
 async def test_restart_mid_step_resumes_at_the_step_in_progress(services, git_repo, tmp_path):
     """A service that dies while a step's agent runs: the next one finds the agent gone, fails it, retries."""
-    text = LINEAR.replace("agent: ok\n    prompt: \"write", "agent: hold\n    max_retries: 1\n    prompt: \"write")
+    text = LINEAR.replace('agent: ok\n    prompt: "write', 'agent: hold\n    max_retries: 1\n    prompt: "write')
     text = text.replace("max_retries: 1\n", "max_retries: 1\n    retry_delay_ms: 10\n")
     first = rig(services, tmp_path, {"dev/linear.yaml": text})
     session = await planning_with(services, git_repo, first, "linear")

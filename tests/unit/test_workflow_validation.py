@@ -17,6 +17,7 @@ from taskgate.domain.workflows import (
     Document,
     StepType,
     WorkflowNotFound,
+    changes_target,
     parse_duration,
     retry_delay_ms,
     step_routes,
@@ -269,11 +270,55 @@ def test_routes_default_to_the_next_step_and_approval_rejection_ends():
     catalogue = WorkflowService(WorkflowFiles(CONFIG), AGENTS).catalogue()
     steps = {s.id: s for s in catalogue.workflows["feature-development"].steps}
     assert step_routes(steps["plan"], "approve-plan") == [("success", "approve-plan")]
-    assert step_routes(steps["approve-plan"], "implement") == [("approve", "implement"), ("reject", "plan")]
+    approve_plan = [("approve", "implement"), ("reject", "plan"), ("changes", "plan")]
+    assert step_routes(steps["approve-plan"], "implement") == approve_plan
     assert step_routes(steps["validate"], "approve-result") == [("success", "approve-result"), ("error", "fix")]
     assert step_routes(steps["fix"], END) == [("success", "validate")]
     sign_off = catalogue.workflows["comprehensive-test"].steps[-1]
-    assert step_routes(sign_off, END) == [("approve", END), ("reject", END)]
+    assert step_routes(sign_off, END) == [("approve", END), ("reject", END), ("changes", "triage")]
+
+
+def _approval_after(*kinds: str, **keys: str):
+    """A workflow of steps s0, s1, … of `kinds`, then the approval `ok` (with `keys`), validated."""
+    bodies = {"agent": {"agent": "coder", "prompt": "p"}, "parallel": {"agents": ["tester"], "prompt": "p"},
+              "checklist": {"items": ["x"]}}  # fmt: skip
+    steps = [{"id": f"s{i}", "type": kind, **bodies[kind]} for i, kind in enumerate(kinds)]
+    steps.append({"id": "ok", "type": "approval", "message": "ok?", **keys})
+    catalogue = validate_documents([Document("f.yaml", {"id": "w", "description": "d", "steps": steps})])
+    assert catalogue.ok, catalogue.problems
+    return catalogue.workflows["w"].steps
+
+
+@pytest.mark.parametrize(
+    ("kinds", "keys", "target"),
+    [
+        (("agent", "parallel", "checklist"), {}, "s0"),  # the maker, past the checks after it
+        (("parallel", "agent", "parallel"), {}, "s1"),  # the nearest agent step
+        (("parallel", "checklist"), {}, "s0"),  # no agent step: the nearest step that runs agents
+        (("checklist",), {}, None),  # none runs agents: the approval is asked again
+        (("agent", "parallel"), {"on_request_changes": "s1"}, "s1"),  # said explicitly
+    ],
+)
+def test_request_changes_goes_to_on_request_changes_else_the_nearest_step_that_makes_the_work(kinds, keys, target):
+    steps = _approval_after(*kinds, **keys)
+    assert changes_target(steps[-1], steps) == target
+    routes = step_routes(steps[-1], END, steps)
+    assert (("changes", target) in routes) if target else all(label != "changes" for label, _ in routes)
+
+
+def test_every_shipped_approval_sends_request_changes_to_a_step_that_runs_agents():
+    catalogue = WorkflowService(WorkflowFiles(CONFIG), AGENTS).catalogue()
+    targets = {
+        (w.id, s.id): s.on_request_changes
+        for w in catalogue.workflows.values()
+        for s in w.steps
+        if s.type is StepType.approval
+    }
+    assert targets == {
+        ("bug-fix", "approve"): "fix", ("comprehensive-test", "sign-off"): "triage",
+        ("feature-development", "approve-plan"): "plan", ("feature-development", "approve-result"): "fix",
+        ("refactor", "approve-scope"): "analyse", ("refactor", "approve"): "refactor",
+    }  # fmt: skip
 
 
 def test_retry_delays_back_off_exponentially_up_to_the_cap():
@@ -316,7 +361,9 @@ def test_mermaid_graph_has_every_step_and_labelled_routes():
     assert "    s1_approve_plan -->|approve| s2_implement" in lines
     assert "    s3_validate -->|error| s5_fix" in lines
     assert "    s4_approve_result -->|approve| done" in lines
-    assert {label for label in re.findall(r"-->\|(\w+)\|", graph)} == {"success", "error", "approve", "reject"}
+    assert "    s4_approve_result -->|changes| s5_fix" in lines
+    labels = {"success", "error", "approve", "reject", "changes"}
+    assert {label for label in re.findall(r"-->\|(\w+)\|", graph)} == labels
 
 
 def test_mermaid_graph_of_groups_and_conditions():

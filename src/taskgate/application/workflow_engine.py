@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -62,7 +62,6 @@ from taskgate.domain.workflow_run import (
     FrameKind,
     FrameStatus,
     LoopLimits,
-    back_target,
     breadcrumb,
     child_results,
     condition_target,
@@ -90,6 +89,7 @@ from taskgate.domain.workflows import (
     StepType,
     Workflow,
     WorkflowNotFound,
+    changes_target,
     matches_pattern,
     retry_delay_ms,
 )
@@ -182,6 +182,12 @@ class StepLauncher(Protocol):
     async def wait(self, session_id: str) -> None: ...
 
 
+class VerificationDecider(Protocol):
+    """What the engine needs of DecisionService: to take an operator's approval as the verification decision."""
+
+    async def decide(self, cmd: Any) -> Any: ...
+
+
 class WorkflowEngine(NoEffects):
     """Runs workflow stacks; also a session effect (it drives a session that enters executing)."""
 
@@ -207,6 +213,12 @@ class WorkflowEngine(NoEffects):
         # (a key is present only while its session's drive runs; stack edits outside a drive record nothing)
         self._written: dict[str, Session | None] = {}
         self._roots: dict[int, str] = {}  # project id → root path (immutable), for `{project-root}`
+        self._decisions: VerificationDecider | None = None
+
+    def use_decisions(self, decisions: VerificationDecider) -> None:
+        """Take a workflow's last approval as the verification decision through `decisions` (DecisionService),
+        so its guards apply and the decision is recorded (the composition root attaches it)."""
+        self._decisions = decisions
 
     def use_launcher(self, launcher: StepLauncher) -> None:
         """Attach the agents (the composition root does this once: agents and engine need each other)."""
@@ -466,8 +478,8 @@ class WorkflowEngine(NoEffects):
 
     async def answer(self, session: Session, decision: Decision) -> Session:
         """Answer the approval step the session waits on with `decision` (approve → on_approve, reject →
-        on_reject, request_changes → back to the step that made the work, with the instructions). The decision
-        row, the step run, the stack and an event are written in one transaction.
+        on_reject with the reason as instructions, request_changes → `changes_target`, with the instructions).
+        The decision row, the step run, the stack and an event are written in one transaction.
 
         Raises: ConflictError when the session moved on meanwhile; AlreadyExists (the unique decision index)
         when another process recorded this operator's decision first."""
@@ -487,8 +499,7 @@ class WorkflowEngine(NoEffects):
             payload = {"operator": decision.operator_id, "decision": decision.decision.value, "step": step.id,
                        "reason": decision.reason, "to_state": current.state.value}  # fmt: skip
             await uow.events.append("decision.recorded", now, payload, session.id)
-            if decision.instructions:
-                top.variables["instructions"] = decision.instructions
+            _instruct(top, step, decision)
             output = decision.instructions or decision.reason or ""
             await self._finish_run(uow, top.run_id, status, output, None, now)
             top.status, top.outcome = FrameStatus.done, {"status": status.value, "output": output}
@@ -565,7 +576,7 @@ class WorkflowEngine(NoEffects):
     async def after(self, result: FireResult, cmd: FireTrigger) -> Aftermath:
         session = result.session
         if session.state in _CLOSE_ON:
-            await self._close_open_runs(session.id, f"session {cmd.trigger}")
+            await self._close_open_runs(session, cmd)
         if session.state == SessionState.EXECUTING and session.workflow_stack:
             # never take the engine's lock here (the driver holds it while it fires): only queue a driver
             self.kick(session.id)
@@ -608,12 +619,11 @@ class WorkflowEngine(NoEffects):
         if top.status is FrameStatus.pending:
             return await self._start(session, stack, top, step, steps)
         if top.status is FrameStatus.running:
-            return await self._collect(session, stack, top, step)
+            return await self._collect(session, stack, top, step, steps)
         if top.status is FrameStatus.waiting:
-            if not await self._run_open(top):  # its run was closed when the session left executing (a reject
-                top.status, top.run_id = FrameStatus.pending, None  # without on_reject, then retry): ask again
-                await self._save(session, stack)
-                return True
+            closed, run = await self._closed_run(top)
+            if closed:  # closed when the session left executing, and a retry brought it back
+                return await self._interrupted(session, stack, top, step, steps, run)
             if step.type is StepType.checklist and not top.missing_items():
                 return await self._finish_step(session, stack, StepStatus.SUCCEEDED, "every required item checked")
             return False
@@ -689,10 +699,13 @@ class WorkflowEngine(NoEffects):
             return await self._finish_step(session, stack, StepStatus.FAILED, str(exc), earlier)
         return True
 
-    async def _collect(self, session: Session, stack: list[Frame], top: Frame, step: Step) -> bool:
+    async def _collect(self, session: Session, stack: list[Frame], top: Frame, step: Step, steps) -> bool:
         """A running agent step: when its agents all ended, its outcome; else wait (False)."""
         if step.type not in _AGENT_STEPS:  # a child frame ran for it and is gone: count the step done
             return await self._finish_step(session, stack, StepStatus.SUCCEEDED, "")
+        closed, run = await self._closed_run(top)
+        if closed:  # its agents were stopped when the session left executing; a retry brought it back
+            return await self._interrupted(session, stack, top, step, steps, run)
         if not top.agents:  # a running step that names no agents: not written since a claim and its agents
             note = "its agents never started; launched again"  # share one transaction (an older release's
             never = _Carry(finish=[(top.run_id, StepStatus.CANCELLED, "", note)])  # stack): launch them now
@@ -705,11 +718,41 @@ class WorkflowEngine(NoEffects):
         status, output = _agents_outcome(step, mine)
         return await self._finish_step(session, stack, status, output)
 
-    async def _run_open(self, top: Frame) -> bool:
+    async def _closed_run(self, top: Frame) -> tuple[bool, StepRun | None]:
+        """Whether the top frame's current run is closed (or missing) although the frame still runs or waits on
+        it, i.e. the session left executing meanwhile (`_close_open_runs`); and the run."""
         if top.run_id is None:
-            return False
+            return True, None
         async with self._uow(write=False) as uow:
-            return (await uow.step_runs.get(top.run_id)).status in OPEN_STEP_STATUSES
+            run = await uow.step_runs.get(top.run_id)
+        return run.status not in OPEN_STEP_STATUSES, run
+
+    async def _interrupted(
+        self, session: Session, stack: list[Frame], top: Frame, step: Step, steps, closed: StepRun | None
+    ) -> bool:
+        """A retry brought back a session whose current step was cut off when it left executing. A rejected
+        approval sends the work back to the step that makes it (`changes_target`), told why; any other step runs
+        again (agents told why they were stopped); a checklist, or an approval closed otherwise, is asked again."""
+        why = (closed.error or "") if closed is not None else ""
+        if step.type is StepType.approval and closed is not None and closed.status is StepStatus.REJECTED:
+            target = changes_target(step, steps)
+            if target is not None:
+                top.variables["instructions"] = why
+                record(top, step.id, StepStatus.REJECTED, why, top.attempt)
+                return await self._goto(session, stack, top, target, carry=None)
+        if step.type in _AGENT_STEPS:
+            live = [a.id for a in await self._agents(top) if a.status in _LIVE]
+            if live and self._launcher is not None:
+                await self._launcher.stop_agents(session.id, live)
+            if why:
+                top.variables["instructions"] = why
+        top.status, top.run_id, top.agents = FrameStatus.pending, None, []
+        await self._save(session, stack)
+        return True
+
+    async def _agents(self, top: Frame) -> list[Agent]:
+        async with self._uow(write=False) as uow:
+            return await uow.agents.many(top.agents) if top.agents else []
 
     async def _retry(self, session: Session, stack: list[Frame], top: Frame) -> bool:
         due = datetime.fromisoformat(top.retry_at) if top.retry_at else self._clock.now()
@@ -739,8 +782,8 @@ class WorkflowEngine(NoEffects):
         if loop:
             await self._fail(session, stack, loop, carry)
             return False
-        if status is StepStatus.CHANGES_REQUESTED:
-            target = back_target(top, step, steps) or steps[0].id
+        if status is StepStatus.CHANGES_REQUESTED:  # no step before it runs agents: the approval is asked again
+            target = changes_target(step, steps) or step.id
         else:
             target = route(step, status, steps)
         if target is None:
@@ -772,6 +815,8 @@ class WorkflowEngine(NoEffects):
             return False
         if step.type is StepType.workflow:
             child = self._workflow_frame(self.workflow(step.workflow or ""), parent=top, parent_step=step.id)
+            if top.variables.get("instructions"):  # the operator's, for the work this step redoes
+                child.variables["instructions"] = top.variables["instructions"]
             if step.input and step.input in top.results:
                 child.variables["input"] = str(top.results[step.input].get("output", ""))
         else:
@@ -829,8 +874,43 @@ class WorkflowEngine(NoEffects):
     async def _complete(self, session: Session) -> None:
         cmd = FireTrigger(session.id, Trigger.WORK_COMPLETE.value, SYSTEM_ACTOR, reason="workflow finished",
                           expected_version=session.version)  # fmt: skip
-        with suppress(InvalidTransition, ConcurrentModification):
-            await self._sessions.fire(cmd)
+        try:
+            result = await self._sessions.fire(cmd)
+        except (InvalidTransition, ConcurrentModification):
+            return
+        approval = await self._last_gate(session.id)
+        if approval is not None and self._decisions is not None:  # outside the driver's lock: a task of its own
+            self._spawn(session.id, self._decide_verification(result.session, *approval))
+
+    async def _last_gate(self, session_id: str) -> tuple[Decision, str] | None:
+        """The operator's approval that ended the workflow, with its step: the session's last decision approved
+        a workflow approval step, and no agent ran after that step (conditions, checklists and frames that ran
+        no agents may follow). None otherwise: the work changed after the last approval, so it is verified."""
+        async with self._uow(write=False) as uow:
+            decisions = await uow.decisions.of_session(session_id, limit=5)
+            runs = await uow.step_runs.of_session(session_id, limit=200)
+        applied = [d for d in decisions if d.outcome == "applied"]
+        last = applied[-1] if applied else None
+        if last is None or last.decision.value != "approve" or last.to_state != SessionState.EXECUTING.value:
+            return None
+        approved = [i for i, r in enumerate(runs) if r.status is StepStatus.APPROVED]
+        if not approved or any(r.agent_ids for r in runs[approved[-1] + 1 :]):
+            return None
+        return last, runs[approved[-1]].step_id
+
+    async def _decide_verification(self, session: Session, approval: Decision, step_id: str) -> None:
+        """Apply `approval` (given at the workflow's last approval step) as the verification decision, by the
+        same operator, through DecisionService: its guards apply (a refusal is logged as blocked and the session
+        stays verifying) and the decision is recorded like any other."""
+        from taskgate.application.decisions import Decide  # decisions.py imports this module
+
+        assert self._decisions is not None
+        why = f"approved at the workflow's last approval step '{step_id}'" + (
+            f": {approval.reason}" if approval.reason else ""
+        )
+        cmd = Decide(session.id, approval.operator_id, "approve", reason=why[:2000], expected_version=session.version)
+        with suppress(TaskgateError):
+            await self._decisions.decide(cmd)
 
     async def _fail(self, session: Session, stack: list[Frame], reason: str, carry: _Carry | None = None) -> None:
         """Fail the session with `reason`; the top frame stays on its step, so `retry` runs it again."""
@@ -937,12 +1017,17 @@ class WorkflowEngine(NoEffects):
             await self._finish_run(uow, run_id, status, note, None, self._clock.now())
             await uow.commit()
 
-    async def _close_open_runs(self, session_id: str, note: str) -> None:
+    async def _close_open_runs(self, session: Session, cmd: FireTrigger) -> None:
+        """The session left executing (failed, cancelled, …): its open runs end `cancelled`, the top frame's
+        `rejected` when an operator rejected the work. Their error says who stopped them and why, in the words a
+        retry tells the agents (see `_interrupted`)."""
+        why = f"The previous attempt was stopped ({cmd.trigger} by {cmd.actor}): {cmd.reason or 'no reason given'}"
+        stack = load_stack(session.workflow_stack)
+        rejected = stack[-1].run_id if stack and cmd.trigger == Trigger.REJECT.value else None
         async with self._uow(write=True) as uow:
-            for run in await uow.step_runs.open_runs(session_id):
-                await uow.step_runs.update(
-                    replace(run, status=StepStatus.CANCELLED, ended_at=self._clock.now(), error=note)
-                )
+            for run in await uow.step_runs.open_runs(session.id):
+                status = StepStatus.REJECTED if run.id == rejected else StepStatus.CANCELLED
+                await uow.step_runs.update(replace(run, status=status, ended_at=self._clock.now(), error=why))
             await uow.commit()
 
     async def _abandon_step(self, session: Session, top: Frame, status: StepStatus, note: str) -> None:
@@ -985,7 +1070,11 @@ class WorkflowEngine(NoEffects):
             await self._clock.sleep(seconds)
             self.kick(session_id)
 
-        task = asyncio.create_task(later())
+        self._spawn(session_id, later())
+
+    def _spawn(self, session_id: str, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` as a task of the session's (`wait` waits for it)."""
+        task = asyncio.create_task(work)
         tasks = self._tasks.setdefault(session_id, set())
         tasks.add(task)
         task.add_done_callback(tasks.discard)
@@ -1060,6 +1149,19 @@ class WorkflowEngine(NoEffects):
                 text += f"\n\nThe operator's instructions:\n{variables['instructions']}"
             out.append((agent, text))
         return out
+
+
+def _instruct(top: Frame, step: Step, decision: Decision) -> None:
+    """What the steps after an approval are told: request_changes → the operator's instructions (or reason);
+    a routed reject → why it was rejected; approve → nothing (earlier instructions are done with)."""
+    kind, actor = decision.decision.value, f"operator:{decision.operator_id}"
+    if kind == "request_changes":
+        top.variables["instructions"] = decision.instructions or decision.reason or ""
+    elif kind == "reject":
+        why = decision.reason or "no reason given"
+        top.variables["instructions"] = f"The work was rejected at step '{step.id}' (reject by {actor}): {why}"
+    else:
+        top.variables.pop("instructions", None)
 
 
 def _check_depth(stack: list[Frame], session_id: str) -> None:

@@ -163,7 +163,7 @@ def find_group(steps: Sequence[Step], group_id: str) -> Step | None:
 def route(step: Step, status: StepStatus, steps: Sequence[Step]) -> str | None:
     """Where an outcome goes: a step id, `end`, or None (no route: the frame fails, or a rejection rejects).
 
-    `changes_requested` is not routed here (see `back_target`)."""
+    `changes_requested` is not routed here (see `workflows.changes_target`)."""
     default = step.next or following(steps, step.id)
     if status in (StepStatus.SUCCEEDED, StepStatus.SKIPPED):
         return step.on_success or default
@@ -179,15 +179,6 @@ def route(step: Step, status: StepStatus, steps: Sequence[Step]) -> str | None:
 def condition_target(step: Step, result: bool, steps: Sequence[Step]) -> str:
     default = step.next or following(steps, step.id)
     return (step.then if result else step.else_) or default
-
-
-def back_target(frame: Frame, step: Step, steps: Sequence[Step]) -> str | None:
-    """Where `request_changes` on an approval goes: its `input` step, else the last agent or parallel step
-    this frame ran before it, else None."""
-    if step.input and find_step(steps, step.input) is not None:
-        return step.input
-    runnable = {s.id for s in steps if s.type in (StepType.agent, StepType.parallel, StepType.group, StepType.workflow)}
-    return next((s for s in reversed(frame.history[:-1]) if s in runnable), None)
 
 
 def fingerprint(status: str, output: str, instructions: str = "") -> str:

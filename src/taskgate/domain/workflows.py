@@ -147,6 +147,7 @@ class Step:
     on_error: str | None = None
     on_approve: str | None = None
     on_reject: str | None = None
+    on_request_changes: str | None = None
     # retries and timeout
     max_retries: int = 0
     retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS
@@ -203,6 +204,7 @@ _STEP_FIELDS = (
     "on_error",
     "on_approve",
     "on_reject",
+    "on_request_changes",
     "max_retries",
     "retry_delay_ms",
     "retry_max_delay_ms",
@@ -308,7 +310,7 @@ _COMMON = ("id", "type", "description", "next", "on_error", "timeout_ms")
 _RETRIES = ("max_retries", "retry_delay_ms", "retry_max_delay_ms")
 STEP_KEYS: dict[StepType, tuple[str, ...]] = {
     StepType.agent: (*_COMMON, *_RETRIES, "agent", "input", "prompt", "on_success"),
-    StepType.approval: (*_COMMON, "message", "on_approve", "on_reject"),
+    StepType.approval: (*_COMMON, "message", "on_approve", "on_reject", "on_request_changes"),
     StepType.parallel: (*_COMMON, *_RETRIES, "agents", "min_success", "input", "prompt", "on_success"),
     StepType.condition: ("id", "type", "description", "next", "on_error", "when", "then", "else"),
     StepType.checklist: (*_COMMON, *_RETRIES, "items", "checklist", "on_success"),
@@ -316,11 +318,13 @@ STEP_KEYS: dict[StepType, tuple[str, ...]] = {
     StepType.group: (*_COMMON, *_RETRIES, "steps", "context_mode", "summarize", "on_success"),
 }
 _ALL_STEP_KEYS = sorted({k for keys in STEP_KEYS.values() for k in keys})
-ROUTE_KEYS = ("next", "on_success", "on_error", "on_approve", "on_reject", "then", "else")
+ROUTE_KEYS = ("next", "on_success", "on_error", "on_approve", "on_reject", "on_request_changes", "then", "else")
+WORK_STEPS = frozenset({StepType.agent, StepType.parallel, StepType.workflow, StepType.group})  # steps that run agents
 _WHERE_KEY = {
     "message": "approval",
     "on_approve": "approval",
     "on_reject": "approval",
+    "on_request_changes": "approval",
     "agents": "parallel",
     "min_success": "parallel",
     "when": "condition",
@@ -802,13 +806,32 @@ def _parallel_agents(c: _Checker, data: dict[str, Any], path: Path, name: str, *
     return tuple(out)
 
 
-def step_routes(step: Step, following: str) -> list[tuple[str, str]]:
+def changes_target(step: Step, steps: Sequence[Step]) -> str | None:
+    """Where `request_changes` on approval `step` sends the work back, with the operator's instructions: its
+    `on_request_changes`, else the nearest `agent` step before it in its list (the step that makes the work, in
+    the usual shape "make it, check it, approve it"), else the nearest `parallel`, `workflow` or `group` step
+    before it; None when no step before it runs agents (the approval is then asked again)."""
+    if step.on_request_changes is not None:
+        return step.on_request_changes
+    before = list(steps[: next((i for i, s in enumerate(steps) if s.id == step.id), 0)])
+    for kinds in ({StepType.agent}, WORK_STEPS):
+        found = next((s.id for s in reversed(before) if s.type in kinds), None)
+        if found is not None:
+            return found
+    return None
+
+
+def step_routes(step: Step, following: str, steps: Sequence[Step] = ()) -> list[tuple[str, str]]:
     """The labelled routes out of `step` (label, target), `following` being where it goes by default (the
-    next step of its list, or `end`). A missing `on_error` ends the workflow as failed: no route."""
+    next step of its list, or `end`), `steps` its list (for an approval's `changes` route). A missing
+    `on_error` ends the workflow as failed: no route."""
     success = step.next or following
     routes: list[tuple[str, str]]
     if step.type is StepType.approval:
         routes = [("approve", step.on_approve or success), ("reject", step.on_reject or END)]
+        changes = changes_target(step, steps) if steps else step.on_request_changes
+        if changes is not None:
+            routes.append(("changes", changes))
     elif step.type is StepType.condition:
         routes = [("then", step.then or success), ("else", step.else_ or success)]
     else:
@@ -841,6 +864,8 @@ def _check_scope(c: _Checker, steps: Sequence[Step], visible: list[str], all_ids
                     f"step '{step.id}': {key} targets unknown step '{target}'",
                     _suggest(target, [*ids, END]) or f"route to one of: {', '.join([*sorted(ids), END])}",
                 )
+        if step.on_request_changes is not None:
+            _check_changes_target(c, step, steps)
         if step.input is not None and step.input not in visible and step.input not in [s.id for s in steps[:i]]:
             later = step.input in all_ids
             c.at(
@@ -857,7 +882,7 @@ def _check_scope(c: _Checker, steps: Sequence[Step], visible: list[str], all_ids
     while todo:
         i = todo.pop()
         following = steps[i + 1].id if i + 1 < len(steps) else END
-        for _, target in step_routes(steps[i], following):
+        for _, target in step_routes(steps[i], following, steps):
             if target in index and target not in reached:
                 reached.add(target)
                 todo.append(index[target])
@@ -868,6 +893,18 @@ def _check_scope(c: _Checker, steps: Sequence[Step], visible: list[str], all_ids
                 f"step '{step.id}' is unreachable",
                 "route to it (next, on_success, on_error, …) from another step, or remove it",
             )
+
+
+def _check_changes_target(c: _Checker, step: Step, steps: Sequence[Step]) -> None:
+    """`on_request_changes` names a step of the list that runs agents: the operator's instructions are for them."""
+    target = next((s for s in steps if s.id == step.on_request_changes), None)
+    at = step.lines.get("on_request_changes", step.line)
+    if step.on_request_changes == END:
+        c.at(at, f"step '{step.id}': on_request_changes cannot be 'end'",
+             "name the step that makes the change (an agent step, usually the coder's)")  # fmt: skip
+    elif target is not None and target.type not in WORK_STEPS:
+        c.at(at, f"step '{step.id}': on_request_changes '{target.id}' is a {target.type.value} step, which runs no "
+             "agents", "name an agent, parallel, workflow or group step: the one that makes the change")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------- checklists
@@ -1054,7 +1091,7 @@ def to_mermaid(workflow: Workflow) -> str:
                 lines.append(f"{indent}{node(step.id)}{left}{label(step)}{right}")
         for i, step in enumerate(steps):
             following = steps[i + 1].id if i + 1 < len(steps) else END
-            for name, target in step_routes(step, following):
+            for name, target in step_routes(step, following, steps):
                 dest = end_node if target == END else node(target)
                 lines.append(f"{indent}{node(step.id)} -->|{name}| {dest}")
 

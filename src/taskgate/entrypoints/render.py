@@ -341,7 +341,7 @@ def workflow_table(workflow: Any) -> Table:
     def add(steps: Sequence[Any], depth: int) -> None:
         for i, step in enumerate(steps):
             following = steps[i + 1].id if i + 1 < len(steps) else "end"
-            routes = ", ".join(f"{label} → {target}" for label, target in step_routes(step, following))
+            routes = ", ".join(f"{label} → {target}" for label, target in step_routes(step, following, steps))
             retry = f"{step.max_retries}×" if step.max_retries else ""
             rows.append(("  " * depth + step.id, step.type.value, escape(_step_what(step)), routes, retry))
             add(step.steps, depth + 1)
