@@ -7,6 +7,7 @@ real AgentService; only the agent processes are scripted (tests/workflow_support
 from __future__ import annotations
 
 import asyncio
+import sys
 from dataclasses import replace
 
 import pytest
@@ -310,6 +311,26 @@ async def test_the_last_approval_is_the_verification_decision_unless_an_agent_ru
     else:
         assert done.state == SessionState.VERIFYING and triggers[-1] == ("work_complete", "system")
         assert decisions == [("approve", OPERATOR, "executing")]
+
+
+async def test_a_guard_that_refuses_the_last_approval_as_verification_leaves_the_session_verifying_saying_why(
+    services, git_repo, tmp_path
+):
+    from tests.integration.test_decisions import product_services  # require_tests runs the project's tests
+
+    failing = [sys.executable, "-c", "import sys; print('2 tests failed'); sys.exit(3)"]
+    services = product_services(services, repo={"test_command": failing, "test_timeout_s": 30})
+    r = rig(services, tmp_path, {"dev/final.yaml": FINAL})
+    session = await planning_with(services, git_repo, r, "final")
+    await _execute(services, r, session)
+    await _decide(services, session.id, "approve", reason="looks right")
+    await run_until_idle(r, session.id)
+    assert (await services.sessions.get(session.id)).state == SessionState.VERIFYING
+    blocked = (await services.sessions.history(session.id, limit=1))[0]
+    assert (blocked.trigger, blocked.outcome.value, blocked.actor) == ("approve", "blocked", ACTOR)
+    assert any(g["policy"] == "require_tests" and not g["passed"] for g in blocked.guard_results)
+    async with services.uow(write=False) as uow:
+        assert [d.to_state for d in await uow.decisions.of_session(session.id)] == ["executing"]
 
 
 NOTES = """  - id: notes
