@@ -651,3 +651,18 @@ async def test_two_services_driving_one_session_run_each_step_once(services, git
     await asyncio.gather(run_until_idle(one, session.id), run_until_idle(two, session.id))
     assert (await services.sessions.get(session.id)).state == SessionState.VERIFYING
     assert await _runs(one, session) == [("first", 1, "succeeded"), ("second", 1, "succeeded")]
+
+
+async def test_a_reject_with_a_compensation_rejects_the_session_even_where_the_step_routes_rejects(
+    services, git_repo, tmp_path
+):
+    """The step's on_reject routes a plain reject back into the workflow; an operator who names a compensation
+    means the session: it is rejected (manual_review here), not routed."""
+    r = rig(services, tmp_path, {"dev/approvals.yaml": APPROVALS})
+    session = await planning_with(services, git_repo, r, "approvals")
+    await _execute(services, r, session)
+    decided = await services.decisions.decide(
+        Decide(session.id, OPERATOR, "reject", reason="wrong task", compensation="manual_review")
+    )
+    assert (decided.session.state, decided.decision.compensation.value) == (SessionState.FAILED, "manual_review")
+    assert (await services.sessions.history(session.id, limit=1))[0].trigger == "reject"

@@ -139,7 +139,8 @@ class DecisionService:
             earlier = await self._earlier(session, cmd.operator_id, kind, waiting=step is not None)
             if earlier is not None:
                 return earlier
-            if step is not None and (kind != DecisionKind.REJECT or step.on_reject):
+            # a reject with a compensation rejects the session even where the step routes rejects elsewhere
+            if step is not None and (kind != DecisionKind.REJECT or (step.on_reject and cmd.compensation is None)):
                 return await self._answer_step(session, operator, kind, cmd)
             decision = Decision(
                 session_id=session.id,
@@ -291,9 +292,9 @@ class DecisionService:
         last = applied[-1]
         since = [r for r in await uow.transitions.history(session.id, limit=50) if r.outcome.value == "applied"]
         own = [r for r in since if r.session_version == last.session_version + 1 and r.trigger == last.decision]
-        if not own:  # an answer to a workflow approval step (no transition of its own), or long ago
-            return []
-        later = [r for r in since if r.session_version > last.session_version + 1]
+        # an answer to a workflow approval step has no transition of its own: its round lasts until the next one
+        after = last.session_version + (1 if own else 0)
+        later = [r for r in since if r.session_version > after]
         return [last] if all(r.trigger in _SAME_ROUND for r in later) else []
 
     async def _apply(self, session: Session, decision: Decision, cmd: Decide) -> DecisionResult:
