@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrashService]:
     databases = _pg_database() if request.param == "postgresql" else iter([None])
     svc = CrashService(tmp_path_factory.mktemp(f"loop-{request.param}"), next(databases))
-    svc.seed(*(f"Loop {i}" for i in range(1, 6)))
+    svc.seed(*(f"Loop {i}" for i in range(1, 7)))
     svc.start()
     try:
         yield svc
@@ -160,3 +160,22 @@ async def test_a_branch_changed_after_approval_is_not_merged_until_it_is_reviewe
         assert merged["state"] == "completed"
         assert "fix: conflict resolved by hand" in svc.git("log", "--format=%s", "main")
     assert [d for d, _, _ in await decisions(svc, sid)] == ["approve", "approve"]
+
+
+async def test_request_changes_reaches_the_agent_that_makes_the_change_and_the_loop_comes_back(served):
+    """Point 1 on a plain session: the run's agents go again with the operator's instructions; their commit
+    carries them and the session waits for a decision again, a new round."""
+    svc = served
+    async with connect(svc) as client:
+        status = await verifying(client, "DEMO-6")
+        sid, branch = status["id"], status["branch"]
+        asked = await ok(client, "project_decide", session_id=sid, decision="request_changes",
+                         instructions="rename the helper")  # fmt: skip
+        assert asked["state"] == "executing"
+        again = await wait_for_session(client, sid, "verify again", lambda s: s["state"] == "verifying")
+        assert sorted({a["run"] for a in again["agents"]}) == [1, 2]
+        assert told(svc, branch, "DEMO-6")[-1] == "- rename the helper"
+        assert svc.git("log", "-1", "--format=%s", branch).strip() == "fix: address review"
+        approved = await ok(client, "project_decide", session_id=sid, decision="approve", reason="now fine")
+        assert (approved["state"], approved["replayed"]) == ("awaiting_merge", False)
+    assert [d for d, _, _ in await decisions(svc, sid)] == ["request_changes", "approve"]
