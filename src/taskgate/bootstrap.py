@@ -30,7 +30,7 @@ from taskgate.application.ports import (
 from taskgate.application.recovery import Recovery
 from taskgate.application.review_queue import ReviewQueue
 from taskgate.application.sessions import SessionService
-from taskgate.application.sweeper import Sweeper, SweeperOptions
+from taskgate.application.sweeper import ESCALATED_EVENT, Sweeper, SweeperOptions
 from taskgate.application.tracker import TrackerService
 from taskgate.application.tracker_sync import TrackerWriteBack
 from taskgate.application.workflow_engine import WorkflowEngine, WorkflowOptions
@@ -338,16 +338,19 @@ def build_sweeper(settings: Settings, app: App) -> Sweeper:
 def build_outbox(settings: Settings, uow: UnitOfWorkFactory, clock: Clock) -> WebhookDispatcher | None:
     """The webhook dispatcher of the `[[webhooks]]` config over `uow`, or None when no webhook is configured.
 
+    The subscribers named in `[escalation] webhooks` also receive `session.escalated`, whatever their `events`.
+
     Raises: InvalidInput when a `secret_env` variable is unset or two webhooks share a name.
     """
     if not settings.webhooks:
         return None
+    told = set(settings.escalation.webhooks)
     subscribers = [
         Subscriber(
             name=hook.name,
             url=hook.url,
             secret=hook.resolved_secret(),
-            events=tuple(hook.events),
+            events=(*hook.events, ESCALATED_EVENT) if hook.name in told else tuple(hook.events),
             timeout_s=hook.timeout_s,
             max_attempts=hook.max_attempts,
             backoff_base_s=hook.backoff_base_s,

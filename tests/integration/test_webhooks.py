@@ -328,3 +328,39 @@ async def test_the_server_delivers_in_the_background_while_it_runs(tmp_path, rec
         assert await asyncio.to_thread(arrived.wait, 10)
     [request] = receiver.received
     assert request.event["kind"] == "task.status_set"
+
+
+async def test_a_subscriber_named_in_escalation_receives_session_escalated_whatever_its_filter(
+    sql_services, receiver, git_repo, tmp_path
+):
+    """`[escalation] webhooks = ["ops"]`: ops gets the sweeper's `session.escalated` although its own filter wants
+    only task events; a subscriber not named there gets it only if its filter says so."""
+    from taskgate.application.sweeper import ESCALATED_EVENT, Sweeper
+    from taskgate.bootstrap import build_outbox
+    from taskgate.infrastructure.settings import EscalationSettings, Settings, WebhookSettings
+
+    clock = FakeClock()
+    services = wire(sql_services.backend, sql_services.database, sql_services.url, clock=clock)
+    seeded = await seed(services, git_repo, tasks=1)
+    waiting = await fire(services, await start(services, seeded.tasks[0]), "plan_complete", "work_complete")
+    hooks = [
+        WebhookSettings(name="ops", url=f"{receiver.url}/ops", secret=SECRET, events=["task.added"]),
+        WebhookSettings(name="ci", url=f"{receiver.url}/ci", secret=SECRET, events=["decision.*"]),
+    ]
+    settings = Settings(data_dir=tmp_path / "data", webhooks=hooks, escalation=EscalationSettings(webhooks=["ops"]))
+    outbox = build_outbox(settings, services.uow, clock)
+    assert outbox is not None and (await outbox.run_once()).delivered == 1  # ops: task.added
+
+    clock.advance(hours=73)
+    [action] = (await Sweeper(services.uow, services.sessions, clock).sweep_once()).actions
+    assert action.action == "escalated"
+    assert (await outbox.run_once()).delivered == 1
+
+    [added, escalated] = receiver.received
+    assert added.path.endswith("/ops") and added.event["kind"] == "task.added"
+    assert escalated.path.endswith("/ops") and escalated.headers["X-Taskgate-Event"] == ESCALATED_EVENT
+    assert escalated.event["session_id"] == waiting.id
+    assert {"waiting_since", "fails_at", "reason"} <= set(escalated.event["payload"])
+    expected = "sha256=" + hmac.new(SECRET.encode(), escalated.body, hashlib.sha256).hexdigest()
+    assert hmac.compare_digest(escalated.headers["X-Taskgate-Signature"], expected)
+    assert [s.events for s in await outbox.status()] == [["task.added", ESCALATED_EVENT], ["decision.*"]]

@@ -92,3 +92,16 @@ def test_configured_tokens_are_read_from_the_file(tmp_path):
     write_config(tmp_path, f'[[mcp.tokens]]\noperator = "alice"\nsha256 = "{"b" * 64}"\n')
     [token] = load_settings(tmp_path).mcp.tokens
     assert token.operator == "alice" and token.session is None
+
+
+def test_escalation_webhooks_must_name_configured_webhooks(tmp_path):
+    hook = '[[webhooks]]\nname = "ci"\nurl = "http://127.0.0.1:9/hooks"\nsecret = "s"\n'
+    write_config(tmp_path, f'{hook}\n[escalation]\nwebhooks = ["ops", "ci"]\n')
+    with pytest.raises(InvalidInput) as raised:
+        load_settings(tmp_path)
+    message = str(raised.value)
+    assert "escalation.webhooks names no [[webhooks]] entry: ops (configured: ci)" in message
+    assert "taskgate.toml" in message
+
+    write_config(tmp_path, f'{hook}\n[escalation]\nwebhooks = ["ci"]\n')
+    assert load_settings(tmp_path).escalation.webhooks == ["ci"]

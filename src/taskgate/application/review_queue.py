@@ -1,9 +1,10 @@
 """What waits for an operator: sessions in verifying, each with what a decision needs to know.
 
-For every session waiting in `verifying` (oldest first): the diff stat and commits of its branch, the stored
-test run of its head (the command is not run here), the dry-run result of the policies that guard `approve`
-as the caller would meet them, and the approvals already counted. Sessions the caller has already decided
-(e.g. approved, waiting for a second reviewer) are left out: they wait for someone else.
+For every session waiting in `verifying` (escalated ones first, see docs/sweeper.md, then oldest first): the
+diff stat and commits of its branch, the stored test run of its head (the command is not run here), the dry-run
+result of the policies that guard `approve` as the caller would meet them, and the approvals already counted.
+Sessions the caller has already decided (e.g. approved, waiting for a second reviewer) are left out: they wait
+for someone else.
 
 Sessions whose workflow waits on an approval step (state `executing`) are listed too, with the step and its
 message; `project_decide` answers the step. The approve policies guard verifications, not steps, so those
@@ -54,12 +55,14 @@ class ReviewQueue:
         self._workflows = workflows
 
     async def waiting(self, project_id: int, actor: str) -> list[ReviewItem]:
-        """Sessions of the project waiting for `actor`'s decision, oldest first. Raises: ProjectNotFound."""
+        """Sessions of the project waiting for `actor`'s decision, escalated first, then oldest first.
+
+        Raises: ProjectNotFound."""
         states = {SessionState.VERIFYING} | ({SessionState.EXECUTING} if self._workflows is not None else set())
         waiting = await self._sessions.list_sessions(project_id, states)
         operator_id = actor.removeprefix("operator:")
         items = []
-        for session in sorted(waiting, key=lambda s: (s.updated_at, s.id)):
+        for session in sorted(waiting, key=lambda s: (s.escalated_at is None, s.updated_at, s.id)):
             step = None
             if session.state == SessionState.EXECUTING:
                 assert self._workflows is not None

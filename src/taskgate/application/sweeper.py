@@ -291,7 +291,7 @@ class Sweeper:
 
 def _escalated(session: Session) -> bool:
     """Escalated during this verification: the mark carries the version, which only transitions change."""
-    return session.state_data.get("escalated_version") == session.version
+    return session.escalated_at is not None
 
 
 def _iso(at: datetime | None) -> str:

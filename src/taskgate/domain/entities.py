@@ -190,6 +190,17 @@ class Session:
     completed_at: datetime | None = None
     deadline: datetime | None = None
 
+    @property
+    def escalated_at(self) -> datetime | None:
+        """When the sweeper escalated the verification this session waits in, else None. The mark
+        (`state_data.escalated_at`, `escalated_version`) counts only while the session is still verifying at the
+        version it was escalated at: every transition moves the version on, so leaving verifying clears it."""
+        data = self.state_data
+        if self.state != SessionState.VERIFYING or data.get("escalated_version") != self.version:
+            return None
+        at = data.get("escalated_at")
+        return datetime.fromisoformat(at) if isinstance(at, str) else None
+
 
 @dataclass(frozen=True, slots=True)
 class GuardResult:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
+from rich.markup import escape
 
 from taskgate import __version__
 from taskgate.application.beads_import import BeadsImporter, ImportBeads, ImportReport
@@ -413,11 +414,16 @@ def session_show(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt 
 
     session = run(work)
     if as_json:
-        render.print_json(session)
+        render.print_json(render.session_json(session))
         return
     allowed = session_fsm.allowed_triggers(session.state, session.prior_state)
     for key, value in render.jsonable(session).items():
-        console.print(f"[bold]{key:>17}[/bold]  {value if value not in (None, {}, []) else '-'}", highlight=False)
+        shown = escape(str(value)) if value not in (None, {}, []) else "-"  # state_data holds people's text
+        console.print(f"[bold]{key:>17}[/bold]  {shown}", highlight=False)
+    if session.escalated_at is not None:
+        at, short = session.escalated_at.isoformat(timespec="seconds"), session.id[:8]
+        note = f"waiting too long for a decision: taskgate session decide {short} approve|request_changes|reject"
+        console.print(f"[bold]{'escalated':>17}[/bold]  [bold red]{at}[/bold red] ({note})", highlight=False)
     console.print(f"[bold]{'next triggers':>17}[/bold]  {', '.join(allowed) or '-'}", highlight=False)
 
 
@@ -647,7 +653,7 @@ def session_list(
         return services.sessions.active_sessions(found.id)
 
     sessions = run_in_project(project, listing)
-    emit(sessions, as_json, lambda: render.sessions_table(sessions))
+    emit([render.session_json(s) for s in sessions], as_json, lambda: render.sessions_table(sessions))
 
 
 @session_app.command("history")

@@ -73,29 +73,30 @@ def tasks_table(tasks: list[Task], title: str = "Tasks") -> Table:
     )
 
 
+def session_json(session: Session) -> dict[str, Any]:
+    """A session as JSON, with `escalated_at` (a verification the sweeper escalated; see Session.escalated_at)."""
+    return {**jsonable(session), "escalated_at": jsonable(session.escalated_at)}
+
+
 def sessions_table(sessions: list[Session], title: str = "Sessions") -> Table:
-    return table(
-        title,
-        ["id", "task", "state", "prior", "version", "operator", "updated"],
-        (
-            [
-                s.id,
-                s.task_id,
-                s.state.value,
-                s.prior_state.value if s.prior_state else "",
-                s.version,
-                s.operator_id,
-                _when(s.updated_at),
-            ]
-            for s in sessions
-        ),
-    )
+    """One row per session, and an `escalated` column (when the sweeper escalated the verification) as soon as
+    one listed session is escalated: the table stays as narrow as it was when nothing waits too long."""
+    escalated = any(s.escalated_at for s in sessions)
+    columns = ["id", "task", "state", "prior", "version", "operator", "updated"] + (["escalated"] if escalated else [])
+    rows = []
+    for s in sessions:
+        prior = s.prior_state.value if s.prior_state else ""
+        row = [s.id, s.task_id, s.state.value, prior, s.version, escape(s.operator_id or ""), _when(s.updated_at)]
+        if escalated:
+            row.append(f"[bold red]{_when(s.escalated_at)}[/bold red]" if s.escalated_at else "")
+        rows.append(row)
+    return table(title, columns, rows)
 
 
 def _notes(record: TransitionRecord) -> str:
     """The reason, then failed guards in full, or a count of passed ones."""
     failed = [g for g in record.guard_results if not g.get("passed")]
-    notes = [record.reason] if record.reason else []
+    notes = [escape(record.reason)] if record.reason else []
     notes += [f"[red]✗ {g['policy']}[/red]: {escape(str(g['message']))}" for g in failed]
     if record.guard_results and not failed:
         notes.append(f"[green]✓[/green] {len(record.guard_results)} guard(s)")

@@ -228,6 +228,15 @@ class WebhookSettings(BaseModel):
         return value
 
 
+class EscalationSettings(BaseModel):
+    """`[escalation]`: who is told when the sweeper escalates a verification (see docs/sweeper.md). `webhooks`
+    names `[[webhooks]]` subscribers that receive `session.escalated` whatever their own `events` filter says."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    webhooks: list[str] = Field(default_factory=list)
+
+
 class AgentSettings(BaseModel):
     """`[agents.NAME]`: one agent type (see docs/agents.md). Placeholders are filled per argv element."""
 
@@ -284,8 +293,20 @@ class Settings(BaseSettings):
     tracker: TrackerSettings = TrackerSettings()
     webhooks: list[WebhookSettings] = []
     sweeper: SweeperSettings = SweeperSettings()
+    escalation: EscalationSettings = EscalationSettings()
     outputs: OutputsSettings = OutputsSettings()
     config_file: Path | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _escalation_webhooks_exist(self) -> Settings:
+        known = [hook.name for hook in self.webhooks]
+        unknown = [name for name in self.escalation.webhooks if name not in known]
+        if unknown:
+            raise ValueError(
+                f"escalation.webhooks names no [[webhooks]] entry: {', '.join(unknown)} "
+                f"(configured: {', '.join(known) or 'none'})"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -362,5 +383,6 @@ def _first_error(exc: ValueError) -> str:
     errors = getattr(exc, "errors", None)
     if callable(errors):
         first = errors()[0]
-        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        where = ".".join(str(p) for p in first["loc"])
+        return f"{where}: {first['msg']}" if where else str(first["msg"]).removeprefix("Value error, ")
     return str(exc)

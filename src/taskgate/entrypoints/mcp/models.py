@@ -211,15 +211,18 @@ class SessionOut(BaseModel):
     workflow: WorkflowStackOut | None = Field(
         default=None, description="The session's workflow stack (depth, breadcrumb, frames, waiting); null: none."
     )
+    escalated_at: datetime | None = Field(
+        default=None,
+        description="When the sweeper escalated the verification the session waits in (waiting too long for a "
+        "decision, see [sweeper] verification_escalation_hours); null: not escalated.",
+    )
 
     @classmethod
     def of(cls, s: Session, agents: Sequence[Agent] = (), workflow: StackView | None = None) -> SessionOut:
         nxt = allowed_triggers(s.state, s.prior_state)
-        flags = (
-            [f"; worktree missing since {s.state_data['worktree_missing']}"]
-            if "worktree_missing" in s.state_data
-            else []
-        )
+        flags = [f"; ESCALATED at {s.escalated_at.isoformat(timespec='seconds')}"] if s.escalated_at else []
+        if "worktree_missing" in s.state_data:
+            flags.append(f"; worktree missing since {s.state_data['worktree_missing']}")
         if s.state_data.get("merge_conflicts"):
             flags.append(f"; last merge conflicted in {', '.join(s.state_data['merge_conflicts'])}")
         stack = WorkflowStackOut.of(workflow) if workflow is not None and workflow.depth else None
@@ -244,6 +247,7 @@ class SessionOut(BaseModel):
             updated_at=s.updated_at,
             started_at=s.started_at,
             completed_at=s.completed_at,
+            escalated_at=s.escalated_at,
         )
 
 
@@ -645,6 +649,11 @@ class ReadyOut(BaseModel):
         default=None, description="The workflow approval step the session waits on (state executing), if so."
     )
     message: str | None = Field(default=None, description="That approval step's message to the reviewer.")
+    escalated: bool = Field(
+        default=False,
+        description="The sweeper escalated this verification (waiting too long for a decision; listed first). "
+        "When: session.escalated_at.",
+    )
 
     @classmethod
     def of(cls, item: ReviewItem) -> ReadyOut:
@@ -660,8 +669,10 @@ class ReadyOut(BaseModel):
             if item.approval_step is None
             else f"waits at workflow approval step '{item.approval_step}': {item.message or '(no message)'}"
         )
+        escalated = item.session.escalated_at
+        mark = f"ESCALATED at {escalated.isoformat(timespec='seconds')}: " if escalated else ""
         return cls(
-            summary=f"{item.session.task_id} ({item.session.id[:8]}): {len(files)} file(s) changed, "
+            summary=f"{mark}{item.session.task_id} ({item.session.id[:8]}): {len(files)} file(s) changed, "
             f"{len(review.commits) if review else 0} commit(s); tests "
             f"{'not run yet' if run is None else ('passed' if run.exit_code == 0 else 'failed')}; {waits}",
             approval_step=item.approval_step,
@@ -677,6 +688,7 @@ class ReadyOut(BaseModel):
             policies=[dict(r.as_dict()) for r in check.verdict.results] if check else [],
             would_approve=check.allowed if check else None,
             approvals=item.approvals,
+            escalated=escalated is not None,
         )
 
 
@@ -686,8 +698,11 @@ class ReadyList(BaseModel):
 
     @classmethod
     def of(cls, items: list[ReviewItem]) -> ReadyList:
+        escalated = sum(1 for i in items if i.session.escalated_at)
+        note = f" ({escalated} escalated, listed first)" if escalated else ""
         return cls(
-            summary=f"{len(items)} session(s) waiting for your decision", sessions=[ReadyOut.of(i) for i in items]
+            summary=f"{len(items)} session(s) waiting for your decision{note}",
+            sessions=[ReadyOut.of(i) for i in items],
         )
 
 

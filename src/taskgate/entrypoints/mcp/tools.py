@@ -299,7 +299,8 @@ async def project_session_start(
 
 @tool_errors
 async def project_sessions_ready(ctx: Context, project: ProjectRef = None) -> ReadyList:
-    """Sessions waiting for the caller's decision (state `verifying`), oldest first, each with its diff stat,
+    """Sessions waiting for the caller's decision (state `verifying`), escalated ones first (`escalated`: waiting
+    longer than the sweeper's escalation time), then oldest first, each with its diff stat,
     commits, the stored test result of its head, the approve policies as the caller would meet them (a dry run;
     tests are not run here) and the approvals counted so far. Sessions whose workflow waits on an approval step
     (state `executing`) are listed too, with `approval_step` and its `message`; project_decide answers them."""
@@ -360,7 +361,8 @@ async def project_decide(
 
 @tool_errors
 async def session_status(session_id: SessionRef, ctx: Context) -> SessionOut:
-    """One session: state, version, prior state (while suspended), the triggers allowed next, its agents
+    """One session: state, version, prior state (while suspended), the triggers allowed next, `escalated_at` (when
+    the sweeper escalated the verification it waits in), its agents
     (status, exit code, start/end, heartbeat, output file and tail) and its workflow stack (depth, breadcrumb,
     frames, and what a person must do: an approval or checklist items), when it runs one."""
     call = _call(ctx)
