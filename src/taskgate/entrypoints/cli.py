@@ -37,11 +37,15 @@ from taskgate.entrypoints.render import console, err_console
 
 T = TypeVar("T")
 
+# Help is plain text (Typer passes rich_markup_mode down to every sub-command): under Rich markup, help that names
+# config tables (`[agents.NAME]`, `[[mcp.tokens]]`, `[sweeper]`) lost them.
 app = typer.Typer(
     help="taskgate: run AI coding agents in guarded, audited sessions.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,
+    context_settings={"max_content_width": 120},
 )
 plan_app = typer.Typer(help="Plans (phases) of a project.", no_args_is_help=True)
 task_app = typer.Typer(help="Tasks of the built-in tracker.", no_args_is_help=True)
@@ -70,8 +74,9 @@ ProjectOpt = Annotated[str | None, typer.Option("--project", "-p", help="Project
 
 
 def fail(message: str, code: int = 1) -> None:
-    """Print a one-line error to stderr and exit with `code`."""
-    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    """Print a one-line error to stderr and exit with `code`. The message is text, never Rich markup: errors
+    quote config tables (`[agents.NAME]`, `[[mcp.tokens]]`) and people's input."""
+    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -161,7 +166,7 @@ def info(as_json: JsonOpt = False) -> None:
         return
     for key, value in report.items():
         shown = value if value is not None else "(none: built-in defaults)" if key == "config_file" else "-"
-        console.print(f"[bold]{key:>17}[/bold]  {shown}", highlight=False)
+        console.print(f"[bold]{key:>17}[/bold]  {escape(str(shown))}", highlight=False)
 
 
 @app.command()
@@ -178,8 +183,11 @@ def init(
         return project, operator
 
     project, operator = run(work)
-    console.print(f"project [bold]{project.name}[/bold] (id {project.id}, key {project.key}) at {project.root_path}")
-    console.print(f"operator [bold]{operator.id}[/bold] ready; task ids look like {project.key}-1")
+    console.print(
+        f"project [bold]{escape(project.name)}[/bold] (id {project.id}, key {project.key}) at "
+        f"{escape(project.root_path)}"
+    )
+    console.print(f"operator [bold]{escape(operator.id)}[/bold] ready; task ids look like {project.key}-1")
 
 
 @project_app.command("list")
@@ -187,7 +195,9 @@ def project_list(as_json: JsonOpt = False) -> None:
     """List registered projects."""
     projects = run(lambda services: services.tracker.list_projects())
     rows = ([p.id, p.name, p.key, p.status.value, p.root_path] for p in projects)
-    emit(projects, as_json, lambda: render.table("Projects", ["id", "name", "key", "status", "root"], rows))
+    emit(
+        projects, as_json, lambda: render.table("Projects", ["id", "name", "key", "status", "root"], rows, markup=False)
+    )
 
 
 @project_app.command("archive")
@@ -199,7 +209,7 @@ def project_archive(project: Annotated[str, typer.Argument(help="Project id, nam
         return await services.tracker.archive_project(found.id, _local_actor(services))
 
     archived = run(work)
-    console.print(f"project [bold]{archived.name}[/bold] archived")
+    console.print(f"project [bold]{escape(archived.name)}[/bold] archived")
 
 
 @plan_app.command("add")
@@ -223,7 +233,9 @@ def plan_list(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
     emit(
         plans,
         as_json,
-        lambda: render.table("Plans", ["id", "name", "status"], ([p.id, p.name, p.status.value] for p in plans)),
+        lambda: render.table(
+            "Plans", ["id", "name", "status"], ([p.id, p.name, p.status.value] for p in plans), markup=False
+        ),
     )
 
 
@@ -347,10 +359,10 @@ def session_start(
     if as_json:
         render.print_json(session)
         return
-    console.print(f"session [bold]{session.id}[/bold] for {task_id} is now [green]{session.state}[/green]")
+    console.print(f"session [bold]{session.id}[/bold] for {escape(task_id)} is now [green]{session.state}[/green]")
     if view is not None:
-        console.print(f"workflow [bold]{view.breadcrumb}[/bold] is on its stack; it runs from `session execute`",
-                      highlight=False)  # fmt: skip
+        where = f"workflow [bold]{escape(view.breadcrumb)}[/bold] is on its stack"
+        console.print(f"{where}; it runs from `session execute`", highlight=False)
 
 
 @session_app.command("fire")
@@ -402,7 +414,7 @@ def _print_fired(result) -> None:
     for record in result.follow_ups:
         console.print(f"  then {record.trigger}: {record.from_state} → [green]{record.to_state}[/green]")
     for warning in result.warnings:
-        console.print(f"  [yellow]warning:[/yellow] {warning}")
+        console.print(f"  [yellow]warning:[/yellow] {escape(warning)}")
 
 
 @session_app.command("show")
@@ -521,7 +533,9 @@ def session_execute(
         launched = await services.agents.execute(full_id, _local_actor(services), agent or [])
         if launched.session.workflow_stack and not launched.agents:
             view = _engine(services).view(launched.session)
-            console.print(f"session {full_id[:8]} is executing workflow {view.breadcrumb}", highlight=False)
+            console.print(
+                f"session {full_id[:8]} is executing workflow {view.breadcrumb}", highlight=False, markup=False
+            )
             if wait:
                 return await _drive(services, full_id, known=known, quiet=False)
             await _until_launched(services, full_id, known)
@@ -618,6 +632,7 @@ def session_checkpoint(
         f"checkpoint {snapshot.id} of session {snapshot.session_id[:8]} recorded: {data['branch']} is "
         f"{data['ahead']} commit(s) ahead of {data['base_ref']}, {len(data['diff_stat'])} file(s) changed",
         highlight=False,
+        markup=False,
     )
 
 
@@ -636,7 +651,7 @@ def session_outputs(session_id: Annotated[str, typer.Argument()], as_json: JsonO
         return
     rows = [(o["path"], o["bytes"], o["at"], o["by"], o["sha256"][:12]) for o in manifest["outputs"]]
     title = f"Outputs of session {manifest['session'][:8]} ({manifest['status'] or 'no manifest yet'}) in {folder}"
-    console.print(render.table(title, ["path", "bytes", "saved at", "by", "sha256"], rows))
+    console.print(render.table(title, ["path", "bytes", "saved at", "by", "sha256"], rows, markup=False))
 
 
 @session_app.command("list")
@@ -856,7 +871,9 @@ def token_list(as_json: JsonOpt = False) -> None:
     emit(
         [{**render.jsonable(t), "token_hash": None} for t in tokens],
         as_json,
-        lambda: render.table("Tokens", ["id", "kind", "operator", "session", "label", "created", "status"], rows),
+        lambda: render.table(
+            "Tokens", ["id", "kind", "operator", "session", "label", "created", "status"], rows, markup=False
+        ),
     )
 
 
@@ -981,7 +998,7 @@ def worktrees_reconcile(
     )
     for label, items in found:
         for item in items:
-            console.print(f"  {label}: {item}", highlight=False)
+            console.print(f"  {label}: {item}", highlight=False, markup=False)
 
 
 @app.command("sweep")
@@ -999,13 +1016,14 @@ def sweep(as_json: JsonOpt = False) -> None:
         console.print(
             f"  {action.session_id} {action.action} ({action.from_state} -> {action.to_state}): {action.reason}",
             highlight=False,
+            markup=False,
         )
     for skip in report.skipped:
-        console.print(f"  {skip.session_id} skipped {skip.action}: {skip.why}", highlight=False)
+        console.print(f"  {skip.session_id} skipped {skip.action}: {skip.why}", highlight=False, markup=False)
     for agent_id in report.silent_agents:
         console.print(f"  agent {agent_id} marked failed (no heartbeat)", highlight=False)
     for error in report.errors:
-        console.print(f"  error: {error}", highlight=False)
+        console.print(f"  error: {error}", highlight=False, markup=False)
 
 
 webhooks_app = typer.Typer(help="Webhook deliveries of the events log (see docs/events.md).", no_args_is_help=True)
@@ -1053,6 +1071,7 @@ def webhooks_status(as_json: JsonOpt = False) -> None:
                 ]
                 for s in rows
             ),
+            markup=False,
         ),
     )
 
@@ -1071,7 +1090,7 @@ def webhooks_deliver(
         while True:
             report = await dispatcher.run_once()
             for line in report.lines:
-                console.print(line, highlight=False, soft_wrap=True)
+                console.print(line, highlight=False, markup=False, soft_wrap=True)
             for i, n in enumerate((report.enqueued, report.delivered, report.retried, report.failed)):
                 totals[i] += n
             if report.sent == 0:
@@ -1388,7 +1407,7 @@ def workflow_run(
             started = await services.sessions.start_task(StartTask(task, actor, operator_id))
             session_id = started.session.id
             await engine.attach(session_id, workflow, actor)
-            console.print(f"session {session_id} for {task} runs workflow {name}", highlight=False)
+            console.print(f"session {session_id} for {task} runs workflow {name}", highlight=False, markup=False)
         else:
             assert session is not None
             session_id = await services.sessions.resolve_id(session)
@@ -1418,7 +1437,7 @@ async def _onto(services: App, session_id: str, name: str, actor: str) -> None:
     view = _engine(services).view(current)
     if not view.depth:
         await _engine(services).add_workflow(session_id, name, actor)
-        console.print(f"workflow {name} pushed onto session {session_id}", highlight=False)
+        console.print(f"workflow {name} pushed onto session {session_id}", highlight=False, markup=False)
     elif not any(f["kind"] == "workflow" and f["name"] == name for f in view.frames):
         raise InvalidInput(f"session {session_id} already runs {view.breadcrumb}; nest {name} with "
                            f"`taskgate workflow push {session_id} {name}`")  # fmt: skip

@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from taskgate.application.context import ProjectContext
 from taskgate.application.guards import PolicyCheck
@@ -56,12 +57,15 @@ def _when(at: datetime | None) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if at else ""
 
 
-def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    out = Table(title=title, title_justify="left", header_style="bold")
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, markup: bool = True) -> Table:
+    """A table whose cells are Rich markup, or with `markup=False` plain text (data: paths, commit subjects, names,
+    error messages; `[x]` in them must print as is). Callers that keep markup escape the data they put in."""
+    out = Table(title=title if markup else escape(title), title_justify="left", header_style="bold")
     for column in columns:
         out.add_column(column, overflow="fold")
     for row in rows:
-        out.add_row(*[("" if cell is None else str(cell)) for cell in row])
+        cells = ["" if cell is None else str(cell) for cell in row]
+        out.add_row(*(cells if markup else [Text(cell) for cell in cells]))
     return out
 
 
@@ -118,7 +122,7 @@ def transitions_table(records: list[TransitionRecord], title: str = "Transition 
             r.trigger,
             _move(r),
             r.session_version,
-            r.actor,
+            escape(r.actor),
             _notes(r),
         ]
         for r in records
@@ -162,7 +166,7 @@ def review_table(review: WorkspaceContext) -> Table:
     rows += [(f"commit {c.sha[:8]}", c.author, c.subject) for c in review.commits]
     rows += [(name, "dirty", "") for name in review.dirty] + [(name, "untracked", "") for name in review.untracked]
     rows += [(name, "CONFLICT", "") for name in review.conflicts]
-    return table(title, ["file / commit", "change", ""], rows)
+    return table(title, ["file / commit", "change", ""], rows, markup=False)
 
 
 def worktrees_table(rows: list[WorktreeRow]) -> Table:
@@ -174,6 +178,7 @@ def worktrees_table(rows: list[WorktreeRow]) -> Table:
              "missing" if r.missing else ("orphan" if r.orphan else ""))
             for r in rows
         ],
+        markup=False,
     )  # fmt: skip
 
 
@@ -204,7 +209,7 @@ def context_panel(context: ProjectContext) -> Table:
     if plan:
         rows.append(("current plan", f"{plan['name']}: {plan['done']}/{plan['total']} done ({plan['percent']}%)"))
     age = f"{context.age_seconds:.1f}s old" + (" (cached)" if context.cached else "")
-    return table(f"Context of {context.project_name} ({age})", ["", ""], rows)
+    return table(f"Context of {context.project_name} ({age})", ["", ""], rows, markup=False)
 
 
 def operators_table(operators: list[Operator]) -> Table:
@@ -216,6 +221,7 @@ def operators_table(operators: list[Operator]) -> Table:
              o.max_active_sessions)
             for o in operators
         ],
+        markup=False,
     )  # fmt: skip
 
 
@@ -230,7 +236,7 @@ def policies_table(project: str | None, entries: Sequence[PolicyEntry], test_com
         rows.append([d["name"], d["priority"], d["severity"], ", ".join(d["triggers"]),
                      "yes" if d["enabled"] else "no", settings, d["description"]])  # fmt: skip
     columns = ["policy", "priority", "severity", "triggers", "enabled", "settings", "description"]
-    return table(f"Policies ({where}{tests})", columns, rows)
+    return table(f"Policies ({where}{tests})", columns, rows, markup=False)
 
 
 def policy_check_data(check: PolicyCheck) -> dict[str, Any]:
