@@ -42,6 +42,9 @@ def test_review_checkpoint_merge_worktrees_and_context_from_the_command_line(tmp
     assert cli.json("session", "show", session["id"])["state"] == "awaiting_merge"
 
     subprocess.run(["git", *IDENTITY, "merge", "-q", "-X", "ours", "main", "-m", "resolve"], cwd=worktree, check=True)
+    assert "changed after it was approved" in cli.fails("session", "merge", session["id"][:8])  # fix unreviewed
+    cli.ok("session", "fire", session["id"][:8], "reverify", "--reason", "conflict resolved")
+    cli.ok("session", "decide", session["id"][:8], "approve", "--reason", "resolution is fine")
     merged = cli.ok("session", "merge", session["id"][:8])
     assert "awaiting_merge → merged" in merged and "then cleanup_done: merged → completed" in merged
     assert cli.json("worktrees") == [] and not worktree.exists()
