@@ -91,7 +91,7 @@ class WorkflowService(Service):
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkflowService]:
     databases = _pg_database() if request.param == "postgresql" else iter([None])
     svc = WorkflowService(tmp_path_factory.mktemp(f"wf-loop-{request.param}"), next(databases))
-    svc.seed("Parse totals", "Import orders", "Export reports")
+    svc.seed("Parse totals", "Import orders", "Export reports", "Archive invoices")
     svc.start()
     try:
         yield svc
@@ -239,3 +239,35 @@ async def test_an_agent_step_after_the_last_approval_leaves_the_verification_to_
         approved = await ok(client, "project_decide", session_id=sid, decision="approve", reason="notes fine")
         assert approved["state"] == "awaiting_merge"
     assert [s for _, s in await step_runs(svc, sid)] == ["succeeded", "approved", "succeeded"]
+
+
+async def test_one_way_to_decide_and_the_approved_head_hold_on_workflow_sessions(served):
+    """Points 4, 5 and 7 on a workflow session: session_fire approve answers the approval step as the operator's
+    decision; at the verification it is a decision project_decide replays; a different decision in awaiting_merge
+    names the approval and reverify; a branch changed after the approval is merged only after a new one."""
+    svc = served
+    async with connect(svc) as client:
+        sid = await started(client, "DEMO-4", "approve-then-notes")
+        await wait_for_session(client, sid, "wait at approve", at_approval("approve"))
+        await ok(client, "session_fire", session_id=sid, trigger="approve", reason="plan fine")
+        status = await wait_for_session(client, sid, "reach verifying", lambda s: s["state"] == "verifying")
+        fired = await ok(client, "session_fire", session_id=sid, trigger="approve", reason="notes fine")
+        assert (fired["trigger"], fired["to_state"]) == ("approve", "awaiting_merge")
+        replay = await ok(client, "project_decide", session_id=sid, decision="approve", reason="notes fine")
+        assert (replay["replayed"], replay["state"]) == (True, "awaiting_merge")
+        refused = await client.call_tool("project_decide", {"session_id": sid, "decision": "reject"})
+        text = refused.content[0].text
+        assert refused.is_error and "already decided: approve" in text and "reverify" in text, text
+
+        worktree = Path(status["worktree"])
+        (worktree / "late.txt").write_text("a late change\n")
+        for args in (["add", "late.txt"], ["commit", "-q", "-m", "fix: late change"]):
+            svc.git("-C", str(worktree), "-c", "user.name=op", "-c", "user.email=op@x.invalid", *args)
+        merge = await client.call_tool("project_session_merge", {"session_id": sid})
+        assert merge.is_error and "changed after it was approved" in merge.content[0].text
+        await ok(client, "session_fire", session_id=sid, trigger="reverify", reason="late change")
+        await ok(client, "project_decide", session_id=sid, decision="approve", reason="late change fine")
+        assert (await ok(client, "project_session_merge", session_id=sid))["state"] == "completed"
+    assert [(d, s) for d, _, s in await decisions(svc, sid)] == [
+        ("approve", "executing"), ("approve", "awaiting_merge"), ("approve", "awaiting_merge")
+    ]  # fmt: skip
