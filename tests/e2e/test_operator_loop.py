@@ -8,48 +8,31 @@ committed. The CLI's side of the same paths runs in tests/e2e/test_cli_decisions
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
-from tests.e2e.test_crash_points import CrashService, _pg_database
+from tests.e2e.test_crash_points import CrashService
 from tests.e2e.test_crash_recovery import connect, wait_for_session
 from tests.e2e.test_mcp_transports import ok
+from tests.support.served import db_rows, served_on
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrashService]:
-    databases = _pg_database() if request.param == "postgresql" else iter([None])
-    svc = CrashService(tmp_path_factory.mktemp(f"loop-{request.param}"), next(databases))
-    svc.seed(*(f"Loop {i}" for i in range(1, 7)))
-    svc.start()
-    try:
+    root = tmp_path_factory.mktemp(f"loop-{request.param}")
+    with served_on(request.param, lambda url: CrashService(root, url), [f"Loop {i}" for i in range(1, 7)]) as svc:
         yield svc
-    finally:
-        svc.stop()
-        with pytest.raises(StopIteration):
-            next(databases)
 
 
 async def decisions(deployment: Any, session_id: str) -> list[tuple[str, str, int]]:
-    """(decision, operator, session version) rows of the session, oldest first, read from the database itself;
-    `deployment` is a served CrashService or a CLI workspace (its `env` names the database)."""
+    """(decision, operator, session version) rows of the session, oldest first, from the database itself."""
     sql = "SELECT decision, operator_id, session_version FROM decisions WHERE session_id = {} ORDER BY id"
-    url = deployment.env.get("TASKGATE_DATABASE_URL")
-    if url is None:
-        with sqlite3.connect(Path(deployment.env["TASKGATE_DATA_DIR"]) / "taskgate.db") as db:
-            return [tuple(r) for r in db.execute(sql.format("?"), (session_id,))]
-    conn = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
-    try:
-        return [tuple(r) for r in await conn.fetch(sql.format("$1"), session_id)]
-    finally:
-        await conn.close()
+    return await db_rows(deployment, sql, session_id)
 
 
 async def verifying(client, task: str) -> dict[str, Any]:

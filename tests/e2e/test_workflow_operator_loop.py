@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
-from tests.e2e.test_crash_points import _pg_database
 from tests.e2e.test_crash_recovery import Service, connect, wait_for_session
 from tests.e2e.test_mcp_transports import ok
+from tests.support.served import db_rows, served_on
 
 pytestmark = pytest.mark.slow
 
@@ -89,29 +87,14 @@ class WorkflowService(Service):
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkflowService]:
-    databases = _pg_database() if request.param == "postgresql" else iter([None])
-    svc = WorkflowService(tmp_path_factory.mktemp(f"wf-loop-{request.param}"), next(databases))
-    svc.seed("Parse totals", "Import orders", "Export reports", "Archive invoices")
-    svc.start()
-    try:
+    root = tmp_path_factory.mktemp(f"wf-loop-{request.param}")
+    titles = ["Parse totals", "Import orders", "Export reports", "Archive invoices"]
+    with served_on(request.param, lambda url: WorkflowService(root, url), titles) as svc:
         yield svc
-    finally:
-        svc.stop()
-        with pytest.raises(StopIteration):
-            next(databases)
 
 
 async def rows(svc: WorkflowService, sql: str, session_id: str) -> list[tuple[Any, ...]]:
-    """`sql` (one `{}` for the session id) on the deployment's database itself."""
-    url = svc.env.get("TASKGATE_DATABASE_URL")
-    if url is None:
-        with sqlite3.connect(svc.root / "data" / "taskgate.db") as db:
-            return [tuple(r) for r in db.execute(sql.format("?"), (session_id,))]
-    conn = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
-    try:
-        return [tuple(r) for r in await conn.fetch(sql.format("$1"), session_id)]
-    finally:
-        await conn.close()
+    return await db_rows(svc, sql, session_id)
 
 
 async def step_runs(svc: WorkflowService, sid: str) -> list[tuple[str, str]]:
