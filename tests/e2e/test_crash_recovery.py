@@ -513,7 +513,7 @@ async def test_a_crash_during_merge_loses_no_decision_and_merges_exactly_once(se
         first, second, third = sids
         branch = (await ok(client, "session_status", session_id=first))["branch"]
 
-        service.pause("merge --quiet --ff-only", "after")
+        service.pause("merge --ff-only --quiet", "after")
         call = asyncio.create_task(in_flight(service, "project_session_merge", session_id=first))
         await service.paused()
         assert service.git("rev-parse", "main") == service.git("rev-parse", branch)  # git merged: not yet logged
