@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/transition_cost.py
 	$(BIN)/python benchmarks/audit_queries.py
 	$(BIN)/python benchmarks/worktree_cost.py
+	$(BIN)/python benchmarks/recovery.py
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .ruff_cache .hypothesis
