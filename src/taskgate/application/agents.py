@@ -229,8 +229,8 @@ class AgentService:
         no agents yet is launched; a run whose agents all ended is concluded (work_complete, or fail)."""
         if session.state != SessionState.EXECUTING or session.workflow_stack:
             return NOTHING
-        if await self._owed(session) is not None:
-            launched = await self._launch_owed(session)
+        if (owed := await self._owed(session)) is not None:
+            launched = await self._launch_owed(session, owed)
             return Aftermath(note=f"launched the recorded run of {len(launched)} agent(s)")
         async with self._uow(write=False) as uow:
             agents = await uow.agents.of_session(session.id)
@@ -264,9 +264,10 @@ class AgentService:
             return None
         return launch if await self._next_run(session.id) <= int(launch["run"]) else None
 
-    async def _launch_owed(self, session: Session) -> list[Agent]:
-        """Launch the run recorded on the session (by execute or request_changes), unless it exists already."""
-        launch = await self._owed(session)
+    async def _launch_owed(self, session: Session, launch: dict | None = None) -> list[Agent]:
+        """Launch the run recorded on the session (by execute, request_changes or retry), unless it exists
+        already (`launch`: what `_owed` found, if the caller asked it already)."""
+        launch = launch or await self._owed(session)
         if launch is None:
             return []
         kinds = [self._type_or_default(name) for name in launch["agents"]]
