@@ -191,7 +191,12 @@ async def test_retry_after_a_rejected_approval_sends_the_work_back_to_the_coder_
 
         retried = await ok(client, "session_fire", session_id=sid, trigger="retry")
         assert retried["to_state"] == "executing"
-        again = await wait_for_session(client, sid, "come back to approve", at_approval("approve", first["version"]))
+        # right after the retry the stack still shows the old approval: wait for the coder's second run too
+        back = at_approval("approve", first["version"])
+        again = await wait_for_session(
+            client, sid, "run the coder again and come back to approve",
+            lambda s: back(s) and len(s["agents"]) == 2 and all(a["status"] == "completed" for a in s["agents"]),
+        )  # fmt: skip
         branch = again["branch"]
         why = "The previous attempt was stopped (reject by operator:alice): wrong approach"
         ran = await agents(svc, sid)
