@@ -29,7 +29,7 @@ from taskgate.application.effects import NOTHING, Aftermath
 from taskgate.application.outputs import OutputService
 from taskgate.application.ports import AgentExit, AgentRunner, Clock, IdGenerator, StepClaim, UnitOfWorkFactory
 from taskgate.application.sessions import FireResult, FireTrigger, SessionService
-from taskgate.domain.agents import AgentType, render_command
+from taskgate.domain.agents import AgentType, render_command, why_stopped
 from taskgate.domain.entities import Agent, AgentStatus, Session
 from taskgate.domain.errors import InvalidInput, InvalidTransition, TaskgateError
 from taskgate.domain.states import SessionState, Trigger
@@ -251,7 +251,7 @@ class AgentService:
         if not failed:
             return ""
         last = failed[-1]
-        return f"The previous attempt was stopped ({last.trigger} by {last.actor}): {last.reason or 'no reason given'}"
+        return why_stopped(last.trigger, last.actor, last.reason)
 
     async def _next_run(self, session_id: str) -> int:
         async with self._uow(write=False) as uow:

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from taskgate.application.effects import NOTHING, Aftermath, NoEffects
 from taskgate.application.ports import Clock, StepClaim, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.sessions import FireResult, FireTrigger, SessionService
+from taskgate.domain.agents import why_stopped
 from taskgate.domain.entities import (
     OPEN_STEP_STATUSES,
     Agent,
@@ -1021,7 +1022,7 @@ class WorkflowEngine(NoEffects):
         """The session left executing (failed, cancelled, …): its open runs end `cancelled`, the top frame's
         `rejected` when an operator rejected the work. Their error says who stopped them and why, in the words a
         retry tells the agents (see `_interrupted`)."""
-        why = f"The previous attempt was stopped ({cmd.trigger} by {cmd.actor}): {cmd.reason or 'no reason given'}"
+        why = why_stopped(cmd.trigger, cmd.actor, cmd.reason)
         stack = load_stack(session.workflow_stack)
         rejected = stack[-1].run_id if stack and cmd.trigger == Trigger.REJECT.value else None
         async with self._uow(write=True) as uow:

@@ -70,3 +70,9 @@ def render_command(command: Sequence[str], values: Mapping[str, str]) -> list[st
             raise InvalidInput(f"the value of {{{name}}} is longer than {MAX_ARGUMENT} characters")
     complete = {name: values.get(name, "") for name in PLACEHOLDERS}
     return [part.format_map(complete) for part in command]
+
+
+def why_stopped(trigger: str, actor: str, reason: str | None) -> str:
+    """What agents are told when a retry brings back work a transition stopped (plain sessions and workflow
+    steps alike), e.g. `The previous attempt was stopped (reject by operator:alice): wrong approach`."""
+    return f"The previous attempt was stopped ({trigger} by {actor}): {reason or 'no reason given'}"
