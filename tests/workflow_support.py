@@ -31,15 +31,17 @@ class ScriptedAgentRunner:
         self.flaky_failures, self.flaky_runs = flaky_failures, 0
         self.released = asyncio.Event()
         self.ended_pids: set[int] = set()
+        self.private_files: dict[str, str] = {}
+        self.logs: dict[str, str] = {}  # output path → what the agent "printed" (its prompt), for read_log
 
-    async def start(self, command: list[str], cwd: str, env: dict[str, str], output_path: str) -> int:
+    async def start(self, command: list[str], cwd: str, env: dict[str, str], output_path: str, inherit=()) -> int:
         pid = next(self._pids)
         self.commands[pid] = list(command)
         return pid
 
     async def wait(self, pid: int, *, output_path, timeout_s, max_output_bytes, stop, beat, beat_every_s) -> AgentExit:
         command = self.commands[pid]
-        output = " ".join(command[1:])
+        output = self.logs[output_path] = " ".join(command[1:])
         try:
             if command[0] == "hold":
                 stopped = asyncio.create_task(stop.wait())
@@ -62,6 +64,18 @@ class ScriptedAgentRunner:
 
     def ended(self, output_path: str) -> AgentExit | None:
         return None
+
+    def write_private(self, path: str, text: str) -> None:
+        self.private_files[path] = text
+
+    def has_credential(self, variables, logins) -> bool:
+        return True
+
+    def locate(self, program: str) -> str | None:
+        return None if program.startswith("missing-") else f"/usr/bin/{program}"
+
+    def read_log(self, output_path: str, max_bytes: int) -> str:
+        return self.logs.get(output_path, "")[-max_bytes:]
 
     def started(self, output_path: str | None) -> bool:
         # no output file to tell by: taken as started, so a queued one is lost at restart

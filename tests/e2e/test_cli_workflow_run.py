@@ -66,8 +66,8 @@ def offline(tmp_path: Path) -> Cli:
     (config / "workflows" / "e2e" / "reviewed-change.yaml").write_text(REVIEWED)
     (config / "workflows" / "e2e" / "breaks.yaml").write_text(BREAKS)
     (config / "checklists" / "ship.yaml").write_text(SHIP)
-    ok = json.dumps([sys.executable, "-c", "print('done')"])  # real processes in the session's worktree
-    bad = json.dumps([sys.executable, "-c", "import sys; print('it broke'); sys.exit(3)"])
+    ok = json.dumps([sys.executable, "-c", "print('done')", "{prompt}"])  # real processes in the session's worktree
+    bad = json.dumps([sys.executable, "-c", "import sys; print('it broke'); sys.exit(3)", "{prompt}"])
     (config / "taskgate.toml").write_text(f"[agents.ok]\ncommand = {ok}\n\n[agents.bad]\ncommand = {bad}\n")
     return Cli(tmp_path)
 
@@ -132,8 +132,10 @@ def test_a_workflow_runs_to_its_approval_and_a_decision_in_another_process_finis
 def test_an_unknown_workflow_is_refused_naming_the_known_ones_and_nothing_is_written(cli: Cli):
     before = cli.table_counts()
     message = cli.fails("workflow", "run", "nope", "--task", "DEMO-3")
-    assert "nope" in message and "known: breaks, reviewed-change" in message
-    assert "known: breaks, reviewed-change" in cli.fails("session", "start", "DEMO-3", "--workflow", "nope")
+    # the project's and the built-in ones
+    known = "known: breaks, bug-fix, comprehensive-test, feature-development, refactor, reviewed-change"
+    assert "nope" in message and known in message
+    assert known in cli.fails("session", "start", "DEMO-3", "--workflow", "nope")
     assert "give either --task TASK or --session ID" in cli.fails("workflow", "run", "reviewed-change")
     assert cli.table_counts() == before
     assert [s["state"] for s in cli.json("session", "list", "--all")] == []
@@ -190,5 +192,5 @@ def test_listing_by_pattern(offline: Cli):
     assert [w["id"] for w in cli.json("workflow", "list", "approved")] == ["reviewed-change"]  # description words
     assert cli.json("workflow", "list", "nothing-like-it") == []
     assert cli.json("workflow", "list", "--category", "other") == []
-    assert [c["id"] for c in cli.json("checklist", "list", "release")] == ["ship"]
+    assert [c["id"] for c in cli.json("checklist", "list", "release")] == ["release", "ship"]  # built-in, project
     assert cli.json("checklist", "list", "x*") == []

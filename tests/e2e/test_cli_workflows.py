@@ -18,7 +18,7 @@ BROKEN = ROOT / "tests" / "fixtures" / "workflows" / "broken"
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:
     for folder in ("workflows", "checklists"):
-        shutil.copytree(ROOT / "config" / folder, tmp_path / "config" / folder)
+        shutil.copytree(ROOT / "src" / "taskgate" / "catalogue" / folder, tmp_path / "config" / folder)
     return Cli(tmp_path)
 
 
@@ -117,7 +117,15 @@ def test_checklists(cli: Cli):
 
 
 def test_configured_agent_types_are_checked(cli: Cli):
-    (cli.workdir / "config" / "taskgate.toml").write_text('[agents.coder]\ncommand = ["true"]\n')
+    ours = cli.workdir / "config" / "workflows" / "ours"
+    ours.mkdir(parents=True)
+    (ours / "w.yaml").write_text("id: w\ndescription: d\nsteps:\n  - id: s\n    type: agent\n    agent: linter\n"
+                                 "    prompt: Lint it.\n")  # fmt: skip
     done = cli.run("workflow", "validate")
     assert done.returncode == 1
-    assert "unknown agent type 'tester' (hint: configure [agents.tester] in taskgate.toml" in done.stdout
+    assert "unknown agent type 'linter' (hint: configure [agents.linter] in taskgate.toml" in done.stdout
+    (cli.workdir / "config" / "taskgate.toml").write_text('[agents.linter]\ncommand = ["true"]\n')
+    done = cli.run("workflow", "validate")  # configured, but its command drops the step's prompt
+    assert done.returncode == 1 and "agent type 'linter' has no {prompt} in its command" in done.stdout
+    (cli.workdir / "config" / "taskgate.toml").write_text('[agents.linter]\ncommand = ["true", "{prompt}"]\n')
+    assert cli.run("workflow", "validate").returncode == 0

@@ -1,4 +1,4 @@
-"""The shipped example agents of config/agents/, run as real processes the way the supervisor runs them: in a
+"""The shipped example agents (taskgate/catalogue/agents/), run as real processes as the supervisor runs them: in a
 git worktree, with the TASKGATE_* environment, their arguments as single argv elements; and one of them saving
 its output through a real `taskgate serve --http` with an agent token, as `taskgate session outputs` then shows."""
 
@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import make_git_repo
 from tests.e2e.test_mcp_transports import HttpServer, http_server  # noqa: F401 (the fixture)
 
-AGENTS = Path(__file__).resolve().parents[2] / "config" / "agents"
+AGENTS = Path(__file__).resolve().parents[2] / "src" / "taskgate" / "catalogue" / "agents"
 SESSION = "6f1c0000-0000-4000-8000-0000000000aa"
 
 

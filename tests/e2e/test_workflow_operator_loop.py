@@ -1,7 +1,7 @@
 """The operator's loop on workflow sessions, end to end, on SQLite and PostgreSQL (issue 14, workflow sessions).
 
-A real `taskgate serve --http` runs the shipped workflows (copied from config/) with the shipped scripted agents
-as real processes (config/agents: the coder commits in the session's worktree, `fix: address review` when it is
+A real `taskgate serve --http` runs the shipped workflows (copied from the built-in catalogue) with the shipped
+scripted agents as real processes (the coder commits in the session's worktree, `fix: address review` when it is
 given instructions), driven over MCP as an operator would. What the operator does not see is read where it
 lives: agents, step runs and decisions in the database, commits and files in git, the agents' logs in the
 session folder.
@@ -25,7 +25,7 @@ from tests.support.served import db_rows, served_on
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-AGENTS = ROOT / "config" / "agents"
+AGENTS = ROOT / "src" / "taskgate" / "catalogue" / "agents"
 INSTRUCTIONS = "Rename the helper to parse_total and cover the empty input with a test."
 
 # A workflow of the test's own: an approval with no on_reject, so a reject rejects the session (manual_review).
@@ -69,15 +69,32 @@ class WorkflowService(Service):
         super().__init__(root)
         config = root / "config"
         for folder in ("workflows", "checklists"):
-            shutil.copytree(ROOT / "config" / folder, config / folder)
+            shutil.copytree(ROOT / "src" / "taskgate" / "catalogue" / folder, config / folder)
         (config / "workflows" / "custom").mkdir()
         (config / "workflows" / "custom" / "reviewed-once.yaml").write_text(ONCE)
         (config / "workflows" / "custom" / "approve-then-notes.yaml").write_text(NOTES)
         python = sys.executable
         commands = {
-            "coder": [python, str(AGENTS / "scripted_coder.py"), "{task_title}", "--instructions", "{instructions}"],
-            "tester": [python, str(AGENTS / "scripted_tester.py"), "--", python, "-c", "print('1 passed')"],
-            "reviewer": [python, str(AGENTS / "scripted_reviewer.py")],
+            "coder": [
+                python,
+                str(AGENTS / "scripted_coder.py"),
+                "{task_title}",
+                "--instructions",
+                "{instructions}",
+                "--prompt",
+                "{prompt}",
+            ],
+            "tester": [
+                python,
+                str(AGENTS / "scripted_tester.py"),
+                "--prompt",
+                "{prompt}",
+                "--",
+                python,
+                "-c",
+                "print('1 passed')",
+            ],
+            "reviewer": [python, str(AGENTS / "scripted_reviewer.py"), "--prompt", "{prompt}"],
         }
         toml = "".join(f"\n[agents.{name}]\ncommand = {json.dumps(c)}\n" for name, c in commands.items())
         (config / "taskgate.toml").write_text((config / "taskgate.toml").read_text() + toml)
@@ -129,6 +146,11 @@ def at_approval(step: str, after: int = 0):
     return waiting
 
 
+def instructions(command: list[str]) -> str:
+    """What a coder's command line passed as `--instructions` (the operator's words, empty on a first run)."""
+    return command[command.index("--instructions") + 1]
+
+
 async def started(client, task: str, workflow: str) -> str:
     sid = (await ok(client, "project_session_start", task_id=task, workflow=workflow))["id"]
     await ok(client, "session_execute", session_id=sid)
@@ -156,8 +178,8 @@ async def test_request_changes_reaches_the_coder_whose_fix_is_validated_and_one_
         ran = await agents(svc, sid)
         assert [kind for kind, _, _ in ran] == ["coder", "coder", "reviewer", "tester", "coder", "reviewer", "tester"]
         fix_command, fix_log = ran[4][1], ran[4][2]
-        assert fix_command[-2:] == ["--instructions", INSTRUCTIONS]  # the fix step's coder was told
-        assert all(c[-1] == "" for kind, c, _ in ran[:2] if kind == "coder")  # plan and implement were not
+        assert instructions(fix_command) == INSTRUCTIONS  # the fix step's coder was told
+        assert all(instructions(c) == "" for kind, c, _ in ran[:2] if kind == "coder")  # plan and implement were not
         assert "fix: address review" in Path(fix_log).read_text()  # its log in the session folder
         assert svc.git("log", "-1", "--format=%s", branch).strip() == "fix: address review"
         work = svc.git("show", f"{branch}:work/parse-totals.md")
@@ -200,7 +222,7 @@ async def test_retry_after_a_rejected_approval_sends_the_work_back_to_the_coder_
         branch = again["branch"]
         why = "The previous attempt was stopped (reject by operator:alice): wrong approach"
         ran = await agents(svc, sid)
-        assert [(kind, c[-1]) for kind, c, _ in ran] == [("coder", ""), ("coder", why)]
+        assert [(kind, instructions(c)) for kind, c, _ in ran] == [("coder", ""), ("coder", why)]
         assert svc.git("log", "-1", "--format=%s", branch).strip() == "fix: address review"
         assert why in svc.git("show", f"{branch}:work/import-orders.md")
         assert await step_runs(svc, sid) == [

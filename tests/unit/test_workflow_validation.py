@@ -27,9 +27,9 @@ from taskgate.domain.workflows import (
 from taskgate.infrastructure.workflow_files import WorkflowFiles, parse_text
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG = ROOT / "config"
+CONFIG = ROOT / "src" / "taskgate" / "catalogue"
 BROKEN = ROOT / "tests" / "fixtures" / "workflows" / "broken"
-AGENTS = {"coder", "tester", "reviewer"}  # the example agent types of config/agents
+AGENTS = {"coder", "tester", "reviewer"}  # the example agent types of the built-in catalogue
 EXPECT = re.compile(r"^# expect line (\d+): (.+)$")
 
 

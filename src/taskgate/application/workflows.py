@@ -7,7 +7,7 @@ domain's (domain/workflows.py). Every answer re-reads the files, so an edit show
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -52,6 +52,10 @@ class WorkflowSource(Protocol):
         """Create the file (never overwriting: FileExistsError); returns its name as shown to the user."""
         ...
 
+    def origin(self, file: str) -> str:
+        """Where a catalogue file comes from: "built-in" (shipped with taskgate) or "project"."""
+        ...
+
 
 @dataclass(frozen=True)
 class CatalogueEntry:
@@ -63,6 +67,7 @@ class CatalogueEntry:
     file: str
     steps: int
     valid: bool
+    source: str = "project"  # "built-in" (shipped with taskgate) or "project"
 
 
 @dataclass(frozen=True)
@@ -73,12 +78,16 @@ class Created:
 
 
 class WorkflowService:
-    """The workflow catalogue of one config directory. `agent_types`: the configured agent names that
-    `agent`/`agents[]` must use (None: not checked, e.g. when no `[agents.*]` is configured)."""
+    """The workflow catalogue of one config directory. `agent_types`: the agent names that `agent`/`agents[]`
+    must use (None: not checked), or name → whether its command takes `{prompt}` (a step's prompt must reach
+    its agent)."""
 
-    def __init__(self, source: WorkflowSource, agent_types: Iterable[str] | None = None) -> None:
+    def __init__(self, source: WorkflowSource, agent_types: Iterable[str] | Mapping[str, bool] | None = None) -> None:
         self.source = source
-        self.agent_types = frozenset(agent_types) if agent_types is not None else None
+        self.agent_types: frozenset[str] | Mapping[str, bool] | None = (
+            dict(agent_types) if isinstance(agent_types, Mapping)
+            else frozenset(agent_types) if agent_types is not None else None
+        )  # fmt: skip
 
     def catalogue(self) -> Catalogue:
         """Every workflow and checklist, validated together; the problems of every file."""
@@ -126,14 +135,14 @@ class WorkflowService:
             ident = doc.declared_id or Path(doc.file).stem
             workflow = checked.workflows.get(ident)
             if workflow is not None and workflow.file == doc.file:
-                out.append(
-                    CatalogueEntry(ident, workflow.category, workflow.description, doc.file, len(workflow.steps), True)
-                )
+                out.append(CatalogueEntry(ident, workflow.category, workflow.description, doc.file,
+                                          len(workflow.steps), True, self.source.origin(doc.file)))  # fmt: skip
             else:
                 data = doc.data if isinstance(doc.data, dict) else {}
                 description = data.get("description") if isinstance(data.get("description"), str) else ""
                 steps = data.get("steps") if isinstance(data.get("steps"), list) else []
-                out.append(CatalogueEntry(ident, doc.category, description, doc.file, len(steps), False))
+                origin = self.source.origin(doc.file)
+                out.append(CatalogueEntry(ident, doc.category, description, doc.file, len(steps), False, origin))
         return sorted(out, key=lambda e: (e.category or "", e.id))
 
     def workflow(self, name: str) -> Workflow:
@@ -157,6 +166,10 @@ class WorkflowService:
         if any(d.kind == "checklist" and d.declared_id == name for d in documents):
             raise InvalidInput(f"checklist '{name}' is invalid; run `taskgate workflow validate`")
         raise ChecklistNotFound(name)
+
+    def origin(self, file: str) -> str:
+        """Where a catalogue file comes from: "built-in" or "project"."""
+        return self.source.origin(file)
 
     def templates(self) -> list[str]:
         """What `create --template` accepts: the templates, then the catalogue's valid workflows."""

@@ -239,6 +239,18 @@ class Workflow:
         }
 
 
+def agent_types_used(steps: Iterable[Step]) -> list[str]:
+    """The agent types the steps launch (agent and parallel steps, inside groups too), first use first; nested
+    workflows are not followed (their own run checks them)."""
+    found: dict[str, None] = {}
+    for step in steps:
+        if step.agent:
+            found[step.agent] = None
+        found.update((a.agent, None) for a in step.agents)
+        found.update((name, None) for name in agent_types_used(step.steps))
+    return list(found)
+
+
 @dataclass(frozen=True)
 class Checklist:
     id: str
@@ -360,9 +372,10 @@ def _check_condition(text: str) -> tuple[str, int | None] | None:
 class _Checker:
     """Collects the problems of one document while building its model."""
 
-    def __init__(self, doc: Document, agent_types: frozenset[str] | None) -> None:
+    def __init__(self, doc: Document, agent_types: frozenset[str] | None, deaf: frozenset[str] = frozenset()) -> None:
         self.doc = doc
         self.agent_types = agent_types
+        self.deaf = deaf  # agent types whose command has no {prompt}: a step's prompt would never reach them
         self.problems: list[WorkflowProblem] = []
         self.scope_of: dict[str, int] = {}  # step id -> its list (raw, so steps dropped while parsing count)
         self.incomplete_scopes: set[int] = set()
@@ -503,11 +516,13 @@ class _Checker:
 
 
 def parse_workflow(
-    doc: Document, agent_types: Iterable[str] | None = None
+    doc: Document, agent_types: Iterable[str] | Mapping[str, bool] | None = None
 ) -> tuple[Workflow | None, list[WorkflowProblem]]:
     """The workflow of `doc`, or None and its problems (schema, ids, routes, reachability, inputs, agents).
-    References to other files (nested workflows, checklists) are checked by `validate_documents`."""
-    c = _Checker(doc, frozenset(agent_types) if agent_types is not None else None)
+    References to other files (nested workflows, checklists) are checked by `validate_documents`.
+    `agent_types` as in `validate_documents`."""
+    deaf = frozenset(n for n, takes in agent_types.items() if not takes) if isinstance(agent_types, Mapping) else ()
+    c = _Checker(doc, frozenset(agent_types) if agent_types is not None else None, frozenset(deaf))
     data = _mapping(c, "workflow", "steps")
     if data is None:
         return None, c.problems
@@ -721,7 +736,7 @@ def _parse_step_in(c: _Checker, data: Any, path: Path, all_ids: dict[str, int]) 
                 c.problem(
                     path,
                     f"checklist step '{name}' needs exactly one of 'items' and 'checklist'",
-                    "list the items inline, or name a checklist of config/checklists/",
+                    "list the items inline, or name a checklist of the catalogue (.taskgate/checklists/ or built-in)",
                 )
             elif named is not None:
                 fields["checklist"] = c.ident(data, "checklist", path)
@@ -772,6 +787,13 @@ def _agent_name(c: _Checker, data: dict[str, Any], key: str, path: Path, name: s
             (*path, key),
             f"step '{name}': unknown agent type '{agent}'",
             f"configure [agents.{agent}] in taskgate.toml, or use one of: {known}",
+        )
+    elif agent is not None and agent in c.deaf:
+        c.problem(
+            (*path, key),
+            f"step '{name}': agent type '{agent}' has no {{prompt}} in its command, so this step's prompt would "
+            f"never reach it",
+            f'add "{{prompt}}" to agents.{agent}.command (e.g. ["my-agent", "--message", "{{prompt}}"])',
         )
     return agent
 
@@ -949,14 +971,17 @@ def walk_steps(steps: Iterable[Step]) -> Iterable[Step]:
 
 
 _REFERENCES = (  # step keys naming another catalogue file: (key, as the message names it, fix hint)
-    ("workflow", "nested workflow", "add it under config/workflows/<category>/, or fix the name"),
-    ("checklist", "checklist", "add it as config/checklists/<name>.yaml, or list the items inline"),
+    ("workflow", "nested workflow", "add it under .taskgate/workflows/<category>/, or fix the name"),
+    ("checklist", "checklist", "add it as .taskgate/checklists/<name>.yaml, or list the items inline"),
 )
 
 
-def validate_documents(documents: Iterable[Document], agent_types: Iterable[str] | None = None) -> Catalogue:
+def validate_documents(
+    documents: Iterable[Document], agent_types: Iterable[str] | Mapping[str, bool] | None = None
+) -> Catalogue:
     """Every document checked on its own, then together: ids unique across files, nested workflows and named
-    checklists exist, no nesting cycle. `agent_types`: the configured agent names (None: not checked)."""
+    checklists exist, no nesting cycle. `agent_types`: the known agent names (None: not checked), or name →
+    whether its command takes `{prompt}` (a step naming one that does not is a problem)."""
     problems: list[WorkflowProblem] = []
     workflows: dict[str, Workflow] = {}
     checklists: dict[str, Checklist] = {}

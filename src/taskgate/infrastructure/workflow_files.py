@@ -1,6 +1,8 @@
 """Workflow and checklist files on disk: YAML (or JSON) read with the line of every key and list item.
 
-The catalogue lives under a config directory:
+The catalogue has two layers (`LayeredCatalogue`): the built-in one shipped as package data
+(`taskgate/catalogue/`), and the project's own under its config directory (`.taskgate/` after `taskgate init`); a
+project file with the same id replaces the built-in one. Each layer is laid out the same way:
 
     <config>/workflows/<category>/*.yaml    workflows (`.yml` and `.json` too)
     <config>/workflows/templates/*.yaml     templates for `taskgate workflow create` (not workflows)
@@ -21,6 +23,7 @@ import yaml
 from taskgate.domain.workflows import Document, WorkflowProblem
 
 SUFFIXES = (".yaml", ".yml", ".json")
+BUILTIN_CATALOGUE = Path(__file__).resolve().parents[1] / "catalogue"  # package data: workflows, checklists, agents
 TEMPLATES = "templates"
 MAX_FILE_BYTES = 1_000_000
 MAX_NODES = 100_000
@@ -244,6 +247,10 @@ class WorkflowFiles:
     def same_file(self, a: str, b: str) -> bool:
         return Path(a).resolve() == Path(b).resolve()
 
+    def origin(self, file: str) -> str:
+        """ "built-in" for a file of the package's catalogue, else "project"."""
+        return "built-in" if Path(file).resolve().is_relative_to(BUILTIN_CATALOGUE) else "project"
+
     def templates(self) -> dict[str, str]:
         """Template name -> file (the templates folder)."""
         if not self.templates_dir.is_dir():
@@ -272,3 +279,54 @@ class WorkflowFiles:
 
 def _files(folder: Path) -> list[Path]:
     return sorted(f for f in folder.iterdir() if f.is_file() and f.suffix in SUFFIXES and not f.name.startswith("."))
+
+
+class LayeredCatalogue:
+    """The built-in catalogue under the project's own (the adapter behind `WorkflowSource`). A project file whose id
+    is also a built-in one replaces it; new workflows are written into the project's layer only."""
+
+    def __init__(self, project_dir: Path, builtin_dir: Path = BUILTIN_CATALOGUE) -> None:
+        self.builtin, self.project = WorkflowFiles(builtin_dir), WorkflowFiles(project_dir)
+        self.config_dir = project_dir
+        # the built-in layer is the project's own when the config points at the package (nothing to layer)
+        self._layered = builtin_dir.resolve() != project_dir.resolve()
+
+    def catalogue(self) -> tuple[list[Document], list[WorkflowProblem]]:
+        """Every file of both layers, parsed; a built-in file whose (kind, id) the project defines is left out."""
+        own, own_problems = self.project.catalogue()
+        if not self._layered:
+            return own, own_problems
+        base, base_problems = self.builtin.catalogue()
+        taken = {(d.kind, d.declared_id) for d in own if d.declared_id}
+        kept = [d for d in base if (d.kind, d.declared_id) not in taken]
+        return [*kept, *own], [*base_problems, *own_problems]
+
+    def origin(self, file: str) -> str:
+        return self.project.origin(file)
+
+    def read(self, path: Path) -> tuple[Document | None, list[WorkflowProblem]]:
+        return self.project.read(path)
+
+    def same_file(self, a: str, b: str) -> bool:
+        return self.project.same_file(a, b)
+
+    def templates(self) -> dict[str, str]:
+        """Template name -> file; a project template replaces the built-in one of the same name."""
+        return {**self.builtin.templates(), **self.project.templates()} if self._layered else self.project.templates()
+
+    def template_text(self, file: str) -> str:
+        return self.project.template_text(file)
+
+    def existing_workflow_file(self, category: str, name: str) -> str | None:
+        return self.project.existing_workflow_file(category, name)
+
+    def write_workflow(self, category: str, name: str, text: str) -> str:
+        return self.project.write_workflow(category, name, text)
+
+    def folders(self) -> dict[str, str]:
+        """Where each layer's workflows and checklists live (for `taskgate info`)."""
+        return {
+            "builtin_catalogue": str(self.builtin.config_dir),
+            "project_workflows": str(self.project.workflows_dir),
+            "project_checklists": str(self.project.checklists_dir),
+        }

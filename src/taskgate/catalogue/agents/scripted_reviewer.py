@@ -25,6 +25,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="main")
     parser.add_argument("--require-commits", action="store_true")
+    parser.add_argument("--prompt", default="", help="the step's prompt (a scripted agent only logs it)")
     args = parser.parse_args()
     heartbeat()
     commits = git("log", "--oneline", f"{args.base}..HEAD").splitlines()

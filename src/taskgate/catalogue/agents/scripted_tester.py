@@ -22,6 +22,7 @@ def main() -> int:
     parser.add_argument("--report", default="tests/report.txt")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--tail", type=int, default=40, help="lines of output kept in the report")
+    parser.add_argument("--prompt", default="", help="the step's prompt (a scripted agent only logs it)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

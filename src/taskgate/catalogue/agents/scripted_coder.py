@@ -37,6 +37,7 @@ def main() -> int:
     parser.add_argument("title", nargs="?", default="")
     parser.add_argument("--instructions", default="")
     parser.add_argument("--file", default="")
+    parser.add_argument("--prompt", default="", help="the step's prompt (a scripted agent only logs it)")
     args = parser.parse_args()
     title = args.title or "untitled task"
     target = Path(args.file or f"work/{slug(title)}.md")
@@ -44,6 +45,8 @@ def main() -> int:
         raise SystemExit(f"--file must stay inside the worktree: {target}")
     heartbeat()
     say(f"working on {title!r} in {Path.cwd()}")
+    if args.prompt.strip():
+        say(f"prompt: {args.prompt.strip().splitlines()[0][:100]}")
     target.parent.mkdir(parents=True, exist_ok=True)
     first = not target.exists()
     with target.open("a", encoding="utf-8") as out:
