@@ -56,6 +56,11 @@ class TaskAdded:
         return f"plan {self.reopened.id} '{self.reopened.name}' was closed and is open again"
 
 
+def check_project_name(name: str) -> str:
+    """The project name, stripped. Raises: InvalidInput naming what a name may hold."""
+    return _check_name("project", name)
+
+
 def _check_name(kind: str, name: str) -> str:
     cleaned = name.strip()
     if not _NAME_RE.match(cleaned):
@@ -92,6 +97,27 @@ class TrackerService:
             await self._record(uow, "project.registered", actor, project=project.id, root=info.root)
             await uow.commit()
         return project
+
+    async def register_project(self, path: str, name: str | None = None, actor: str = "system") -> tuple[Project, bool]:
+        """`init_project`, idempotent: the project already registered for the repository holding `path` is
+        returned as it is (False: nothing was written) unless `name` names another project.
+
+        Raises: InvalidInput (not a git repository, bad name), AlreadyExists (the repository is registered under
+        another name, or the name is taken by another repository).
+        """
+        info = await self._vcs.inspect_repository(path)
+        if name is not None:
+            name = _check_name("project", name)
+        async with self._uow(write=False) as uow:
+            existing = await uow.projects.find(root_path=info.root)
+        if existing is None:
+            return await self.init_project(path, name, actor), True
+        if name is not None and name != existing.name:
+            raise AlreadyExists(
+                f"repository {info.root} is already registered as project '{existing.name}' (key {existing.key}); "
+                f"run init without --name, or archive that project first"
+            )
+        return existing, False
 
     async def archive_project(self, project_id: int, actor: str = "system") -> Project:
         """Make a project read-only. Raises: ProjectNotFound, InvalidInput while it has active sessions."""

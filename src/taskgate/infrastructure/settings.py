@@ -1,6 +1,10 @@
-"""Settings from `config/taskgate.toml` and `TASKGATE_*` environment variables (nested with `__`).
+"""Settings from `.taskgate/taskgate.toml` (or `config/taskgate.toml`) and `TASKGATE_*` environment variables
+(nested with `__`).
 
-Environment wins over the file, the file over defaults. pydantic-settings ignores a missing TOML file
+The file is found by `find_config_file`: `TASKGATE_CONFIG`, else `.taskgate/taskgate.toml` in the current folder or
+the nearest folder above it (so commands work anywhere in a repository set up by `taskgate init`, and in its
+session worktrees), else `config/taskgate.toml` in the current folder. Environment wins over the file, the file
+over defaults. pydantic-settings ignores a missing TOML file
 silently, so the file is resolved here to an absolute path and `Settings.config_file` says which one (if any)
 was loaded; an explicit `TASKGATE_CONFIG` that does not exist is an error.
 """
@@ -8,16 +12,21 @@ was loaded; an explicit `TASKGATE_CONFIG` that does not exist is an error.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from taskgate.domain.agent_presets import PRESETS
 from taskgate.domain.entities import TaskStatus
 from taskgate.domain.errors import InvalidInput
 
 DEFAULT_CONFIG = Path("config") / "taskgate.toml"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PROJECT_CONFIG = Path(".taskgate") / "taskgate.toml"  # what `taskgate init` writes into a repository
+PROJECT_DATA_DIR = Path(".taskgate") / "data"  # the default data dir beside it (ignored by git: .taskgate/.gitignore)
 
 
 class OperatorSettings(BaseModel):
@@ -238,16 +247,40 @@ class EscalationSettings(BaseModel):
 
 
 class AgentSettings(BaseModel):
-    """`[agents.NAME]`: one agent type (see docs/agents.md). Placeholders are filled per argv element."""
+    """`[agents.NAME]`: one agent type (see docs/agents.md). Placeholders are filled per argv element. A table may
+    name a built-in `preset` (or be named like one) and set only the keys it changes."""
 
     model_config = ConfigDict(extra="forbid")
 
-    command: list[str] = Field(min_length=1)
-    env: dict[str, str] = Field(default_factory=dict)
-    timeout_s: float = Field(default=3600.0, gt=0, le=7 * 86_400)
-    max_output_bytes: int = Field(default=10_000_000, gt=0)
+    preset: str | None = None
+    command: list[str] | None = Field(default=None, min_length=1)
+    env: dict[str, str] | None = None
+    timeout_s: float | None = Field(default=None, gt=0, le=7 * 86_400)
+    max_output_bytes: int | None = Field(default=None, gt=0)
     # The `{prompt}` this agent type gets (placeholders as in `command`, except `{prompt}` itself).
-    prompt: str = "Work on task {task_id}: {task_title}\n\n{task_description}\n\n{instructions}"
+    prompt: str | None = None
+    credentials: list[str] | None = None  # service environment variables passed to the agent (allow-list)
+    mcp: Literal["env", "claude", "codex", "none"] | None = None
+    output_format: Literal["text", "claude-stream-json", "codex-json"] | None = None
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str | None) -> str | None:
+        if value is not None and value not in PRESETS:
+            raise ValueError(f"unknown preset {value!r}; known: {', '.join(sorted(PRESETS))}")
+        return value
+
+    @field_validator("credentials")
+    @classmethod
+    def _variable_names(cls, value: list[str] | None) -> list[str] | None:
+        bad = [name for name in value or () if not _ENV_NAME.match(name)]
+        if bad:
+            raise ValueError(f"not an environment variable name: {', '.join(map(repr, bad))}")
+        return value
+
+    def changes(self) -> dict[str, Any]:
+        """The keys this table sets (what it changes of its preset)."""
+        return self.model_dump(exclude_unset=True, exclude={"preset"})
 
 
 class ExecutionSettings(BaseModel):
@@ -298,6 +331,16 @@ class Settings(BaseSettings):
     config_file: Path | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
+    def _agents_have_commands(self) -> Settings:
+        for name, agent in self.agents.items():
+            if agent.command is None and agent.preset is None and name not in PRESETS:
+                raise ValueError(
+                    f'agents.{name}: give a command, or name a preset (preset = "claude"); '
+                    f"presets: {', '.join(sorted(PRESETS))}"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _escalation_webhooks_exist(self) -> Settings:
         known = [hook.name for hook in self.webhooks]
         unknown = [name for name in self.escalation.webhooks if name not in known]
@@ -328,7 +371,8 @@ class Settings(BaseSettings):
 
 
 def find_config_file(cwd: Path | None = None) -> Path | None:
-    """`TASKGATE_CONFIG` if set (it must exist), else `config/taskgate.toml` under `cwd` if present.
+    """`TASKGATE_CONFIG` if set (it must exist), else `.taskgate/taskgate.toml` in `cwd` or the nearest folder
+    above it, else `config/taskgate.toml` in `cwd`; None when there is none.
 
     Raises: InvalidInput when TASKGATE_CONFIG names a missing file.
     """
@@ -338,24 +382,38 @@ def find_config_file(cwd: Path | None = None) -> Path | None:
         if not path.is_file():
             raise InvalidInput(f"TASKGATE_CONFIG={explicit} does not exist")
         return path
-    candidate = ((cwd or Path.cwd()) / DEFAULT_CONFIG).resolve()
-    return candidate if candidate.is_file() else None
+    start = (cwd or Path.cwd()).resolve()
+    for folder in (start, *start.parents):
+        if (folder / PROJECT_CONFIG).is_file():
+            return folder / PROJECT_CONFIG
+        if folder == start and (start / DEFAULT_CONFIG).is_file():
+            return start / DEFAULT_CONFIG
+    return None
+
+
+def config_base(path: Path | None, cwd: Path | None = None) -> Path:
+    """The folder relative paths of a config file resolve against: the one holding `.taskgate/` or `config/` (the
+    repository's root), else the file's own folder; the current folder when no file was loaded."""
+    if path is None:
+        return cwd or Path.cwd()
+    return path.parent.parent if path.parent.name in ("config", ".taskgate") else path.parent
 
 
 def load_settings(cwd: Path | None = None, **overrides: Any) -> Settings:
     """Settings from (in order of precedence) `overrides`, the environment, the config file, defaults.
 
-    Relative paths in the config file are resolved against the directory holding `config/`.
+    Relative paths in the config file are resolved against the folder holding `.taskgate/` or `config/`. Under
+    `.taskgate/taskgate.toml` the data directory defaults to `.taskgate/data` (ignored by git), else to `data`.
     Raises: InvalidInput for a missing explicit config file or invalid values (message names the field).
     """
     path = find_config_file(cwd)
-    base = (
-        path.parent.parent if path and path.parent.name == "config" else (path.parent if path else (cwd or Path.cwd()))
-    )
+    base = config_base(path, cwd)
     try:
         settings = _settings_class(path)(**overrides)
     except ValueError as exc:
         raise InvalidInput(f"invalid configuration ({path or 'defaults'}): {_first_error(exc)}") from None
+    if path is not None and path.parent.name == ".taskgate" and "data_dir" not in settings.model_fields_set:
+        settings = settings.model_copy(update={"data_dir": PROJECT_DATA_DIR})
     data_dir = settings.data_dir if settings.data_dir.is_absolute() else (base / settings.data_dir)
     return settings.model_copy(update={"data_dir": data_dir.resolve(), "config_file": path})
 
