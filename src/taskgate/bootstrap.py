@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -36,26 +37,38 @@ from taskgate.application.tracker_sync import TrackerWriteBack
 from taskgate.application.workflow_engine import WorkflowEngine, WorkflowOptions
 from taskgate.application.workflows import WorkflowService
 from taskgate.application.workspaces import GitOptions, WorkspaceService
+from taskgate.domain.agent_presets import PRESETS
 from taskgate.domain.agents import AgentType
 from taskgate.domain.entities import ApiToken
 from taskgate.domain.outputs import OutputLimits
 from taskgate.domain.policies import Policy
 from taskgate.domain.workflow_run import LoopLimits
 from taskgate.domain.workflows import Catalogue
+from taskgate.infrastructure import project_layout
 from taskgate.infrastructure.agent_runner import SubprocessAgentRunner
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db.engine import Database, redact
 from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 from taskgate.infrastructure.git import GitPythonVcs
 from taskgate.infrastructure.session_folder import SessionFolderStore
-from taskgate.infrastructure.settings import Settings, load_settings
+from taskgate.infrastructure.settings import Settings, find_config_file, load_settings
 from taskgate.infrastructure.system import SystemClock, UuidGenerator
 from taskgate.infrastructure.test_runner import SubprocessTestRunner
 from taskgate.infrastructure.trackers import BeadsTracker
 from taskgate.infrastructure.webhooks import HttpWebhookSender
-from taskgate.infrastructure.workflow_files import WorkflowFiles
+from taskgate.infrastructure.workflow_files import BUILTIN_CATALOGUE, LayeredCatalogue
 
-__all__ = ["App", "Settings", "bootstrap", "build_services", "database_report", "load_settings"]
+__all__ = [
+    "BUILTIN_CATALOGUE",
+    "App",
+    "Settings",
+    "bootstrap",
+    "build_services",
+    "database_report",
+    "find_config_file",
+    "load_settings",
+    "project_layout",
+]
 
 
 @dataclass
@@ -76,11 +89,15 @@ class App:
     uow: UnitOfWorkFactory | None = None  # for use cases built on demand (BeadsImporter)
     clock: Clock | None = None
     agents: AgentService | None = None
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     outputs: OutputService | None = None  # the session folders (save_output, manifest.json)
     workflows: WorkflowEngine | None = None  # the workflow runtime (session stacks)
     recovery: Recovery | None = None  # start-up recovery (`serve` runs it before the first request)
 
     async def close(self) -> None:
+        """Run the closers (e.g. an agent endpoint), newest first, then release the database."""
+        for closer in reversed(self.closers):
+            await closer()
         if self.database is not None:
             await self.database.dispose()
 
@@ -176,11 +193,22 @@ def workflow_options(settings: Settings) -> WorkflowOptions:
 
 
 def agent_types(settings: Settings) -> dict[str, AgentType]:
-    """The `[agents.NAME]` settings as agent types. Raises: InvalidInput naming a bad placeholder."""
-    return {
-        name: AgentType(name, tuple(a.command), dict(a.env), a.timeout_s, a.max_output_bytes, a.prompt)
-        for name, a in settings.agents.items()
-    }
+    """The built-in presets, then the `[agents.NAME]` settings over them: a table naming a `preset` (or named like
+    one) starts from it and changes the keys it sets. Raises: InvalidInput naming a bad placeholder or value."""
+    types = {name: preset.agent_type() for name, preset in PRESETS.items()}
+    for name, table in settings.agents.items():
+        base = PRESETS[table.preset or name].agent_type() if (table.preset or name) in PRESETS else None
+        changes = table.changes()
+        for key in ("command", "credentials"):
+            if key in changes:
+                changes[key] = tuple(changes[key])
+        if base is None:
+            types[name] = AgentType(name, **changes)
+        else:  # `env` adds to the preset's variables (set one to "" to blank it); every other key replaces
+            if "env" in changes:
+                changes["env"] = {**base.env, **changes["env"]}
+            types[name] = dataclasses.replace(base, name=name, **changes)
+    return types
 
 
 def execution_options(settings: Settings) -> ExecutionOptions:
@@ -189,18 +217,22 @@ def execution_options(settings: Settings) -> ExecutionOptions:
     return ExecutionOptions(
         tuple(cfg.default_agents), cfg.max_agents_per_session, cfg.max_agents_total, cfg.on_agent_failure,
         cfg.heartbeat_interval_s, f"http://{settings.mcp.host}:{settings.mcp.port}/mcp", config_dir=config_dir,
+        catalogue_dir=str(BUILTIN_CATALOGUE),
     )  # fmt: skip
 
 
 def config_dir(settings: Settings) -> Path:
-    """The folder of the loaded config file, else ./config (workflows, checklists and agents live there)."""
+    """The folder of the loaded config file (`.taskgate/` after `taskgate init`), else ./config: the project's own
+    workflows, checklists and agents live there, over the built-in catalogue."""
     return settings.config_file.parent if settings.config_file else Path.cwd() / "config"
 
 
 def workflow_catalogue(settings: Settings) -> WorkflowService:
-    """The workflows and checklists under the config dir; `agent`/`agents[]` names are checked against the
-    `[agents.NAME]` entries when any is configured. No database is opened."""
-    return WorkflowService(WorkflowFiles(config_dir(settings)), set(settings.agents) or None)
+    """The built-in workflows and checklists under the project's own (config dir); `agent`/`agents[]` names are
+    checked against the agent types (presets and `[agents.NAME]`), and a step's prompt must reach its agent
+    (`{prompt}` in the command). No database is opened. Raises: InvalidInput for a bad agent type."""
+    takes_prompt = {name: kind.takes_prompt for name, kind in agent_types(settings).items()}
+    return WorkflowService(LayeredCatalogue(config_dir(settings)), takes_prompt)
 
 
 def tracker_provider(settings: Settings) -> TrackerProvider | None:

@@ -51,3 +51,23 @@ async def test_agents_are_stored_found_stale_and_finished_alike(services, git_re
         failed = (await uow.agents.of_session(two))[0]
         assert (failed.status, failed.completed_at) == (AgentStatus.FAILED, T0)
         assert (await uow.agents.of_session(one))[1].heartbeat_at == T0
+
+
+async def test_the_report_an_agent_cli_gave_is_stored_and_updated_as_json_or_null(services, git_repo: Path):
+    seeded = await seed(services, git_repo, tasks=1)
+    session = (await start(services, seeded.tasks[0])).id
+    report = {"final_message": "Done: [red]x[/red] \u2713", "turns": 4, "input_tokens": 400, "output_tokens": 80,
+              "cache_read_tokens": 0, "cost_usd": 0.0032, "is_error": False, "error": None}  # fmt: skip
+    async with services.uow(write=True) as uow:
+        await uow.agents.add(_agent("r-1", session, status=AgentStatus.RUNNING))
+        await uow.agents.add(_agent("r-2", session, status=AgentStatus.COMPLETED, report=report))
+        await uow.commit()
+    async with services.uow(write=False) as uow:
+        assert [a.report for a in await uow.agents.of_session(session)] == [None, report]
+    async with services.uow(write=True) as uow:
+        first = (await uow.agents.many(["r-1"]))[0]
+        first.report, first.status = {**report, "is_error": True, "error": "API Error: 500"}, AgentStatus.FAILED
+        await uow.agents.update(first)
+        await uow.commit()
+    async with services.uow(write=False) as uow:
+        assert (await uow.agents.many(["r-1"]))[0].report == {**report, "is_error": True, "error": "API Error: 500"}

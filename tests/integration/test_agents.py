@@ -151,17 +151,25 @@ async def test_with_on_failure_verify_the_session_goes_to_verifying_with_the_fai
 ):
     agents = supervisor(sql_services, tmp_path, on_failure="verify")
     session = await planning_session(sql_services, git_repo)
-    await agents.execute(session.id, ACTOR, ["failing", "missing"])
+    await agents.execute(session.id, ACTOR, ["failing", "coder"])
     await agents.wait(session.id)
     verifying = await sql_services.sessions.get(session.id)
     assert verifying.state == SessionState.VERIFYING
-    assert "exited with 3" in verifying.state_data["agent_failures"]
-    assert (
-        "missing" in verifying.state_data["agent_failures"]
-        and "exited with 127" in verifying.state_data["agent_failures"]
-    )
-    missing = next(a for a in await agents.agents(session.id) if a.agent_type == "missing")
-    assert "could not start '/nonexistent/agent-binary'" in missing.output_tail
+    assert "exited with 3" in verifying.state_data["agent_failures"] and "coder" not in verifying.state_data[
+        "agent_failures"]  # fmt: skip
+
+
+async def test_an_agent_whose_program_is_not_installed_is_refused_before_anything_is_written(
+    sql_services, git_repo, tmp_path
+):
+    agents = supervisor(sql_services, tmp_path)
+    session = await planning_session(sql_services, git_repo)
+    refused = "agent type 'missing' runs '/nonexistent/agent-binary', which is not installed here"
+    with pytest.raises(InvalidInput, match=refused):
+        await agents.execute(session.id, ACTOR, ["coder", "missing"])
+    after = await sql_services.sessions.get(session.id)
+    assert (after.state, after.version) == (SessionState.PLANNING, session.version)
+    assert await agents.agents(session.id) == []
 
 
 async def test_a_timeout_kills_the_whole_process_group_children_included(sql_services, git_repo, tmp_path):

@@ -16,6 +16,7 @@ session that moved meanwhile (cancelled, failed by the sweeper) is left alone.
 from __future__ import annotations
 
 import asyncio
+import json
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
@@ -27,15 +28,26 @@ from taskgate.application import crashpoints
 from taskgate.application.access import AccessService
 from taskgate.application.effects import NOTHING, Aftermath
 from taskgate.application.outputs import OutputService
-from taskgate.application.ports import AgentExit, AgentRunner, Clock, IdGenerator, StepClaim, UnitOfWorkFactory
+from taskgate.application.ports import (
+    AgentEndpoint,
+    AgentExit,
+    AgentRunner,
+    Clock,
+    IdGenerator,
+    StepClaim,
+    UnitOfWorkFactory,
+)
 from taskgate.application.sessions import FireResult, FireTrigger, SessionService
+from taskgate.domain.agent_reports import parse_report
 from taskgate.domain.agents import AgentType, render_command, why_stopped
 from taskgate.domain.entities import Agent, AgentStatus, Session
 from taskgate.domain.errors import InvalidInput, InvalidTransition, TaskgateError
 from taskgate.domain.states import SessionState, Trigger
 
 SYSTEM_ACTOR = "system"
+MCP_URL = "{mcp_url}"  # left in the stored command at queue time, replaced by the endpoint's URL at start
 LAUNCH = "launch"  # state_data key: the agent run a transition owes ({run, agents, instructions}), see `_owed`
+REPORT_BYTES = 512 * 1024  # the end of an agent's log its CLI's report is read from (the result comes last)
 _STOP_ON = frozenset({Trigger.CANCEL, Trigger.FAIL, Trigger.REJECT, Trigger.TIMEOUT, Trigger.ABANDON})
 
 
@@ -47,7 +59,8 @@ class ExecutionOptions:
     on_failure: str = "fail"  # fail | verify
     heartbeat_interval_s: float = 5.0
     mcp_url: str = ""
-    config_dir: str = ""  # `{config_dir}` in agent commands: where config/ lives (so config/agents/… resolve)
+    config_dir: str = ""  # `{config_dir}` in agent commands: the loaded config's folder (.taskgate/agents/… resolve)
+    catalogue_dir: str = ""  # `{catalogue_dir}`: the built-in catalogue (the scripted example agents live there)
     prompt: str = "Work on task {task_id}: {task_title}\n\n{task_description}\n\n{instructions}"
 
 
@@ -84,10 +97,16 @@ class AgentService:
         self._done_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         # A session that runs a workflow hands the end of its agents to the workflow engine instead
         self._workflow_listener: Callable[[str], Awaitable[None]] | None = None
+        self._endpoint: AgentEndpoint | None = None  # None: agents get `options.mcp_url` as it is
+        self._holding: set[str] = set()  # agents that hold the endpoint (released when their supervision ends)
         for name in options.default_agents:
             self._type(name)
 
     # -- use cases -------------------------------------------------------------------------------------------
+
+    def use_endpoint(self, endpoint: AgentEndpoint) -> None:
+        """Give agents started from now on this MCP endpoint (acquired per agent, released when it ends)."""
+        self._endpoint = endpoint
 
     def on_workflow_agents_ended(self, listener: Callable[[str], Awaitable[None]]) -> None:
         """Call `listener(session_id)` instead of concluding when an agent of a workflow session ends."""
@@ -107,8 +126,7 @@ class AgentService:
             raise InvalidInput("no agents to launch: pass agent names or set execution.default_agents in config")
         if len(names) > 64:
             raise InvalidInput("at most 64 agents per launch")
-        for name in names:
-            self._type(name)
+        self.check_installed(names)
         # The launch is recorded with plan_complete (one commit), so a crash before the agents' rows exist is
         # carried on at restart (`resume`) instead of leaving the session executing with nothing running.
         launch = {"run": await self._next_run(session_id), "agents": names, "instructions": ""}
@@ -116,6 +134,27 @@ class AgentService:
         result = await self._sessions.fire(cmd)
         crashpoints.reached("execute.plan_complete")
         return Launched(result.session, await self._launch_owed(result.session))
+
+    def check_installed(self, names: Sequence[str]) -> None:
+        """Refuse, before anything is written, agent types that are unknown, whose program is not installed, or
+        that need a credential none of which is set.
+
+        Raises: InvalidInput naming the agent type, the program, and where it was looked for.
+        """
+        for name in dict.fromkeys(names):
+            kind = self._type(name)
+            program = kind.command[0]
+            if "{" not in program and self._runner.locate(program) is None:
+                raise InvalidInput(
+                    f"agent type '{name}' runs '{program}', which is not installed here (not found on PATH); "
+                    f"install it, or fix agents.{name}.command (`taskgate agents list` shows what is found)"
+                )
+            if kind.needs_one_of and not self._runner.has_credential(kind.needs_one_of, kind.logins):
+                login = f" or the CLI's own login (~/{kind.logins[0]})" if kind.logins else ""
+                raise InvalidInput(
+                    f"agent type '{name}' needs one of {', '.join(kind.needs_one_of)} in taskgate's environment"
+                    f"{login}; none is there"
+                )
 
     async def started(self, session_id: str) -> None:
         """Until no agent of the session waits queued in this process (each was started, or failed to start)."""
@@ -149,6 +188,7 @@ class AgentService:
         Raises: InvalidInput (an unknown agent type, no worktree), SessionNotFound, and whatever `claim`
         raises (ConcurrentModification), with nothing written."""
         kinds = [self._type(name) for name, _ in specs]
+        self.check_installed([name for name, _ in specs])
         if timeout_s is not None:
             kinds = [replace(kind, timeout_s=timeout_s) for kind in kinds]
         session = await self._sessions.get(session_id)
@@ -308,12 +348,18 @@ class AgentService:
         self, uow, session: Session, kind: AgentType, run: int, instructions: str, prompt: str | None = None
     ) -> Agent:
         task = await uow.tasks.get(session.task_id, with_blockers=False)
+        project = await uow.projects.get(session.project_id)
         agent_id = self._ids.new_session_id()
         folder = str(PurePosixPath(self._outputs_root, session.id))
         values = {
             "task_id": task.id, "task_title": task.title, "task_description": task.description,
             "instructions": instructions, "session_id": session.id, "worktree": session.worktree_path or "",
-            "session_folder": folder, "config_dir": self._options.config_dir,
+            "session_folder": folder, "config_dir": self._options.config_dir, "agent_id": agent_id,
+            "catalogue_dir": self._options.catalogue_dir,
+            # the repository's git dir (worktrees keep their index and refs under it): a sandboxed CLI must be
+            # allowed to write there to commit (Codex: --add-dir)
+            "git_dir": str(PurePosixPath(project.root_path, ".git")),
+            "mcp_url": MCP_URL,  # known when the agent starts (the endpoint may start with it): filled by `_start`
         }  # fmt: skip
         # a workflow step's prompt (its variables resolved by the engine) replaces the type's prompt template
         values["prompt"] = prompt if prompt is not None else (kind.prompt or self._options.prompt).format_map(values)
@@ -350,24 +396,44 @@ class AgentService:
             await self._finish(agent, outcome, notify=True)
         except TaskgateError as exc:  # the database or the engine refused: record it, never lose the agent
             await self._finish(agent, AgentExit(None, "start_failed", ""), notify=True, error=str(exc))
+        finally:
+            if agent.id in self._holding and self._endpoint is not None:  # every way out lets the endpoint go
+                self._holding.discard(agent.id)
+                await self._endpoint.release()
 
     async def _start(self, agent: Agent, kind: AgentType) -> Agent:
         session = await self._sessions.get(agent.session_id)
         token = await self._access.create_agent_token(session.id, f"agent {agent.id}", agent_id=agent.id)
+        folder = str(PurePosixPath(self._outputs_root, session.id))
+        url = self._options.mcp_url
+        if self._endpoint is not None:
+            url = await self._endpoint.acquire()
+            self._holding.add(agent.id)
         env = {**kind.env, "TASKGATE_SESSION_ID": session.id, "TASKGATE_TASK_ID": session.task_id,
-               "TASKGATE_SESSION_FOLDER": str(PurePosixPath(self._outputs_root, session.id)),
-               "TASKGATE_MCP_URL": self._options.mcp_url, "TASKGATE_TOKEN": token.secret,
+               "TASKGATE_SESSION_FOLDER": folder, "TASKGATE_MCP_URL": url, "TASKGATE_TOKEN": token.secret,
                "TASKGATE_AGENT_ID": agent.id}  # fmt: skip
         if self._outputs is not None:  # the session folder and its manifest exist before the agent writes there
             await self._outputs.open_folder(session.id)
         try:
-            command, cwd, output = list(agent.command), str(session.worktree_path), str(agent.output_path)
-            pid = await self._runner.start(command, cwd, env, output)
+            command = [part.replace(MCP_URL, url) for part in agent.command]
+            self._wire_mcp(kind, agent, folder, url, token.secret)
+            cwd, output = str(session.worktree_path), str(agent.output_path)
+            pid = await self._runner.start(command, cwd, env, output, inherit=kind.credentials)
             started = replace(agent, status=AgentStatus.RUNNING, pid=pid, started_at=self._clock.now())
         except InvalidInput as exc:
             started = replace(agent, error=str(exc))
         await self._save(started, {"to": started.status.value, "pid": started.pid, "error": started.error})
         return started
+
+    def _wire_mcp(self, kind: AgentType, agent: Agent, folder: str, url: str, token: str) -> None:
+        """Claude Code reads its MCP servers from `--mcp-config FILE`: written here, private to the service's user,
+        holding this agent's own token (revoked when the agent ends). Codex takes the URL in its command
+        (`{mcp_url}`) and the token from TASKGATE_TOKEN; scripts read TASKGATE_MCP_URL/TASKGATE_TOKEN."""
+        if kind.mcp != "claude" or not url:
+            return
+        server = {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {token}"}}
+        path = str(PurePosixPath(folder, f"{agent.id}.mcp.json"))
+        self._runner.write_private(path, json.dumps({"mcpServers": {"taskgate": server}}, indent=2))
 
     async def _watch(self, agent: Agent, kind: AgentType, stop: asyncio.Event) -> AgentExit:
         async def beat() -> None:
@@ -389,12 +455,26 @@ class AgentService:
             else (AgentStatus.CANCELLED if outcome.reason == "cancelled" else AgentStatus.FAILED)
         )
         reason = error or agent.error or (None if ok else _describe(outcome))
+        report, reason = self._reported(agent, outcome, reason)
         done = replace(agent, status=status, exit_code=outcome.exit_code, output_tail=outcome.output_tail[-4000:],
-                       completed_at=self._clock.now(), error=reason)  # fmt: skip
+                       completed_at=self._clock.now(), error=reason, report=report)  # fmt: skip
         # the agent's token dies in the transaction that records its end (durable: see `_save`)
         await self._save(done, {"to": status.value, "exit_code": outcome.exit_code, "reason": outcome.reason})
         if notify and status != AgentStatus.CANCELLED:
             await self._after_agent(agent.session_id)
+
+    def _reported(self, agent: Agent, outcome: AgentExit, reason: str | None) -> tuple[dict | None, str | None]:
+        """What the agent's CLI said of its run (its JSON events, per the type's `output_format`), and the reason
+        it failed: a bare "exited with N" gets the CLI's own error appended (`exited with 1: API Error: 500 …`)."""
+        output_format = self._type_or_default(agent.agent_type).output_format
+        if output_format == "text" or not agent.output_path:
+            return agent.report, reason
+        report = parse_report(output_format, self._runner.read_log(agent.output_path, REPORT_BYTES))
+        if report is None:
+            return agent.report, reason
+        if report.is_error and report.error and outcome.reason == "exited" and reason == _describe(outcome):
+            reason = f"{reason}: {report.error}"
+        return report.as_dict(), reason
 
     async def _after_agent(self, session_id: str) -> None:
         """When the run's last agent ended: work_complete, or fail (or verify anyway) if one failed."""

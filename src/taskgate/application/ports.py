@@ -644,11 +644,18 @@ class AgentExit:
 class AgentRunner(Protocol):
     """Starts agent processes (argv lists, never a shell) in their own process group, and watches them."""
 
-    async def start(self, command: list[str], cwd: str, env: dict[str, str], output_path: str) -> int:
-        """Start the agent; its stdout and stderr go to `output_path`. Returns the process (group) id.
+    async def start(
+        self, command: list[str], cwd: str, env: dict[str, str], output_path: str, inherit: Sequence[str] = ()
+    ) -> int:
+        """Start the agent; its stdout and stderr go to `output_path`. Returns the process (group) id. `env` is
+        added to a built environment; of the service's own environment only a few basics and the variables
+        named in `inherit` (the agent type's credentials) pass through.
 
         Raises: InvalidInput when the program cannot be started (missing, not executable, no cwd).
         """
+
+    def write_private(self, path: str, text: str) -> None:
+        """Write a file only the service's user may read (an agent's MCP config, which holds its token)."""
 
     async def wait(
         self,
@@ -672,6 +679,31 @@ class AgentRunner(Protocol):
     def started(self, output_path: str | None) -> bool:
         """Whether a process was ever started with this output (a queued agent found at restart that was not
         is started then; one that was, with no pid recorded, is lost)."""
+
+    def has_credential(self, variables: Sequence[str], logins: Sequence[str]) -> bool:
+        """Whether one of `variables` is set in the service's environment, or one of `logins` (paths under HOME,
+        a CLI's own login) exists."""
+
+    def locate(self, program: str) -> str | None:
+        """Where `program` (an agent command's first element) would be run from: its path, or None when it is
+        not installed (not on PATH, or not an executable file)."""
+
+    def read_log(self, output_path: str, max_bytes: int) -> str:
+        """The last `max_bytes` of the agent's log (its stdout and stderr), decoded leniently; "" when there is none."""
+
+
+class AgentEndpoint(Protocol):
+    """Where agents reach taskgate's MCP tools. The supervisor acquires it before an agent starts (the URL goes to
+    the agent) and releases it when the agent's supervision ends, so an endpoint that runs only for its agents
+    (a loopback listener of a CLI process) lives exactly as long as they do."""
+
+    async def acquire(self) -> str:
+        """The endpoint's URL, started first if need be."""
+        ...
+
+    async def release(self) -> None:
+        """One acquirer is done with it."""
+        ...
 
 
 class SessionFolders(Protocol):

@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from taskgate.domain.errors import InvalidInput
 
 PLACEHOLDERS = frozenset({"prompt", "task_title", "task_description", "instructions", "session_id", "worktree",
-                          "task_id", "session_folder", "config_dir"})  # fmt: skip
+                          "task_id", "session_folder", "config_dir", "agent_id", "mcp_url",
+                          "catalogue_dir", "git_dir"})  # fmt: skip
+# How an agent type reaches taskgate's MCP tools: "env" only TASKGATE_MCP_URL/TASKGATE_TOKEN (scripts), "claude" an
+# --mcp-config file written into the session folder at start, "codex" its mcp_servers setting, "none" no MCP client.
+MCP_WIRINGS = frozenset({"env", "claude", "codex", "none"})
+# What the agent prints: plain "text", or a CLI's JSON events whose final message, turns and usage are kept.
+OUTPUT_FORMATS = frozenset({"text", "claude-stream-json", "codex-json"})
 MAX_ARGUMENT = 100_000
 
 
@@ -29,6 +35,16 @@ class AgentType:
     timeout_s: float = 3600.0
     max_output_bytes: int = 10_000_000
     prompt: str | None = None  # the `{prompt}` template of this type; None: the service's default
+    credentials: tuple[str, ...] = ()  # service environment variables passed to the agent when set (allow-list)
+    mcp: str = "env"  # one of MCP_WIRINGS
+    output_format: str = "text"  # one of OUTPUT_FORMATS
+    needs_one_of: tuple[str, ...] = ()  # credentials of which at least one must be set (or a login in `logins`)
+    logins: tuple[str, ...] = ()  # files under HOME holding the CLI's own login
+
+    @property
+    def takes_prompt(self) -> bool:
+        """Whether a workflow step's prompt reaches this agent (its command holds `{prompt}`)."""
+        return any("{prompt}" in part for part in self.command)
 
     def __post_init__(self) -> None:
         if not self.command or not all(isinstance(part, str) for part in self.command):
@@ -39,6 +55,11 @@ class AgentType:
             check_template(self.prompt, f"agents.{self.name}.prompt")
             if "{prompt}" in self.prompt:
                 raise InvalidInput(f"agents.{self.name}.prompt cannot contain {{prompt}} itself")
+        if self.mcp not in MCP_WIRINGS:
+            raise InvalidInput(f"agents.{self.name}.mcp: unknown {self.mcp!r}; known: {', '.join(sorted(MCP_WIRINGS))}")
+        if self.output_format not in OUTPUT_FORMATS:
+            known = ", ".join(sorted(OUTPUT_FORMATS))
+            raise InvalidInput(f"agents.{self.name}.output_format: unknown {self.output_format!r}; known: {known}")
         if self.timeout_s <= 0 or self.max_output_bytes <= 0:
             raise InvalidInput(f"agents.{self.name}: timeout_s and max_output_bytes must be positive")
 

@@ -126,6 +126,7 @@ class Agent:
     pid: int | None = None
     output_tail: str = ""
     error: str | None = None
+    report: dict | None = None  # what the agent CLI said of its run (agent_reports.AgentReport.as_dict()), if it did
 
 
 class StepStatus(StrEnum):

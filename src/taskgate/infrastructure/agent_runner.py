@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
 
@@ -39,11 +40,14 @@ class SubprocessAgentRunner:
     def __init__(self) -> None:
         self._children: dict[int, asyncio.subprocess.Process] = {}
 
-    async def start(self, command: list[str], cwd: str, env: dict[str, str], output_path: str) -> int:
+    async def start(
+        self, command: list[str], cwd: str, env: dict[str, str], output_path: str, inherit: Sequence[str] = ()
+    ) -> int:
         Path(output_path).parent.mkdir(parents=True, exist_ok=True)
         with suppress(FileNotFoundError):
             os.unlink(exit_file(output_path))
-        environment = {k: os.environ[k] for k in _PASSED_THROUGH if k in os.environ} | env
+        passed = (*_PASSED_THROUGH, *inherit)  # credentials: only those the agent type names, never the rest
+        environment = {k: os.environ[k] for k in passed if k in os.environ} | env
         wrapper = [sys.executable, "-m", "taskgate.infrastructure.agent_exec", exit_file(output_path), "--"]
         with open(output_path, "ab") as output:
             try:
@@ -100,6 +104,24 @@ class SubprocessAgentRunner:
         """`start` opens the output file before it starts the process: no file, no process."""
         return output_path is None or Path(output_path).exists()
 
+    def write_private(self, path: str, text: str) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        temporary = f"{path}.tmp"
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, path)
+
+    def read_log(self, output_path: str, max_bytes: int) -> str:
+        return _tail(output_path, max_bytes)
+
+    def has_credential(self, variables: Sequence[str], logins: Sequence[str]) -> bool:
+        return any(os.environ.get(name) for name in variables) or any((Path.home() / f).exists() for f in logins)
+
+    def locate(self, program: str) -> str | None:
+        """The program's path as the agent's own PATH finds it (the service's PATH passes through)."""
+        return shutil.which(program, path=os.environ.get("PATH"))
+
     def alive(self, pid: int) -> bool:
         child = self._children.get(pid)
         if child is not None:
@@ -153,10 +175,10 @@ def _read_exit(output_path: str) -> int | None:
         return None
 
 
-def _tail(path: str) -> str:
+def _tail(path: str, max_bytes: int = TAIL_BYTES) -> str:
     try:
         with open(path, "rb") as handle:
-            handle.seek(max(0, _size(path) - TAIL_BYTES))
+            handle.seek(max(0, _size(path) - max_bytes))
             return handle.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
