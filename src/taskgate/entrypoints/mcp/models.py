@@ -16,6 +16,7 @@ from taskgate.application.ports import WorkspaceContext
 from taskgate.application.review_queue import ReviewItem
 from taskgate.application.tracker import TaskAdded
 from taskgate.application.workflow_engine import StackView
+from taskgate.domain.agent_reports import AgentReport
 from taskgate.domain.entities import Agent, Plan, Project, Session, SessionSnapshot, Task, TransitionRecord
 from taskgate.domain.outputs import OutputRecord
 from taskgate.domain.policies import TestRun
@@ -108,6 +109,24 @@ class TaskList(BaseModel):
         return cls(summary=f"{len(tasks)} {what}", tasks=[TaskOut.of(t) for t in tasks])
 
 
+class AgentReportOut(BaseModel):
+    """What the agent's CLI said of its run (Claude Code's stream-json result, Codex's exec --json events)."""
+
+    final_message: str = Field(description="Its last message (cut to 10,000 characters).")
+    turns: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cost_usd: float | None = Field(description="As the CLI reported it; null when it reports none (Codex).")
+    is_error: bool = Field(description="The CLI said its run failed.")
+    error: str | None = Field(description="Its error, when it failed.")
+
+    @classmethod
+    def of(cls, stored: Any) -> AgentReportOut | None:
+        report = AgentReport.from_dict(stored)
+        return None if report is None else cls(**report.as_dict())
+
+
 class AgentOut(BaseModel):
     id: str
     type: str
@@ -120,6 +139,9 @@ class AgentOut(BaseModel):
     output_path: str | None
     error: str | None
     output_tail: str = Field(description="The last lines of its output.")
+    report: AgentReportOut | None = Field(
+        default=None, description="What its CLI said of its run, once it ended; null for plain-text agents."
+    )
 
     @classmethod
     def of(cls, a: Agent) -> AgentOut:
@@ -127,6 +149,7 @@ class AgentOut(BaseModel):
             id=a.id, type=a.agent_type, status=a.status.value, run=a.run, exit_code=a.exit_code,
             started_at=a.started_at, completed_at=a.completed_at, heartbeat_at=a.heartbeat_at,
             output_path=a.output_path, error=a.error, output_tail=a.output_tail[-1000:],
+            report=AgentReportOut.of(a.report),
         )  # fmt: skip
 
 
@@ -729,7 +752,7 @@ class OutputOut(BaseModel):
 class WorkflowInfo(BaseModel):
     id: str
     description: str
-    category: str | None = Field(description="The folder under config/workflows it lives in.")
+    category: str | None = Field(description="The folder under workflows/ it lives in (built-in or the project's own).")
     steps: int = Field(description="How many top-level steps it has.")
     step_ids: list[str] = Field(description="Its top-level steps, in file order (the first runs first).")
     triggers: list[str] = Field(description="Events that may start it, as the file lists them.")

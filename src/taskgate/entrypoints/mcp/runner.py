@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
 
-from taskgate.bootstrap import App, Settings, bootstrap, build_outbox, build_sweeper
+from taskgate.bootstrap import App, Settings, bootstrap, build_outbox, build_sweeper, redact
 from taskgate.domain.access import Principal
+from taskgate.domain.errors import InvalidInput
+from taskgate.entrypoints.mcp.agent_endpoint import FixedEndpoint, serve_agents_locally
 from taskgate.entrypoints.mcp.server import build_server, http_app
 from taskgate.entrypoints.mcp.stdio import run_stdio
 
@@ -20,12 +23,16 @@ from taskgate.entrypoints.mcp.stdio import run_stdio
 class _OpenApp:
     """Opens the services in the lifespan and remembers them for the HTTP gate."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings, self.app = settings, None
+    def __init__(self, settings: Settings, agent_url: str | None = None) -> None:
+        self.settings, self.app, self.agent_url = settings, None, agent_url
 
     @asynccontextmanager
     async def __call__(self) -> AsyncIterator[App]:
         app = await bootstrap(self.settings)
+        if self.agent_url is not None and app.agents is not None:  # HTTP: agents call this very server
+            app.agents.use_endpoint(FixedEndpoint(self.agent_url))
+        else:  # stdio: agents get a loopback endpoint while they run
+            serve_agents_locally(app)
         await _recover(app)
         self.app = app
         sweeping = _start_sweeper(self.settings, app)
@@ -113,11 +120,36 @@ def serve_stdio(settings: Settings) -> None:
 
 
 def serve_http(settings: Settings, host: str, port: int) -> None:
-    """MCP over streamable HTTP at http://HOST:PORT/mcp; every request needs a bearer token."""
+    """MCP over streamable HTTP at http://HOST:PORT/mcp; every request needs a bearer token. Says on stderr where
+    it listens once it does. Raises: InvalidInput when the port is taken."""
     import uvicorn
 
     _plain_logging()
-    opener = _OpenApp(settings)
+    _port_free(host, port)
+    url = f"http://{host}:{port}/mcp"
+    local = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/mcp"
+    opener = _OpenApp(settings, agent_url=local)
     server = build_server(opener, local_principal=None, tool_names=settings.mcp.tool_names)
     config = uvicorn.Config(http_app(server, lambda: opener.app, host), host=host, port=port, log_level="warning")
-    anyio.run(uvicorn.Server(config).serve)
+
+    class Announcing(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                where = settings.config_file or "built-in defaults"
+                print(f"taskgate MCP server listening on {url} (tokens: taskgate token create --operator ID); "
+                      f"config {where}; database {redact(settings.resolved_database_url)}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+
+    anyio.run(Announcing(config).serve)
+
+
+def _port_free(host: str, port: int) -> None:
+    """Raises: InvalidInput naming the port and the setting when something already listens there."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise InvalidInput(f"cannot listen on {host}:{port} ({exc.strerror}); pick another port with --port or "
+                               f"mcp.port in taskgate.toml") from None  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Literal
 
@@ -118,14 +118,20 @@ async def _unauthorized(send: Any, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def http_app(server: MCPServer, runtime_app: Callable[[], App | None], host: str) -> Any:
-    """The streamable-HTTP ASGI app at /mcp, behind `BearerGate`. Tokens are checked against the open database."""
+def http_app(
+    server: MCPServer,
+    runtime_app: Callable[[], App | None],
+    host: str,
+    authenticate: Callable[[str | None], Awaitable[Principal]] | None = None,
+) -> Any:
+    """The streamable-HTTP ASGI app at /mcp, behind `BearerGate`. Tokens are checked against the open database
+    (or by `authenticate`, e.g. one that admits agent tokens only)."""
     inner = server.streamable_http_app(streamable_http_path="/mcp", host=host)
 
-    async def authenticate(token: str | None) -> Principal:
+    async def any_token(token: str | None) -> Principal:
         app = runtime_app()
         if app is None:
             raise Unauthenticated("taskgate is starting; retry")
         return await app.access.authenticate(token)
 
-    return BearerGate(inner, authenticate)
+    return BearerGate(inner, authenticate or any_token)

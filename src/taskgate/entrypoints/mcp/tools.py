@@ -363,7 +363,8 @@ async def project_decide(
 async def session_status(session_id: SessionRef, ctx: Context) -> SessionOut:
     """One session: state, version, prior state (while suspended), the triggers allowed next, `escalated_at` (when
     the sweeper escalated the verification it waits in), its agents
-    (status, exit code, start/end, heartbeat, output file and tail) and its workflow stack (depth, breadcrumb,
+    (status, exit code, start/end, heartbeat, output file and tail, and `report`: what its CLI said of its run,
+    its final message, turns, tokens and cost) and its workflow stack (depth, breadcrumb,
     frames, and what a person must do: an approval or checklist items), when it runs one."""
     call = _call(ctx)
     sid = await _session_id(call, session_id)
@@ -590,7 +591,6 @@ async def policies_check(
 
 @tool_errors
 async def save_output(
-    session_id: SessionRef,
     path: Annotated[
         str,
         Field(
@@ -602,14 +602,27 @@ async def save_output(
     ],
     content: Annotated[str, Field(description="The file's content (10 MB at most by default).", max_length=14_000_000)],
     ctx: Context,
+    session_id: Annotated[
+        str | None,
+        Field(
+            description="Session id or a unique prefix (4+ characters); an agent may leave it out: its own session.",
+            min_length=1,
+            max_length=64,
+        ),
+    ] = None,
     encoding: Annotated[
         Literal["text", "base64"], Field(description="text (saved as UTF-8) or base64 (for binary content).")
     ] = "text",
 ) -> OutputOut:
     """Save a file into the session's folder (data/agent-outputs/<session id>/) and list it in the folder's
     manifest.json; an earlier file of the same path is replaced. Every write stays inside the folder: '..',
-    absolute paths, NUL and control characters and symbolic links are refused. Agents: their own session only."""
+    absolute paths, NUL and control characters and symbolic links are refused. Agents: their own session only
+    (session_id may be left out)."""
     call = _call(ctx)
+    if session_id is None:
+        if call.principal.session_id is None:
+            raise InvalidInput("session_id is required (only an agent, whose token names its session, may omit it)")
+        session_id = call.principal.session_id
     sid = await _session_id(call, session_id, Capability.SAVE_OUTPUT)
     if call.app.outputs is None:
         raise StorageError("this server has no session folders configured")
@@ -622,10 +635,10 @@ async def query_workflows(
     ctx: Context,
     pattern: Pattern = None,
     category: Annotated[
-        str | None, Field(description="Only this category (the folder under config/workflows).", max_length=100)
+        str | None, Field(description="Only this category (the folder under workflows/).", max_length=100)
     ] = None,
 ) -> WorkflowList:
-    """The valid workflows of the catalogue (config/workflows), by category then id: id, description,
+    """The valid workflows of the catalogue (built-in and the project's own), by category then id: id, description,
     category, steps and the loop guard. Files are read again on every call."""
     call = _call(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
@@ -634,7 +647,7 @@ async def query_workflows(
 
 @tool_errors
 async def query_checklists(ctx: Context, pattern: Pattern = None) -> ChecklistList:
-    """The valid checklists of the catalogue (config/checklists), by id, with their items (required or not)."""
+    """The valid checklists of the catalogue (built-in and the project's own), by id, with their items."""
     call = _call(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
     return ChecklistList.of(_workflows(call).query_checklists(pattern), pattern)
