@@ -128,3 +128,31 @@ async def test_0007_adopts_old_agent_tokens_and_0008_reopens_plans_that_closed_o
         assert tokens == {"t1": agent, "t2": None}
     finally:
         await db.dispose()
+
+
+async def test_0009_gives_agents_a_null_report_and_downgrades_without_it(tmp_path):
+    db = Database(f"sqlite:///{tmp_path / 'reports.db'}")
+    try:
+        await migrations.upgrade(db, "0008")
+        async with db.connect() as conn:
+            for sql in (
+                "INSERT INTO projects (id, name, key, root_path, config, created_at) VALUES (1, 'p', 'P', '/r', '{}',"
+                " '2026-01-01')",
+                "INSERT INTO tasks (id, project_id, title, description, status, priority, created_at) VALUES"
+                " ('P-1', 1, 'old', '', 'in_progress', 2, '2026-01-01')",
+                "INSERT INTO sessions (id, project_id, task_id, state, version, state_data, workflow_stack, created_at,"
+                " updated_at) VALUES ('s1', 1, 'P-1', 'executing', 3, '{}', '[]', '2026-01-01', '2026-01-01')",
+                "INSERT INTO agents (id, session_id, agent_type, command, status) VALUES"
+                " ('a1', 's1', 'claude', '[\"claude\"]', 'completed')",
+            ):
+                await conn.exec_driver_sql(sql)
+            await conn.commit()
+        await migrations.upgrade(db)
+        async with db.connect() as conn:
+            assert (await conn.exec_driver_sql("SELECT id, report FROM agents")).all() == [("a1", None)]
+        await migrations.downgrade(db, "0008")
+        async with db.connect() as conn:
+            columns = await conn.run_sync(lambda c: {col["name"] for col in inspect(c).get_columns("agents")})
+        assert "report" not in columns and "error" in columns
+    finally:
+        await db.dispose()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import csv
 import dataclasses
 import io
 import json
 import os
-from collections.abc import Awaitable, Iterable, Sequence
+import re
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -24,6 +26,7 @@ from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import WorkspaceContext
 from taskgate.application.workspaces import WorktreeRow
 from taskgate.domain.access import effective_permissions
+from taskgate.domain.agent_reports import AgentReport
 from taskgate.domain.entities import Agent, Operator, Outcome, Session, StepRun, Task, TransitionRecord
 from taskgate.domain.policies import TestRun
 
@@ -290,11 +293,70 @@ def print_policy_check(check: PolicyCheck) -> None:
 def agents_table(agents: list[Agent], title: str = "Agents") -> Table:
     rows = []
     for a in agents:
-        last = (a.output_tail.strip().splitlines() or [""])[-1][:60]
-        note = escape(a.error or last)  # agent output is data, never Rich markup
+        said = AgentReport.from_dict(a.report)  # a CLI's JSON events: its final message says more than their last
+        last = said.headline(60) if said else (terminal_safe(a.output_tail).strip().splitlines() or [""])[-1][:60]
+        note = escape(terminal_safe(a.error or last))  # agent output is data, never Rich markup
         rows.append((a.id[:8], a.agent_type, a.run, a.status.value, "" if a.exit_code is None else a.exit_code,
-                     _when(a.heartbeat_at), note))  # fmt: skip
-    return table(title, ["agent", "type", "run", "status", "exit", "heartbeat", "note / last output"], rows)
+                     _when(a.heartbeat_at), report_cell(a), note))  # fmt: skip
+    columns = ["agent", "type", "run", "status", "exit", "heartbeat", "turns / tokens / cost", "note / last output"]
+    return table(title, columns, rows)
+
+
+def report_cell(agent: Agent) -> str:
+    """`4 / 400 in, 80 out / $0.0032` from the agent's report ("" before it ended or for plain-text agents)."""
+    report = AgentReport.from_dict(agent.report)
+    if report is None:
+        return ""
+    cost = "-" if report.cost_usd is None else f"${report.cost_usd:.4f}"
+    return f"{report.turns} / {report.input_tokens} in, {report.output_tokens} out / {cost}"
+
+
+def agent_line(agent: Agent) -> str:
+    """One line for an agent (plain text): `agent 1a2b3c4d claude (run 1) completed: <first line of its final
+    message> (4 turns, 400 in / 80 out tokens, $0.0032)`; a failed one shows its error instead."""
+    line = f"agent {agent.id[:8]} {agent.agent_type} (run {agent.run}) {agent.status.value}"
+    report = AgentReport.from_dict(agent.report)
+    failed = agent.status.value == "failed" and agent.error
+    said = _first_line(agent.error) if failed else (report.headline() if report else _first_line(agent.error))
+    line += f": {terminal_safe(said)}" if said else ""
+    return line + (f" ({report.usage()})" if report is not None else "")
+
+
+# CSI (colours, cursor moves), OSC (titles, hyperlinks, clipboard) ended by BEL or ST, DCS/SOS/PM/APC ended by ST,
+# and the other escape sequences; then every other control character but newline and tab (C0, DEL, C1).
+_ESCAPE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]" r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)" r"|\x1b[PX^_][^\x1b]*\x1b\\" r"|\x1b[ -/]*[0-~]"
+)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# the start of an escape sequence cut by the end of what was read so far (held back until the rest arrives)
+_CUT_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[PX^_][^\x1b]*\x1b?|[ -/]*)\Z")
+_ESC = re.compile("\x1b")
+_HOLD_AT_MOST = 4096
+
+
+def terminal_safe(text: str) -> str:
+    """`text` without anything a terminal would act on: escape sequences and control characters (newlines and
+    tabs stay). Agent output passes through it before it reaches the operator's terminal."""
+    return _CONTROL.sub("", _ESCAPE.sub("", text))
+
+
+class TerminalSafeStream:
+    """`terminal_safe` over a byte stream read in pieces: UTF-8 and escape sequences cut between two reads are
+    put back together before they are judged."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._held = ""
+
+    def feed(self, data: bytes, *, final: bool = False) -> str:
+        text = self._held + self._decoder.decode(data, final=final)
+        self._held = ""
+        if not final:  # the earliest escape in the last few KB that has not ended yet waits for the next read
+            window = max(0, len(text) - _HOLD_AT_MOST)
+            cut = next((m.start() for m in _ESC.finditer(text, window) if _CUT_ESCAPE.match(text, m.start())), None)
+            if cut is not None:
+                text, self._held = text[:cut], text[cut:]
+        return terminal_safe(text)
 
 
 async def follow_agents(app: Any, session_id: str, *, until: Awaitable[Any], interval: float = 0.5) -> None:
@@ -316,9 +378,9 @@ async def follow_agents(app: Any, session_id: str, *, until: Awaitable[Any], int
 
 def workflows_table(entries: Sequence[Any]) -> Table:
     """`workflow list`: the catalogue's workflows (CatalogueEntry), valid or not."""
-    rows = [(e.category or "", e.id, escape(e.description), e.steps, "yes" if e.valid else "[red]no[/red]", e.file)
-            for e in entries]  # fmt: skip
-    return table("Workflows", ["category", "id", "description", "steps", "valid", "file"], rows)
+    rows = [(e.category or "", e.id, escape(e.description), e.steps, "yes" if e.valid else "[red]no[/red]", e.source,
+             escape(e.file)) for e in entries]  # fmt: skip
+    return table("Workflows", ["category", "id", "description", "steps", "valid", "source", "file"], rows)
 
 
 def _step_what(step: Any) -> str:
@@ -363,9 +425,11 @@ def workflow_table(workflow: Any) -> Table:
     return table(title, ["step", "type", "what", "routes", "retries"], rows)
 
 
-def checklists_table(checklists: Sequence[Any]) -> Table:
-    rows = [(c.id, escape(c.description), len(c.items), sum(i.required for i in c.items), c.file) for c in checklists]
-    return table("Checklists", ["id", "description", "items", "required", "file"], rows)
+def checklists_table(checklists: Sequence[Any], origin: Callable[[str], str]) -> Table:
+    """`checklist list`: id, description, items, where each comes from (`origin(file)`: built-in or project)."""
+    rows = [(c.id, escape(c.description), len(c.items), sum(i.required for i in c.items), origin(c.file),
+             escape(c.file)) for c in checklists]  # fmt: skip
+    return table("Checklists", ["id", "description", "items", "required", "source", "file"], rows)
 
 
 def checklist_table(checklist: Any) -> Table:

@@ -209,6 +209,7 @@ agents = Table(
     Column("pid", Integer, nullable=True),  # the process group leader, to re-attach after a restart
     Column("output_tail", Text, nullable=False, server_default=text("''")),
     Column("error", Text, nullable=True),
+    Column("report", JSON(none_as_null=True), nullable=True),  # the agent CLI's account of its run (AgentReport)
     Index("ix_agents_status", "status"),
 )
 
