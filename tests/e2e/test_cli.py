@@ -195,7 +195,7 @@ VERSION_RANGE = "expected_version must be from 1 to 2147483647, got 922337203685
         (["task", "add", "x", "--plan", "42"], "plan 42 not found"),
         (["task", "list", "--status", "sleeping"], "unknown task status 'sleeping'"),
         (["init", "."], "is not inside a git repository"),
-        (["init", "repo"], "already registered"),
+        (["init", "repo", "--name", "other"], "already registered as project 'demo'"),
         (["plan", "add", "../../etc"], "plan name '../../etc' is invalid"),
         (["project", "archive", "demo"], "has 1 active session"),
     ],

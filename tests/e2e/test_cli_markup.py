@@ -21,9 +21,9 @@ def test_an_error_naming_a_config_table_prints_it(cli: Cli):
     seed(cli)
     session = cli.json("session", "start", "DEMO-1")
 
-    error = cli.fails("session", "execute", session["id"][:8], "--agent", "coder")
+    error = cli.fails("session", "execute", session["id"][:8], "--agent", "nobody")
 
-    assert "[agents.NAME]" in error and "coder" in error
+    assert "[agents.NAME]" in error and "nobody" in error
 
 
 def test_help_naming_config_tables_prints_them(cli: Cli):

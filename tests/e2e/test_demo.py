@@ -27,7 +27,7 @@ def test_the_demo_runs_the_story_and_its_database_matches_what_it_printed(tmp_pa
     assert "refused DEMO-4" in out and "wip_limit" in out and "stays ready" in out
     assert "merged → completed" in out and "failed → rolled_back" in out and "rolled_back → completed" in out
     assert "started DEMO-4" in out and "Transition log" in out
-    # the happy session's work is done by a real agent process (config/agents/scripted_coder.py), supervised
+    # the happy session's work is done by a real agent process (the built-in scripted coder), supervised
     assert "launched: " in out and "scripted_coder.py Implement the API" in out and "Agents of session" in out
     assert "coder completed, exit 0" in out and "[scripted_coder] committed" in out
     assert "work_complete    executing → verifying (automatic, by system: all agents completed)" in out

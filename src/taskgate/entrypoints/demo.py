@@ -1,12 +1,12 @@
 """The guided demo: a scratch git repo, a fresh SQLite database, and sessions driven through the engine.
 
 It shows, in order: a plan with a blocked task, the blocked task refused, three sessions started (each in its
-own git worktree) and a fourth refused by the WIP limit, one session's agent (the scripted coder of
-`config/agents/`, a real process supervised by the `AgentService`) committing in its worktree while `main`
-moves on and the session moving to verifying when it ends, the operator's review and checkpoint, that session
-approved and merged (rebased onto the moved `main`, fast-forwarded, worktree removed), one rejected and rolled
-back, the freed slot taken, the project's context and worktrees, `state_at` replaying the log, and the
-transition log as a Rich table.
+own git worktree) and a fourth refused by the WIP limit, one session's agent (the built-in catalogue's scripted
+coder, a real process supervised by the `AgentService`) committing in its worktree while `main` moves on and
+the session moving to verifying when it ends, the operator's review and checkpoint, that session approved and
+merged (rebased onto the moved `main`, fast-forwarded, worktree removed), one rejected and rolled back, the freed
+slot taken, the project's context and worktrees, `state_at` replaying the log, and the transition log as a Rich
+table.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from pathlib import Path
 from rich.panel import Panel
 from rich.rule import Rule
 
-import taskgate
 from taskgate.application.agents import AgentService, ExecutionOptions
 from taskgate.application.decisions import Decide
 from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import FireTrigger, StartTask
 from taskgate.application.tracker import AddTask
-from taskgate.bootstrap import App, bootstrap, build_agents, load_settings
+from taskgate.bootstrap import BUILTIN_CATALOGUE, App, bootstrap, build_agents, load_settings
 from taskgate.domain.agents import AgentType
 from taskgate.domain.entities import Session
 from taskgate.domain.errors import PolicyViolation
@@ -83,43 +82,6 @@ def make_scratch_repo(root: Path) -> Path:
     return repo
 
 
-# The stand-in for config/agents/scripted_coder.py when taskgate runs from an installed package (no config/ next
-# to it): the same change, self-contained (the real one imports _agentlib.py from its folder).
-_INLINE_CODER = """\
-import os, re, subprocess, sys
-title = sys.argv[1] if len(sys.argv) > 1 else "untitled task"
-target = "work/" + ("-".join(re.findall(r"[a-z0-9]+", title.lower())[:6]) or "task") + ".md"
-print(f"[scripted_coder] working on {title!r} in {os.getcwd()}", flush=True)
-os.makedirs("work", exist_ok=True)
-with open(target, "a", encoding="utf-8") as out:
-    out.write(f"# {title}\\n\\nDone by the scripted coder.\\n")
-print(f"[scripted_coder] edited {target}", flush=True)
-git = ["git", "-c", "user.name=taskgate scripted agent", "-c", "user.email=agent@taskgate.invalid"]
-subprocess.run([*git, "add", "--", target], check=True)
-subprocess.run([*git, "commit", "-q", "-m", f"feat: {title}"[:72]], check=True)
-head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-print(f"[scripted_coder] committed {head}: feat: {title}", flush=True)
-folder = os.environ.get("TASKGATE_SESSION_FOLDER")
-if folder:
-    os.makedirs(os.path.join(folder, "coder"), exist_ok=True)
-    with open(os.path.join(folder, "coder", "summary.md"), "w") as out:
-        out.write(f"# {title}\\n\\n- edited `{target}`\\n- commit {head}: feat: {title}\\n")
-print("[scripted_coder] summary saved (file)", flush=True)
-"""
-
-
-def example_config_dir(root: Path) -> Path:
-    """The folder holding `agents/scripted_coder.py`: the checkout's `config/` (taskgate runs from source, as
-    `make demo` does), else `<root>/config` with a self-contained stand-in written into it."""
-    checkout = Path(taskgate.__file__).resolve().parents[2] / "config"
-    if (checkout / "agents" / "scripted_coder.py").is_file() and (checkout / "agents" / "_agentlib.py").is_file():
-        return checkout
-    inline = root / "config"
-    (inline / "agents").mkdir(parents=True, exist_ok=True)
-    (inline / "agents" / "scripted_coder.py").write_text(_INLINE_CODER)
-    return inline
-
-
 def demo_agents(app: App, config_dir: Path) -> AgentService:
     """The demo's agent supervisor, with one agent type made here: `coder`, the scripted coder (no model).
 
@@ -175,7 +137,7 @@ async def run_demo(workdir: Path | None = None) -> None:
     )
     app = await bootstrap(settings)
     try:
-        await _story(app, make_scratch_repo(root), demo_agents(app, example_config_dir(root)))
+        await _story(app, make_scratch_repo(root), demo_agents(app, BUILTIN_CATALOGUE))
     finally:
         await app.close()
     console.print(

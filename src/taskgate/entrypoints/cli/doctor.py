@@ -1,0 +1,140 @@
+"""`taskgate doctor`: one line per thing a set-up needs, each with the fix when it is missing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+
+import typer
+
+from taskgate.bootstrap import agent_types, bootstrap, database_report, find_config_file, load_settings
+from taskgate.domain.errors import TaskgateError
+from taskgate.entrypoints import render
+from taskgate.entrypoints.cli.agents import readiness
+from taskgate.entrypoints.cli.common import JsonOpt, app
+from taskgate.entrypoints.render import console
+
+_MARK = {"ok": "[green]ok  [/green]", "warn": "[yellow]warn[/yellow]", "fail": "[red]FAIL[/red]"}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # ok, warn, fail
+    detail: str
+    fix: str = ""
+
+
+@app.command()
+def doctor(as_json: JsonOpt = False) -> None:
+    """Check this set-up: git and its identity, the config file, the database, the project, every agent type in
+    use (its CLI, version, credentials), and the MCP endpoint agents call back to. Exit 1 if a check fails."""
+    checks = [*_git_checks()]
+    try:
+        settings = load_settings()
+        checks.append(Check("config", "ok" if settings.config_file else "warn",
+                            str(settings.config_file or find_config_file() or "none: built-in defaults"),
+                            "" if settings.config_file else "taskgate init (in your repository)"))  # fmt: skip
+        checks += asyncio.run(_service_checks(settings))
+        checks += _agent_checks(settings)
+    except TaskgateError as exc:
+        checks.append(Check("config", "fail", str(exc), "fix the file named above"))
+    if as_json:
+        render.print_json([asdict(c) for c in checks])
+    else:
+        for check in checks:
+            fix = f"  (fix: {check.fix})" if check.fix and check.status != "ok" else ""
+            console.print(f"{_MARK[check.status]} {check.name:<22} ", end="", highlight=False)
+            console.print(f"{check.detail}{fix}", markup=False, highlight=False)
+    if any(c.status == "fail" for c in checks):
+        raise typer.Exit(1)
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10)
+    except OSError:
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _git_checks() -> list[Check]:
+    version = _git("--version")
+    if version is None:
+        return [Check("git", "fail", "git is not installed", "install git (2.30 or newer)")]
+    checks = [Check("git", "ok", version)]
+    for key in ("user.name", "user.email"):
+        value = _git("config", key)
+        checks.append(Check(f"git {key}", "ok", value) if value else
+                      Check(f"git {key}", "fail", f"{key} is not set: agents' commits need it",
+                            f"git config --global {key} '...'"))  # fmt: skip
+    return checks
+
+
+async def _service_checks(settings) -> list[Check]:
+    """The database (reachable, migrated), the project of this folder, and the agent endpoint (it answers)."""
+    from taskgate.entrypoints.mcp.agent_endpoint import LoopbackEndpoint
+
+    try:
+        app_ = await bootstrap(settings)
+    except TaskgateError as exc:
+        return [Check("database", "fail", str(exc), "check database_url / data_dir in taskgate.toml")]
+    try:
+        report = await database_report(app_)
+        at_head = report["schema_revision"] == report["head_revision"]
+        checks = [Check("database", "ok" if at_head else "fail",
+                        f"{report['database_url']} (schema {report['schema_revision']})")]  # fmt: skip
+        try:
+            project = await app_.tracker.resolve_project(None, os.getcwd())
+            checks.append(Check("project", "ok", f"{project.name} (key {project.key}) at {project.root_path}"))
+        except TaskgateError as exc:
+            checks.append(Check("project", "warn", str(exc), "taskgate init (in your repository)"))
+        endpoint = LoopbackEndpoint(app_, settings.mcp.tool_names, grace_s=0)
+        url = await endpoint.acquire()
+        try:
+            answered = await asyncio.to_thread(_answers_401, url)
+        finally:
+            await endpoint.close()
+        checks.append(Check("mcp endpoint", "ok" if answered else "fail",
+                            f"agents get one like {url} while they run (agent tokens only)" if answered
+                            else f"{url} did not answer", "check that 127.0.0.1 is reachable"))  # fmt: skip
+        return checks
+    finally:
+        await app_.close()
+
+
+def _answers_401(url: str) -> bool:
+    """Whether the endpoint answers (a request without a token must get 401)."""
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, b"{}", method="POST"), timeout=5)
+    except urllib.error.HTTPError as exc:
+        return exc.code == 401
+    except OSError:
+        return False
+    return False
+
+
+def _agent_checks(settings) -> list[Check]:
+    """Agent types the set-up uses (configured, default, or the CLI presets) must be installed and credentialed;
+    a CLI preset nobody configured is only a warning."""
+    kinds = agent_types(settings)
+    used = set(settings.agents) | set(settings.execution.default_agents)
+    checks = []
+    for name in sorted(used | {"claude", "codex", "aider"}):
+        ready = readiness(settings, kinds[name])
+        missing = "fail" if name in used else "warn"
+        if ready.installed is None:
+            checks.append(Check(f"agent {name}", missing, f"'{ready.program}' not found on PATH",
+                                ready.install or f"install it, or fix agents.{name}.command"))  # fmt: skip
+        elif not ready.ready:
+            needs = " or ".join(ready.needs_one_of)
+            checks.append(Check(f"agent {name}", missing, f"{ready.version or ready.installed}; no credential",
+                                f"export {needs} (or log in with the CLI)"))  # fmt: skip
+        else:
+            creds = ", ".join(ready.credentials_set) or "its own login"
+            checks.append(Check(f"agent {name}", "ok", f"{ready.version or ready.installed}; credentials: {creds}"))
+    return checks

@@ -1,0 +1,168 @@
+"""The tracker: version, projects, plans, tasks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from taskgate import __version__
+from taskgate.application.beads_import import BeadsImporter, ImportBeads, ImportReport
+from taskgate.application.tracker import AddTask
+from taskgate.bootstrap import App
+from taskgate.domain.entities import Project
+from taskgate.entrypoints import render
+from taskgate.entrypoints.cli.common import (
+    JsonOpt,
+    ProjectOpt,
+    _local_actor,
+    app,
+    emit,
+    fail,
+    plan_app,
+    project_app,
+    run,
+    run_in_project,
+    task_app,
+)
+from taskgate.entrypoints.render import console
+
+
+@app.command()
+def version() -> None:
+    """Print taskgate's version."""
+    print(__version__)
+
+
+@project_app.command("list")
+def project_list(as_json: JsonOpt = False) -> None:
+    """List registered projects."""
+    projects = run(lambda services: services.tracker.list_projects())
+    rows = ([p.id, p.name, p.key, p.status.value, p.root_path] for p in projects)
+    emit(
+        projects, as_json, lambda: render.table("Projects", ["id", "name", "key", "status", "root"], rows, markup=False)
+    )
+
+
+@project_app.command("archive")
+def project_archive(project: Annotated[str, typer.Argument(help="Project id, name or key.")]) -> None:
+    """Archive a project: read-only, no new sessions. Refused while it has active sessions."""
+
+    async def work(services: App):
+        found = await services.tracker.resolve_project(project)
+        return await services.tracker.archive_project(found.id, _local_actor(services))
+
+    archived = run(work)
+    console.print(f"project [bold]{escape(archived.name)}[/bold] archived")
+
+
+@plan_app.command("add")
+def plan_add(
+    name: Annotated[str, typer.Argument(help="Plan name, e.g. 'Phase 1'.")],
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add a plan (phase) to a project."""
+    plan = run_in_project(
+        project, lambda services, found: services.tracker.add_plan(found.id, name, _local_actor(services))
+    )
+    emit(plan, as_json, lambda: f"plan [bold]{plan.name}[/bold] added (id {plan.id})")
+
+
+@plan_app.command("list")
+def plan_list(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
+    """List the plans of a project."""
+
+    plans = run_in_project(project, lambda services, found: services.tracker.list_plans(found.id))
+    emit(
+        plans,
+        as_json,
+        lambda: render.table(
+            "Plans", ["id", "name", "status"], ([p.id, p.name, p.status.value] for p in plans), markup=False
+        ),
+    )
+
+
+@task_app.command("add")
+def task_add(
+    title: Annotated[str, typer.Argument(help="What the task is.")],
+    description: Annotated[str, typer.Option("--description", "-d")] = "",
+    plan: Annotated[int | None, typer.Option("--plan", help="Plan id.")] = None,
+    priority: Annotated[int, typer.Option("--priority", help="0 (most urgent) .. 4.")] = 2,
+    blocked_by: Annotated[
+        list[str] | None, typer.Option("--blocked-by", help="A blocking task id (repeatable).")
+    ] = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add a task to the built-in tracker. A closed plan (its tasks all completed) is reopened by it."""
+
+    def add(services: App, found: Project):
+        command = AddTask(found.id, title, description, plan, priority, blocked_by or [], _local_actor(services))
+        return services.tracker.add(command)
+
+    added = run_in_project(project, add)
+    task, note = added.task, added.note()
+    reopened = added.reopened.id if added.reopened else None
+    emit(
+        {**render.jsonable(task), "plan_reopened": reopened},
+        as_json,
+        lambda: f"task [bold]{task.id}[/bold] added: {task.title}" + (f"\n{note}" if note else ""),
+    )
+
+
+@task_app.command("list")
+def task_list(
+    plan: Annotated[int | None, typer.Option("--plan")] = None,
+    status: Annotated[str | None, typer.Option("--status")] = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List tasks, oldest first."""
+
+    tasks = run_in_project(project, lambda services, found: services.tracker.list_tasks(found.id, plan, status))
+    emit(tasks, as_json, lambda: render.tasks_table(tasks))
+
+
+@task_app.command("ready")
+def task_ready(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
+    """Tasks that can start now: open, no active session, every blocker completed, plan not closed; most urgent
+    first."""
+
+    tasks = run_in_project(project, lambda services, found: services.tracker.ready_tasks(found.id))
+    emit(tasks, as_json, lambda: render.tasks_table(tasks, "Ready tasks"))
+
+
+@task_app.command("import-beads")
+def task_import_beads(
+    path: Annotated[Path, typer.Argument(help="A Beads JSONL export, e.g. .beads/issues.jsonl.")],
+    plan: Annotated[int | None, typer.Option("--plan", help="Plan id for the new tasks.")] = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Import Beads issues as built-in tasks (again: updates them). Malformed lines are reported and skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"cannot read {path}: {exc}")
+
+    async def work(services: App, found: Project) -> ImportReport:
+        assert services.uow is not None and services.clock is not None
+        importer = BeadsImporter(services.uow, services.clock)
+        say = None if as_json else (lambda message: console.print(message, highlight=False, markup=False))
+        return await importer.import_jsonl(ImportBeads(found.id, text, plan, _local_actor(services)), say)
+
+    report = run_in_project(project, work)
+    if as_json:
+        render.print_json({"counts": report.counts(), **render.jsonable(report)})
+        return
+    counts = report.counts()
+    console.print(", ".join(f"{n} {what}" for what, n in counts.items()), highlight=False)
+    for problem in report.skipped:
+        console.print(f"  skipped line {problem.line}: {problem.reason}", highlight=False, markup=False)
+    for problem in report.warnings:
+        console.print(f"  note, line {problem.line}: {problem.reason}", highlight=False, markup=False)
+    if report.reopened_plan is not None:
+        console.print(f"plan {report.reopened_plan} was closed and is open again", highlight=False)

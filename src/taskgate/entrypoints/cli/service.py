@@ -1,0 +1,223 @@
+"""Running the service and its chores: demo, serve, context, worktrees, sweep, webhooks."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from taskgate.bootstrap import App, load_settings
+from taskgate.domain.entities import Project
+from taskgate.domain.errors import InvalidInput, TaskgateError
+from taskgate.entrypoints import render
+from taskgate.entrypoints.cli.common import (
+    JsonOpt,
+    ProjectOpt,
+    app,
+    emit,
+    fail,
+    run,
+    run_in_project,
+    worktrees_app,
+)
+from taskgate.entrypoints.render import console
+
+
+@app.command()
+def demo(
+    workdir: Annotated[Path | None, typer.Option(help="Where to put the scratch repo and database.")] = None,
+) -> None:
+    """Run the guided demo on a scratch git repository and a fresh SQLite database."""
+    from taskgate.entrypoints.demo import run_demo
+
+    try:
+        asyncio.run(run_demo(workdir))
+    except TaskgateError as exc:
+        fail(str(exc))
+
+
+@app.command()
+def serve(
+    http: Annotated[bool, typer.Option("--http", help="Streamable HTTP (bearer tokens) instead of stdio.")] = False,
+    host: Annotated[str | None, typer.Option(help="HTTP host (default: mcp.host, 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port (default: mcp.port, 8765).")] = None,
+) -> None:
+    """Run the MCP server: over stdio as the local operator, or over HTTP for token holders."""
+    from taskgate.entrypoints.mcp.runner import serve_http, serve_stdio
+
+    try:
+        settings = load_settings()
+        if http:
+            serve_http(settings, host or settings.mcp.host, port or settings.mcp.port)
+        else:
+            serve_stdio(settings)
+    except TaskgateError as exc:
+        fail(str(exc))
+
+
+@app.command("context")
+def context(
+    project: ProjectOpt = None,
+    refresh: Annotated[bool, typer.Option("--refresh", help="Ignore the cached snapshot.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """The project's git and tracker context (what the context_discover MCP tool returns)."""
+
+    async def work(services: App, found: Project):
+        return await services.context.discover(found.id, refresh=refresh)
+
+    found = run_in_project(project, work)
+    if as_json:
+        render.print_json(found.as_dict())
+        return
+    console.print(render.context_panel(found))
+
+
+@worktrees_app.callback(invoke_without_command=True)
+def worktrees(ctx: typer.Context, project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
+    """List session worktrees with their session, state and disk use (orphans are marked)."""
+    if ctx.invoked_subcommand is not None:
+        return
+
+    async def work(services: App):
+        found = await services.tracker.resolve_project(project, os.getcwd()) if project else None
+        return await services.workspaces.list_worktrees(found.id if found else None)
+
+    rows = run(work)
+    emit(rows, as_json, lambda: render.worktrees_table(rows))
+
+
+@worktrees_app.command("reconcile")
+def worktrees_reconcile(
+    report_only: Annotated[bool, typer.Option("--report-only", help="Only report orphans; prune nothing.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """What `taskgate serve` does at start: prune (or report) orphan worktrees and branches, flag sessions whose
+    worktree vanished, and finish initialisations a crash interrupted."""
+
+    async def work(services: App):
+        return await services.workspaces.reconcile(prune=False if report_only else None)
+
+    report = run(work)
+    if as_json:
+        render.print_json(report)
+        return
+    console.print(report.summary(), highlight=False)
+    found = (
+        ("orphan worktree", report.orphan_worktrees),
+        ("orphan branch", report.orphan_branches),
+        ("missing worktree of session", report.missing_worktrees),
+        ("error", report.errors),
+    )
+    for label, items in found:
+        for item in items:
+            console.print(f"  {label}: {item}", highlight=False, markup=False)
+
+
+@app.command("sweep")
+def sweep(as_json: JsonOpt = False) -> None:
+    """Run the sweeper once (what `taskgate serve` does every [sweeper] interval_s): time out sessions past their
+    deadline, escalate or fail verifications waiting for a decision, abandon sessions whose agents went silent."""
+    from taskgate.bootstrap import build_sweeper
+
+    report = run(lambda services: build_sweeper(services.settings or load_settings(), services).sweep_once())
+    if as_json:
+        render.print_json(report)
+        return
+    console.print(report.summary(), highlight=False)
+    for action in report.actions:
+        console.print(
+            f"  {action.session_id} {action.action} ({action.from_state} -> {action.to_state}): {action.reason}",
+            highlight=False,
+            markup=False,
+        )
+    for skip in report.skipped:
+        console.print(f"  {skip.session_id} skipped {skip.action}: {skip.why}", highlight=False, markup=False)
+    for agent_id in report.silent_agents:
+        console.print(f"  agent {agent_id} marked failed (no heartbeat)", highlight=False)
+    for error in report.errors:
+        console.print(f"  error: {error}", highlight=False, markup=False)
+
+
+webhooks_app = typer.Typer(help="Webhook deliveries of the events log (see docs/events.md).", no_args_is_help=True)
+app.add_typer(webhooks_app, name="webhooks")
+
+
+def _dispatcher(services: App):
+    """The configured webhook dispatcher. Raises: InvalidInput when no `[[webhooks]]` are configured."""
+    from taskgate.bootstrap import build_outbox
+
+    assert services.uow is not None and services.clock is not None
+    dispatcher = build_outbox(services.settings or load_settings(), services.uow, services.clock)
+    if dispatcher is None:
+        raise InvalidInput("no webhooks configured: add a [[webhooks]] table to the config (see docs/events.md)")
+    return dispatcher
+
+
+@webhooks_app.command("status")
+def webhooks_status(as_json: JsonOpt = False) -> None:
+    """Deliveries per webhook: pending, delivered, failed (gave up), and the oldest pending one."""
+
+    async def work(services: App):
+        return await _dispatcher(services).status()
+
+    rows = run(work)
+    columns = ["webhook", "url", "events", "pending", "delivered", "failed", "oldest pending", "attempts", "next try"]
+    emit(
+        rows,
+        as_json,
+        lambda: render.table(
+            "Webhooks",
+            [*columns, "last error"],
+            (
+                [
+                    s.name,
+                    s.url,
+                    ", ".join(s.events),
+                    s.pending,
+                    s.delivered,
+                    s.failed,
+                    f"event {s.oldest_pending_event_id}" if s.oldest_pending_event_id else "",
+                    s.attempts or "",
+                    s.next_attempt_at.isoformat(timespec="seconds") if s.next_attempt_at else "",
+                    s.last_error,
+                ]
+                for s in rows
+            ),
+            markup=False,
+        ),
+    )
+
+
+@webhooks_app.command("deliver")
+def webhooks_deliver(
+    once: Annotated[bool, typer.Option("--once", help="Deliver what is due now, then exit.")] = False,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, help="Seconds between idle rounds.")] = 1.0,
+) -> None:
+    """Send the pending webhook deliveries, printing each attempt. Without --once it keeps going (like `taskgate
+    serve` does in the background) until interrupted; with --once it stops when nothing more is due now."""
+
+    async def work(services: App):
+        dispatcher = _dispatcher(services)
+        totals = [0, 0, 0, 0]
+        while True:
+            report = await dispatcher.run_once()
+            for line in report.lines:
+                console.print(line, highlight=False, markup=False, soft_wrap=True)
+            for i, n in enumerate((report.enqueued, report.delivered, report.retried, report.failed)):
+                totals[i] += n
+            if report.sent == 0:
+                if once:
+                    return totals
+                await asyncio.sleep(interval)
+
+    try:
+        enqueued, delivered, retried, failed = run(work)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    console.print(
+        f"enqueued {enqueued}, delivered {delivered}, will retry {retried}, gave up {failed}", highlight=False
+    )
