@@ -211,6 +211,11 @@ class TrackerService:
             await uow.projects.get(project_id)
             return await uow.tasks.list(project_id, plan_id=plan_id, status=wanted)
 
+    async def task(self, task_id: str) -> Task:
+        """One task, with its blockers. Raises: TaskNotFound."""
+        async with self._uow(write=False) as uow:
+            return await uow.tasks.get(task_id)
+
     async def ready_tasks(self, project_id: int) -> list[Task]:
         """Open tasks without an active session whose blockers are all completed, most urgent first."""
         async with self._uow(write=False) as uow:

@@ -15,6 +15,7 @@ import anyio
 from taskgate.bootstrap import App, Settings, bootstrap, build_outbox, build_sweeper, redact
 from taskgate.domain.access import Principal
 from taskgate.domain.errors import InvalidInput
+from taskgate.entrypoints.console.app import beside_mcp, console_app
 from taskgate.entrypoints.mcp.agent_endpoint import FixedEndpoint, serve_agents_locally
 from taskgate.entrypoints.mcp.server import build_server, http_app
 from taskgate.entrypoints.mcp.stdio import run_stdio
@@ -130,7 +131,9 @@ def serve_http(settings: Settings, host: str, port: int) -> None:
     local = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/mcp"
     opener = _OpenApp(settings, agent_url=local)
     server = build_server(opener, local_principal=None, tool_names=settings.mcp.tool_names)
-    config = uvicorn.Config(http_app(server, lambda: opener.app, host), host=host, port=port, log_level="warning")
+    console, _ = console_app(lambda: opener.app)
+    asgi = beside_mcp(http_app(server, lambda: opener.app, host), console)
+    config = uvicorn.Config(asgi, host=host, port=port, log_level="warning")
 
     class Announcing(uvicorn.Server):
         async def startup(self, sockets=None) -> None:
@@ -140,6 +143,8 @@ def serve_http(settings: Settings, host: str, port: int) -> None:
                 print(f"taskgate MCP server listening on {url} (tokens: taskgate token create --operator ID); "
                       f"config {where}; database {redact(settings.resolved_database_url)}",
                       file=sys.stderr, flush=True)  # fmt: skip
+                print(f"taskgate console at {local.removesuffix('mcp')} (sign in with an operator token)",
+                      file=sys.stderr, flush=True)
 
     anyio.run(Announcing(config).serve)
 

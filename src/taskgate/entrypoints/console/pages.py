@@ -1,0 +1,136 @@
+"""The console's pages (GET): board, session, diff review, audit and its exports. Each reads through the same use
+cases as the MCP tools and checks the same capability first (`project_ready_tasks`/READ for the board,
+`session_status`/READ_SESSION for a session, `session_review` for the diff, `audit_query`/AUDIT for the audit)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from taskgate.application.board import BoardFilter
+from taskgate.application.ports import TransitionQuery
+from taskgate.application.timestamps import parse_timestamp
+from taskgate.domain.access import Capability
+from taskgate.domain.errors import InvalidInput
+from taskgate.domain.session_fsm import allowed_triggers
+from taskgate.entrypoints.console.diff_view import parse_patch
+from taskgate.entrypoints.console.web import SECURITY_HEADERS, Console, Visit, page
+from taskgate.entrypoints.render import jsonable, transitions_csv
+
+AUDIT_LIMIT = 1000
+
+
+def routes(console: Console) -> dict[str, Any]:
+    """Path → endpoint for every page."""
+
+    @page(console)
+    async def board(v: Visit) -> Response:
+        await v.app.operators.authorize(v.principal, Capability.READ)
+        q = v.request.query_params
+        projects = [p for p in await v.app.tracker.list_projects() if p.archived_at is None]
+        if not projects:
+            return v.page("empty.html")
+        project = await v.app.tracker.resolve_project(q.get("project") or projects[0].name)
+        filters = BoardFilter(_int(q.get("plan"), "plan"), q.get("operator") or None)
+        shown = await console.board_query().board(project.id, filters)
+        template = "_board.html" if v.request.headers.get("x-console-live") else "board.html"
+        return v.page(template, board=shown, projects=projects, mark=await console.feed.current(),
+                      may_start=await v.may(Capability.START))  # fmt: skip
+
+    @page(console)
+    async def session(v: Visit) -> Response:
+        sid = await _session_id(v, Capability.READ_SESSION)
+        values = await _session_values(v, sid)
+        template = "_session.html" if v.request.headers.get("x-console-live") else "session.html"
+        return v.page(template, mark=await console.feed.current(), **values)
+
+    @page(console)
+    async def review(v: Visit) -> Response:
+        sid = await _session_id(v, Capability.READ_SESSION)
+        session = await v.app.sessions.get(sid)
+        workspace = await v.app.workspaces.review(sid)
+        files = parse_patch(workspace.patch)
+        view = "split" if v.request.query_params.get("view") == "split" else "unified"
+        task = await v.app.tracker.task(session.task_id)
+        return v.page("review.html", session=session, task=task, review=workspace, files=files, view=view,
+                      may_decide=await v.may(Capability.DECIDE, sid),
+                      may_override=await v.may(Capability.OVERRIDE, sid))  # fmt: skip
+
+    @page(console)
+    async def audit(v: Visit) -> Response:
+        records, query = await _audit_rows(v)
+        fmt = v.request.path_params.get("fmt")
+        if fmt == "csv":
+            return Response(transitions_csv(records), media_type="text/csv", headers=_download("audit.csv"))
+        if fmt == "json":
+            body = json.dumps(jsonable(records), indent=2, ensure_ascii=False)
+            return Response(body, media_type="application/json", headers=_download("audit.json"))
+        return v.page("audit.html", records=records, query=dict(v.request.query_params), limit=query.limit,
+                      export_query=urlencode([(k, x) for k, x in v.request.query_params.multi_items() if x]))
+
+    return {"/": board, "/sessions/{sid}": session, "/sessions/{sid}/review": review, "/audit": audit,
+            "/audit.{fmt}": audit}  # fmt: skip
+
+
+async def _session_id(v: Visit, capability: Capability) -> str:
+    sid = await v.app.sessions.resolve_id(v.request.path_params["sid"])
+    await v.app.operators.authorize(v.principal, capability, session_id=sid)
+    return sid
+
+
+async def _session_values(v: Visit, sid: str) -> dict[str, Any]:
+    """What the session page shows: state, task, timeline, workflow stack, agents, outputs, the approve dry run."""
+    app = v.app
+    session = await app.sessions.get(sid)
+    task = await app.tracker.task(session.task_id)
+    agents = await app.agents.agents(sid) if app.agents is not None else []
+    stack = app.workflows.view(session) if app.workflows is not None and session.workflow_stack else None
+    check = None
+    if session.state.value == "verifying":  # the approve policies as this operator would meet them (no test run)
+        check = await app.sessions.check(sid, "approve", actor=v.principal.actor, run_tests=False)
+    outputs = (await app.outputs.manifest(sid)).get("outputs", []) if app.outputs is not None else []
+    return {
+        "session": session, "task": task, "history": await app.sessions.history(sid, 500), "agents": agents,
+        "stack": stack, "check": check, "outputs": outputs,
+        "triggers": allowed_triggers(session.state, session.prior_state),
+        "may_decide": await v.may(Capability.DECIDE, sid), "may_fire": await v.may(Capability.FIRE, sid),
+        "may_override": await v.may(Capability.OVERRIDE, sid), "may_steer": await v.may(Capability.STEER, sid),
+    }  # fmt: skip
+
+
+async def _audit_rows(v: Visit) -> tuple[list[Any], TransitionQuery]:
+    await v.app.operators.authorize(v.principal, Capability.AUDIT)
+    q = v.request.query_params
+    sid = await v.app.sessions.resolve_id(q["session"]) if q.get("session") else None
+    outcome = q.get("outcome") or None
+    if outcome not in (None, "applied", "blocked"):
+        raise InvalidInput(f"outcome must be applied or blocked, not {outcome!r}")
+    query = TransitionQuery(sid, q.get("actor") or None, q.get("state") or None, outcome, _when(q.get("since")),
+                            _when(q.get("until")), _int(q.get("limit"), "limit") or AUDIT_LIMIT)  # fmt: skip
+    return await v.app.audit.transitions(query), query
+
+
+def _when(text: str | None) -> Any:
+    return parse_timestamp(text) if text else None
+
+
+def _int(text: str | None, name: str) -> int | None:
+    if not text:
+        return None
+    if not text.isdigit() or len(text) > 9:
+        raise InvalidInput(f"{name} must be a whole number, not {text!r}")
+    return int(text)
+
+
+def _download(name: str) -> dict[str, str]:
+    return {**SECURITY_HEADERS, "content-disposition": f'attachment; filename="{name}"'}
+
+
+def signin_page(console: Console, request: Request, error: str | None = None, status: int = 200) -> Response:
+    """The sign-in form (no sign-in needed to see it)."""
+    return console.render("signin.html", status, error=error, next=request.query_params.get("next", "/"), me=None,
+                          csrf="", flash=[], path="/signin")  # fmt: skip
