@@ -69,13 +69,15 @@ class ChangeFeed:
             await asyncio.sleep(self._interval)
 
 
-async def stream(feed: ChangeFeed, since: int, alive: Callable[[], Awaitable[bool]]) -> AsyncIterator[str]:
+async def stream(
+    feed: ChangeFeed, since: int, alive: Callable[[], Awaitable[bool]], heartbeat_s: float = HEARTBEAT_S
+) -> AsyncIterator[str]:
     """Server-sent events: `changed` whenever the feed's mark moves past what this page has seen; a comment line
-    every HEARTBEAT_S; ends when `alive` says the page's sign-in ended (so a revoked token stops its streams)."""
+    every `heartbeat_s`; ends when `alive` says the page's sign-in ended (so a revoked token stops its streams)."""
     mark = since
     yield "retry: 2000\n\n"
     while await alive():
-        newer = await feed.wait_past(mark, HEARTBEAT_S)
+        newer = await feed.wait_past(mark, heartbeat_s)
         if newer > mark:
             mark = newer
             yield f"event: changed\ndata: {mark}\n\n"

@@ -69,8 +69,13 @@ def routes(console: Console) -> dict[str, Any]:
         if fmt == "json":
             body = json.dumps(jsonable(records), indent=2, ensure_ascii=False)
             return Response(body, media_type="application/json", headers=_download("audit.json"))
-        return v.page("audit.html", records=records, query=dict(v.request.query_params), limit=query.limit,
-                      export_query=urlencode([(k, x) for k, x in v.request.query_params.multi_items() if x]))
+        return v.page(
+            "audit.html",
+            records=records,
+            query=dict(v.request.query_params),
+            limit=query.limit,
+            export_query=urlencode([(k, x) for k, x in v.request.query_params.multi_items() if x]),
+        )
 
     return {"/": board, "/sessions/{sid}": session, "/sessions/{sid}/review": review, "/audit": audit,
             "/audit.{fmt}": audit}  # fmt: skip
