@@ -23,7 +23,7 @@ index 1111111..2222222 100644
  def total(xs):
 -    return sum(xs)
 +    return sum(xs or [])
- 
+\x20
  # end
 @@ -10,2 +10,3 @@ def other():
  x = 1
@@ -52,7 +52,7 @@ def test_a_patch_becomes_files_of_numbered_lines() -> None:
 
 
 def test_highlighted_lines_escape_what_they_show() -> None:
-    added = [line for line in parse_patch(PATCH)[0].lines if line.text == 'y = "<b>"'][0]
+    added = next(line for line in parse_patch(PATCH)[0].lines if line.text == 'y = "<b>"')
     assert "<b>" not in added.html and "&lt;b&gt;" in added.html and "hl-" in added.html
 
 
