@@ -8,6 +8,8 @@ import csv
 import io
 import json
 import re
+import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 from playwright.async_api import Browser, async_playwright, expect
 
 from tests.e2e.test_console_browser import XSS, card, signed_in
-from tests.support.console_site import ConsoleSite, chromium
+from tests.support.console_site import TASKGATE, ConsoleSite, _free_port, chromium
 from tests.support.served import db_rows
 
 pytestmark = pytest.mark.slow
@@ -158,3 +160,40 @@ async def test_the_audit_page_filters_and_exports(site: ConsoleSite, browser: Br
     reply = await page.request.get(f"{site.url}/audit.json?session={site.session_id}")
     triggers = [r["trigger"] for r in await reply.json()]
     assert triggers[:2] == ["create", "initialize"] and triggers[-1] == "work_complete"
+
+
+async def test_taskgate_console_prints_a_one_time_link_that_signs_the_local_operator_in_once(
+    site: ConsoleSite, browser: Browser, tmp_path: Path
+) -> None:
+    port = _free_port()
+    log = tmp_path / "console.log"
+    with log.open("w") as out:
+        process = subprocess.Popen([TASKGATE, "console", "--port", str(port)], cwd=site.repo, env=site.env,
+                                   stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        link = _wait_for(lambda: re.search(r"sign in once with (\S+)", log.read_text()), log)[1]
+        assert site.tokens["alice"] not in log.read_text() and "tg_" not in link
+        page = await browser.new_page()
+        await page.goto(link)
+        await page.get_by_role("button", name="Sign in").click()
+        await expect(page.get_by_role("heading", name=re.compile("^Board"))).to_be_visible()
+        await expect(page.locator(".who strong")).to_have_text("alice")
+        again = await browser.new_page()
+        await again.goto(link)
+        await again.get_by_role("button", name="Sign in").click()
+        await expect(again.get_by_role("alert")).to_contain_text("used already or has expired")
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+    tokens = json.loads(site.cli("token", "list", "--json"))
+    link_tokens = [t for t in tokens if t["label"] == "taskgate console sign-in link"]
+    assert len(link_tokens) == 1 and link_tokens[0]["revoked_at"] is not None  # revoked when the console stopped
+
+
+def _wait_for(found, log: Path, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if match := found():
+            return match
+        time.sleep(0.1)
+    raise AssertionError(f"not printed in time: {log.read_text()}")

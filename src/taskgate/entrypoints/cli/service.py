@@ -58,6 +58,24 @@ def serve(
         fail(str(exc))
 
 
+@app.command("console")
+def console_command(
+    host: Annotated[str | None, typer.Option(help="HTTP host (default: mcp.host, 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port (default: mcp.port, 8765).")] = None,
+    open_browser: Annotated[bool, typer.Option("--open", help="Open the sign-in link in a browser.")] = False,
+) -> None:
+    """Serve the operator console (and MCP beside it, as `serve --http` does) and print a one-time sign-in link
+    for the local operator."""
+    from taskgate.entrypoints.mcp.runner import serve_http
+
+    try:
+        settings = load_settings()
+        serve_http(settings, host or settings.mcp.host, port or settings.mcp.port, sign_in_link=True,
+                   open_browser=open_browser)  # fmt: skip
+    except TaskgateError as exc:
+        fail(str(exc))
+
+
 @app.command("context")
 def context(
     project: ProjectOpt = None,

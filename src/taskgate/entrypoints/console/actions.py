@@ -34,7 +34,12 @@ def routes(console: Console) -> dict[str, Any]:
         form = await request.form()
         if not _same_origin(request):
             return signin_page(console, request, "this sign-in did not come from the console's own page", 403)
-        token = str(form.get("token") or "").strip()
+        if form.get("code") is not None:  # a one-time link from `taskgate console`
+            token = console.sign_ins.redeem(str(form.get("code")))
+            if token is None:
+                return signin_page(console, request, "this sign-in link was used already or has expired", 401)
+        else:
+            token = str(form.get("token") or "").strip()
         try:
             app = console.services()
             principal = await app.access.authenticate(token or None)
@@ -46,6 +51,12 @@ def routes(console: Console) -> dict[str, Any]:
         secure = request.url.scheme == "https"
         response.set_cookie(COOKIE, cookie, httponly=True, samesite="strict", secure=secure, path="/")
         return response
+
+    async def sign_in_link(request: Request) -> Response:
+        """The page a one-time link opens: a button that spends the code (a GET never does, so a link preview
+        or prefetch cannot use it up)."""
+        return console.render("signin_link.html", code=request.query_params.get("code", ""), me=None, csrf="",
+                              flash=[], path="/signin/link")  # fmt: skip
 
     @action(console)
     async def sign_out(v: Visit) -> Response:
@@ -106,7 +117,8 @@ def routes(console: Console) -> dict[str, Any]:
         return v.back(f"/sessions/{sid}", f"ticked {item}")
 
     return {
-        "/signin": sign_in, "/signout": sign_out, "/tasks/{task_id}/start": start, "/sessions/{sid}/decide": decide,
+        "/signin": sign_in, "/signin/link": sign_in_link, "/signout": sign_out, "/tasks/{task_id}/start": start,
+        "/sessions/{sid}/decide": decide,
         "/sessions/{sid}/fire": fire, "/sessions/{sid}/check": check_item,
     }  # fmt: skip
 

@@ -32,7 +32,8 @@ def console_app(runtime_app: Callable[[], App | None]) -> tuple[Starlette, Conso
     console = Console(runtime_app)
     routes = [Route(path, endpoint, methods=["GET"]) for path, endpoint in pages.routes(console).items()]
     for path, endpoint in actions.routes(console).items():
-        routes.append(Route(path, endpoint, methods=["GET", "POST"] if path == "/signin" else ["POST"]))
+        methods = {"/signin": ["GET", "POST"], "/signin/link": ["GET"]}.get(path, ["POST"])
+        routes.append(Route(path, endpoint, methods=methods))
     routes += [Route("/events", _events(console)), Route("/static/{name}", _static)]
     return Starlette(routes=routes), console
 

@@ -21,6 +21,7 @@ from taskgate.domain.errors import Unauthenticated
 
 COOKIE = "taskgate_console"
 LIFETIME_S = 12 * 3600
+LINK_TTL_S = 600
 
 
 @dataclass(slots=True)
@@ -37,7 +38,20 @@ class SignIns:
 
     def __init__(self, lifetime_s: float = LIFETIME_S) -> None:
         self._by_id: dict[str, SignIn] = {}
+        self._links: dict[str, tuple[str, float]] = {}  # one-time code → (token, expiry)
         self._lifetime = lifetime_s
+
+    def link(self, token: str, ttl_s: float = LINK_TTL_S) -> str:
+        """A one-time sign-in code for `token` (`taskgate console` prints it in a URL: the code, never the token).
+        It works once, within `ttl_s` seconds."""
+        code = secrets.token_urlsafe(24)
+        self._links[code] = (token, time.monotonic() + ttl_s)
+        return code
+
+    def redeem(self, code: str | None) -> str | None:
+        """The token of a live one-time code, which is spent by this call; None for a spent, expired or unknown one."""
+        token, expires = self._links.pop(code or "", ("", 0.0))
+        return token if token and expires >= time.monotonic() else None
 
     def open(self, token: str, principal: Principal) -> tuple[str, SignIn]:
         """A new sign-in for an operator's token; returns the cookie value and the sign-in.

@@ -7,8 +7,10 @@ import contextlib
 import logging
 import socket
 import sys
+import webbrowser
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 
@@ -120,9 +122,13 @@ def serve_stdio(settings: Settings) -> None:
     anyio.run(run_stdio, build_server(opener, local_principal=principal, tool_names=settings.mcp.tool_names))
 
 
-def serve_http(settings: Settings, host: str, port: int) -> None:
-    """MCP over streamable HTTP at http://HOST:PORT/mcp; every request needs a bearer token. Says on stderr where
-    it listens once it does. Raises: InvalidInput when the port is taken."""
+def serve_http(
+    settings: Settings, host: str, port: int, *, sign_in_link: bool = False, open_browser: bool = False
+) -> None:
+    """MCP over streamable HTTP at http://HOST:PORT/mcp (every request needs a bearer token) and the operator
+    console at http://HOST:PORT/. Says on stderr where it listens once it does; with `sign_in_link`, also a
+    one-time link that signs the local operator in (`taskgate console`), opened in a browser with `open_browser`.
+    Raises: InvalidInput when the port is taken."""
     import uvicorn
 
     _plain_logging()
@@ -131,9 +137,11 @@ def serve_http(settings: Settings, host: str, port: int) -> None:
     local = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/mcp"
     opener = _OpenApp(settings, agent_url=local)
     server = build_server(opener, local_principal=None, tool_names=settings.mcp.tool_names)
-    console, _ = console_app(lambda: opener.app)
+    console, pages = console_app(lambda: opener.app)
     asgi = beside_mcp(http_app(server, lambda: opener.app, host), console)
-    config = uvicorn.Config(asgi, host=host, port=port, log_level="warning")
+    home = local.removesuffix("mcp")
+    # open console pages hold an event stream each: stop waiting for them after a few seconds
+    config = uvicorn.Config(asgi, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3)
 
     class Announcing(uvicorn.Server):
         async def startup(self, sockets=None) -> None:
@@ -143,10 +151,27 @@ def serve_http(settings: Settings, host: str, port: int) -> None:
                 print(f"taskgate MCP server listening on {url} (tokens: taskgate token create --operator ID); "
                       f"config {where}; database {redact(settings.resolved_database_url)}",
                       file=sys.stderr, flush=True)  # fmt: skip
-                print(f"taskgate console at {local.removesuffix('mcp')} (sign in with an operator token)",
-                      file=sys.stderr, flush=True)
+                print(f"taskgate console at {home} (sign in with an operator token)", file=sys.stderr, flush=True)
+                if sign_in_link and opener.app is not None:
+                    link = await _sign_in_link(opener.app, settings.operator.default, pages, home)
+                    print(f"sign in once with {link} (valid 10 minutes)", file=sys.stderr, flush=True)
+                    if open_browser:
+                        webbrowser.open(link)
 
     anyio.run(Announcing(config).serve)
+
+
+async def _sign_in_link(app: App, operator_id: str, pages: Any, home: str) -> str:
+    """A one-time sign-in link for the local operator: an operator token of its own (never shown, revoked when the
+    server stops) behind a single-use code."""
+    issued = await app.access.create_operator_token(operator_id, label="taskgate console sign-in link")
+
+    async def revoke() -> None:
+        with contextlib.suppress(Exception):  # stopping anyway; a token left behind is listed by `token list`
+            await app.access.revoke(issued.token.id)
+
+    app.closers.append(revoke)
+    return f"{home}signin/link?code={pages.sign_ins.link(issued.secret)}"
 
 
 def _port_free(host: str, port: int) -> None:
