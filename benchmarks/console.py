@@ -85,7 +85,8 @@ async def seed_sessions(repo: Path, count: int) -> None:
             task_id = f"BENCH-{n + 1000}"
             state = STATES[n % len(STATES)]
             tasks.append({"id": task_id, "project_id": project_id, "plan_id": plan_id, "title": f"Task number {n}",
-                          "description": "", "priority": 2, "status": "open", "created_at": at, "source": "builtin"})  # fmt: skip
+                          "description": "", "priority": 2, "status": "open", "created_at": at,
+                          "source": "builtin"})  # fmt: skip
             sessions.append({"id": str(uuid.uuid4()), "task_id": task_id, "project_id": project_id,
                              "plan_id": plan_id, "operator_id": "alice", "state": state, "prior_state": None,
                              "state_data": {}, "workflow_stack": [], "version": 5, "created_at": at,
