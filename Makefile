@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/audit_queries.py
 	$(BIN)/python benchmarks/worktree_cost.py
 	$(BIN)/python benchmarks/recovery.py
+	$(BIN)/python benchmarks/console.py
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .ruff_cache .hypothesis
