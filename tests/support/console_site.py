@@ -35,7 +35,8 @@ def chromium() -> str:
 class ConsoleSite:
     """One deployment serving MCP and the console; `cli` runs taskgate in the repository as its user would."""
 
-    def __init__(self, root: Path, database_url: str | None = None) -> None:
+    def __init__(self, root: Path, database_url: str | None = None, **settings: str) -> None:
+        """`settings`: extra TASKGATE_* environment variables (e.g. TASKGATE_WORKFLOWS__DEFAULT="bug-fix")."""
         self.root = root
         self.repo = make_git_repo(root / "repo")
         self.port = _free_port()
@@ -47,6 +48,7 @@ class ConsoleSite:
         }  # fmt: skip
         if database_url:
             self.env["TASKGATE_DATABASE_URL"] = database_url
+        self.env |= settings
         self.process: subprocess.Popen[bytes] | None = None
         self.tokens: dict[str, str] = {}
 

@@ -137,3 +137,21 @@ async def test_the_event_stream_says_changed_and_ends_with_the_sign_in() -> None
     sent = [chunk async for chunk in stream(feed, 1, still_signed_in, heartbeat_s=0.05)]
     assert sent == ["retry: 2000\n\n", "event: changed\ndata: 2\n\n", ": still here\n\n"]
     await feed.close()
+
+
+async def test_stopping_the_feed_ends_every_open_stream_at_once() -> None:
+    async def read() -> int:
+        return 1
+
+    feed = ChangeFeed(read, interval_s=0.01)
+
+    async def signed_in() -> bool:
+        return True
+
+    async def drain() -> list[str]:
+        return [chunk async for chunk in stream(feed, 1, signed_in, heartbeat_s=60)]
+
+    streams = [asyncio.create_task(drain()) for _ in range(5)]
+    await asyncio.sleep(0.05)
+    await feed.stop()
+    assert await asyncio.wait_for(asyncio.gather(*streams), timeout=2) == [["retry: 2000\n\n"]] * 5

@@ -24,6 +24,18 @@ class ChangeFeed:
         self._moved = asyncio.Condition()
         self._listeners = 0
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    async def stop(self) -> None:
+        """The server is stopping: every waiting stream ends now (instead of holding the shutdown)."""
+        self._stopped = True
+        async with self._moved:
+            self._moved.notify_all()
+        await self.close()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
 
     @property
     def listeners(self) -> int:
@@ -41,7 +53,7 @@ class ChangeFeed:
         try:
             async with self._moved:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._moved.wait_for(lambda: self._mark > mark), timeout)
+                    await asyncio.wait_for(self._moved.wait_for(lambda: self._stopped or self._mark > mark), timeout)
                 return self._mark
         finally:
             self._listeners -= 1
@@ -76,8 +88,10 @@ async def stream(
     every `heartbeat_s`; ends when `alive` says the page's sign-in ended (so a revoked token stops its streams)."""
     mark = since
     yield "retry: 2000\n\n"
-    while await alive():
+    while not feed.stopped and await alive():
         newer = await feed.wait_past(mark, heartbeat_s)
+        if feed.stopped:
+            return
         if newer > mark:
             mark = newer
             yield f"event: changed\ndata: {mark}\n\n"

@@ -6,6 +6,7 @@ headers, and the turning of taskgate's errors into pages. The pages and actions 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,6 +42,7 @@ SECURITY_HEADERS = {
     "x-frame-options": "DENY",
     "cache-control": "no-store",
 }
+FLASH_ON_CARD_S = 30.0
 _CONTROL = {c: 0x2400 + c for c in range(0x20)} | {0x7F: 0x2421}  # control characters as their visible symbols
 
 
@@ -121,7 +123,11 @@ class Visit:
         return True
 
     def page(self, name: str, status: int = 200, **values: Any) -> HTMLResponse:
-        flash, self.sign_in.flash = self.sign_in.flash, []
+        # a message about a card stays with it a while: the live part is re-rendered as things move, and the
+        # refusal must not vanish with the first update; page-wide messages show once
+        now = time.monotonic()
+        flash = [f for f in self.sign_in.flash if f.get("until", now) >= now]
+        self.sign_in.flash = [f for f in flash if f["target"]]
         return self.console.render(
             name, status, me=self.sign_in.operator_id, csrf=self.sign_in.csrf, flash=flash, path=self.request.url.path,
             **values,
@@ -130,7 +136,8 @@ class Visit:
     def back(self, fallback: str, message: str | None = None, *, error: bool = False, target: str = "") -> Response:
         """303 to the form's `next` (a path of this console only) or `fallback`, with a message shown there."""
         if message:
-            self.sign_in.flash.append({"text": message, "error": error, "target": target})
+            self.sign_in.flash.append({"text": message, "error": error, "target": target,
+                                       "until": time.monotonic() + FLASH_ON_CARD_S})  # fmt: skip
         return RedirectResponse(_local(self.request.query_params.get("next"), fallback), status_code=303)
 
 

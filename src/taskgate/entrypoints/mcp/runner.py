@@ -144,6 +144,10 @@ def serve_http(
     config = uvicorn.Config(asgi, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3)
 
     class Announcing(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            await pages.feed.stop()  # open console pages' event streams end now instead of holding the shutdown
+            await super().shutdown(sockets)
+
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets)
             if self.started:

@@ -38,6 +38,8 @@
       if (again) { again = false; refresh(); }
     }
   }
+  // While agents run, their log tails change without an event: refresh every 2 s as long as one runs.
+  setInterval(() => { if (region.querySelector("[data-running]")) refresh(); }, 2000);
   const events = new EventSource("/events?since=" + encodeURIComponent(mark));
   events.addEventListener("changed", (e) => { document.body.dataset.seen = e.data; refresh(); });
 })();
