@@ -12,13 +12,13 @@ docs/console/ for the README.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 
-from tests.support.console_site import ConsoleSite, chromium
+from tests.support.console_site import ConsoleSite
 from tests.support.served import db_rows
 
 pytestmark = pytest.mark.slow
@@ -44,17 +44,6 @@ def site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ConsoleSite
         svc.stop()
         for _ in databases:
             pass
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    path = chromium()
-    async with async_playwright() as p:
-        launched = await p.chromium.launch(executable_path=path, args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 async def signed_in(browser: Browser, site: ConsoleSite, who: str, width: int = 1280) -> Page:

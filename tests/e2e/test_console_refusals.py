@@ -10,14 +10,14 @@ import json
 import re
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, async_playwright, expect
+from playwright.async_api import Browser, expect
 
 from tests.e2e.test_console_browser import XSS, card, signed_in
-from tests.support.console_site import TASKGATE, ConsoleSite, _free_port, chromium
+from tests.support.console_site import TASKGATE, ConsoleSite, _free_port
 from tests.support.served import db_rows
 
 pytestmark = pytest.mark.slow
@@ -36,17 +36,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleSite]:
         yield svc
     finally:
         svc.stop()
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    path = chromium()
-    async with async_playwright() as p:
-        launched = await p.chromium.launch(executable_path=path, args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 async def decisions(site: ConsoleSite) -> list[tuple]:

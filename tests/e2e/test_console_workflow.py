@@ -7,29 +7,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, async_playwright, expect
+from playwright.async_api import Browser, expect
 
 from tests.e2e.test_console_browser import card, signed_in
-from tests.support.console_site import ConsoleSite, chromium
+from tests.support.console_site import ConsoleSite
 from tests.support.served import db_rows
 
 pytestmark = pytest.mark.slow
 REQUIRED = ["tests-pass", "lint-clean", "types-check", "no-debug-code", "docs-updated"]
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    path = chromium()
-    async with async_playwright() as p:
-        launched = await p.chromium.launch(executable_path=path, args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 def served(root: Path, **settings: str) -> ConsoleSite:

@@ -1,0 +1,22 @@
+"""Fixtures of the e2e tests that drive a browser."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from playwright.async_api import Browser, async_playwright
+
+from tests.support.console_site import chromium
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    """Debian's Chromium under Playwright, for one test (skipped with a reason where there is none, except in CI)."""
+    path = chromium()
+    async with async_playwright() as p:
+        launched = await p.chromium.launch(executable_path=path, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            await launched.close()
