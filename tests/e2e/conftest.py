@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from playwright.async_api import Browser, async_playwright
+from playwright.async_api import Browser, async_playwright, expect
 
 from tests.support.console_site import chromium
+
+# Playwright's assertions wait 5 s by default; agents, live updates and PostgreSQL on a loaded 2-core CI machine
+# can take longer than that, and a wait that ends early is a false failure, not a finding.
+expect.set_options(timeout=60_000)
 
 
 @pytest.fixture

@@ -72,7 +72,7 @@ def card(page: Page, column: str, task: str):
 async def test_start_review_request_changes_approve_merge(site: ConsoleSite, browser: Browser) -> None:
     page = await signed_in(browser, site, "alice")
     task = "SHOP-1"
-    await page.get_by_role("button", name=f"Start {task}").click()  # the coder takes 1.5 s at least
+    await page.get_by_role("button", name=f"Start {task}").click()  # the coder takes 4 s at least
     await expect(page.get_by_text(f"started {task}")).to_be_visible()
     await expect(card(page, "executing", task)).to_be_visible()
     await page.evaluate("window.__not_reloaded = true")  # gone if the page reloads: the card must move live

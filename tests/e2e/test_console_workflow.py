@@ -75,3 +75,25 @@ async def test_a_start_refused_by_the_wip_limit_says_why_on_the_card_and_leaves_
         assert blocked == [("start",)]  # the refusal is in the audit log
     finally:
         site.stop()
+
+
+async def test_a_merge_that_conflicts_names_the_files_and_changes_nothing(tmp_path: Path, browser: Browser) -> None:
+    site = served(tmp_path)
+    try:
+        sid = json.loads(site.cli("session", "start", "SHOP-1", "--json"))["id"]
+        site.cli("session", "execute", sid)  # the coder adds work/parse-totals.md → verifying
+        site.cli("session", "decide", sid, "approve", "--reason", "fine")  # → awaiting_merge
+        (site.repo / "work").mkdir()
+        (site.repo / "work" / "parse-totals.md").write_text("# written on main meanwhile\n")
+        site.git("add", "work/parse-totals.md")
+        site.git("-c", "user.name=Other", "-c", "user.email=other@example.invalid", "commit", "-qm", "meanwhile")
+        main_before = site.git("rev-parse", "main").strip()
+
+        page = await signed_in(browser, site, "alice")
+        await page.goto(f"{site.url}/sessions/{sid}")
+        await page.get_by_role("button", name="Merge").click()
+        await expect(page.locator(".flash .error")).to_contain_text("work/parse-totals.md")
+        await expect(page.locator("[data-state]")).to_have_text("awaiting_merge")
+        assert site.git("rev-parse", "main").strip() == main_before
+    finally:
+        site.stop()

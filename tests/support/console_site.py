@@ -65,8 +65,8 @@ class ConsoleSite:
         """init, the config the tests need, bob, one task per title (<KEY>-1 …), a token per operator."""
         self.cli("init", "--name", "shop")
         config = self.repo / ".taskgate" / "taskgate.toml"
-        # the built-in scripted coder, 1.5 s slower, so that a browser sees the card while its agent works
-        slow_coder = ["sh", "-c", 'sleep 1.5; exec "$0" "$@"', sys.executable,
+        # the built-in scripted coder, 4 s slower, so that a browser surely sees the card while its agent works
+        slow_coder = ["sh", "-c", 'sleep 4; exec "$0" "$@"', sys.executable,
                       "{catalogue_dir}/agents/scripted_coder.py", "{task_title}", "--instructions", "{instructions}",
                       "--prompt", "{prompt}"]  # fmt: skip
         text = config.read_text().replace("[execution]\n", '[execution]\ndefault_agents = ["coder"]\n', 1)

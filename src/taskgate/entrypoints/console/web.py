@@ -125,9 +125,13 @@ class Visit:
     def page(self, name: str, status: int = 200, **values: Any) -> HTMLResponse:
         # a message about a card stays with it a while: the live part is re-rendered as things move, and the
         # refusal must not vanish with the first update; page-wide messages show once
+        # A live refresh (a fetch of the live part) shows only the card messages: a page-wide message waits for
+        # the next whole page, else a refresh racing the redirect after a POST would swallow it.
         now = time.monotonic()
         flash = [f for f in self.sign_in.flash if f.get("until", now) >= now]
-        self.sign_in.flash = [f for f in flash if f["target"]]
+        live = bool(self.request.headers.get("x-console-live"))
+        self.sign_in.flash = [f for f in flash if f["target"] or live]
+        flash = [f for f in flash if f["target"]] if live else flash
         return self.console.render(
             name, status, me=self.sign_in.operator_id, csrf=self.sign_in.csrf, flash=flash, path=self.request.url.path,
             **values,
@@ -215,12 +219,20 @@ def action(console: Console) -> Callable[[Handler], Callable[[Request], Awaitabl
             except Forbidden as exc:
                 return _forbidden(console, str(exc))
             except TaskgateError as exc:
-                return current.back(request.url.path, f"{type(exc).__name__}: {exc}", error=True,
+                return current.back(_sent_from(request), f"{type(exc).__name__}: {exc}", error=True,
                                     target=_text(form.get("target")) or "")  # fmt: skip
 
         return endpoint
 
     return wrap
+
+
+def _sent_from(request: Request) -> str:
+    """The console page a form was sent from (its Referer, when it is this console's), else the board."""
+    referer = urlsplit(request.headers.get("referer", ""))
+    if referer.netloc != request.headers.get("host", "") or not referer.path.startswith("/"):
+        return "/"
+    return referer.path + (f"?{referer.query}" if referer.query else "")
 
 
 def _text(value: Any) -> str | None:
