@@ -32,6 +32,8 @@ from taskgate.application.ports import (
     WorktreeEntry,
     WorktreeState,
 )
+from taskgate.domain import writebacks as wb
+from taskgate.domain.beads import WAITS_FOR_ANY
 from taskgate.domain.entities import (
     OPEN_STEP_STATUSES,
     Agent,
@@ -65,9 +67,11 @@ from taskgate.domain.errors import (
     TaskNotFound,
     VcsError,
     WorktreeMismatch,
+    WritebackNotFound,
 )
 from taskgate.domain.policies import BlockerFact, TestRun
 from taskgate.domain.states import TERMINAL_STATES, SessionState
+from taskgate.domain.writebacks import Writeback
 
 
 @dataclass
@@ -87,6 +91,7 @@ class InMemoryStore:
     agents: dict[str, Agent] = field(default_factory=dict)
     deliveries: list[dict[str, Any]] = field(default_factory=list)
     step_runs: dict[int, StepRun] = field(default_factory=dict)
+    writebacks: dict[int, Writeback] = field(default_factory=dict)
     next_id: dict[str, int] = field(default_factory=dict)
 
     def allocate(self, kind: str) -> int:
@@ -183,11 +188,19 @@ class InMemoryTaskRepository(_Repo):
             for t in self.store.tasks.values()
             if t.project_id == project_id
             and t.status == TaskStatus.OPEN
+            and t.hold is None
             and t.id not in active
-            and all(self.store.tasks[b].status == TaskStatus.COMPLETED for b in t.blockers)
+            and not self._blocked(t)
             and (t.plan_id is None or self.store.plans[t.plan_id].status != PlanStatus.CLOSED)
         ]
         return [copy.deepcopy(t) for t in sorted(found, key=lambda t: (t.priority, t.created_at, t.id))]
+
+    def _blocked(self, task: Task) -> bool:
+        """As the SQL: a waits-for-any row blocks only while none of the task's waits-for-any rows is done."""
+        types = self._dependency_types()
+        done = {b for b in task.blockers if self.store.tasks[b].status == TaskStatus.COMPLETED}
+        gate_open = any(types.get((task.id, b)) == WAITS_FOR_ANY for b in done)
+        return any(b not in done and (types.get((task.id, b)) != WAITS_FOR_ANY or not gate_open) for b in task.blockers)
 
     async def blockers_of(self, task_id: str) -> list[BlockerFact]:
         task = self.store.tasks[task_id]
@@ -205,6 +218,28 @@ class InMemoryTaskRepository(_Repo):
     async def update_details(self, task_id: str, *, title: str, description: str, priority: int) -> None:
         task = self.store.tasks[task_id]
         task.title, task.description, task.priority = title, description, priority
+
+    async def set_tracker_facts(self, task_id: str, *, tracker_status, hold) -> None:
+        task = self.store.tasks[task_id]
+        task.tracker_status, task.hold = tracker_status, hold
+
+    async def of_source(self, project_id: int, source: str) -> list[Task]:
+        found = [t for t in self.store.tasks.values() if t.project_id == project_id and t.source == source]
+        return [replace(copy.deepcopy(t), blockers=[]) for t in sorted(found, key=lambda t: t.id)]
+
+    async def add_many(self, tasks) -> None:
+        for task in tasks:
+            await self.add(replace(task, blockers=[]))
+
+    async def add_links(self, links) -> None:
+        by_task: dict[str, list[tuple[str, str]]] = {}
+        for task_id, target, kind in links:
+            by_task.setdefault(task_id, []).append((target, kind))
+        for task_id, rows in by_task.items():
+            await self.set_blockers(task_id, rows + await self._links_of(task_id))
+
+    async def _links_of(self, task_id: str) -> list[tuple[str, str]]:
+        return (await self.blocker_links([task_id])).get(task_id, [])
 
     async def set_blockers(self, task_id: str, blockers: list[tuple[str, str]]) -> None:
         for blocker, _ in blockers:
@@ -427,6 +462,76 @@ class InMemoryTokenRepository(_Repo):
         return len(doomed)
 
 
+class InMemoryWritebackRepository(_Repo):
+    async def enqueue_for_task(self, task_id, sources, status, session_id, reason, now) -> None:
+        task = self.store.tasks.get(task_id)
+        if task is None or task.source not in sources:
+            return
+        row_id = self.store.allocate("writeback")
+        self.store.writebacks[row_id] = Writeback(
+            row_id,
+            task.project_id,
+            task_id,
+            session_id,
+            task.source,
+            status,
+            reason,
+            wb.PENDING,
+            0,
+            now,
+            None,
+            now,
+            now,
+        )
+
+    async def get(self, writeback_id: int) -> Writeback:
+        if writeback_id not in self.store.writebacks:
+            raise WritebackNotFound(writeback_id)
+        return self.store.writebacks[writeback_id]
+
+    async def due(self, now, limit=100) -> list[Writeback]:
+        rows = [w for w in self.store.writebacks.values()
+                if w.state == wb.PENDING and (w.next_attempt_at is None or w.next_attempt_at <= now)]  # fmt: skip
+        return sorted(rows, key=lambda w: w.id)[:limit]
+
+    async def list(self, *, states=None, task_ids=None, limit=100) -> list[Writeback]:
+        wanted_states = set(states) if states is not None else None
+        wanted_tasks = set(task_ids) if task_ids is not None else None
+        rows = [w for w in self.store.writebacks.values()
+                if (wanted_states is None or w.state in wanted_states)
+                and (wanted_tasks is None or w.task_id in wanted_tasks)]  # fmt: skip
+        return sorted(rows, key=lambda w: -w.id)[:limit]
+
+    async def claim(self, writeback_id, attempts, lease_until, now) -> bool:
+        return self._cas(writeback_id, attempts, attempts=attempts + 1, next_attempt_at=lease_until, updated_at=now)
+
+    async def finish(self, writeback_id, attempts, state, error, next_attempt_at, now) -> bool:
+        return self._cas(writeback_id, attempts, state=state, last_error=error, next_attempt_at=next_attempt_at,
+                         updated_at=now)  # fmt: skip
+
+    async def set_state(self, writeback_id, from_states, state, now, *, actor=None) -> bool:
+        row = self.store.writebacks.get(writeback_id)
+        if row is None or row.state not in set(from_states):
+            return False
+        extra = {"next_attempt_at": now, "attempts": 0} if state == wb.PENDING else {}
+        self.store.writebacks[writeback_id] = replace(row, state=state, updated_at=now, resolved_by=actor, **extra)
+        return True
+
+    async def supersede_older(self, task_id, newest_id, now) -> int:
+        older = [w for w in self.store.writebacks.values()
+                 if w.task_id == task_id and w.id < newest_id and w.state in wb.OPEN_STATES]  # fmt: skip
+        for row in older:
+            self.store.writebacks[row.id] = replace(row, state=wb.SUPERSEDED, updated_at=now, next_attempt_at=None)
+        return len(older)
+
+    def _cas(self, writeback_id: int, attempts: int, **values: Any) -> bool:
+        row = self.store.writebacks.get(writeback_id)
+        if row is None or row.state != wb.PENDING or row.attempts != attempts:
+            return False
+        self.store.writebacks[writeback_id] = replace(row, **values)
+        return True
+
+
 class InMemoryUnitOfWork:
     """A transaction over an `InMemoryStore`: writes go to a copy that replaces the store on commit."""
 
@@ -452,6 +557,7 @@ class InMemoryUnitOfWork:
         self.agents = InMemoryAgentRepository(store)
         self.deliveries = InMemoryDeliveryRepository(store)
         self.step_runs = InMemoryStepRunRepository(store)
+        self.writebacks = InMemoryWritebackRepository(store)
         return self
 
     async def commit(self) -> None:

@@ -33,10 +33,10 @@ from taskgate.application.review_queue import ReviewQueue
 from taskgate.application.sessions import SessionService
 from taskgate.application.sweeper import ESCALATED_EVENT, Sweeper, SweeperOptions
 from taskgate.application.tracker import TrackerService
-from taskgate.application.tracker_sync import TrackerWriteBack
 from taskgate.application.workflow_engine import WorkflowEngine, WorkflowOptions
 from taskgate.application.workflows import WorkflowService
 from taskgate.application.workspaces import GitOptions, WorkspaceService
+from taskgate.application.writebacks import TrackerWriteBack, WritebackService
 from taskgate.domain.agent_presets import PRESETS
 from taskgate.domain.agents import AgentType
 from taskgate.domain.entities import ApiToken
@@ -93,6 +93,7 @@ class App:
     outputs: OutputService | None = None  # the session folders (save_output, manifest.json)
     workflows: WorkflowEngine | None = None  # the workflow runtime (session stacks)
     recovery: Recovery | None = None  # start-up recovery (`serve` runs it before the first request)
+    writebacks: WritebackService | None = None  # status writes owed to the external tracker (durable outbox)
 
     async def close(self) -> None:
         """Run the closers (e.g. an agent endpoint), newest first, then release the database."""
@@ -135,8 +136,10 @@ def build_workspaces(
     scout = ContextScout(uow, vcs, clock, context_ttl_seconds)
     workspaces = WorkspaceService(uow, vcs, clock, git, scout)
     workspaces.attach(sessions)
-    if tracker is not None:
-        sessions.use_effects(CompositeEffects([workspaces, TrackerWriteBack(uow, clock, tracker)]))
+    if tracker is not None and tracker.writes_back:
+        sessions.owe_write_backs((tracker.name,))
+        writer = TrackerWriteBack(WritebackService(uow, clock, tracker))
+        sessions.use_effects(CompositeEffects([workspaces, writer]))
     return workspaces, scout
 
 
@@ -325,6 +328,7 @@ async def bootstrap(
     )  # fmt: skip
     app = App(settings, *services, *extras, *people, queue, database=database, uow=uow, clock=clock)
     app.agents, app.outputs = agents, outputs
+    app.writebacks = WritebackService(uow, clock, tracker_provider(settings))
     app.workflows = build_workflows(
         services[0], uow, catalogue=workflow_catalogue(settings).catalogue, clock=clock, agents=agents,
         decisions=people[1], options=workflow_options(settings), review_queue=queue,

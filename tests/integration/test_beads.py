@@ -163,14 +163,16 @@ async def test_import_creates_tasks_and_only_blocking_dependencies(sql_services,
     importer = BeadsImporter(sql_services.uow, SystemClock())
     report = await importer.import_jsonl(ImportBeads(project.id, EXPORT))
 
-    assert report.created == ["bd-1", "bd-2", "bd-3", "bd-4", "bd-7"]
-    assert [(p.line, p.issue_id) for p in report.skipped] == [(5, None), (6, "bd-6")]
-    assert "invalid JSON" in report.skipped[0].reason and "bd-404" in report.skipped[1].reason
-    assert await links(sql_services, ["bd-1", "bd-2", "bd-3"]) == {"bd-2": [("bd-4", "blocks")]}
+    assert report.created == ["bd-1", "bd-2", "bd-3", "bd-4", "bd-6", "bd-7"]
+    assert [(p.line, p.issue_id) for p in report.skipped] == [(5, None)]
+    assert "invalid JSON" in report.skipped[0].reason
+    assert [(w.issue_id, "bd-404" in w.reason) for w in report.warnings] == [("bd-6", True)]
+    assert await links(sql_services, ["bd-1", "bd-2", "bd-3", "bd-6"]) == {"bd-2": [("bd-4", "blocks")]}
     tasks = {t.id: t for t in await sql_services.tracker.list_tasks(project.id)}
     assert {t.source for t in tasks.values()} == {"beads"}
     assert tasks["bd-7"].status == TaskStatus.COMPLETED
-    assert [t.id for t in await sql_services.tracker.ready_tasks(project.id)] == ["bd-4", "bd-1", "bd-3"]
+    ready = [t.id for t in await sql_services.tracker.ready_tasks(project.id)]
+    assert ready == ["bd-4", "bd-1", "bd-3", "bd-6"] and report.ready == 4  # a missing blocker blocks nothing
 
 
 async def test_a_second_import_changes_no_row(sql_services, tmp_path) -> None:
@@ -179,7 +181,7 @@ async def test_a_second_import_changes_no_row(sql_services, tmp_path) -> None:
     await importer.import_jsonl(ImportBeads(project.id, EXPORT))
     before = await sql_services.snapshot()
     again = await importer.import_jsonl(ImportBeads(project.id, EXPORT))
-    assert again.counts() == {"created": 0, "updated": 0, "unchanged": 5, "skipped": 2}
+    assert again.counts() == {"created": 0, "updated": 0, "unchanged": 6, "deleted": 0, "skipped": 1, "ready": 4}
     assert await sql_services.snapshot() == before
 
 
@@ -194,12 +196,13 @@ async def test_a_changed_export_updates_details_and_blockers(sql_services, tmp_p
     )
     report = await importer.import_jsonl(ImportBeads(project.id, changed))
     assert (report.updated, report.unchanged) == (["bd-1", "bd-2", "bd-4"], [])
+    assert report.deleted == ["bd-3", "bd-6", "bd-7"]  # gone from Beads: completed here, blocking nothing
     tasks = {t.id: t for t in await sql_services.tracker.list_tasks(project.id)}
     assert tasks["bd-1"].title == "Epic, renamed" and tasks["bd-2"].blockers == []
     assert (tasks["bd-4"].priority, tasks["bd-4"].description) == (3, "now described")
 
 
-async def test_ids_of_builtin_tasks_or_other_projects_are_skipped(sql_services, tmp_path) -> None:
+async def test_ids_taken_by_builtin_tasks_or_other_projects_get_the_project_key(sql_services, tmp_path) -> None:
     tracker = sql_services.tracker
     mine = await tracker.init_project(str(make_git_repo(tmp_path / "mine")))
     other = await tracker.init_project(str(make_git_repo(tmp_path / "other")))
@@ -211,12 +214,25 @@ async def test_ids_of_builtin_tasks_or_other_projects_are_skipped(sql_services, 
         bead("bd-9", "also collides"),
         bead("bd-10", "needs it", deps=[(builtin.id, "blocks")]),
     )
-    before = await sql_services.snapshot()
     report = await importer.import_jsonl(ImportBeads(mine.id, export))
-    assert [(p.line, p.issue_id) for p in report.skipped] == [(1, builtin.id), (2, "bd-9"), (3, "bd-10")]
-    assert "builtin task of this project" in report.skipped[0].reason
-    assert "another project" in report.skipped[1].reason
-    assert await sql_services.snapshot() == before
+    assert report.skipped == [] and report.created == [f"MINE.{builtin.id}", "MINE.bd-9", "bd-10"]
+    tasks = {t.id: t for t in await tracker.list_tasks(mine.id)}
+    assert tasks[f"MINE.{builtin.id}"].external_id == builtin.id and tasks["bd-10"].external_id == "bd-10"
+    assert await links(sql_services, ["bd-10"]) == {"bd-10": [(f"MINE.{builtin.id}", "blocks")]}
+    assert (await importer.import_jsonl(ImportBeads(mine.id, export))).counts()["unchanged"] == 3
+
+
+async def test_the_same_export_imports_into_two_projects(sql_services, tmp_path) -> None:
+    tracker = sql_services.tracker
+    first = await tracker.init_project(str(make_git_repo(tmp_path / "first")))
+    second = await tracker.init_project(str(make_git_repo(tmp_path / "second")))
+    importer = BeadsImporter(sql_services.uow, SystemClock())
+    export = jsonl(bead("bd-1", "Blocker"), bead("bd-2", "Blocked", deps=[("bd-1", "blocks")]))
+    await importer.import_jsonl(ImportBeads(first.id, export))
+    report = await importer.import_jsonl(ImportBeads(second.id, export))
+    assert report.skipped == [] and report.created == ["SECOND.bd-1", "SECOND.bd-2"]
+    assert [t.id for t in await tracker.ready_tasks(second.id)] == ["SECOND.bd-1"]
+    assert [t.id for t in await tracker.ready_tasks(first.id)] == ["bd-1"]
 
 
 async def test_an_active_session_keeps_its_task_status(sql_services, tmp_path) -> None:
@@ -230,7 +246,8 @@ async def test_an_active_session_keeps_its_task_status(sql_services, tmp_path) -
     tasks = {t.id: t for t in await sql_services.tracker.list_tasks(project.id)}
     assert tasks["bd-1"].status == TaskStatus.IN_PROGRESS
     assert tasks["bd-2"].status == TaskStatus.COMPLETED
-    assert report.updated == ["bd-2"] and report.unchanged == ["bd-1"]
+    assert report.updated == ["bd-1", "bd-2"]  # bd-1 keeps its status; Beads' own is kept as tracker_status
+    assert (tasks["bd-1"].tracker_status, tasks["bd-2"].tracker_status) == ("closed", "closed")
 
 
 async def test_open_issues_imported_into_a_closed_plan_reopen_it_and_closed_ones_do_not(sql_services, tmp_path):
@@ -258,10 +275,10 @@ async def test_a_failure_mid_import_writes_nothing(sql_services, tmp_path, monke
     project = await sql_services.tracker.init_project(str(make_git_repo(tmp_path / "repo")))
     before = await sql_services.snapshot()
 
-    async def broken(self, task_id, blockers):
+    async def broken(self, links):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(SqlAlchemyTaskRepository, "set_blockers", broken)
+    monkeypatch.setattr(SqlAlchemyTaskRepository, "add_links", broken)
     with pytest.raises(RuntimeError, match="disk on fire"):
         await BeadsImporter(sql_services.uow, SystemClock()).import_jsonl(ImportBeads(project.id, EXPORT))
     assert await sql_services.snapshot() == before

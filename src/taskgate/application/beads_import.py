@@ -1,26 +1,35 @@
 """Import a Beads JSONL export (`.beads/issues.jsonl`) into the built-in tracker, idempotently.
 
-Parsing is pure and per line: a malformed line is reported with its number and skipped whole. The import is
-one write unit of work: tasks first (so dependencies may point forward in the file), then their blockers; a
-failure anywhere rolls everything back. Only blocking dependency types become blockers (see domain/beads.py).
+Parsing is pure and per line: lines are split on `\\n` only (Go's encoder leaves U+0085, U+2028 and U+2029
+raw inside strings, so `str.splitlines` would cut an issue in two), each line is decoded as strict UTF-8 on
+its own, and a malformed line is reported with its number and skipped whole: the rest imports.
+
+Every issue Beads keeps is imported. What `bd ready` would leave out (its status, pin, type, deferral; see
+domain/beads.py) is kept as the task's `hold`, and its dependencies become blocker rows by the same rule, so
+`task ready` lists exactly what `bd ready` would. An issue deleted in Beads (a legacy `tombstone` line, or an
+issue of an earlier import missing from this one) completes its task, which then blocks nothing.
+
+Ids are per project: a task's id is the Beads id, or, when another project (or a built-in task) already uses
+it, the Beads id after the project key (`KEY.bd-a1b2`); the Beads id stays the task's `external_id`, which a
+re-import matches on. The import is one write unit of work: if anything fails, nothing is written.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.tracker import MAX_DESCRIPTION, MAX_TITLE, reopen_for
 from taskgate.domain.beads import (
+    ANY_CHILDREN,
     BLOCKING_DEPENDENCY_TYPES,
-    CLOSED,
     TOMBSTONE,
+    BeadsGraph,
     BeadsNode,
-    effective_blockers,
     is_valid_issue_id,
     task_status_for_import,
 )
@@ -29,6 +38,8 @@ from taskgate.domain.entities import Plan, Project, Task, TaskStatus
 from taskgate.domain.errors import InvalidInput, ProjectArchived
 
 SOURCE = "beads"
+DELETED = "deleted"  # the tracker_status of a task whose issue is gone from Beads
+MAX_ID = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +53,16 @@ class BeadsIssue:
     status: str
     priority: int
     dependencies: tuple[tuple[str, str], ...] = ()  # (depends_on_id, type), every type
+    issue_type: str = "task"
+    pinned: bool = False
+    ephemeral: bool = False
+    defer_until: datetime | None = None
+    any_gates: frozenset[str] = frozenset()
+
+    def node(self) -> BeadsNode:
+        """The issue as the ready rule sees it."""
+        return BeadsNode(self.status, self.dependencies, self.issue_type, self.pinned, self.ephemeral,
+                         self.defer_until, self.any_gates)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +82,14 @@ class ParsedExport:
 
 @dataclass(frozen=True, slots=True)
 class ImportBeads:
-    """Import `text` (the JSONL export) into the project, new tasks into `plan_id` if given."""
+    """Import `data` (the JSONL export's bytes) into the project, new tasks into `plan_id` if given. `strict`:
+    refuse the whole file, writing nothing, when any line is malformed."""
 
     project_id: int
-    text: str
+    data: bytes
     plan_id: int | None = None
     actor: str = "system"
+    strict: bool = False
 
     def __post_init__(self) -> None:
         """Raises: InvalidInput for an id out of its range (domain/bounds.py), before any I/O."""
@@ -79,8 +102,10 @@ class ImportReport:
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)  # tasks whose issue Beads no longer has
     skipped: list[LineProblem] = field(default_factory=list)
     warnings: list[LineProblem] = field(default_factory=list)
+    ready: int = 0  # how many issues of the file `bd ready` would list
     reopened_plan: int | None = None  # the closed plan that new open tasks reopened (see application/tracker.py)
 
     def counts(self) -> dict[str, int]:
@@ -88,22 +113,25 @@ class ImportReport:
             "created": len(self.created),
             "updated": len(self.updated),
             "unchanged": len(self.unchanged),
+            "deleted": len(self.deleted),
             "skipped": len(self.skipped),
+            "ready": self.ready,
         }
 
 
 Progress = Callable[[str], None]
 
 
-def parse_beads_jsonl(text: str) -> ParsedExport:
+def parse_beads_jsonl(data: bytes | str) -> ParsedExport:
     """Every line of a Beads export as an issue or a problem (line numbers start at 1; blank lines are ignored).
 
-    A later line repeating an earlier id is a problem; the first one wins.
+    Lines end at `\\n` only. A later line repeating an earlier id is a problem; the first one wins.
     """
+    raw_lines = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     issues: list[BeadsIssue] = []
     problems: list[LineProblem] = []
     first_line: dict[str, int] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(raw_lines.split(b"\n"), start=1):
         if not raw.strip():
             continue
         try:
@@ -125,9 +153,13 @@ class _BadLine(Exception):
         self.reason, self.issue_id = reason, issue_id
 
 
-def _parse_line(number: int, raw: str) -> BeadsIssue:
+def _parse_line(number: int, raw: bytes) -> BeadsIssue:
     try:
-        data = json.loads(raw)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _BadLine(f"not UTF-8 (byte {exc.start + 1} of the line)") from None
+    try:
+        data = json.loads(text)
     except ValueError as exc:
         raise _BadLine(f"invalid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -138,17 +170,38 @@ def _parse_line(number: int, raw: str) -> BeadsIssue:
     if not is_valid_issue_id(issue_id):
         raise _BadLine(f"bad id {issue_id[:80]!r}: 1-64 letters, digits and . _ - starting with a letter or digit")
     try:
-        return BeadsIssue(
-            line=number,
-            id=issue_id,
-            title=_title(data),
-            description=_description(data),
-            status=_status(data),
-            priority=_priority(data),
-            dependencies=_dependencies(data, issue_id),
-        )
+        return _issue(number, issue_id, data)
     except _BadLine as bad:
         raise _BadLine(bad.reason, issue_id) from None
+
+
+def _issue(number: int, issue_id: str, data: dict[str, Any]) -> BeadsIssue:
+    dependencies, any_gates = _dependencies(data, issue_id)
+    return BeadsIssue(
+        line=number,
+        id=issue_id,
+        title=_storable(_title(data), "title"),
+        description=_storable(_description(data), "description"),
+        status=_word(data, "status", "open"),  # Beads omits an empty status and reads it as open
+        priority=_priority(data),
+        dependencies=dependencies,
+        issue_type=_word(data, "issue_type", "task"),
+        pinned=data.get("pinned") is True,
+        ephemeral=data.get("ephemeral") is True or data.get("wisp") is True,  # `wisp`: Beads 0.35-0.37
+        defer_until=_when(data.get("defer_until")),
+        any_gates=any_gates,
+    )
+
+
+def _storable(text: str, what: str) -> str:
+    """Refuse a lone surrogate (JSON can spell `\\ud800`; no database can store it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _BadLine(
+            f"{what} holds a lone surrogate (U+{ord(text[exc.start]):04X}), which cannot be stored"
+        ) from None
+    return text
 
 
 def _title(data: dict[str, Any]) -> str:
@@ -169,13 +222,11 @@ def _description(data: dict[str, Any]) -> str:
     return description
 
 
-def _status(data: dict[str, Any]) -> str:
-    status = data.get("status") or "open"  # Beads omits an empty status and reads it as open
-    if not isinstance(status, str):
-        raise _BadLine("status is not a string")
-    if status == TOMBSTONE:
-        raise _BadLine("tombstone (the issue was deleted in Beads)")
-    return status
+def _word(data: dict[str, Any], key: str, default: str) -> str:
+    value = data.get(key) or default
+    if not isinstance(value, str) or len(value) > 32 or not value.isprintable():
+        raise _BadLine(f"{key} is not a word of at most 32 printable characters")
+    return _storable(value, key)
 
 
 def _priority(data: dict[str, Any]) -> int:
@@ -185,7 +236,19 @@ def _priority(data: dict[str, Any]) -> int:
     return priority
 
 
-def _dependencies(data: dict[str, Any], issue_id: str) -> tuple[tuple[str, str], ...]:
+def _when(value: Any) -> datetime | None:
+    if value in (None, ""):
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise _BadLine(f"defer_until {str(value)[:40]!r} is not an RFC 3339 time") from None
+    if parsed.tzinfo is None:
+        raise _BadLine("defer_until has no time zone")
+    return parsed
+
+
+def _dependencies(data: dict[str, Any], issue_id: str) -> tuple[tuple[tuple[str, str], ...], frozenset[str]]:
     deps = data.get("dependencies") or []
     labels = data.get("labels") or []
     if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
@@ -193,25 +256,42 @@ def _dependencies(data: dict[str, Any], issue_id: str) -> tuple[tuple[str, str],
     if not isinstance(deps, list):
         raise _BadLine("dependencies is not a list")
     found: dict[str, str] = {}
+    any_gates: set[str] = set()
     for dep in deps:
-        if not isinstance(dep, dict):
-            raise _BadLine("a dependency is not an object")
-        target, kind, owner = dep.get("depends_on_id"), dep.get("type"), dep.get("issue_id", issue_id)
-        if not isinstance(target, str) or not target or not isinstance(kind, str) or not kind:
-            raise _BadLine("a dependency lacks depends_on_id or type")
-        if owner != issue_id:
-            raise _BadLine(f"a dependency belongs to issue_id {owner!r}, not to this line's id")
-        if target == issue_id:
-            raise _BadLine(f"depends on itself ({kind})")
+        target, kind = _dependency(dep, issue_id)
+        if kind == "waits-for" and _gate(dep) == ANY_CHILDREN:
+            any_gates.add(target)
         if target not in found or (
             kind in BLOCKING_DEPENDENCY_TYPES and found[target] not in BLOCKING_DEPENDENCY_TYPES
         ):
             found[target] = kind  # one link per target; a blocking one wins
-    return tuple(found.items())
+    return tuple(found.items()), frozenset(any_gates)
+
+
+def _dependency(dep: Any, issue_id: str) -> tuple[str, str]:
+    if not isinstance(dep, dict):
+        raise _BadLine("a dependency is not an object")
+    target, kind, owner = dep.get("depends_on_id"), dep.get("type"), dep.get("issue_id", issue_id)
+    if not isinstance(target, str) or not target or not isinstance(kind, str) or not kind:
+        raise _BadLine("a dependency lacks depends_on_id or type")
+    if owner != issue_id:
+        raise _BadLine(f"a dependency belongs to issue_id {owner!r}, not to this line's id")
+    if target == issue_id:
+        raise _BadLine(f"depends on itself ({kind})")
+    return _storable(target, "a dependency's depends_on_id"), _storable(kind, "a dependency's type")
+
+
+def _gate(dep: dict[str, Any]) -> str:
+    """A waits-for dependency's gate from its metadata (a JSON string); anything unreadable is all-children."""
+    try:
+        meta = json.loads(dep.get("metadata") or "{}")
+    except (TypeError, ValueError):
+        return "all-children"
+    return meta.get("gate", "all-children") if isinstance(meta, dict) else "all-children"
 
 
 class BeadsImporter:
-    """The import use case. Beads ids become task ids, so a re-import finds the tasks it made before."""
+    """The import use case. A re-import finds the tasks it made before by their Beads id (`external_id`)."""
 
     def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
         self._uow, self._clock = uow, clock
@@ -220,24 +300,30 @@ class BeadsImporter:
         """Create, update or leave alone one task per issue; report every skipped line with its number.
 
         Never changes the status of a task with an active session, and never reopens a task: an issue closed
-        in Beads completes its task, nothing else moves a status. New open tasks reopen a closed plan.
-        Raises: ProjectNotFound, ProjectArchived, PlanNotFound, InvalidInput (plan of another project).
+        (or deleted) in Beads completes its task. New open tasks reopen a closed plan.
+        Raises: ProjectNotFound, ProjectArchived, PlanNotFound, InvalidInput (plan of another project, or a
+        malformed line with `strict`).
         """
         say = progress or (lambda _message: None)
-        parsed = parse_beads_jsonl(cmd.text)
+        parsed = parse_beads_jsonl(cmd.data)
         say(f"read {len(parsed.issues) + len(parsed.problems)} issue lines, {len(parsed.problems)} malformed")
-        report = ImportReport(skipped=list(parsed.problems))
+        if cmd.strict and parsed.problems:
+            first = min(parsed.problems, key=lambda p: p.line)
+            raise InvalidInput(f"{len(parsed.problems)} malformed line(s), nothing imported (--strict); "
+                               f"first: line {first.line}: {first.reason}")  # fmt: skip
+        now = self._clock.now()
+        graph = BeadsGraph({issue.id: issue.node() for issue in parsed.issues})
+        report = ImportReport(skipped=list(parsed.problems), ready=len(graph.ready(now)))
         async with self._uow(write=True) as uow:
             project, plan = await self._writable(uow, cmd)
-            issues = await self._resolvable(uow, project, parsed.issues, report)
-            say(f"importing {len(issues)} issues into project {project.name}")
-            writer = _Writer(uow, project, cmd.plan_id, self._clock.now(), report)
-            await writer.write(issues)
-            reopened = await reopen_for(uow, plan, writer.opened, cmd.actor, self._clock.now())
+            say(f"importing {len(parsed.issues)} issues into project {project.name}")
+            writer = _Writer(uow, project, cmd.plan_id, now, report)
+            await writer.write(parsed.issues, graph)
+            reopened = await reopen_for(uow, plan, writer.opened, cmd.actor, now)
             report.reopened_plan = reopened.id if reopened else None
-            if report.created or report.updated:
+            if report.created or report.updated or report.deleted:
                 counts = report.counts()
-                await uow.events.append("tracker.beads_imported", self._clock.now(), {"actor": cmd.actor, **counts})
+                await uow.events.append("tracker.beads_imported", now, {"actor": cmd.actor, **counts})
                 await uow.commit()
         report.skipped.sort(key=lambda p: p.line)
         report.warnings.sort(key=lambda p: p.line)
@@ -254,120 +340,58 @@ class BeadsImporter:
             raise InvalidInput(f"plan {cmd.plan_id} belongs to another project")
         return project, plan
 
-    @staticmethod
-    async def _resolvable(
-        uow: UnitOfWork, project: Project, issues: list[BeadsIssue], report: ImportReport
-    ) -> list[_Resolved]:
-        """The issues that can be imported: no id collision, every blocking dependency target known."""
-        targets = {t for issue in issues for t, _ in issue.dependencies}
-        known = {t.id: t for t in await uow.tasks.get_many(sorted({i.id for i in issues} | targets))}
-        kept: dict[str, BeadsIssue] = {}
-        refused: dict[str, int] = {}  # id → line, of lines whose id belongs to something else
-        for issue in issues:
-            reason = _collision(known.get(issue.id), project)
-            if reason:
-                report.skipped.append(LineProblem(issue.line, reason, issue.id))
-                refused[issue.id] = issue.line
-            else:
-                kept[issue.id] = issue
-        in_project = {i for i, t in known.items() if t.project_id == project.id and i not in refused}
-        _drop_unresolvable(kept, in_project, report)
-        for issue in kept.values():
-            for target, kind in issue.dependencies:
-                if kind not in BLOCKING_DEPENDENCY_TYPES and target not in kept and target not in in_project:
-                    report.warnings.append(
-                        LineProblem(issue.line, f"{kind} link to unknown {target} ignored", issue.id)
-                    )
-        graph = _graph(kept, known, project)
-        return [_Resolved(issue, known.get(issue.id), effective_blockers(issue.id, graph)) for issue in kept.values()]
-
-
-def _collision(existing: Task | None, project: Project) -> str | None:
-    if existing is None or (existing.project_id == project.id and existing.source == SOURCE):
-        return None
-    if existing.project_id != project.id:
-        return f"id {existing.id} is already used by a task of another project"
-    return f"id {existing.id} is already used by a {existing.source} task of this project"
-
-
-def _drop_unresolvable(kept: dict[str, BeadsIssue], in_project: set[str], report: ImportReport) -> None:
-    """Skip issues with a blocking dependency on something neither imported nor in the project, repeatedly:
-    skipping one may strand the issues that depend on it."""
-    changed = True
-    while changed:
-        changed = False
-        for issue in list(kept.values()):
-            missing = next(
-                (
-                    (t, k)
-                    for t, k in issue.dependencies
-                    if k in BLOCKING_DEPENDENCY_TYPES and t not in kept and t not in in_project
-                ),
-                None,
-            )
-            if missing:
-                target, kind = missing
-                reason = f"{kind} dependency on {target}, which is neither imported from this file nor in the project"
-                report.skipped.append(LineProblem(issue.line, reason, issue.id))
-                del kept[issue.id]
-                changed = True
-
-
-def _graph(kept: dict[str, BeadsIssue], known: dict[str, Task], project: Project) -> dict[str, BeadsNode]:
-    """Issues of the file, plus project tasks they point at (their stored blockers are already unfolded)."""
-    graph = {
-        t.id: BeadsNode(
-            CLOSED if t.status == TaskStatus.COMPLETED else "open", tuple((b, "blocks") for b in t.blockers)
-        )
-        for t in known.values()
-        if t.project_id == project.id
-    }
-    graph.update({i.id: BeadsNode(i.status, i.dependencies) for i in kept.values()})
-    return graph
-
-
-@dataclass(frozen=True, slots=True)
-class _Resolved:
-    issue: BeadsIssue
-    existing: Task | None
-    blockers: list[tuple[str, str]]
-
 
 class _Writer:
-    """Writes resolved issues: every task first, then the blockers (which may point forward in the file)."""
+    """Writes the issues: new tasks in bulk, then every blocker row (which may point forward in the file), then
+    the changes to tasks of earlier imports, then the deletions."""
 
-    def __init__(
-        self, uow: UnitOfWork, project: Project, plan_id: int | None, now: datetime, report: ImportReport
-    ) -> None:
+    def __init__(self, uow: UnitOfWork, project: Project, plan_id: int | None, now: datetime, report: ImportReport):
         self._uow, self._project, self._plan_id, self._now, self._report = uow, project, plan_id, now, report
         self.opened: list[str] = []  # the new tasks that are open
 
-    async def write(self, resolved: list[_Resolved]) -> None:
-        changed: set[str] = set()
-        for item in resolved:
-            if item.existing is None:
-                task = self._new_task(item.issue)
-                await self._uow.tasks.add(task)
-                self._report.created.append(item.issue.id)
-                if task.status == TaskStatus.OPEN:
-                    self.opened.append(task.id)
-            elif await self._update(item.issue, item.existing):
-                changed.add(item.issue.id)
-        existing_ids = [item.issue.id for item in resolved if item.existing is not None]
-        current = await self._uow.tasks.blocker_links(existing_ids) if existing_ids else {}
-        for item in resolved:
-            wanted = sorted(item.blockers)
-            if wanted != sorted(current.get(item.issue.id, [])):
-                await self._uow.tasks.set_blockers(item.issue.id, wanted)
-                if item.existing is not None:
-                    changed.add(item.issue.id)
-        for item in resolved:
-            if item.existing is not None:
-                (self._report.updated if item.issue.id in changed else self._report.unchanged).append(item.issue.id)
+    async def write(self, issues: list[BeadsIssue], graph: BeadsGraph) -> None:
+        existing = {t.external_id or t.id: t for t in await self._uow.tasks.of_source(self._project.id, SOURCE)}
+        ids = await self._task_ids(issues, existing)
+        kept = [i for i in issues if i.id in ids]
+        wanted = {i.id: self._task(i, ids[i.id], graph) for i in kept}
+        links = {i.id: self._links(i, graph, ids) for i in kept}
+        new = [wanted[i.id] for i in kept if i.id not in existing]
+        await self._uow.tasks.add_many(new)
+        self._report.created += [t.id for t in new]
+        self.opened += [t.id for t in new if t.status == TaskStatus.OPEN]
+        await self._uow.tasks.add_links([(t.id, b, k) for t in new for b, k in links[t.external_id or t.id]])
+        current = await self._uow.tasks.blocker_links([existing[i.id].id for i in kept if i.id in existing])
+        for issue in kept:
+            if issue.id in existing:
+                task = existing[issue.id]
+                changed = await self._update(task, wanted[issue.id], links[issue.id], current.get(task.id, []))
+                (self._report.updated if changed else self._report.unchanged).append(task.id)
+        for external_id, task in sorted(existing.items()):
+            if external_id not in wanted and task.tracker_status != DELETED:
+                await self._delete(task)
 
-    def _new_task(self, issue: BeadsIssue) -> Task:
+    async def _task_ids(self, issues: list[BeadsIssue], existing: dict[str, Task]) -> dict[str, str]:
+        """The task id of each issue: its earlier task's, the Beads id when free, else `KEY.id`; lines whose id
+        cannot be had are skipped."""
+        fresh = [i for i in issues if i.id not in existing]
+        candidates = [i.id for i in fresh] + [f"{self._project.key}.{i.id}" for i in fresh]
+        taken = {t.id for t in await self._uow.tasks.get_many(candidates)}
+        ids = {i.id: existing[i.id].id for i in issues if i.id in existing}
+        for issue in fresh:
+            qualified = f"{self._project.key}.{issue.id}"
+            if issue.id not in taken:
+                ids[issue.id] = issue.id
+            elif qualified not in taken and len(qualified) <= MAX_ID:
+                ids[issue.id] = qualified
+            else:
+                reason = f"id {issue.id} is taken by another task, and so is {qualified[:80]} (or it is too long)"
+                self._report.skipped.append(LineProblem(issue.line, reason, issue.id))
+        return ids
+
+    def _task(self, issue: BeadsIssue, task_id: str, graph: BeadsGraph) -> Task:
+        hold = "deleted in Beads" if issue.status == TOMBSTONE else graph.hold(issue.id, self._now)
         return Task(
-            id=issue.id,
+            id=task_id,
             project_id=self._project.id,
             plan_id=self._plan_id,
             title=issue.title,
@@ -376,18 +400,52 @@ class _Writer:
             status=task_status_for_import(issue.status),
             created_at=self._now,
             source=SOURCE,
+            external_id=issue.id,
+            tracker_status=issue.status,
+            hold=hold,
         )
 
-    async def _update(self, issue: BeadsIssue, task: Task) -> bool:
-        """Bring title, description and priority up to date; complete the task if Beads closed it."""
+    def _links(self, issue: BeadsIssue, graph: BeadsGraph, ids: dict[str, str]) -> list[tuple[str, str]]:
+        found = []
+        for target, kind in graph.stored_blockers(issue.id):
+            if target in ids:
+                found.append((ids[target], kind))
+            else:  # its line was skipped: say so, since the ready set can now differ from Beads'
+                reason = f"{kind} blocker {target} was skipped, so it does not block here"
+                self._report.warnings.append(LineProblem(issue.line, reason, issue.id))
+        for target, kind in issue.dependencies:
+            if target not in graph.nodes and kind in BLOCKING_DEPENDENCY_TYPES:
+                reason = f"{kind} dependency on {target}, which is not in the export: it blocks nothing (as in Beads)"
+                self._report.warnings.append(LineProblem(issue.line, reason, issue.id))
+        return found
+
+    async def _update(self, task: Task, wanted: Task, links: list[tuple[str, str]], current) -> bool:
+        """Bring details, tracker facts and blockers up to date; complete the task if Beads closed it."""
         changed = False
-        if (task.title, task.description, task.priority) != (issue.title, issue.description, issue.priority):
+        if (task.title, task.description, task.priority) != (wanted.title, wanted.description, wanted.priority):
             await self._uow.tasks.update_details(
-                task.id, title=issue.title, description=issue.description, priority=issue.priority
+                task.id, title=wanted.title, description=wanted.description, priority=wanted.priority
             )
             changed = True
-        closes = task_status_for_import(issue.status) == TaskStatus.COMPLETED and task.status != TaskStatus.COMPLETED
-        if closes and not await self._uow.sessions.active_for_task(task.id):
-            await self._uow.tasks.set_status(task.id, TaskStatus.COMPLETED)
+        if (task.tracker_status, task.hold) != (wanted.tracker_status, wanted.hold):
+            await self._uow.tasks.set_tracker_facts(task.id, tracker_status=wanted.tracker_status, hold=wanted.hold)
             changed = True
-        return changed
+        if sorted(links) != sorted(current):
+            await self._uow.tasks.set_blockers(task.id, links)
+            changed = True
+        return await self._complete_if_closed(task, wanted.status) or changed
+
+    async def _complete_if_closed(self, task: Task, status: TaskStatus) -> bool:
+        if status != TaskStatus.COMPLETED or task.status == TaskStatus.COMPLETED:
+            return False
+        if await self._uow.sessions.active_for_task(task.id):
+            return False  # the session decides; the write-back will tell Beads what happened
+        await self._uow.tasks.set_status(task.id, TaskStatus.COMPLETED)
+        return True
+
+    async def _delete(self, task: Task) -> None:
+        """An issue of an earlier import that Beads no longer has: completed (it blocks nothing), held."""
+        gone = replace(task, tracker_status=DELETED, hold="deleted in Beads (missing from the export)")
+        await self._uow.tasks.set_tracker_facts(task.id, tracker_status=gone.tracker_status, hold=gone.hold)
+        await self._complete_if_closed(task, TaskStatus.COMPLETED)
+        self._report.deleted.append(task.id)

@@ -32,11 +32,14 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class Aftermath:
     """What `after` (or `resume`) asks of the engine: fire `follow_up` next, then raise `error` (if any) to the
-    caller. `note` says what an effect did by itself while resuming (e.g. launched the recorded agents)."""
+    caller. `note` says what an effect did by itself while resuming (e.g. launched the recorded agents);
+    `warning` is something the caller must be told although the transition stands (a tracker write-back that
+    failed and will be retried)."""
 
     follow_up: FireTrigger | None = None
     error: TaskgateError | None = None
     note: str = ""
+    warning: str = ""
 
 
 NOTHING = Aftermath()
@@ -90,12 +93,13 @@ class CompositeEffects:
         return cmd
 
     async def after(self, result: FireResult, cmd: FireTrigger) -> Aftermath:
-        follow_up, error = None, None
+        follow_up, error, warnings = None, None, []
         for part in self._parts:
             found = await part.after(result, cmd)
             follow_up = follow_up or found.follow_up
             error = error or found.error
-        return Aftermath(follow_up, error)
+            warnings += [found.warning] if found.warning else []
+        return Aftermath(follow_up, error, warning="; ".join(warnings))
 
     async def resume(self, session: Session) -> Aftermath:
         """The first part whose state the session owes work to resumes it (states belong to one part each)."""

@@ -7,7 +7,7 @@ Adapters live in `taskgate.infrastructure`; in-memory twins live in `tests/fakes
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -32,6 +32,7 @@ from taskgate.domain.entities import (
 from taskgate.domain.outputs import OutputLimits, OutputRecord
 from taskgate.domain.policies import BlockerFact, TestRun
 from taskgate.domain.states import SessionState
+from taskgate.domain.writebacks import Writeback
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,18 @@ class TaskRepository(Protocol):
         """The tasks of any project with these ids (with blockers), by id; unknown ids are left out."""
 
     async def update_details(self, task_id: str, *, title: str, description: str, priority: int) -> None: ...
+    async def set_tracker_facts(self, task_id: str, *, tracker_status: str | None, hold: str | None) -> None:
+        """What the external tracker says of the task: its status there and why it keeps it out of ready."""
+
+    async def of_source(self, project_id: int, source: str) -> list[Task]:
+        """The project's tasks from one tracker (`beads`), without blockers, by id."""
+
+    async def add_many(self, tasks: Sequence[Task]) -> None:
+        """Insert tasks in bulk (their `blockers` are not written: see add_links)."""
+
+    async def add_links(self, links: Sequence[tuple[str, str, str]]) -> None:
+        """Insert blocker rows (task id, blocker id, type) in bulk; every id must be a task."""
+
     async def set_blockers(self, task_id: str, blockers: list[tuple[str, str]]) -> None:
         """Replace the task's dependency rows with these (depends_on_id, type) pairs; all of them block."""
 
@@ -215,6 +228,49 @@ class StepRunRepository(Protocol):
         """The session's runs still running or waiting, oldest first."""
 
 
+class WritebackRepository(Protocol):
+    """Status writes owed to external trackers (`tracker_writebacks`); see domain/writebacks.py."""
+
+    async def enqueue_for_task(
+        self, task_id: str, sources: Sequence[str], status: str, session_id: str | None, reason: str, now: datetime
+    ) -> None:
+        """A pending row for the task, only if it came from one of these trackers (nothing for other tasks)."""
+
+    async def get(self, writeback_id: int) -> Writeback:
+        """Raises: NotFound."""
+
+    async def due(self, now: datetime, limit: int = 100) -> list[Writeback]:
+        """Pending rows due at `now`, oldest first."""
+
+    async def list(
+        self, *, states: Iterable[str] | None = None, task_ids: Iterable[str] | None = None, limit: int = 100
+    ) -> list[Writeback]:
+        """Rows, newest first, filtered by state and task."""
+
+    async def claim(self, writeback_id: int, attempts: int, lease_until: datetime, now: datetime) -> bool:
+        """Start an attempt (attempts+1, next_attempt_at=lease_until) only if the row is still pending with
+        `attempts` attempts: one worker per attempt across processes. False when another got there first."""
+
+    async def finish(
+        self,
+        writeback_id: int,
+        attempts: int,
+        state: str,
+        error: str | None,
+        next_attempt_at: datetime | None,
+        now: datetime,
+    ) -> bool:
+        """Record an attempt's outcome, if the row still has `attempts` attempts and is pending."""
+
+    async def set_state(
+        self, writeback_id: int, from_states: Iterable[str], state: str, now: datetime, *, actor: str | None = None
+    ) -> bool:
+        """Move a row from one of `from_states` to `state` (due now when it becomes pending). False otherwise."""
+
+    async def supersede_older(self, task_id: str, newest_id: int, now: datetime) -> int:
+        """Open rows of the task older than `newest_id` become superseded; returns how many."""
+
+
 class UnitOfWork(Protocol):
     """One database transaction. Write units serialise against each other (see the adapter for how)."""
 
@@ -232,6 +288,7 @@ class UnitOfWork(Protocol):
     agents: AgentRepository
     deliveries: DeliveryRepository
     step_runs: StepRunRepository
+    writebacks: WritebackRepository
 
     async def __aenter__(self) -> UnitOfWork: ...
     async def __aexit__(self, *exc_info: object) -> None:
@@ -440,6 +497,7 @@ class TrackerProvider(Protocol):
     """Where a project's tasks come from. Built-in (our tables) or Beads (`bd … --json`)."""
 
     name: str
+    writes_back: bool  # whether task status changes are written to it (Beads' `write_back`)
 
     async def ready(self, project: Project) -> list[TrackerIssue]:
         """Open issues with no open blocking dependency, by priority then id."""

@@ -163,6 +163,7 @@ class SessionService:
         self._effects: SessionEffects = effects or NoEffects()
         self._session_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._project_names: dict[int, str] = {}  # for per-project policies; project names never change
+        self._write_back_to: tuple[str, ...] = ()  # task sources whose tracker is owed status changes
 
     @property
     def effects(self) -> SessionEffects:
@@ -171,6 +172,10 @@ class SessionService:
     def use_effects(self, effects: SessionEffects) -> None:
         """Attach the effects (the composition root does this once; effects need the service themselves)."""
         self._effects = effects
+
+    def owe_write_backs(self, sources: tuple[str, ...]) -> None:
+        """Status changes of tasks from these trackers (`beads`) are owed to them (see application/writebacks.py)."""
+        self._write_back_to = sources
 
     async def create_session(self, cmd: CreateSession) -> Session:
         """Create a session in `created` for a task. Nothing is written when a guard refuses.
@@ -288,6 +293,8 @@ class SessionService:
             cmd = await self._run_before(trigger, cmd)
         result = await self.transition(cmd, prepared=prepared)
         aftermath = await self._effects.after(result, cmd)
+        if aftermath.warning:
+            result = replace(result, warnings=(*result.warnings, aftermath.warning))
         if aftermath.follow_up is not None:  # always the same session: its lock is already ours
             result = await self._follow(result, aftermath.follow_up, fatal=aftermath.error is not None)
         if aftermath.error is not None:
@@ -657,7 +664,9 @@ class SessionService:
             await uow.snapshots.add(replace(cmd.snapshot, session_id=session.id, at=now))
         if cmd.decision is not None:
             await self._record_decision(uow, replace(cmd.decision, at=now, outcome="applied", to_state=new_state.value))
-        await self._follow_task_and_plan(uow, session, updated, plan)
+        await self._follow_task_and_plan(
+            uow, session, updated, plan, f"taskgate session {session.id[:8]}: {row.trigger}"
+        )
         if new_state in TERMINAL_STATES:  # the session ended: every token scoped to it dies with this commit
             await uow.tokens.revoke_for_session(session.id, now)
         record = _record(updated, row, session.state, Outcome.APPLIED, cmd.actor, cmd.reason, verdict, at=now)
@@ -683,8 +692,12 @@ class SessionService:
         if decision.override_policies:
             await uow.events.append("decision.override", decision.at, decision.override_policies, decision.session_id)
 
-    async def _follow_task_and_plan(self, uow: UnitOfWork, before: Session, after: Session, plan: Plan | None) -> None:
+    async def _follow_task_and_plan(
+        self, uow: UnitOfWork, before: Session, after: Session, plan: Plan | None, why: str
+    ) -> None:
         """Task status follows the session; the plan opens with its first WIP session, closes with its last task.
+        A task from an external tracker owes that tracker the new status: a write-back row in this very commit
+        (domain/writebacks.py), so no crash between the transition and the tracker call can lose it.
 
         `plan` is the row locked for this transition whenever the plan may change (see `_needs_plan_lock`).
         """
@@ -692,6 +705,11 @@ class SessionService:
         # Only this session moves its task, so an unchanged implied status means an unchanged row: skip the write.
         if status is not None and status != task_status_for(before.state, None):
             await uow.tasks.set_status(after.task_id, status)
+            if self._write_back_to:
+                now = self._clock.now()
+                await uow.writebacks.enqueue_for_task(
+                    after.task_id, self._write_back_to, status.value, after.id, why, now
+                )
         if plan is None:
             return
         if after.state in WIP_STATES and before.state not in WIP_STATES:

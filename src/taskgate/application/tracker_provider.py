@@ -12,6 +12,7 @@ class BuiltinTracker:
     (open, in_progress, ..., completed); dependencies are the blocker rows with their recorded type."""
 
     name = "builtin"
+    writes_back = False  # sessions move its tasks themselves
 
     def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
         self._uow, self._clock = uow, clock

@@ -97,6 +97,9 @@ class Task:
     created_at: datetime
     blockers: list[str] = field(default_factory=list)
     source: str = "builtin"  # the tracker the task came from: builtin | beads
+    external_id: str | None = None  # its id in that tracker (a task id is qualified when another project has it)
+    tracker_status: str | None = None  # its status there, in the tracker's words
+    hold: str | None = None  # why the tracker keeps it out of ready (status, type, ephemeral, …); None: nothing
 
 
 @dataclass(slots=True)

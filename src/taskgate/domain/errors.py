@@ -70,6 +70,10 @@ class OperatorNotFound(NotFound):
     kind = "operator"
 
 
+class WritebackNotFound(NotFound):
+    kind = "tracker write-back"
+
+
 class InvalidInput(TaskgateError):
     """An argument is malformed or out of range."""
 

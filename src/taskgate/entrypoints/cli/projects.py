@@ -27,7 +27,7 @@ from taskgate.entrypoints.cli.common import (
     run_in_project,
     task_app,
 )
-from taskgate.entrypoints.render import console
+from taskgate.entrypoints.render import console, terminal_safe
 
 
 @app.command()
@@ -135,34 +135,44 @@ def task_ready(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
     emit(tasks, as_json, lambda: render.tasks_table(tasks, "Ready tasks"))
 
 
+SKIPPED_LINES_EXIT = 3  # the import ran, but some lines were not imported (1 would mean nothing was)
+
+
 @task_app.command("import-beads")
 def task_import_beads(
     path: Annotated[Path, typer.Argument(help="A Beads JSONL export, e.g. .beads/issues.jsonl.")],
     plan: Annotated[int | None, typer.Option("--plan", help="Plan id for the new tasks.")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Refuse the whole file if any line is malformed.")] = False,
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Import Beads issues as built-in tasks (again: updates them). Malformed lines are reported and skipped."""
+    """Import Beads issues as built-in tasks (again: updates them; issues gone from Beads complete their tasks).
+    Malformed lines are reported and skipped, and the exit code is then 3; --strict imports nothing instead."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
         fail(f"cannot read {path}: {exc}")
 
     async def work(services: App, found: Project) -> ImportReport:
         assert services.uow is not None and services.clock is not None
         importer = BeadsImporter(services.uow, services.clock)
-        say = None if as_json else (lambda message: console.print(message, highlight=False, markup=False))
-        return await importer.import_jsonl(ImportBeads(found.id, text, plan, _local_actor(services)), say)
+        say = (
+            None if as_json else (lambda message: console.print(terminal_safe(message), highlight=False, markup=False))
+        )
+        return await importer.import_jsonl(ImportBeads(found.id, data, plan, _local_actor(services), strict), say)
 
     report = run_in_project(project, work)
     if as_json:
         render.print_json({"counts": report.counts(), **render.jsonable(report)})
-        return
+        raise typer.Exit(SKIPPED_LINES_EXIT if report.skipped else 0)
     counts = report.counts()
     console.print(", ".join(f"{n} {what}" for what, n in counts.items()), highlight=False)
     for problem in report.skipped:
-        console.print(f"  skipped line {problem.line}: {problem.reason}", highlight=False, markup=False)
+        console.print(f"  skipped line {problem.line}: {terminal_safe(problem.reason)}", highlight=False, markup=False)
     for problem in report.warnings:
-        console.print(f"  note, line {problem.line}: {problem.reason}", highlight=False, markup=False)
+        console.print(f"  note, line {problem.line}: {terminal_safe(problem.reason)}", highlight=False, markup=False)
     if report.reopened_plan is not None:
         console.print(f"plan {report.reopened_plan} was closed and is open again", highlight=False)
+    if report.skipped:
+        console.print(f"{len(report.skipped)} line(s) skipped: the rest was imported", highlight=False)
+        raise typer.Exit(SKIPPED_LINES_EXIT)

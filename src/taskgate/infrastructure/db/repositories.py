@@ -11,11 +11,13 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, exists, func, insert, or_, select, update
+from sqlalchemy import Integer, Select, String, Text, and_, exists, func, insert, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
 from taskgate.application.ports import Delivery, OutboxEvent, TransitionQuery
+from taskgate.domain import writebacks as wb
+from taskgate.domain.beads import WAITS_FOR_ANY
 from taskgate.domain.entities import (
     OPEN_STEP_STATUSES,
     Agent,
@@ -47,9 +49,11 @@ from taskgate.domain.errors import (
     SessionNotFound,
     StepRunNotFound,
     TaskNotFound,
+    WritebackNotFound,
 )
 from taskgate.domain.policies import BlockerFact, TestRun
 from taskgate.domain.states import TERMINAL_STATES, SessionState
+from taskgate.domain.writebacks import Writeback
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.engine import AnyConnection
@@ -172,11 +176,23 @@ class SqlAlchemyTaskRepository(_Repository):
         blocker = t.tasks.alias("blocker")
         has_active_session = exists().where(and_(s.c.task_id == tk.c.id, s.c.state.not_in(_TERMINAL)))
         in_closed_plan = exists().where(and_(pl.c.id == tk.c.plan_id, pl.c.status == PlanStatus.CLOSED.value))
+        # An any-children gate (Beads' waits-for with gate any-children) opens once one of its children is done:
+        # its rows block only while none of them is completed. Every other row blocks while its task is open.
+        dep_any, done_any = t.task_dependencies.alias("dep_any"), t.tasks.alias("done_any")
+        gate_open = exists().where(
+            and_(
+                dep_any.c.task_id == tk.c.id,
+                dep_any.c.type == WAITS_FOR_ANY,
+                dep_any.c.depends_on_id == done_any.c.id,
+                done_any.c.status == TaskStatus.COMPLETED.value,
+            )
+        )
         has_open_blocker = exists().where(
             and_(
                 dep.c.task_id == tk.c.id,
                 dep.c.depends_on_id == blocker.c.id,
                 blocker.c.status != TaskStatus.COMPLETED.value,
+                or_(dep.c.type != WAITS_FOR_ANY, ~gate_open),
             )
         )
         stmt = (
@@ -184,6 +200,7 @@ class SqlAlchemyTaskRepository(_Repository):
             .where(
                 tk.c.project_id == project_id,
                 tk.c.status == TaskStatus.OPEN.value,
+                tk.c.hold.is_(None),  # the tracker keeps it out of its ready set (hooked, pinned, an epic, …)
                 ~has_active_session,
                 ~has_open_blocker,
                 ~in_closed_plan,  # plan_open refuses to start them
@@ -226,6 +243,26 @@ class SqlAlchemyTaskRepository(_Repository):
     async def update_details(self, task_id: str, *, title: str, description: str, priority: int) -> None:
         values = {"title": title, "description": description, "priority": priority}
         await self._conn.execute(update(t.tasks).where(t.tasks.c.id == task_id).values(**values))
+
+    async def set_tracker_facts(self, task_id: str, *, tracker_status: str | None, hold: str | None) -> None:
+        values = {"tracker_status": tracker_status, "hold": hold}
+        await self._conn.execute(update(t.tasks).where(t.tasks.c.id == task_id).values(**values))
+
+    async def of_source(self, project_id: int, source: str) -> list[Task]:
+        stmt = select(t.tasks).where(t.tasks.c.project_id == project_id, t.tasks.c.source == source)
+        return [_task(r, []) for r in await self._all(stmt.order_by(t.tasks.c.id))]
+
+    async def add_many(self, tasks: Sequence[Task]) -> None:
+        rows = [
+            {**{name: getattr(task, name) for name in _TASK_COLUMNS}, "status": task.status.value} for task in tasks
+        ]
+        for start in range(0, len(rows), 2000):  # Core executemany in slices: bounded statement memory
+            await self._conn.execute(insert(t.tasks), rows[start : start + 2000])
+
+    async def add_links(self, links: Sequence[tuple[str, str, str]]) -> None:
+        rows = [{"task_id": task_id, "depends_on_id": target, "type": kind} for task_id, target, kind in links]
+        for start in range(0, len(rows), 2000):
+            await self._conn.execute(insert(t.task_dependencies), rows[start : start + 2000])
 
     async def set_blockers(self, task_id: str, blockers: list[tuple[str, str]]) -> None:
         dep = t.task_dependencies
@@ -810,3 +847,84 @@ def _foreign_key_failed(exc: IntegrityError) -> bool:
     """A foreign key violation: SQLSTATE 23503 on PostgreSQL; SQLite has no codes, only the message."""
     orig = exc.orig
     return getattr(orig, "sqlstate", None) == "23503" or "FOREIGN KEY constraint failed" in str(orig)
+
+
+class SqlAlchemyWritebackRepository(_Repository):
+    """Status writes owed to external trackers (`tracker_writebacks`); see domain/writebacks.py."""
+
+    async def enqueue_for_task(
+        self, task_id: str, sources: Sequence[str], status: str, session_id: str | None, reason: str, now: datetime
+    ) -> None:
+        # INSERT … SELECT: one statement, and nothing at all for a built-in task (no read first on the hot path).
+        tk = t.tasks.c
+        source = select(
+            tk.project_id, tk.id, literal(session_id, String), tk.source, literal(status, String),
+            literal(reason, Text), literal(wb.PENDING, String), literal(0, Integer), literal(now, t.UtcDateTime),
+            literal(now, t.UtcDateTime), literal(now, t.UtcDateTime),
+        ).where(tk.id == task_id, tk.source.in_(list(sources)))  # fmt: skip
+        columns = ["project_id", "task_id", "session_id", "tracker", "status", "reason", "state", "attempts",
+                   "next_attempt_at", "created_at", "updated_at"]  # fmt: skip
+        await self._conn.execute(insert(t.tracker_writebacks).from_select(columns, source))
+
+    async def get(self, writeback_id: int) -> Writeback:
+        if not _storable(writeback_id):
+            raise WritebackNotFound(writeback_id)
+        row = await self._one(select(t.tracker_writebacks).where(t.tracker_writebacks.c.id == writeback_id))
+        if row is None:
+            raise WritebackNotFound(writeback_id)
+        return Writeback(**row)
+
+    async def due(self, now: datetime, limit: int = 100) -> list[Writeback]:
+        c = t.tracker_writebacks.c
+        stmt = (
+            select(t.tracker_writebacks)
+            .where(c.state == wb.PENDING, or_(c.next_attempt_at.is_(None), c.next_attempt_at <= now))
+            .order_by(c.id)
+            .limit(limit)
+        )
+        return [Writeback(**r) for r in await self._all(stmt)]
+
+    async def list(self, *, states=None, task_ids=None, limit: int = 100) -> list[Writeback]:
+        c = t.tracker_writebacks.c
+        stmt = select(t.tracker_writebacks)
+        if states is not None:
+            stmt = stmt.where(c.state.in_(list(states)))
+        if task_ids is not None:
+            stmt = stmt.where(c.task_id.in_(list(task_ids)))
+        return [Writeback(**r) for r in await self._all(stmt.order_by(c.id.desc()).limit(limit))]
+
+    async def claim(self, writeback_id: int, attempts: int, lease_until: datetime, now: datetime) -> bool:
+        c = t.tracker_writebacks.c
+        stmt = (
+            update(t.tracker_writebacks)
+            .where(c.id == writeback_id, c.state == wb.PENDING, c.attempts == attempts)
+            .values(attempts=attempts + 1, next_attempt_at=lease_until, updated_at=now)
+        )
+        return (await self._conn.execute(stmt)).rowcount == 1
+
+    async def finish(self, writeback_id, attempts, state, error, next_attempt_at, now) -> bool:
+        c = t.tracker_writebacks.c
+        stmt = (
+            update(t.tracker_writebacks)
+            .where(c.id == writeback_id, c.state == wb.PENDING, c.attempts == attempts)
+            .values(state=state, last_error=error, next_attempt_at=next_attempt_at, updated_at=now)
+        )
+        return (await self._conn.execute(stmt)).rowcount == 1
+
+    async def set_state(self, writeback_id, from_states, state, now, *, actor=None) -> bool:
+        c = t.tracker_writebacks.c
+        values: dict[str, Any] = {"state": state, "updated_at": now, "resolved_by": actor}
+        if state == wb.PENDING:
+            values["next_attempt_at"] = now
+            values["attempts"] = 0  # an operator's retry gets the full series of attempts again
+        stmt = update(t.tracker_writebacks).where(c.id == writeback_id, c.state.in_(list(from_states))).values(**values)
+        return (await self._conn.execute(stmt)).rowcount == 1
+
+    async def supersede_older(self, task_id: str, newest_id: int, now: datetime) -> int:
+        c = t.tracker_writebacks.c
+        stmt = (
+            update(t.tracker_writebacks)
+            .where(c.task_id == task_id, c.id < newest_id, c.state.in_(list(wb.OPEN_STATES)))
+            .values(state=wb.SUPERSEDED, updated_at=now, next_attempt_at=None)
+        )
+        return (await self._conn.execute(stmt)).rowcount

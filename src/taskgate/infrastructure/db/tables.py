@@ -95,7 +95,13 @@ tasks = Table(
     Column("created_at", UtcDateTime, nullable=False),
     # Which tracker the task came from: "builtin", or "beads" for issues imported or synced from Beads.
     Column("source", String(16), nullable=False, server_default=text("'builtin'")),
+    # What the external tracker says of the task (migration 0010): its own id there, its status in its own
+    # words, and why it keeps the issue out of its ready set (null: nothing does). See docs/trackers.md.
+    Column("external_id", String(64), nullable=True),
+    Column("tracker_status", String(32), nullable=True),
+    Column("hold", String(200), nullable=True),
     Index("ix_tasks_project_status", "project_id", "status"),
+    Index("uq_tasks_project_source_external", "project_id", "source", "external_id", unique=True),
 )
 
 task_dependencies = Table(
@@ -301,6 +307,27 @@ step_runs = Table(
     Index("ix_step_runs_session", "session_id", "id"),
 )
 
+tracker_writebacks = Table(
+    "tracker_writebacks",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("project_id", Integer, ForeignKey("projects.id"), nullable=False),
+    Column("task_id", String(64), ForeignKey("tasks.id"), nullable=False),
+    Column("session_id", String(36), nullable=True),
+    Column("tracker", String(16), nullable=False),
+    Column("status", String(20), nullable=False),  # the taskgate task status to write
+    Column("reason", Text, nullable=False, server_default=text("''")),
+    Column("state", String(16), nullable=False),  # pending | done | failed | dismissed | superseded
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("next_attempt_at", UtcDateTime, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("resolved_by", String(100), nullable=True),  # who retried or dismissed it
+    Index("ix_tracker_writebacks_state_next", "state", "next_attempt_at"),
+    Index("ix_tracker_writebacks_task", "task_id", "id"),
+)
+
 ALL_TABLES = [
     projects,
     plans,
@@ -317,4 +344,5 @@ ALL_TABLES = [
     webhook_deliveries,
     test_runs,
     step_runs,
+    tracker_writebacks,
 ]

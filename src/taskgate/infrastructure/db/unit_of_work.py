@@ -23,6 +23,7 @@ from taskgate.infrastructure.db.repositories import (
     SqlAlchemyTestRunRepository,
     SqlAlchemyTokenRepository,
     SqlAlchemyTransitionLog,
+    SqlAlchemyWritebackRepository,
 )
 
 _CONFLICT_SQLSTATES = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
@@ -66,6 +67,7 @@ class SqlAlchemyUnitOfWork:
         self.agents = SqlAlchemyAgentRepository(conn, dialect)
         self.deliveries = SqlAlchemyDeliveryRepository(conn, dialect)
         self.step_runs = SqlAlchemyStepRunRepository(conn, dialect)
+        self.writebacks = SqlAlchemyWritebackRepository(conn, dialect)
 
     async def commit(self) -> None:
         assert self._conn is not None

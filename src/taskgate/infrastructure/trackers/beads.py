@@ -50,6 +50,7 @@ class BeadsTracker:
             raise InvalidInput("tracker.beads.timeout_s must be positive")
         self._command, self._timeout_s, self._write_back = list(command), timeout_s, write_back
         self._status_map = _checked_status_map(DEFAULT_STATUS_MAP if status_map is None else status_map)
+        self.writes_back = write_back
 
     async def ready(self, project: Project) -> list[TrackerIssue]:
         """`bd ready`: Beads computes readiness; in-progress issues it also lists are left out (not open)."""
