@@ -150,6 +150,9 @@ class BeadsGraph:
             deferred = self.nodes.get(parent)
             if deferred is not None and deferred.defer_until is not None and deferred.defer_until > now:
                 return f"parent {parent} deferred in Beads until {deferred.defer_until.isoformat()}"
+            if self.is_active(parent) and any(b == issue_id for b, _ in self.direct_blockers(parent, now_only=True)):
+                # a cycle: the parent is blocked by this very issue, so bd ready hides it until it closes
+                return f"parent {parent} is blocked by this issue itself"
         return None
 
     def is_ready(self, issue_id: str, now: datetime) -> bool:
