@@ -26,7 +26,7 @@ CASES = [
     *[
         (f"status {s}", {"x": node(s)}, False)
         for s in ("in_progress", "blocked", "deferred", "hooked", "pinned", "closed", "tombstone", "review")
-    ],  # fmt: skip
+    ],
     ("the pinned flag", {"x": node(pinned=True)}, False),
     ("ephemeral (a wisp)", {"x": node(ephemeral=True)}, False),
     *[(f"type {t}", {"x": node(issue_type=t)}, False) for t in sorted(NOT_WORK_TYPES)],
@@ -39,7 +39,7 @@ CASES = [
     *[
         (f"blocks a {s} issue (still active)", {"b": node(s), "x": node("open", ("b", "blocks"))}, False)
         for s in ("in_progress", "blocked", "deferred", "hooked", "review")
-    ],  # fmt: skip
+    ],
     ("blocks a pinned issue (inactive)", {"b": node("pinned"), "x": node("open", ("b", "blocks"))}, True),
     ("blocks a tombstoned issue", {"b": node("tombstone"), "x": node("open", ("b", "blocks"))}, True),
     ("blocks an issue missing from the set", {"x": node("open", ("gone", "blocks"))}, True),
@@ -49,7 +49,7 @@ CASES = [
     *[
         (f"{t} to an open issue", {"b": node(), "x": node("open", ("b", t))}, True)
         for t in ("related", "discovered-from", "duplicates", "tracks", "my-own-type")
-    ],  # fmt: skip
+    ],
     ("an open, unblocked parent", {"p": node(), "x": child_of("p")}, True),
     ("a parent blocked by an open issue", {"b": node(), "p": node("open", ("b", "blocks")), "x": child_of("p")}, False),
     (
@@ -61,29 +61,29 @@ CASES = [
         "a closed parent with an open blocker (not active, so not blocked)",
         {"b": node(), "p": node("closed", ("b", "blocks")), "x": child_of("p")},
         True,
-    ),  # fmt: skip
+    ),
     ("a parent with status blocked but no blocking dependency", {"p": node("blocked"), "x": child_of("p")}, True),
     (
         "a blocked grandparent (one hop only)",
         {"b": node(), "g": node("open", ("b", "blocks")), "p": child_of("g"), "x": child_of("p")},
         True,
-    ),  # fmt: skip
+    ),
     (
         "waits for a spawner with an open child",
         {"s": node(), "k": child_of("s"), "x": node("open", ("s", "waits-for"))},
         False,
-    ),  # fmt: skip
+    ),
     (
         "waits for a spawner whose children all closed",
         {"s": node(), "k": child_of("s", "closed"), "x": node("open", ("s", "waits-for"))},
         True,
-    ),  # fmt: skip
+    ),
     ("waits for a spawner with no children", {"s": node(), "x": node("open", ("s", "waits-for"))}, True),
     (
         "waits for a spawner whose only open child is pinned",
         {"s": node(), "k": child_of("s", "pinned"), "x": node("open", ("s", "waits-for"))},
         True,
-    ),  # fmt: skip
+    ),
     (
         "waits (any child) for a spawner with one child closed",
         {
@@ -93,7 +93,7 @@ CASES = [
             "x": node("open", ("s", "waits-for"), any_gates=frozenset({"s"})),
         },
         True,
-    ),  # fmt: skip
+    ),
     (
         "waits (any child) for a spawner with no child closed",
         {
@@ -103,12 +103,12 @@ CASES = [
             "x": node("open", ("s", "waits-for"), any_gates=frozenset({"s"})),
         },
         False,
-    ),  # fmt: skip
+    ),
     (
         "waits (any child) for a spawner with no children",
         {"s": node(), "x": node("open", ("s", "waits-for"), any_gates=frozenset({"s"}))},
         True,
-    ),  # fmt: skip
+    ),
     ("an open child does not block its parent", {"k": child_of("x"), "x": node()}, True),
     ("a parent blocked by this very issue (a cycle)", {"p": node("open", ("x", "blocks")), "x": child_of("p")}, False),
 ]
@@ -122,12 +122,17 @@ def test_bd_ready_lists_the_issue_exactly_when_the_rule_says(issues: dict[str, B
 
 
 def test_the_stored_blockers_are_the_issue_and_its_active_parents_direct_blockers() -> None:
-    graph = BeadsGraph({
-        "b": node(), "c": node("closed"), "s": node(), "k": child_of("s"),
-        "p": node("open", ("b", "blocks"), ("s", "waits-for")),
-        "x": node("open", ("p", "parent-child"), ("c", "conditional-blocks"), ("gone", "blocks"), ("b", "related")),
-        "y": node("open", ("s", "waits-for"), any_gates=frozenset({"s"})),
-    })  # fmt: skip
+    graph = BeadsGraph(
+        {
+            "b": node(),
+            "c": node("closed"),
+            "s": node(),
+            "k": child_of("s"),
+            "p": node("open", ("b", "blocks"), ("s", "waits-for")),
+            "x": node("open", ("p", "parent-child"), ("c", "conditional-blocks"), ("gone", "blocks"), ("b", "related")),
+            "y": node("open", ("s", "waits-for"), any_gates=frozenset({"s"})),
+        }
+    )
     assert graph.stored_blockers("x") == [("b", "parent-child"), ("c", "conditional-blocks"), ("k", "parent-child")]
     assert graph.stored_blockers("y") == [("k", "waits-for-any")]
     assert graph.stored_blockers("k") == []  # its parent s is not blocked
