@@ -15,7 +15,7 @@ from taskgate.application.sessions import StartTask
 from taskgate.application.tracker import AddTask
 from taskgate.application.workspaces import GitOptions
 from taskgate.domain.entities import PlanStatus, Project, TaskStatus
-from taskgate.domain.errors import InvalidInput, TaskNotFound, TrackerError
+from taskgate.domain.errors import ClaimRefused, InvalidInput, TaskNotFound, TrackerError
 from taskgate.infrastructure.db.repositories import SqlAlchemyTaskRepository
 from taskgate.infrastructure.git import GitPythonVcs
 from taskgate.infrastructure.system import SystemClock
@@ -69,7 +69,7 @@ async def test_a_bd_not_on_path_is_a_tracker_error(project: Project, monkeypatch
 
 
 async def test_a_failing_bd_is_a_tracker_error_with_its_stderr(project: Project, bd: str, monkeypatch) -> None:
-    monkeypatch.setenv("FAKE_BD_FAIL", "1")
+    monkeypatch.setenv("FAKE_BD_FAIL_ON", "ready")
     with pytest.raises(TrackerError, match=r"bd ready .*exit code 1: Error: failed to open database: simulated"):
         await BeadsTracker(command=[bd]).ready(project)
 
@@ -336,3 +336,39 @@ async def test_a_failing_write_back_never_undoes_the_transition(sql_services, tm
     async with sql_services.uow(write=False) as uow:
         events = [e for e in await uow.events.list(session.id) if e["kind"] == "tracker.writeback_failed"]
     assert len(events) == 1 and events[0]["payload"]["status"] == "in_progress" and events[0]["payload"]["error"]
+
+
+# -- bd's versions, its JSON envelope and its claim ---------------------------------------------------------------
+
+
+async def test_a_bd_older_than_the_oldest_supported_is_refused_naming_both(project: Project, bd: str, monkeypatch):
+    monkeypatch.setenv("FAKE_BD_VERSION", "0.42.0")
+    with pytest.raises(TrackerError, match=r"bd 0\.42\.0 is older than 0\.49\.4, the oldest taskgate supports"):
+        await BeadsTracker(command=[bd]).ready(project)
+
+
+async def test_the_json_envelope_and_the_legacy_shape_read_the_same(project: Project, bd: str, monkeypatch) -> None:
+    legacy = await BeadsTracker(command=[bd]).ready(project)
+    monkeypatch.setenv("BD_JSON_ENVELOPE", "1")
+    tracker = BeadsTracker(command=[bd])
+    assert await tracker.ready(project) == legacy and [i.id for i in legacy] == ["tg-1"]
+    assert (await tracker.show(project, "tg-2")).dependencies == (("tg-1", "blocks"),)
+    with pytest.raises(TaskNotFound):  # bd's error object inside the envelope
+        await tracker.show(project, "tg-404")
+
+
+async def test_a_claim_by_another_orchestrator_is_refused_with_bds_words(project: Project, bd: str) -> None:
+    tracker = BeadsTracker(command=[bd])
+    await tracker.claim(project, "tg-1", "alice")
+    await tracker.claim(project, "tg-1", "alice")  # ours already: idempotent
+    with pytest.raises(ClaimRefused, match="already claimed by alice"):
+        await tracker.claim(project, "tg-1", "bob")
+    assert (await tracker.show(project, "tg-1")).status == "in_progress"
+
+
+async def test_a_close_bd_refuses_is_a_tracker_error_with_its_reason(project: Project, repo: Path, bd: str) -> None:
+    write_beads_state(
+        repo, bead("tg-e", "Epic", issue_type="epic"), bead("tg-k", "Kid", deps=[("tg-e", "parent-child")])
+    )
+    with pytest.raises(TrackerError, match=r"cannot close epic tg-e: 1 open child issue\(s\)"):
+        await BeadsTracker(command=[bd]).set_status(project, "tg-e", TaskStatus.COMPLETED)

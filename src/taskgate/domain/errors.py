@@ -177,3 +177,11 @@ class BranchGone(VcsError):
 
 class TrackerError(TaskgateError):
     """An external tracker could not be used; the message says which command failed and why."""
+
+
+class ClaimRefused(TrackerError):
+    """The tracker would not let this orchestrator claim the issue (someone else has it, or it is not open)."""
+
+    def __init__(self, issue_id: str, said: str) -> None:
+        super().__init__(f"cannot claim {issue_id} in the tracker: {said}")
+        self.issue_id = issue_id

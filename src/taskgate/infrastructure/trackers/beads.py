@@ -2,7 +2,12 @@
 
 `bd` runs as an argv list (never through a shell) in the project's root, bounded by a timeout; every way it
 can fail becomes a `TrackerError` that names the command. The JSON fields read are listed in
-docs/trackers.md; they are the ones of `types.Issue` in steveyegge/beads.
+docs/trackers.md; they are the ones of `types.Issue` in gastownhall/beads (formerly steveyegge/beads).
+
+Both JSON shapes of bd are read: the legacy one (arrays as they are, `schema_version` injected into objects)
+and the envelope `{"schema_version": 1, "data": …}` that `BD_JSON_ENVELOPE=1` turns on today and bd 2.0 makes
+the default. An error object (`{"error": …}`, on stdout with `--json`) is bd's own words and is shown as such.
+The first call checks `bd version --json` and refuses a bd older than MIN_VERSION, naming both.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from typing import Any
 from taskgate.application.ports import TrackerIssue
 from taskgate.domain.beads import CLOSED, is_valid_issue_id
 from taskgate.domain.entities import Project, TaskStatus
-from taskgate.domain.errors import InvalidInput, TaskNotFound, TrackerError
+from taskgate.domain.errors import ClaimRefused, InvalidInput, TaskNotFound, TrackerError
 
 DEFAULT_STATUS_MAP: Mapping[str, str] = {"open": "open", "in_progress": "in_progress", "completed": CLOSED}
+MIN_VERSION = (0, 49, 4)  # the first bd whose `update --claim` is a compare-and-swap and whose ready lists only open
+INSTALL_HINT = "install Beads (https://github.com/gastownhall/beads)"
 _STATUS_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 _STDERR_TAIL = 500
 _KILL_WAIT_S = 2.0
@@ -51,12 +58,13 @@ class BeadsTracker:
         self._command, self._timeout_s, self._write_back = list(command), timeout_s, write_back
         self._status_map = _checked_status_map(DEFAULT_STATUS_MAP if status_map is None else status_map)
         self.writes_back = write_back
+        self.version: str | None = None
 
     async def ready(self, project: Project) -> list[TrackerIssue]:
-        """`bd ready`: Beads computes readiness; in-progress issues it also lists are left out (not open)."""
+        """`bd ready`: Beads computes readiness (only `open` issues since 0.49.4; others are dropped all the same)."""
         data = await self._json(project, ["ready", "--limit", "0", "--sort", "priority"])
         issues = [_issue(item) for item in _as_list(data, "bd ready")]
-        return sorted((i for i in issues if i.status == "open"), key=lambda i: (i.priority, i.id))
+        return [i for i in issues if i.status == "open"]
 
     async def show(self, project: Project, issue_id: str) -> TrackerIssue:
         """`bd show ID`. Raises: TaskNotFound (also for an id `bd` could never accept), TrackerError."""
@@ -83,20 +91,50 @@ class BeadsTracker:
             return
         if target == CLOSED:
             args = ["close", issue_id, f"--reason={reason or f'completed in taskgate ({status})'}"]
+        elif TaskStatus(status) == TaskStatus.OPEN:
+            args = ["update", issue_id, f"--status={target}", "--assignee="]  # back in the pool: release our claim
         else:
             args = ["update", issue_id, f"--status={target}"]
         await self._run(project, [*args, "--json"], issue_id=issue_id)
 
+    async def claim(self, project: Project, issue_id: str, actor: str) -> None:
+        """`bd update ID --claim`: Beads' compare-and-swap (open and unassigned, or ours already) sets us as the
+        assignee and the status to in_progress, so two orchestrators never take the same issue.
+
+        Raises: ClaimRefused with bd's words (claimed by someone else, not claimable), TaskNotFound, TrackerError.
+        """
+        if not is_valid_issue_id(issue_id):
+            raise TaskNotFound(issue_id)
+        try:
+            await self._run(project, ["update", issue_id, "--claim", f"--actor={actor}", "--json"], issue_id=issue_id)
+        except TrackerError as exc:
+            if "claim" in str(exc):
+                raise ClaimRefused(issue_id, str(exc)) from None
+            raise
+
+    async def check_version(self, project: Project) -> str:
+        """`bd version --json`, once. Raises: TrackerError naming the version when it is older than MIN_VERSION."""
+        if self.version is None:
+            data = await self._json(project, ["version"], check=False)
+            found = data.get("version") if isinstance(data, dict) else None
+            if not isinstance(found, str):
+                raise TrackerError(f"`{self._shown(['version', '--json'])}` printed no version: {str(data)[:200]}")
+            if _version_tuple(found) < MIN_VERSION:
+                oldest = ".".join(map(str, MIN_VERSION))
+                raise TrackerError(f"bd {found} is older than {oldest}, the oldest taskgate supports (an atomic "
+                                   f"`update --claim` and `ready` of open issues only); upgrade Beads")  # fmt: skip
+            self.version = found
+        return self.version
+
     # -- running bd -------------------------------------------------------------------------------------------
 
-    async def _json(self, project: Project, args: list[str], issue_id: str | None = None) -> Any:
+    async def _json(self, project: Project, args: list[str], issue_id: str | None = None, check: bool = True) -> Any:
+        if check:
+            await self.check_version(project)
         out = await self._run(project, [*args, "--json"], issue_id=issue_id)
         if not out.strip():
             return []
-        try:
-            return json.loads(out)
-        except ValueError as exc:
-            raise TrackerError(f"`{self._shown(args)}` printed output that is not JSON: {exc}") from None
+        return _unwrapped(_parsed(out, self._shown(args)), self._shown(args), issue_id)
 
     async def _run(self, project: Project, args: list[str], issue_id: str | None = None) -> str:
         """Run `bd args` and return its stdout. Raises: TrackerError; TaskNotFound when bd says `issue_id` is
@@ -116,7 +154,7 @@ class BeadsTracker:
             )
         except FileNotFoundError:
             raise TrackerError(
-                f"`{self._command[0]}` was not found: install Beads (https://github.com/steveyegge/beads) or set "
+                f"`{self._command[0]}` was not found: {INSTALL_HINT} or set "
                 "[tracker.beads] command in config/taskgate.toml (or TASKGATE_TRACKER__BEADS__COMMAND)"
             ) from None
         except PermissionError:
@@ -130,19 +168,55 @@ class BeadsTracker:
                 "raise [tracker.beads] timeout_s if bd is just slow"
             ) from None
         if proc.returncode != 0:
-            tail = err.decode(errors="replace").strip()[-_STDERR_TAIL:] or "(no output on stderr)"
-            if issue_id is not None and _says_not_found(tail, issue_id):
+            said = _error_object(out) or err.decode(errors="replace").strip()[-_STDERR_TAIL:]
+            said = said or "(no output on stderr)"
+            if issue_id is not None and _says_not_found(said, issue_id):
                 raise TaskNotFound(issue_id)
-            raise TrackerError(f"`{self._shown(args)}` failed with exit code {proc.returncode}: {tail}")
+            raise TrackerError(f"`{self._shown(args)}` failed with exit code {proc.returncode}: {said}")
         return out.decode(errors="replace")
 
     def _shown(self, args: Sequence[str]) -> str:
         return " ".join([*self._command, *args])
 
 
+def _parsed(out: str, shown: str) -> Any:
+    try:
+        return json.loads(out)
+    except ValueError as exc:
+        raise TrackerError(f"`{shown}` printed output that is not JSON: {exc}") from None
+
+
+def _unwrapped(data: Any, shown: str, issue_id: str | None) -> Any:
+    """The payload of bd's envelope (`{"schema_version", "data"}`); an error object becomes the error it says."""
+    if isinstance(data, dict) and "schema_version" in data and "data" in data:
+        data = data["data"]
+    if isinstance(data, dict) and isinstance(data.get("error"), str):
+        if issue_id is not None and _says_not_found(data["error"], issue_id):
+            raise TaskNotFound(issue_id)
+        raise TrackerError(f"`{shown}`: {data['error']}")
+    return data
+
+
+def _error_object(out: bytes) -> str:
+    """bd's own error text when it printed an error object on stdout (with `--json`), else ""."""
+    try:
+        data = json.loads(out.decode(errors="replace") or "null")
+    except ValueError:
+        return ""
+    if isinstance(data, dict) and isinstance(data.get("data"), dict):
+        data = data["data"]
+    return data["error"] if isinstance(data, dict) and isinstance(data.get("error"), str) else ""
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    """"1.0.3" → (1, 0, 3); "0.49.4-dev" → (0, 49, 4); anything else sorts as (0,)."""
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
+    return tuple(int(part or 0) for part in match.groups()) if match else (0,)
+
+
 def _says_not_found(stderr: str, issue_id: str) -> bool:
     """bd's words for an unknown id: `Issue ID not found`, `no issue found matching "ID"`."""
-    return re.search(rf"no issue found|{re.escape(issue_id)}\S* not found", stderr, re.IGNORECASE) is not None
+    return re.search(rf"no issues? found|{re.escape(issue_id)}\S* not found", stderr, re.IGNORECASE) is not None
 
 
 async def _kill(proc: asyncio.subprocess.Process) -> None:
