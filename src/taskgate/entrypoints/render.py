@@ -30,10 +30,69 @@ from taskgate.domain.agent_reports import AgentReport
 from taskgate.domain.entities import Agent, Operator, Outcome, Session, StepRun, Task, TransitionRecord
 from taskgate.domain.policies import TestRun
 
-console = Console()
+# CSI (colours, cursor moves), OSC (titles, hyperlinks, clipboard) ended by BEL or ST, DCS/SOS/PM/APC ended by ST,
+# and the other escape sequences; then every other control character but newline and tab (C0, DEL, C1 with U+0085),
+# and the bidi overrides and isolates that show text in another order than it is (Trojan Source).
+_ESCAPE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]" r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)" r"|\x1b[PX^_][^\x1b]*\x1b\\" r"|\x1b[ -/]*[0-~]"
+)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE = re.compile(f"{_ESCAPE.pattern}|{_CONTROL.pattern}")  # in one pass what `terminal_safe` cuts in two
+# Rich drops some control characters (BEL, BS, CR...) as it builds a Text, and a BEL ends an OSC: each control
+# character stands in for itself as a private-use character (plane 16) while Rich parses, so that what is cut after
+# is what `terminal_safe` would cut.
+_STAND_INS = {c: 0x100000 + c for c in [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0),
+                                        *range(0x202A, 0x202F), *range(0x2066, 0x206A)]}  # fmt: skip
+_STOOD_IN = {stand_in: c for c, stand_in in _STAND_INS.items()}
+
+
+def terminal_safe(text: str) -> str:
+    """`text` without anything a terminal would act on: escape sequences and control characters (newlines and
+    tabs stay), and bidi overrides. Agent output, and every text the CLI prints, passes through it before it reaches
+    the operator's terminal."""
+    return _CONTROL.sub("", _ESCAPE.sub("", text))
+
+
+def _without_unsafe(text: Text) -> Text:
+    """`text` (built from a string whose control characters had stand-ins) without what `terminal_safe` drops;
+    its styles stay on the characters that stay."""
+    plain = text.plain.translate(_STOOD_IN)
+    cuts = [offset for match in _UNSAFE.finditer(plain) for offset in match.span()]
+    if not cuts:
+        return text
+    out = text.blank_copy()
+    for kept in text.divide(cuts)[::2]:
+        kept.style = ""  # the base style is out's already
+        out.append_text(kept)
+    return out
+
+
+def safe_markup(markup: str, style: str = "") -> str | Text:
+    """Rich markup whose text (not its tags) is terminal-safe: `markup` itself when it holds nothing a terminal
+    acts on, else the Text it stands for without it. The markup is parsed first, then its text cleaned: cutting an
+    escape sequence out of escaped markup first could make a tag of data (`[`, an OSC, `b]`; or ESC eating the
+    backslash that escapes a `[`)."""
+    if not _CONTROL.search(markup):
+        return markup
+    return _without_unsafe(Text.from_markup(markup.translate(_STAND_INS), style=style))
+
+
+class SafeConsole(Console):
+    """A Rich console that never prints anything a terminal would act on from the strings it is given (titles,
+    names, reasons, errors and every other text, markup or not): Rich turns every string it prints, table cells
+    included, into a Text here, and the escape sequences and control characters are cut from that Text. Rich's
+    own styling (its escape sequences come later, from the styles) is untouched."""
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        if not _CONTROL.search(text):
+            return super().render_str(text, **options)
+        return _without_unsafe(super().render_str(text.translate(_STAND_INS), **options))
+
+
+console = SafeConsole()
 if not console.is_terminal and "COLUMNS" not in os.environ:
     console.width = 120  # logs and pipes: wide enough for the transition table, still readable
-err_console = Console(stderr=True)
+err_console = SafeConsole(stderr=True)
 
 
 def jsonable(value: Any) -> Any:
@@ -62,14 +121,25 @@ def _when(at: datetime | None) -> str:
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, markup: bool = True) -> Table:
     """A table whose cells are Rich markup, or with `markup=False` plain text (data: paths, commit subjects, names,
-    error messages; `[x]` in them must print as is). Callers that keep markup escape the data they put in."""
-    out = Table(title=title if markup else escape(title), title_justify="left", header_style="bold")
+    error messages; `[x]` in them must print as is). Callers that keep markup escape the data they put in.
+    Nothing in the title or a cell a terminal would act on is printed (`terminal_safe`; in markup, its text only);
+    cells that are not strings are data, never markup."""
+    safe_title = safe_markup(title, "table.title") if markup else escape(terminal_safe(title))
+    out = Table(title=safe_title, title_justify="left", header_style="bold")
     for column in columns:
         out.add_column(column, overflow="fold")
     for row in rows:
-        cells = ["" if cell is None else str(cell) for cell in row]
-        out.add_row(*(cells if markup else [Text(cell) for cell in cells]))
+        out.add_row(*(_cell(cell, markup) for cell in row))
     return out
+
+
+def _cell(cell: Any, markup: bool) -> str | Text:
+    if cell is None:
+        return ""
+    if not isinstance(cell, str):
+        text = terminal_safe(str(cell))
+        return escape(text) if markup else Text(text)
+    return safe_markup(cell) if markup else Text(terminal_safe(cell))
 
 
 def tasks_table(tasks: list[Task], title: str = "Tasks") -> Table:
@@ -322,22 +392,10 @@ def agent_line(agent: Agent) -> str:
     return line + (f" ({report.usage()})" if report is not None else "")
 
 
-# CSI (colours, cursor moves), OSC (titles, hyperlinks, clipboard) ended by BEL or ST, DCS/SOS/PM/APC ended by ST,
-# and the other escape sequences; then every other control character but newline and tab (C0, DEL, C1).
-_ESCAPE = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]" r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)" r"|\x1b[PX^_][^\x1b]*\x1b\\" r"|\x1b[ -/]*[0-~]"
-)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # the start of an escape sequence cut by the end of what was read so far (held back until the rest arrives)
 _CUT_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[PX^_][^\x1b]*\x1b?|[ -/]*)\Z")
 _ESC = re.compile("\x1b")
 _HOLD_AT_MOST = 4096
-
-
-def terminal_safe(text: str) -> str:
-    """`text` without anything a terminal would act on: escape sequences and control characters (newlines and
-    tabs stay). Agent output passes through it before it reaches the operator's terminal."""
-    return _CONTROL.sub("", _ESCAPE.sub("", text))
 
 
 class TerminalSafeStream:

@@ -21,6 +21,7 @@ from taskgate.entrypoints.cli.common import (
     operator_app,
     policies_app,
     run,
+    say,
     token_app,
 )
 from taskgate.entrypoints.render import console
@@ -72,7 +73,7 @@ def _print_config_entry(operator: str | None, session: str | None, label: str) -
     console.print("the token (shown only this once; give it to the client):", highlight=False)
     print(secret)
     console.print("add this to config/taskgate.toml (it holds only the hash):", highlight=False)
-    print(f'[[mcp.tokens]]\n{owner}\nsha256 = "{digest}"\nlabel = "{label}"')
+    say(f'[[mcp.tokens]]\n{owner}\nsha256 = "{digest}"\nlabel = "{label}"')
 
 
 @token_app.command("list")

@@ -17,7 +17,7 @@ from taskgate.bootstrap import App, bootstrap, load_settings
 from taskgate.domain.entities import Project
 from taskgate.domain.errors import InvalidInput, TaskgateError
 from taskgate.entrypoints import render
-from taskgate.entrypoints.render import console, err_console
+from taskgate.entrypoints.render import console, err_console, terminal_safe
 
 T = TypeVar("T")
 
@@ -59,9 +59,16 @@ ProjectOpt = Annotated[str | None, typer.Option("--project", "-p", help="Project
 
 def fail(message: str, code: int = 1) -> None:
     """Print a one-line error to stderr and exit with `code`. The message is text, never Rich markup: errors
-    quote config tables (`[agents.NAME]`, `[[mcp.tokens]]`) and people's input."""
-    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    quote config tables (`[agents.NAME]`, `[[mcp.tokens]]`) and people's input; and nothing in it a terminal
+    would act on is printed (titles, names and tracker errors may hold escape sequences)."""
+    err_console.print(f"[red]error:[/red] {escape(terminal_safe(message))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def say(text: object) -> None:
+    """Print a line of plain text (never Rich markup, never highlighted) to stdout, without anything in it a
+    terminal would act on, through the builtin `print` (outputs other tools read: mermaid, `file:line: message`)."""
+    print(terminal_safe(str(text)))
 
 
 def run(work: Callable[[App], Awaitable[T]]) -> T:

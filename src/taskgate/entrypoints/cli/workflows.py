@@ -27,6 +27,7 @@ from taskgate.entrypoints.cli.common import (
     emit,
     fail,
     run,
+    say,
 )
 from taskgate.entrypoints.cli.driving import (
     _RUNNABLE,
@@ -108,7 +109,7 @@ def workflow_validate(
         })  # fmt: skip
     else:
         for problem in result.problems:
-            print(problem)
+            say(problem)
         if result.ok:
             print(f"ok: {len(result.workflows)} workflow(s) and {len(result.checklists)} checklist(s) are valid")
     if not result.ok:
@@ -123,7 +124,7 @@ def workflow_validate(
 @workflow_app.command("graph")
 def workflow_graph(name: Annotated[str, typer.Argument(help="The workflow's id.")]) -> None:
     """The workflow as a mermaid flowchart (paste it into a ```mermaid block)."""
-    print(to_workflow_mermaid(_or_fail(lambda: _workflows().workflow(name))))
+    say(to_workflow_mermaid(_or_fail(lambda: _workflows().workflow(name))))
 
 
 @workflow_app.command("create")
@@ -136,9 +137,9 @@ def workflow_create(
 ) -> None:
     """Write workflows/<category>/NAME.yaml from a template (never overwriting), then validate it."""
     created = _or_fail(lambda: _workflows().create(name, template, category))
-    print(f"created {created.file} from template {created.template}")
+    say(f"created {created.file} from template {created.template}")
     for problem in created.problems:
-        print(problem)
+        say(problem)
     if created.problems:
         fail(f"{created.file} was created but has {len(created.problems)} problem(s); edit it and run validate")
 
