@@ -13,7 +13,7 @@ from taskgate.application.agents import AgentService, ExecutionOptions
 from taskgate.application.audit import AuditService
 from taskgate.application.context import ContextScout
 from taskgate.application.decisions import DecisionService
-from taskgate.application.effects import CompositeEffects
+from taskgate.application.effects import CompositeEffects, SessionEffects
 from taskgate.application.guards import GuardEvaluator
 from taskgate.application.operators import OperatorService
 from taskgate.application.outbox import Subscriber, WebhookDispatcher
@@ -33,6 +33,7 @@ from taskgate.application.review_queue import ReviewQueue
 from taskgate.application.sessions import SessionService
 from taskgate.application.sweeper import ESCALATED_EVENT, Sweeper, SweeperOptions
 from taskgate.application.tracker import TrackerService
+from taskgate.application.tracker_sync import BeadsClaim, TrackerSync
 from taskgate.application.workflow_engine import WorkflowEngine, WorkflowOptions
 from taskgate.application.workflows import WorkflowService
 from taskgate.application.workspaces import GitOptions, WorkspaceService
@@ -130,16 +131,22 @@ def build_workspaces(
     git: GitOptions,
     context_ttl_seconds: float = 30.0,
     tracker: TrackerProvider | None = None,
+    tracker_service: TrackerService | None = None,
 ) -> tuple[WorkspaceService, ContextScout]:
     """The context scout, and the session worktrees attached to `sessions` as the effects of its transitions
     (followed by status write-back to `tracker` when the project's tasks come from an external tracker)."""
     scout = ContextScout(uow, vcs, clock, context_ttl_seconds)
     workspaces = WorkspaceService(uow, vcs, clock, git, scout)
     workspaces.attach(sessions)
-    if tracker is not None and tracker.writes_back:
-        sessions.owe_write_backs((tracker.name,))
-        writer = TrackerWriteBack(WritebackService(uow, clock, tracker))
-        sessions.use_effects(CompositeEffects([workspaces, writer]))
+    if tracker is not None:  # read live, claim at start, write status back through the outbox
+        sync = TrackerSync(uow, clock, tracker)
+        effects: list[SessionEffects] = [workspaces, BeadsClaim(uow, sync)]
+        if tracker_service is not None:
+            tracker_service.use_sync(sync)
+        if tracker.writes_back:
+            sessions.owe_write_backs((tracker.name,))
+            effects.append(TrackerWriteBack(WritebackService(uow, clock, tracker)))
+        sessions.use_effects(CompositeEffects(effects))
     return workspaces, scout
 
 
@@ -318,6 +325,7 @@ async def bootstrap(
         git=git_options(settings),
         context_ttl_seconds=settings.context.ttl_seconds,
         tracker=tracker_provider(settings),
+        tracker_service=services[1],
     )
     people = OperatorService(uow, clock), DecisionService(uow, services[0], clock)
     queue = ReviewQueue(uow, services[0], extras[0])
@@ -368,7 +376,8 @@ def sweeper_options(settings: Settings) -> SweeperOptions:
 def build_sweeper(settings: Settings, app: App) -> Sweeper:
     """The sweeper over the app's database, session engine and clock (run it with `Sweeper.run`)."""
     assert app.uow is not None and app.clock is not None, "the app was not built by bootstrap()"
-    return Sweeper(app.uow, app.sessions, app.clock, sweeper_options(settings))
+    return Sweeper(app.uow, app.sessions, app.clock, sweeper_options(settings), writebacks=app.writebacks,
+                   tracker=app.tracker)  # fmt: skip
 
 
 def build_outbox(settings: Settings, uow: UnitOfWorkFactory, clock: Clock) -> WebhookDispatcher | None:

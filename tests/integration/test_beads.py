@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from taskgate.application.beads_import import BeadsImporter, ImportBeads
-from taskgate.application.sessions import StartTask
+from taskgate.application.sessions import FireTrigger, StartTask
 from taskgate.application.tracker import AddTask
 from taskgate.application.workspaces import GitOptions
 from taskgate.domain.entities import PlanStatus, Project, TaskStatus
@@ -285,7 +285,7 @@ async def test_a_failure_mid_import_writes_nothing(sql_services, tmp_path, monke
 
 
 async def test_a_beads_task_moved_by_its_session_is_written_back_to_beads(sql_services, tmp_path, bd, bd_log):
-    from taskgate.application.sessions import FireTrigger
+
     from taskgate.bootstrap import build_workspaces
     from taskgate.domain.states import SessionState
 
@@ -305,11 +305,16 @@ async def test_a_beads_task_moved_by_its_session_is_written_back_to_beads(sql_se
     )
 
     session = (await sql_services.sessions.start_task(StartTask("tg-1", ACTOR, OPERATOR))).session
-    assert calls(bd_log) == [["update", "tg-1", "--status=in_progress", "--json"]]
+    assert calls(bd_log) == [  # still ready in Beads? then claimed; then the status written back
+        ["version", "--json"],
+        ["ready", "--limit", "0", "--sort", "priority", "--json"],
+        ["update", "tg-1", "--claim", f"--actor={ACTOR}", "--json"],
+        ["update", "tg-1", "--status=in_progress", "--json"],
+    ]
     for trigger in ("plan_complete", "work_complete", "approve", "merge"):
         session = (await sql_services.sessions.fire(FireTrigger(session.id, trigger, ACTOR))).session
     assert session.state == SessionState.COMPLETED
-    assert calls(bd_log)[-1][:2] == ["close", "tg-1"] and len(calls(bd_log)) == 2  # unmapped statuses write nothing
+    assert calls(bd_log)[-1][:2] == ["close", "tg-1"] and len(calls(bd_log)) == 5  # unmapped statuses write nothing
     issues = {i["id"]: i for i in map(json.loads, state.open())}
     assert issues["tg-1"]["status"] == "closed"
 
@@ -330,12 +335,70 @@ async def test_a_failing_write_back_never_undoes_the_transition(sql_services, tm
         git=GitOptions(),
         tracker=BeadsTracker(command=[bd]),
     )
-    monkeypatch.setenv("FAKE_BD_FAIL", "1")
     session = (await sql_services.sessions.start_task(StartTask("tg-1", ACTOR, OPERATOR))).session
-    assert session.state.value == "planning"
+    monkeypatch.setenv("FAKE_BD_FAIL", "1")
+    for trigger in ("plan_complete", "work_complete", "approve", "merge"):
+        result = await sql_services.sessions.fire(FireTrigger(session.id, trigger, ACTOR))
+    assert result.session.state.value == "completed" and "will be retried" in " ".join(result.warnings)
     async with sql_services.uow(write=False) as uow:
         events = [e for e in await uow.events.list(session.id) if e["kind"] == "tracker.writeback_failed"]
-    assert len(events) == 1 and events[0]["payload"]["status"] == "in_progress" and events[0]["payload"]["error"]
+        [owed] = await uow.writebacks.list(states=["pending"])
+    assert len(events) == 1 and events[0]["payload"]["status"] == "completed" and events[0]["payload"]["error"]
+    assert (owed.task_id, owed.status, owed.attempts) == ("tg-1", "completed", 1) and "simulated" in owed.last_error
+
+
+async def test_a_failed_write_back_is_retried_with_backoff_then_given_up_and_an_operator_retries_it(
+    sql_services, tmp_path, bd, monkeypatch
+):
+    from taskgate.application.writebacks import WritebackService
+    from taskgate.domain import writebacks as wb
+    from tests.fakes import FakeClock
+
+    repo = make_git_repo(tmp_path / "beads-repo")
+    state = write_beads_state(repo, bead("tg-1", "Beads work"))
+    project = await sql_services.tracker.init_project(str(repo))
+    await BeadsImporter(sql_services.uow, SystemClock()).import_jsonl(ImportBeads(project.id, state.read_text()))
+    clock = FakeClock()
+    async with sql_services.uow(write=True) as uow:
+        await uow.writebacks.enqueue_for_task("tg-1", ("beads",), "completed", None, "by hand", clock.now())
+        await uow.commit()
+    service = WritebackService(sql_services.uow, clock, BeadsTracker(command=[bd]))
+    monkeypatch.setenv("FAKE_BD_FAIL", "1")
+    delays = []
+    for _ in range(wb.MAX_ATTEMPTS):
+        [tried] = await service.run_due()
+        assert not tried.ok and await service.run_due() == []  # not due again before its backoff
+        [row] = await service.rows()
+        if row.state == wb.PENDING:
+            delays.append((row.next_attempt_at - clock.now()).total_seconds())
+            await clock.sleep(delays[-1] + 1)
+    assert row.state == wb.FAILED and row.attempts == wb.MAX_ATTEMPTS and await service.run_due() == []
+    assert [round(d) for d in delays] == [10, 20, 40, 80, 160]
+    monkeypatch.delenv("FAKE_BD_FAIL")
+    assert (await service.retry(row.id, "operator:alice")).ok
+    [row] = await service.rows()
+    assert (row.state, row.resolved_by) == (wb.DONE, "operator:alice")
+    assert {i["id"]: i for i in map(json.loads, state.open())}["tg-1"]["status"] == "closed"
+
+
+async def test_two_workers_never_write_the_same_row_twice(sql_services, tmp_path, bd, bd_log) -> None:
+    """Many concurrent run_due calls (as several serve processes' sweepers would): one bd call for the row,
+    because an attempt starts with a compare-and-swap claim on the row's attempt count."""
+    import asyncio
+
+    from taskgate.application.writebacks import WritebackService
+
+    repo = make_git_repo(tmp_path / "beads-repo")
+    state = write_beads_state(repo, bead("tg-1", "Beads work"))
+    project = await sql_services.tracker.init_project(str(repo))
+    await BeadsImporter(sql_services.uow, SystemClock()).import_jsonl(ImportBeads(project.id, state.read_text()))
+    async with sql_services.uow(write=True) as uow:
+        await uow.writebacks.enqueue_for_task("tg-1", ("beads",), "completed", None, "by hand", SystemClock().now())
+        await uow.commit()
+    workers = [WritebackService(sql_services.uow, SystemClock(), BeadsTracker(command=[bd])) for _ in range(12)]
+    results = await asyncio.gather(*(w.run_due() for w in workers))
+    assert sum(len(r) for r in results) == 1
+    assert [c[:2] for c in calls(bd_log) if c[0] == "close"] == [["close", "tg-1"]]
 
 
 # -- bd's versions, its JSON envelope and its claim ---------------------------------------------------------------

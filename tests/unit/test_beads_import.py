@@ -7,7 +7,7 @@ import json
 import pytest
 
 from taskgate.application.beads_import import BeadsImporter, ImportBeads, parse_beads_jsonl
-from taskgate.domain.beads import BeadsNode, effective_blockers, is_ready, is_valid_issue_id, task_status_for_import
+from taskgate.domain.beads import is_valid_issue_id, task_status_for_import
 from taskgate.domain.entities import TaskStatus
 from taskgate.domain.errors import ProjectArchived
 from tests.conftest import wire
@@ -45,7 +45,6 @@ def test_a_well_formed_line_keeps_what_the_import_needs() -> None:
         (json.dumps({"id": "bd-1", "title": "t", "priority": 7}), "bad priority 7"),
         (json.dumps({"id": "bd-1", "title": "t", "priority": "1"}), "bad priority '1'"),
         (json.dumps({"id": "bd-1", "title": "t", "priority": True}), "bad priority True"),
-        (json.dumps({"id": "bd-1", "title": "t", "status": "tombstone"}), "tombstone"),
         (json.dumps({"id": "bd-1", "title": "t", "labels": "x"}), "labels is not a list"),
         (json.dumps({"id": "bd-1", "title": "t", "dependencies": [{"type": "blocks"}]}), "lacks depends_on_id"),
         (json.dumps(bead("bd-1", deps=[("bd-1", "blocks")])), "depends on itself"),
@@ -89,44 +88,13 @@ def test_anything_else_is_not_an_id(bad: object) -> None:
     assert not is_valid_issue_id(bad)
 
 
-def test_only_closed_imports_as_completed() -> None:
-    assert task_status_for_import("closed") == TaskStatus.COMPLETED
+def test_only_closed_and_deleted_import_as_completed() -> None:
+    assert task_status_for_import("closed") == task_status_for_import("tombstone") == TaskStatus.COMPLETED
     for other in ("open", "in_progress", "blocked", "deferred", "hooked", "custom"):
         assert task_status_for_import(other) == TaskStatus.OPEN
 
 
-GRAPH = {
-    "epic": BeadsNode("open", (("gate", "blocks"),)),
-    "gate": BeadsNode("open"),
-    "child": BeadsNode("open", (("epic", "parent-child"), ("note", "related"))),
-    "note": BeadsNode("open"),
-    "spawner": BeadsNode("open"),
-    "kid1": BeadsNode("closed", (("spawner", "parent-child"),)),
-    "kid2": BeadsNode("open", (("spawner", "parent-child"),)),
-    "waiter": BeadsNode("open", (("spawner", "waits-for"),)),
-    "cond": BeadsNode("open", (("gate", "conditional-blocks"),)),
-    "free": BeadsNode("open", (("note", "discovered-from"),)),
-    "orphan": BeadsNode("open", (("elsewhere", "blocks"),)),
-}
-
-
-def test_effective_blockers_unfold_parents_and_spawners() -> None:
-    assert effective_blockers("child", GRAPH) == [("gate", "parent-child")]  # the epic's blocker, not the epic
-    assert effective_blockers("waiter", GRAPH) == [("kid1", "waits-for"), ("kid2", "waits-for")]
-    assert effective_blockers("cond", GRAPH) == [("gate", "conditional-blocks")]
-    assert effective_blockers("free", GRAPH) == []
-
-
-def test_readiness_follows_beads() -> None:
-    ready = {i for i in GRAPH if is_ready(i, GRAPH)}
-    assert ready == {"gate", "note", "spawner", "kid2", "free"}
-    unblocked = GRAPH | {"gate": BeadsNode("closed"), "kid2": BeadsNode("closed", (("spawner", "parent-child"),))}
-    assert {"epic", "child", "waiter", "cond"} <= {i for i in unblocked if is_ready(i, unblocked)}
-
-
-def test_a_parent_cycle_does_not_loop() -> None:
-    graph = {"a": BeadsNode("open", (("b", "parent-child"),)), "b": BeadsNode("open", (("a", "parent-child"),))}
-    assert effective_blockers("a", graph) == [] and is_ready("a", graph)
+# The ready rule itself: tests/unit/test_beads_ready_rule.py.
 
 
 # -- the importer on the fakes --------------------------------------------------------------------------------
@@ -156,7 +124,7 @@ async def test_forward_references_and_epics_import_as_beads_reads_them(memory) -
     assert [t.id for t in await services.tracker.ready_tasks(project.id)] == ["bd-g"]
 
 
-async def test_a_skipped_line_strands_what_blocks_on_it_but_not_what_merely_links_to_it(memory) -> None:
+async def test_a_skipped_line_blocks_nothing_and_the_report_says_so(memory) -> None:
     services, project = memory
     export = jsonl(
         '{"id": "bd-1", "title": 5}',
@@ -165,9 +133,9 @@ async def test_a_skipped_line_strands_what_blocks_on_it_but_not_what_merely_link
         bead("bd-4", deps=[("bd-1", "related")]),
     )
     report = await BeadsImporter(services.uow, FakeClock()).import_jsonl(ImportBeads(project.id, export))
-    assert report.created == ["bd-4"]
-    assert [p.line for p in report.skipped] == [1, 2, 3]
-    assert [(p.line, p.issue_id) for p in report.warnings] == [(4, "bd-4")]
+    assert report.created == ["bd-2", "bd-3", "bd-4"] and [p.line for p in report.skipped] == [1]
+    assert [(p.line, p.issue_id) for p in report.warnings] == [(2, "bd-2")]  # its blocker is not in the export
+    assert [t.id for t in await services.tracker.ready_tasks(project.id)] == ["bd-2", "bd-3", "bd-4"]
 
 
 async def test_progress_is_reported_and_an_archived_project_is_refused(memory) -> None:

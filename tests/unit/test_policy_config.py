@@ -30,7 +30,7 @@ def _no_env(monkeypatch):
         monkeypatch.delenv(key)
 
 
-def test_the_default_book_enables_every_built_in_but_commit_message_format_in_priority_order():
+def test_the_default_book_enables_every_built_in_but_commit_message_format_and_tracker_in_sync_in_priority_order():
     book = PolicyBook()
     assert names(book) == [
         "one_active_session_per_task",
@@ -44,7 +44,7 @@ def test_the_default_book_enables_every_built_in_but_commit_message_format_in_pr
         "require_tests",
     ]
     disabled = [e.policy.name for e in book.entries() if not e.enabled]
-    assert disabled == ["commit_message_format"]
+    assert disabled == ["commit_message_format", "tracker_in_sync"]
 
 
 def test_a_project_overrides_the_global_tables_key_by_key():

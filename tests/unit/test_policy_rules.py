@@ -21,6 +21,7 @@ from taskgate.domain.policies import (
     Severity,
     SlowFacts,
     TestRun,
+    TrackerInSync,
     Verdict,
     WipLimit,
     WorkspaceFacts,
@@ -137,6 +138,15 @@ def test_commit_message_format_names_the_subjects_that_are_not_conventional():
     assert strict.check(facts(slow=SlowFacts(workspace(commits=(("7" * 40, "Merge main"),)))))
 
 
+def test_tracker_in_sync_blocks_a_merge_while_the_tracker_is_behind():
+    policy = TrackerInSync()
+    assert policy.triggers == {Trigger.MERGE} and policy.check(facts()) == []
+    owed = ("write-back #3 of bd-1 → in_progress failed after 6 attempt(s): cannot claim",)
+    [violation] = policy.check(facts(tracker_owed=owed))
+    assert "the tracker is behind: write-back #3 of bd-1" in violation.message
+    assert "tracker retry" in violation.suggestion
+
+
 def test_policies_carry_triggers_and_settings():
     assert WipLimit(limit=5).settings == {"limit": 5} and Trigger.START in WipLimit().triggers
     assert ReviewApproval().settings == {"min_approvals": 1} and ReviewApproval().triggers == {Trigger.APPROVE}
@@ -151,7 +161,8 @@ def test_policies_carry_triggers_and_settings():
         "clean_worktree",
         "branch_naming",
         "commit_message_format",
-    }
+            "tracker_in_sync",
+}
 
 
 def test_build_policy_applies_severity_priority_triggers_and_settings():

@@ -326,7 +326,8 @@ class DecisionService:
             return await self._count_approval(session, decision)
         bypassed = _bypassed(result.record)
         stored = await self._stored(decision)
-        return DecisionResult(stored, result.session, follow_ups=result.follow_ups, bypassed=bypassed)
+        return DecisionResult(stored, result.session, follow_ups=result.follow_ups, warnings=result.warnings,
+                              bypassed=bypassed)  # fmt: skip
 
     async def _count_approval(self, session: Session, decision: Decision) -> DecisionResult:
         """An approval that review_approval does not find enough yet: stored as pending, the session waits."""

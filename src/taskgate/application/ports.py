@@ -509,6 +509,9 @@ class TrackerProvider(Protocol):
     async def set_status(self, project: Project, issue_id: str, status: TaskStatus, reason: str = "") -> None:
         """Write a task status back to the tracker (a no-op when write-back is off). Raises: TrackerError."""
 
+    async def claim(self, project: Project, issue_id: str, actor: str) -> None:
+        """Take the issue for `actor` atomically, so no other orchestrator starts it. Raises: ClaimRefused."""
+
 
 class Clock(Protocol):
     async def sleep(self, seconds: float) -> None:

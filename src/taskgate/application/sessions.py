@@ -26,6 +26,7 @@ from taskgate.application.guards import GuardEvaluator, PolicyCheck
 from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import Clock, IdGenerator, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.session_machine import SessionMachine
+from taskgate.domain import writebacks as wb
 from taskgate.domain.bounds import ROW_LIMITS, VERSIONS
 from taskgate.domain.entities import (
     Decision,
@@ -52,6 +53,7 @@ from taskgate.domain.errors import (
 from taskgate.domain.policies import (
     NEEDS_APPROVALS,
     NEEDS_OPERATOR,
+    NEEDS_TRACKER,
     NO_SLOW_FACTS,
     SLOW_NEEDS,
     GuardFacts,
@@ -515,6 +517,10 @@ class SessionService:
         if NEEDS_OPERATOR in needs and session.operator_id is not None:
             operator = await uow.operators.find(session.operator_id)
             operator_wip = await uow.sessions.count_of_operator(session.operator_id, WIP_STATES)
+        owed: tuple[str, ...] = ()
+        if NEEDS_TRACKER in needs:
+            rows = await uow.writebacks.list(states=wb.OPEN_STATES, task_ids=[session.task_id], limit=5)
+            owed = tuple(row.describe() for row in rows)
         approvals: tuple[str, ...] = ()
         if NEEDS_APPROVALS in needs:
             stored = await uow.decisions.approvals(session.id, session.version)
@@ -531,6 +537,7 @@ class SessionService:
             operator=operator,
             operator_sessions_in_wip=operator_wip,
             approvals=approvals,
+            tracker_owed=owed,
             slow=slow or NO_SLOW_FACTS,
         )
 

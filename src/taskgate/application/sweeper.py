@@ -31,6 +31,8 @@ from typing import Any
 
 from taskgate.application.ports import Clock, TransitionQuery, UnitOfWorkFactory
 from taskgate.application.sessions import SYSTEM_ACTOR, FireTrigger, SessionService
+from taskgate.application.tracker import TrackerService
+from taskgate.application.writebacks import WritebackService
 from taskgate.domain.entities import Agent, AgentStatus, Compensation, Session
 from taskgate.domain.errors import ConcurrentModification, InvalidTransition, SessionNotFound, TaskgateError
 from taskgate.domain.session_fsm import rows_for
@@ -84,6 +86,7 @@ class SweepReport:
     skipped: list[SweepSkip] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     silent_agents: list[str] = field(default_factory=list)  # agents marked failed for missing heartbeats
+    writebacks: list[str] = field(default_factory=list)  # tracker write-backs tried, one line each
 
     def count(self, action: str) -> int:
         return sum(1 for a in self.actions if a.action == action)
@@ -92,6 +95,7 @@ class SweepReport:
         kinds = ("timed_out", "finished", "expired", "escalated", "abandoned")
         done = ", ".join(f"{self.count(k)} {k}" for k in kinds if self.count(k)) or "nothing to do"
         tail = f"; {len(self.skipped)} skipped" if self.skipped else ""
+        tail += f"; {len(self.writebacks)} tracker write-backs tried" if self.writebacks else ""
         tail += f"; {len(self.errors)} errors" if self.errors else ""
         return f"swept {self.examined} sessions: {done}{tail}"
 
@@ -117,10 +121,13 @@ class Sweeper:
         clock: Clock,
         options: SweeperOptions | None = None,
         on_sweep: Callable[[SweepReport], None] | None = None,
+        writebacks: WritebackService | None = None,
+        tracker: TrackerService | None = None,
     ) -> None:
         self._uow, self._sessions, self._clock = uow, sessions, clock
         self.options = options or SweeperOptions()
         self._on_sweep = on_sweep
+        self._writebacks, self._tracker = writebacks, tracker  # the tracker's chores: owed writes, live ready
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sweep, then wait `interval_s` (or until `stop` is set), until `stop` is set. A failed sweep (say the
@@ -162,7 +169,20 @@ class Sweeper:
         leftovers = tuple(a for sid, agents in stale.items() if sid not in scanned for a in agents)
         if leftovers:
             await self._mark_silent(leftovers, now, report)
+        await self._tracker_chores(report)
         return report
+
+    async def _tracker_chores(self, report: SweepReport) -> None:
+        """Write-backs due for a retry, then the live tracker's ready list mirrored for the board."""
+        if self._writebacks is not None:
+            for attempt in await self._writebacks.run_due():
+                row = attempt.writeback
+                report.writebacks.append(f"{row.task_id} → {row.status}: {'written' if attempt.ok else attempt.error}")
+        if self._tracker is not None:
+            try:
+                await self._tracker.refresh_ready()
+            except TaskgateError as exc:
+                report.errors.append(f"tracker: {exc}")
 
     # -- reading and deciding ------------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory, VcsProvider
+from taskgate.application.tracker_sync import TrackerSync, sync_task_if_unknown
 from taskgate.domain.bounds import IDS, PRIORITIES
 from taskgate.domain.entities import Operator, Permission, Plan, PlanStatus, Project, Role, Task, TaskStatus
 from taskgate.domain.errors import AlreadyExists, InvalidInput, ProjectArchived, ProjectNotFound
@@ -80,6 +81,22 @@ class TrackerService:
 
     def __init__(self, uow: UnitOfWorkFactory, clock: Clock, vcs: VcsProvider) -> None:
         self._uow, self._clock, self._vcs = uow, clock, vcs
+        self._sync: TrackerSync | None = None
+
+    def use_sync(self, sync: TrackerSync) -> None:
+        """Read an external tracker live (application/tracker_sync.py): `ready_tasks` asks it first."""
+        self._sync = sync
+
+    async def refresh_ready(self) -> None:
+        """Mirror the live tracker's ready list of every project (the sweeper does, for the board)."""
+        if self._sync is not None:
+            for project in await self.list_projects():
+                if project.archived_at is None:
+                    await self._sync.ready(project)
+
+    async def prepare_start(self, task_id: str) -> None:
+        """Before a start: a task the live tracker knows but taskgate has not seen yet is mirrored first."""
+        await sync_task_if_unknown(self._uow, self._sync, task_id)
 
     async def init_project(self, path: str, name: str | None = None, actor: str = "system") -> Project:
         """Register the git repository containing `path` as a project.
@@ -217,10 +234,19 @@ class TrackerService:
             return await uow.tasks.get(task_id)
 
     async def ready_tasks(self, project_id: int) -> list[Task]:
-        """Open tasks without an active session whose blockers are all completed, most urgent first."""
+        """Open tasks without an active session whose blockers are all completed, most urgent first. With a live
+        tracker (Beads), its own ready list decides, in its order (see application/tracker_sync.py).
+
+        Raises: ProjectNotFound; TrackerError when the live tracker cannot be read.
+        """
         async with self._uow(write=False) as uow:
-            await uow.projects.get(project_id)
-            return await uow.tasks.ready(project_id)
+            project = await uow.projects.get(project_id)
+            if self._sync is None:
+                return await uow.tasks.ready(project_id)
+        order = {task_id: n for n, task_id in enumerate(await self._sync.ready(project))}
+        async with self._uow(write=False) as uow:
+            startable = [t for t in await uow.tasks.ready(project_id) if t.id in order]
+        return sorted(startable, key=lambda t: order[t.id])
 
     async def ensure_operator(self, operator_id: str, name: str | None = None) -> Operator:
         """The operator `operator_id`, created with the admin role if it does not exist yet."""

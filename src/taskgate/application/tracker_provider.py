@@ -35,6 +35,9 @@ class BuiltinTracker:
             issues = await _issues(uow, await uow.tasks.list(project.id))
         return sorted(issues, key=lambda i: i.id)
 
+    async def claim(self, project: Project, issue_id: str, actor: str) -> None:
+        """Nothing to do: a session's start is the claim, under the task's row lock (one_active_session_per_task)."""
+
     async def set_status(self, project: Project, issue_id: str, status: TaskStatus, reason: str = "") -> None:
         """Set the task's status (sessions already do this as they move; this is for callers of the port).
 

@@ -36,6 +36,7 @@ NEEDS_OPERATOR = "operator"  # the session's operator and how many of its sessio
 NEEDS_APPROVALS = "approvals"  # operators that approved this verification (database)
 NEEDS_WORKSPACE = "workspace"  # the worktree's git state (slow: git, gathered before the transaction)
 NEEDS_TEST_RUN = "test_run"  # the project's test command run in the worktree (slow: gathered before it too)
+NEEDS_TRACKER = "tracker"  # status writes still owed to the external tracker for the task (database)
 SLOW_NEEDS = frozenset({NEEDS_WORKSPACE, NEEDS_TEST_RUN})
 
 CONVENTIONAL_COMMIT = r"(build|chore|ci|docs|feat|fix|perf|refactor|revert|style|test)(\([A-Za-z0-9._/-]+\))?!?: \S.*"
@@ -148,6 +149,7 @@ class GuardFacts:
     operator: Operator | None = None
     operator_sessions_in_wip: int = 0
     approvals: tuple[str, ...] = ()
+    tracker_owed: tuple[str, ...] = ()  # write-backs still owed to the tracker, one line each (tracker_in_sync)
     slow: SlowFacts = NO_SLOW_FACTS
 
 
@@ -498,6 +500,25 @@ class CommitMessageFormat(Rule):
         ]
 
 
+@dataclass(slots=True)
+class TrackerInSync(Rule):
+    """No merge while the external tracker (Beads) still shows an older status than taskgate: a write-back of the
+    task is pending or failed (see `taskgate tracker status`)."""
+
+    needs: ClassVar[frozenset[str]] = frozenset({NEEDS_TRACKER})
+    name: str = "tracker_in_sync"
+    description: str = "the external tracker has every status taskgate wrote for the task"
+    priority: int = 60
+    severity: Severity = Severity.ERROR
+    triggers: frozenset[Trigger] = _on(Trigger.MERGE)
+
+    def check(self, facts: GuardFacts) -> list[Violation]:
+        if not facts.tracker_owed:
+            return []
+        return [self.violation(f"the tracker is behind: {'; '.join(facts.tracker_owed)}",
+                               "taskgate tracker retry N once the tracker can take it, or dismiss it")]  # fmt: skip
+
+
 BUILTIN: dict[str, type[Rule]] = {
     _default(cls, "name"): cls
     for cls in (
@@ -510,11 +531,12 @@ BUILTIN: dict[str, type[Rule]] = {
         CleanWorktree,
         BranchNaming,
         CommitMessageFormat,
+        TrackerInSync,
     )
 }
 """The configurable built-ins, by name (`one_active_session_per_task` is always on: an index enforces it)."""
 
-ENABLED_BY_DEFAULT = frozenset(BUILTIN) - {"commit_message_format"}
+ENABLED_BY_DEFAULT = frozenset(BUILTIN) - {"commit_message_format", "tracker_in_sync"}
 COMMON_KEYS = ("enabled", "severity", "priority", "triggers")
 
 

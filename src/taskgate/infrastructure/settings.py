@@ -83,6 +83,7 @@ class PoliciesSettings(BaseModel):
     clean_worktree: PolicySettings = PolicySettings()
     branch_naming: PatternSettings = PatternSettings()
     commit_message_format: CommitMessageFormatSettings = CommitMessageFormatSettings()
+    tracker_in_sync: PolicySettings = PolicySettings()
 
     def tables(self) -> dict[str, dict[str, Any]]:
         """The configured tables, name → set keys (tables that set nothing are left out)."""

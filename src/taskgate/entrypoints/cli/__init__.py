@@ -3,7 +3,19 @@ one-line reason on error. Importing the modules registers their commands on `app
 
 from __future__ import annotations
 
-from taskgate.entrypoints.cli import access, agents, audit, doctor, logs, projects, service, sessions, setup, workflows  # noqa: F401
+from taskgate.entrypoints.cli import (  # noqa: F401
+    access,
+    agents,
+    audit,
+    doctor,
+    logs,
+    projects,
+    service,
+    sessions,
+    setup,
+    tracker,
+    workflows,
+)
 from taskgate.entrypoints.cli.common import app
 
 

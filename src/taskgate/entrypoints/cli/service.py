@@ -23,7 +23,7 @@ from taskgate.entrypoints.cli.common import (
     run_in_project,
     worktrees_app,
 )
-from taskgate.entrypoints.render import console
+from taskgate.entrypoints.render import console, terminal_safe
 
 
 @app.command()
@@ -154,6 +154,8 @@ def sweep(as_json: JsonOpt = False) -> None:
         )
     for skip in report.skipped:
         console.print(f"  {skip.session_id} skipped {skip.action}: {skip.why}", highlight=False, markup=False)
+    for line in report.writebacks:
+        console.print(f"  tracker write-back {terminal_safe(line)}", highlight=False, markup=False)
     for agent_id in report.silent_agents:
         console.print(f"  agent {agent_id} marked failed (no heartbeat)", highlight=False)
     for error in report.errors:

@@ -38,7 +38,7 @@ from taskgate.entrypoints.cli.driving import (
     _until_launched,
 )
 from taskgate.entrypoints.cli.logs import latest_run
-from taskgate.entrypoints.render import console, err_console
+from taskgate.entrypoints.render import console, err_console, terminal_safe
 
 WorkflowOpt = Annotated[
     str | None, typer.Option("--workflow", "-w", help="The workflow the session runs (default: [workflows] default).")
@@ -58,6 +58,7 @@ def session_start(
     async def work(services: App):
         operator_id, actor = _operator_actor(services, operator)
         chosen = _engine(services).chosen(workflow)  # an unknown name is refused before anything is written
+        await services.tracker.prepare_start(task_id)
         result = await services.sessions.start_task(StartTask(task_id, actor, operator_id))
         view = await _engine(services).attach(result.session.id, chosen, actor)
         return (await services.sessions.get(result.session.id)) if view else result.session, view
@@ -155,17 +156,29 @@ def session_status(session_id: Annotated[str, typer.Argument()], as_json: JsonOp
     async def work(services: App):
         session = await services.sessions.get(await services.sessions.resolve_id(session_id))
         agents = await services.agents.agents(session.id) if services.agents is not None else []
-        return session, _engine(services).view(session), agents
+        return session, _engine(services).view(session), agents, await _owed_to_tracker(services, session.task_id)
 
-    session, view, agents = run(work)
+    session, view, agents, owed = run(work)
     if as_json:
         allowed = session_fsm.allowed_triggers(session.state, session.prior_state)
-        render.print_json({**render.jsonable(session), "next_triggers": list(allowed),
-                           "workflow": stack_view_json(view), "agents": agents})  # fmt: skip
+        extra = {"workflow": stack_view_json(view), "agents": agents, "tracker_writebacks": owed}
+        render.print_json({**render.jsonable(session), "next_triggers": list(allowed), **extra})
         return
     render.print_workflow_status(session, view)
     for agent in agents:  # each with what its CLI reported: final message, turns, tokens, cost
         console.print(f"  {render.agent_line(agent)}", markup=False, highlight=False, soft_wrap=True)
+    _print_owed(owed)
+
+
+async def _owed_to_tracker(services: App, task_id: str) -> list:
+    """The task's write-backs still owed to the tracker (pending or failed), newest first."""
+    return await services.writebacks.open_rows([task_id]) if services.writebacks is not None else []
+
+
+def _print_owed(owed: list) -> None:
+    for row in owed:  # the tracker does not yet say what taskgate did: say so where the operator looks
+        line = f"  tracker out of sync: {row.describe()} (taskgate tracker retry {row.id} | dismiss {row.id})"
+        console.print(terminal_safe(line), style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 @session_app.command("decide")
@@ -205,6 +218,8 @@ def session_decide(
             console.print(result.summary(), highlight=False)
             for record in result.follow_ups:
                 console.print(f"  then {record.trigger}: {record.from_state} → [green]{record.to_state}[/green]")
+            for warning in result.warnings:
+                console.print(f"  [yellow]warning:[/yellow] {escape(terminal_safe(warning))}")
         if services.workflows is None:
             return result, None
         # the decision kicked what follows (the workflow's next step, or agents relaunched by request_changes) in
@@ -316,15 +331,18 @@ def session_review(
     async def work(services: App):
         full_id = await services.sessions.resolve_id(session_id)
         agents = await services.agents.agents(full_id) if services.agents is not None else []
-        return await services.workspaces.review(full_id), latest_run(agents)
+        session = await services.sessions.get(full_id)
+        owed = await _owed_to_tracker(services, session.task_id)
+        return await services.workspaces.review(full_id), latest_run(agents), owed
 
-    review, agents = run(work)
+    review, agents, owed = run(work)
     if as_json:
-        render.print_json({**render.jsonable(review), "agents": agents})
+        render.print_json({**render.jsonable(review), "agents": agents, "tracker_writebacks": owed})
         return
     console.print(render.review_table(review))
     for agent in agents:  # the last run's agents: what each said it did, and what it cost
         console.print(render.agent_line(agent), markup=False, highlight=False, soft_wrap=True)
+    _print_owed(owed)
     if patch:
         console.print(review.patch + ("\n[yellow](patch truncated)[/yellow]" if review.patch_truncated else ""),
                       markup=False, highlight=False)  # fmt: skip

@@ -116,9 +116,25 @@ def routes(console: Console) -> dict[str, Any]:
         del form
         return v.back(f"/sessions/{sid}", f"ticked {item}")
 
+    @action(console)
+    async def writeback(v: Visit) -> Response:
+        """Retry or dismiss a write-back owed to the tracker for this session's task (tracker_retry/_dismiss)."""
+        form = await v.request.form()
+        what = _one_of(form, "do", ("retry", "dismiss"))
+        sid = await _session(v, Capability.FIRE if what == "retry" else Capability.DECIDE)
+        row_id = _version(form, "writeback")
+        if row_id is None or v.app.writebacks is None:
+            raise InvalidInput("no write-back named")
+        if what == "dismiss":
+            await v.app.writebacks.dismiss(row_id, v.principal.actor, _text(form, "reason"))
+            return v.back(f"/sessions/{sid}", f"write-back #{row_id} dismissed")
+        attempt = await v.app.writebacks.retry(row_id, v.principal.actor)
+        note = "written" if attempt.ok else f"failed again: {attempt.error}"
+        return v.back(f"/sessions/{sid}", f"write-back #{row_id} {note}")
+
     return {
         "/signin": sign_in, "/signin/link": sign_in_link, "/signout": sign_out, "/tasks/{task_id}/start": start,
-        "/sessions/{sid}/decide": decide,
+        "/sessions/{sid}/decide": decide, "/sessions/{sid}/writeback": writeback,
         "/sessions/{sid}/fire": fire, "/sessions/{sid}/check": check_item,
     }  # fmt: skip
 
@@ -147,12 +163,12 @@ def _one_of(form: FormData, name: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def _version(form: FormData) -> int | None:
-    text = _text(form, "expected_version")
+def _version(form: FormData, name: str = "expected_version") -> int | None:
+    text = _text(form, name)
     if not text:
         return None
     if not text.isdigit() or len(text) > 9:
-        raise InvalidInput(f"expected_version must be a whole number, not {text!r}")
+        raise InvalidInput(f"{name} must be a whole number, not {text!r}")
     return int(text)
 
 

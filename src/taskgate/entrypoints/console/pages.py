@@ -98,9 +98,10 @@ async def _session_values(v: Visit, sid: str) -> dict[str, Any]:
     if session.state.value == "verifying":  # the approve policies as this operator would meet them (no test run)
         check = await app.sessions.check(sid, "approve", actor=v.principal.actor, run_tests=False)
     outputs = (await app.outputs.manifest(sid)).get("outputs", []) if app.outputs is not None else []
+    owed = await app.writebacks.open_rows([session.task_id]) if app.writebacks is not None else []
     return {
         "session": session, "task": task, "history": await app.sessions.history(sid, 500), "agents": agents,
-        "stack": stack, "check": check, "outputs": outputs,
+        "stack": stack, "check": check, "outputs": outputs, "owed": owed,
         "triggers": allowed_triggers(session.state, session.prior_state),
         "may_decide": await v.may(Capability.DECIDE, sid), "may_fire": await v.may(Capability.FIRE, sid),
         "may_override": await v.may(Capability.OVERRIDE, sid), "may_steer": await v.may(Capability.STEER, sid),

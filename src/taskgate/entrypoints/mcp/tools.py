@@ -291,6 +291,7 @@ async def project_session_start(
     operator = check_operator_param(call.principal, operator_id)
     engine = _workflows(call) if workflow is not None else call.app.workflows
     chosen = engine.chosen(workflow) if engine is not None else None
+    await call.app.tracker.prepare_start(task_id)
     session = (await call.app.sessions.start_task(StartTask(task_id, call.principal.actor, operator))).session
     if engine is not None and await engine.attach(session.id, chosen, call.principal.actor) is not None:
         session = await call.app.sessions.get(session.id)  # the push moved its version on
@@ -771,3 +772,9 @@ TOOLS: list[Callable[..., Awaitable[Any]]] = [
     workflow_break,
     workflow_restart,
 ]
+
+# The tracker's tools live in their own module, which needs `_call` and `tool_errors` from this one: imported
+# here, once both exist, so TOOLS stays the one list of every tool the server offers.
+from taskgate.entrypoints.mcp.tracker_tools import TRACKER_TOOLS  # noqa: E402
+
+TOOLS += TRACKER_TOOLS
