@@ -68,7 +68,7 @@ def plan_add(
     plan = run_in_project(
         project, lambda services, found: services.tracker.add_plan(found.id, name, _local_actor(services))
     )
-    emit(plan, as_json, lambda: f"plan [bold]{plan.name}[/bold] added (id {plan.id})")
+    emit(plan, as_json, lambda: f"plan [bold]{escape(plan.name)}[/bold] added (id {plan.id})")
 
 
 @plan_app.command("list")
@@ -109,7 +109,9 @@ def task_add(
     emit(
         {**render.jsonable(task), "plan_reopened": reopened},
         as_json,
-        lambda: f"task [bold]{task.id}[/bold] added: {task.title}" + (f"\n{note}" if note else ""),
+        lambda: (
+            f"task [bold]{escape(task.id)}[/bold] added: {escape(task.title)}" + (f"\n{escape(note)}" if note else "")
+        ),
     )
 
 

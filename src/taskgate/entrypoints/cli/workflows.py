@@ -193,6 +193,7 @@ def workflow_run(
         assert workflow is not None and services.agents is not None
         services.agents.check_installed(agent_types_used(workflow.steps))  # a missing CLI, before anything
         if task is not None:
+            await services.tracker.prepare_start(task)
             started = await services.sessions.start_task(StartTask(task, actor, operator_id))
             session_id = started.session.id
             await engine.attach(session_id, workflow, actor)
