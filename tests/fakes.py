@@ -524,9 +524,9 @@ class InMemoryWritebackRepository(_Repo):
             self.store.writebacks[row.id] = replace(row, state=wb.SUPERSEDED, updated_at=now, next_attempt_at=None)
         return len(older)
 
-    def _cas(self, writeback_id: int, attempts: int, **values: Any) -> bool:
+    def _cas(self, writeback_id: int, expected: int, **values: Any) -> bool:
         row = self.store.writebacks.get(writeback_id)
-        if row is None or row.state != wb.PENDING or row.attempts != attempts:
+        if row is None or row.state != wb.PENDING or row.attempts != expected:
             return False
         self.store.writebacks[writeback_id] = replace(row, **values)
         return True

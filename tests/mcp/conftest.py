@@ -11,13 +11,20 @@ from mcp import Client
 
 from taskgate.application.agents import AgentService
 from taskgate.application.workflow_engine import WorkflowEngine
+from taskgate.application.writebacks import WritebackService
 from taskgate.bootstrap import App
 from taskgate.domain.access import Principal
 from taskgate.entrypoints.mcp.server import build_server
+from taskgate.infrastructure.system import SystemClock
 from tests.conftest import Services
 
 
-def app_of(services: Services, workflows: WorkflowEngine | None = None, agents: AgentService | None = None) -> App:
+def app_of(
+    services: Services,
+    workflows: WorkflowEngine | None = None,
+    agents: AgentService | None = None,
+    writebacks: WritebackService | None = None,
+) -> App:
     """The App over `services`; `workflows` and `agents` (see tests/workflow_support.py `rig`) when a test
     needs the workflow runtime."""
     return App(
@@ -34,6 +41,7 @@ def app_of(services: Services, workflows: WorkflowEngine | None = None, agents: 
         outputs=services.outputs,
         workflows=workflows,
         agents=agents,
+        writebacks=writebacks or WritebackService(services.uow, SystemClock(), None),
     )
 
 

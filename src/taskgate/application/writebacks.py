@@ -117,8 +117,7 @@ class WritebackService:
         if not claimed:
             return None
         error = await self._write(project, task.external_id or task.id, row)
-        await self._record(row, row.attempts + 1, error)
-        return Attempt(row, error is None, error)
+        return Attempt(await self._record(row, row.attempts + 1, error), error is None, error)
 
     async def _write(self, project, issue_id: str, row: Writeback) -> str | None:
         if self._provider is None or self._provider.name != row.tracker:
@@ -129,7 +128,8 @@ class WritebackService:
             return str(exc)
         return None
 
-    async def _record(self, row: Writeback, attempts: int, error: str | None) -> None:
+    async def _record(self, row: Writeback, attempts: int, error: str | None) -> Writeback:
+        """The attempt's outcome on the row (if it is still this attempt's); returns the row as it now is."""
         now = self._clock.now()
         if error is None:
             state, due = wb.DONE, None
@@ -143,6 +143,7 @@ class WritebackService:
                            "writeback": row.id, "attempts": attempts, "state": state}  # fmt: skip
                 await uow.events.append("tracker.writeback_failed", now, payload, row.session_id)
             await uow.commit()
+            return await uow.writebacks.get(row.id)
 
 
 class TrackerWriteBack(NoEffects):
