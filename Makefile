@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/worktree_cost.py
 	$(BIN)/python benchmarks/recovery.py
 	$(BIN)/python benchmarks/console.py
+	$(BIN)/python benchmarks/beads_import.py
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .ruff_cache .hypothesis
