@@ -181,7 +181,7 @@ class InMemoryTaskRepository(_Repo):
         ]
         return [copy.deepcopy(t) for t in sorted(found, key=lambda t: (t.created_at, t.id))]
 
-    async def ready(self, project_id: int) -> list[Task]:
+    async def ready(self, project_id: int, limit: int | None = None) -> list[Task]:
         active = {s.task_id for s in self.store.sessions.values() if s.state not in TERMINAL_STATES}
         found = [
             t
@@ -193,7 +193,8 @@ class InMemoryTaskRepository(_Repo):
             and not self._blocked(t)
             and (t.plan_id is None or self.store.plans[t.plan_id].status != PlanStatus.CLOSED)
         ]
-        return [copy.deepcopy(t) for t in sorted(found, key=lambda t: (t.priority, t.created_at, t.id))]
+        ordered = sorted(found, key=lambda t: (t.priority, t.created_at, t.id))
+        return [copy.deepcopy(t) for t in ordered[:limit]]
 
     def _blocked(self, task: Task) -> bool:
         """As the SQL: a waits-for-any row blocks only while none of the task's waits-for-any rows is done."""

@@ -116,3 +116,14 @@ def test_a_missing_file_or_plan_fails_with_one_line(cli: Cli) -> None:
     assert "cannot read" in cli.fails("task", "import-beads", str(cli.workdir / "nope.jsonl"))
     assert "plan 7 not found" in cli.fails("task", "import-beads", export(cli, bead("bd-1")), "--plan", "7")
     assert cli.json("task", "list") == []
+
+
+def test_task_ready_shows_the_first_hundred_like_bd_ready_and_says_there_are_more(cli: Cli) -> None:
+    cli.ok("task", "import-beads", export(cli, *(bead(f"bd-{n:03}", priority=n % 5) for n in range(105))))
+    table = cli.ok("task", "ready")
+    assert table.count("│ bd-") == 100 and "showing the first 100; --limit 0 for all" in table
+    first = [t["id"] for t in cli.json("task", "ready", "--limit", "3")]
+    assert first == ["bd-000", "bd-005", "bd-010"]  # most urgent first, then by id
+    assert len(cli.json("task", "ready", "--limit", "0")) == 105
+    assert "showing" not in cli.ok("task", "ready", "--limit", "0")
+    assert "--limit must be 0 (all) or more" in cli.fails("task", "ready", "--limit", "-1")

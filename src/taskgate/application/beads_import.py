@@ -170,9 +170,12 @@ def _parse_line(number: int, raw: bytes) -> BeadsIssue:
     if not is_valid_issue_id(issue_id):
         raise _BadLine(f"bad id {issue_id[:80]!r}: 1-64 letters, digits and . _ - starting with a letter or digit")
     try:
-        return _issue(number, issue_id, data)
+        issue = _issue(number, issue_id, data)
+        if "\\ud" in text.lower():  # a lone surrogate can only come from a JSON escape: check the strings then
+            _check_storable(issue)
     except _BadLine as bad:
         raise _BadLine(bad.reason, issue_id) from None
+    return issue
 
 
 def _issue(number: int, issue_id: str, data: dict[str, Any]) -> BeadsIssue:
@@ -180,8 +183,8 @@ def _issue(number: int, issue_id: str, data: dict[str, Any]) -> BeadsIssue:
     return BeadsIssue(
         line=number,
         id=issue_id,
-        title=_storable(_title(data), "title"),
-        description=_storable(_description(data), "description"),
+        title=_title(data),
+        description=_description(data),
         status=_word(data, "status", "open"),  # Beads omits an empty status and reads it as open
         priority=_priority(data),
         dependencies=dependencies,
@@ -193,8 +196,16 @@ def _issue(number: int, issue_id: str, data: dict[str, Any]) -> BeadsIssue:
     )
 
 
+def _check_storable(issue: BeadsIssue) -> None:
+    """Refuse a lone surrogate in any string kept (JSON can spell `\\ud800`; no database can store it)."""
+    strings = [("title", issue.title), ("description", issue.description), ("status", issue.status),
+               ("issue_type", issue.issue_type)]  # fmt: skip
+    strings += [("a dependency", part) for dep in issue.dependencies for part in dep]
+    for what, text in strings:
+        _storable(text, what)
+
+
 def _storable(text: str, what: str) -> str:
-    """Refuse a lone surrogate (JSON can spell `\\ud800`; no database can store it)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -226,7 +237,7 @@ def _word(data: dict[str, Any], key: str, default: str) -> str:
     value = data.get(key) or default
     if not isinstance(value, str) or len(value) > 32 or not value.isprintable():
         raise _BadLine(f"{key} is not a word of at most 32 printable characters")
-    return _storable(value, key)
+    return value
 
 
 def _priority(data: dict[str, Any]) -> int:
@@ -278,7 +289,7 @@ def _dependency(dep: Any, issue_id: str) -> tuple[str, str]:
         raise _BadLine(f"a dependency belongs to issue_id {owner!r}, not to this line's id")
     if target == issue_id:
         raise _BadLine(f"depends on itself ({kind})")
-    return _storable(target, "a dependency's depends_on_id"), _storable(kind, "a dependency's type")
+    return target, kind
 
 
 def _gate(dep: dict[str, Any]) -> str:
@@ -374,8 +385,9 @@ class _Writer:
         """The task id of each issue: its earlier task's, the Beads id when free, else `KEY.id`; lines whose id
         cannot be had are skipped."""
         fresh = [i for i in issues if i.id not in existing]
-        candidates = [i.id for i in fresh] + [f"{self._project.key}.{i.id}" for i in fresh]
-        taken = {t.id for t in await self._uow.tasks.get_many(candidates)}
+        taken = {t.id for t in await self._uow.tasks.get_many([i.id for i in fresh])}
+        qualified_ids = [f"{self._project.key}.{i.id}" for i in fresh if i.id in taken]  # only after a collision
+        taken |= {t.id for t in await self._uow.tasks.get_many(qualified_ids)} if qualified_ids else set()
         ids = {i.id: existing[i.id].id for i in issues if i.id in existing}
         for issue in fresh:
             qualified = f"{self._project.key}.{issue.id}"

@@ -79,7 +79,7 @@ class TaskRepository(Protocol):
     async def list(
         self, project_id: int, *, plan_id: int | None = None, status: TaskStatus | None = None
     ) -> list[Task]: ...
-    async def ready(self, project_id: int) -> list[Task]:
+    async def ready(self, project_id: int, limit: int | None = None) -> list[Task]:
         """Open tasks with no active session whose blockers are all completed and whose plan (if any) is not
         closed, by priority then id."""
 

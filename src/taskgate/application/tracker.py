@@ -16,7 +16,7 @@ from pathlib import Path
 
 from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory, VcsProvider
 from taskgate.application.tracker_sync import TrackerSync, sync_task_if_unknown
-from taskgate.domain.bounds import IDS, PRIORITIES
+from taskgate.domain.bounds import IDS, PRIORITIES, ROW_LIMITS
 from taskgate.domain.entities import Operator, Permission, Plan, PlanStatus, Project, Role, Task, TaskStatus
 from taskgate.domain.errors import AlreadyExists, InvalidInput, ProjectArchived, ProjectNotFound
 from taskgate.domain.states import TERMINAL_STATES, SessionState
@@ -233,20 +233,23 @@ class TrackerService:
         async with self._uow(write=False) as uow:
             return await uow.tasks.get(task_id)
 
-    async def ready_tasks(self, project_id: int) -> list[Task]:
-        """Open tasks without an active session whose blockers are all completed, most urgent first. With a live
-        tracker (Beads), its own ready list decides, in its order (see application/tracker_sync.py).
+    async def ready_tasks(self, project_id: int, limit: int | None = None) -> list[Task]:
+        """Open tasks without an active session whose blockers are all completed, most urgent first (the first
+        `limit` of them). With a live tracker (Beads), its own ready list decides, in its order (see
+        application/tracker_sync.py).
 
-        Raises: ProjectNotFound; TrackerError when the live tracker cannot be read.
+        Raises: ProjectNotFound; InvalidInput for a limit outside 1..100,000; TrackerError when the live tracker
+        cannot be read.
         """
+        ROW_LIMITS.check("limit", limit)
         async with self._uow(write=False) as uow:
             project = await uow.projects.get(project_id)
             if self._sync is None:
-                return await uow.tasks.ready(project_id)
+                return await uow.tasks.ready(project_id, limit)
         order = {task_id: n for n, task_id in enumerate(await self._sync.ready(project))}
         async with self._uow(write=False) as uow:
             startable = [t for t in await uow.tasks.ready(project_id) if t.id in order]
-        return sorted(startable, key=lambda t: order[t.id])
+        return sorted(startable, key=lambda t: order[t.id])[:limit]
 
     async def ensure_operator(self, operator_id: str, name: str | None = None) -> Operator:
         """The operator `operator_id`, created with the admin role if it does not exist yet."""

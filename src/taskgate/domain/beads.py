@@ -76,6 +76,7 @@ class BeadsGraph:
 
     def __init__(self, nodes: Mapping[str, BeadsNode]) -> None:
         self.nodes = nodes
+        self._holds: dict[str, str | None] = {}  # per issue, for the one `now` a graph is asked about
 
     def is_active(self, issue_id: str) -> bool:
         """Known, and neither closed, pinned nor deleted: only such an issue can block another."""
@@ -129,12 +130,22 @@ class BeadsGraph:
 
     def parents(self, issue_id: str) -> list[str]:
         """The issue's parents (its `parent-child` dependencies)."""
-        node = self.nodes.get(issue_id)
-        return [target for target, kind in node.dependencies if kind == "parent-child"] if node else []
+        return self._parents.get(issue_id, [])
+
+    @cached_property
+    def _parents(self) -> dict[str, list[str]]:
+        return {i: parents for i, node in self.nodes.items()
+                if (parents := [target for target, kind in node.dependencies if kind == "parent-child"])}  # fmt: skip
 
     def hold(self, issue_id: str, now: datetime) -> str | None:
         """Why `bd ready` leaves the issue out whatever its blockers (status, pin, wisp, type, deferral); None:
-        nothing does. The words are shown to operators (`task show`, the import report)."""
+        nothing does. The words are shown to operators (`task show`, the import report). A graph answers for one
+        `now` (an import's): the answer is kept."""
+        if issue_id not in self._holds:
+            self._holds[issue_id] = self._hold(issue_id, now)
+        return self._holds[issue_id]
+
+    def _hold(self, issue_id: str, now: datetime) -> str | None:
         node = self.nodes[issue_id]
         if node.status != OPEN:
             return f"status {node.status} in Beads"

@@ -129,12 +129,23 @@ def task_list(
 
 
 @task_app.command("ready")
-def task_ready(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
+def task_ready(
+    project: ProjectOpt = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many (0: all), as bd ready.")] = 100,
+    as_json: JsonOpt = False,
+) -> None:
     """Tasks that can start now: open, no active session, every blocker completed, plan not closed; most urgent
-    first."""
+    first. With [tracker] kind = "beads", bd ready's own list."""
+    if limit < 0:
+        fail("--limit must be 0 (all) or more")
+    wanted = limit + 1 if limit else None  # one more than shown: says whether there are more
 
-    tasks = run_in_project(project, lambda services, found: services.tracker.ready_tasks(found.id))
+    tasks = run_in_project(project, lambda services, found: services.tracker.ready_tasks(found.id, wanted))
+    more = bool(limit) and len(tasks) > limit
+    tasks = tasks[:limit] if limit else tasks
     emit(tasks, as_json, lambda: render.tasks_table(tasks, "Ready tasks"))
+    if more and not as_json:
+        console.print(f"showing the first {limit}; --limit 0 for all, or --limit N", highlight=False)
 
 
 SKIPPED_LINES_EXIT = 3  # the import ran, but some lines were not imported (1 would mean nothing was)

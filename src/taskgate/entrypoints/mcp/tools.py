@@ -252,13 +252,17 @@ async def task_list(
 
 
 @tool_errors
-async def project_ready_tasks(ctx: Context, project: ProjectRef = None) -> TaskList:
+async def project_ready_tasks(
+    ctx: Context,
+    project: ProjectRef = None,
+    limit: Annotated[int | None, Field(description="At most this many (default: all).", ge=1, le=100_000)] = None,
+) -> TaskList:
     """Tasks that can start now: open, no active session, every blocker completed, plan not closed; most urgent
-    first."""
+    first. With a Beads tracker, bd ready's own list."""
     call = _call(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
     found = await call.app.tracker.resolve_project(project)
-    return TaskList.of(await call.app.tracker.ready_tasks(found.id), "ready task(s)")
+    return TaskList.of(await call.app.tracker.ready_tasks(found.id, limit), "ready task(s)")
 
 
 @tool_errors
