@@ -278,6 +278,31 @@ ORDER BY tk.priority, tk.created_at, tk.id
 BLOCKERS_SQL = "SELECT task_id, depends_on_id FROM task_dependencies WHERE task_id IN"  # + the listed ids
 
 
+IN_PROCESS = """
+import asyncio, json, sys, time
+from taskgate.bootstrap import bootstrap, load_settings
+
+async def main(runs):
+    app = await bootstrap(load_settings())
+    try:
+        project = (await app.tracker.list_projects())[0]
+        out = {"page": [], "all": []}
+        for key, limit in (("page", 100), ("all", None)):
+            for n in range(runs + 1):  # the first warms caches and is dropped
+                began = time.perf_counter()
+                await app.tracker.ready_tasks(project.id, limit)
+                if n:
+                    out[key].append(time.perf_counter() - began)
+        print(json.dumps(out))
+    finally:
+        await app.close()
+
+asyncio.run(main(int(sys.argv[1])))
+"""
+"""`TrackerService.ready_tasks` in a process that has taskgate open (what project_ready_tasks and the console pay):
+the first page (100, the CLI's default) and the whole list."""
+
+
 def ready_sql(db: Path, runs: int) -> tuple[list[float], list[float], int, list[str]]:
     """Per run: the ready SELECT + fetchall (s), and with the blockers query of the listed tasks; rows; the plan."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -320,7 +345,7 @@ def one_size(size: int, rounds: int, runs: int, tmp: Path | None, keep: dict) ->
     env |= {"TASKGATE_OPERATOR__DEFAULT": "alice", "COLUMNS": "200"}
     fig: dict[str, list[float]] = {k: [] for k in ("first", "first_rss", "again", "again_rss", "parse", "parse_rss",
                                                    "ready", "ready_rss", "json", "json_rss", "start", "open", "pass",
-                                                   "sql", "sql_both")}  # fmt: skip
+                                                   "sql", "sql_both", "use_case_page", "use_case_all")}  # fmt: skip
     counts: dict = {}
     with tempfile.TemporaryDirectory(prefix="tg-beads-", dir=tmp) as scratch:
         root = Path(scratch)
@@ -352,7 +377,9 @@ def one_size(size: int, rounds: int, runs: int, tmp: Path | None, keep: dict) ->
                 start = must(spawn([TASKGATE, "version"], repo, env, work / "version.out"))
                 opened = must(spawn([TASKGATE, "project", "list"], repo, env, work / "projects.out"))
                 ready = must(spawn([TASKGATE, "task", "ready"], repo, env, work / "ready.out"))
-                listed = must(spawn([TASKGATE, "task", "ready", "--json"], repo, env, work / "ready.json"))
+                listed = must(
+                    spawn([TASKGATE, "task", "ready", "--json", "--limit", "0"], repo, env, work / "ready.json")
+                )
                 bare = must(spawn([PYTHON, "-c", "pass"], repo, env, work / "pass.out"))
                 fig["start"].append(start.wall)
                 fig["open"].append(opened.wall)
@@ -367,6 +394,10 @@ def one_size(size: int, rounds: int, runs: int, tmp: Path | None, keep: dict) ->
             alone, both, sql_rows, plan = ready_sql(db, max(runs, 5))
             fig["sql"] += alone
             fig["sql_both"] += both
+            timed = json.loads(must(spawn([PYTHON, "-c", IN_PROCESS, str(max(runs, 5))], repo, env,
+                                          work / "inproc.out")).out.read_text())  # fmt: skip
+            fig["use_case_page"] += timed["page"]
+            fig["use_case_all"] += timed["all"]
             counts |= {"ready_rows": len(rows), "sql_rows": sql_rows, "table_lines": table_lines,
                        "ready_out_kb": (work / "ready.out").stat().st_size / 1024,
                        "json_out_kb": (work / "ready.json").stat().st_size / 1024,
@@ -397,7 +428,8 @@ def profile(size: int, tmp: Path | None, data: bytes, top: int) -> None:
         export.write_bytes(data)
         repo = fresh_repo(root, env)
         commands = [("first import", ["import-beads", str(export)]), ("re-import", ["import-beads", str(export)]),
-                    ("task ready", ["ready"]), ("task ready --json", ["ready", "--json"])]  # fmt: skip
+                    ("task ready", ["ready"]),
+                    ("task ready --json --limit 0", ["ready", "--json", "--limit", "0"])]  # fmt: skip
         for n, (name, args) in enumerate(commands):
             prof = root / f"{n}.prof"
             argv = [PYTHON, "-m", "cProfile", "-o", str(prof), TASKGATE, "task", *args]
@@ -442,6 +474,11 @@ def main() -> None:
               f"`project list` {(f['ready'] - f['open']) * 1e3:.0f} ms (--json {(f['json'] - f['open']) * 1e3:.0f} "
               f"ms), {(f['ready'] - f['open']) / max(f['sql_both'], 1e-6):.0f}x the bare SQL; --json / project list "
               f"{f['json'] / f['open']:.2f}x")  # fmt: skip
+    for f in results:
+        print(f"{f['size']:,} issues, in a process with taskgate open (project_ready_tasks, the console): "
+              f"ready_tasks first page (100) {f['use_case_page'] * 1e3:.1f} ms, whole list ({f['ready_rows']:,}) "
+              f"{f['use_case_all'] * 1e3:.0f} ms; the bare SQL of the whole list {f['sql_both'] * 1e3:.0f} ms "
+              f"(page / bare SQL {f['use_case_page'] / f['sql_both']:.2f}x)")  # fmt: skip
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     if args.profile:
         profile(keep["profile_size"], args.tmp, keep["export"], args.profile_top)

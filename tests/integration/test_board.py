@@ -57,3 +57,13 @@ async def test_every_transition_moves_the_high_water_mark(services, git_repo) ->
     after_start = await query.high_water()
     await fire(services, session, "plan_complete")
     assert before < after_start < await query.high_water()
+
+
+async def test_the_ready_column_shows_the_hundred_most_urgent_and_says_there_are_more(services, git_repo) -> None:
+    seeded = await seed(services, git_repo, tasks=101)
+    board = await board_of(services).board(seeded.project.id)
+    assert len(board.ready_tasks) == 100 and board.more_ready
+    assert [t.id for t in board.ready_tasks] == [t.id for t in seeded.tasks[:100]]
+    await start(services, seeded.tasks[0])
+    board = await board_of(services).board(seeded.project.id)
+    assert len(board.ready_tasks) == 100 and not board.more_ready

@@ -35,6 +35,9 @@ COLUMNS: tuple[tuple[str, str, frozenset[SessionState]], ...] = (
 DONE_SHOWN = 50  # finished sessions shown (newest first): a board is about what is moving
 
 
+READY_SHOWN = 100  # a Beads project can have thousands ready: the board shows the most urgent, as bd ready
+
+
 @dataclass(frozen=True, slots=True)
 class Card:
     """One session on the board."""
@@ -82,10 +85,11 @@ class Board:
     project: str
     columns: list[Column]
     plans: list[PlanLoad]
-    ready_tasks: list[Task]
+    ready_tasks: list[Task]  # the first READY_SHOWN, most urgent first
     operators: list[str]
     now: datetime
     filters: BoardFilter = field(default_factory=BoardFilter)
+    more_ready: bool = False  # more ready tasks than shown (`taskgate task ready --limit 0` lists them all)
 
 
 class BoardQuery:
@@ -103,14 +107,16 @@ class BoardQuery:
             tasks = {t.id: t for t in await uow.tasks.get_many(sorted({s.task_id for s in sessions}))}
             running = Counter(a.session_id for a in await uow.agents.active())
             plans = await uow.plans.list(project_id)
-            ready = await uow.tasks.ready(project_id)
+            ready = await uow.tasks.ready(project_id, None if filters.plan_id else READY_SHOWN + 1)
         shown = [s for s in sessions if _passes(s, filters)]
+        ready = [t for t in ready if filters.plan_id is None or t.plan_id == filters.plan_id]
         return Board(
             project_id=project_id,
             project=project.name,
             columns=_columns(shown, tasks, running, {p.id: p.name for p in plans}),
             plans=_loads(plans, sessions, self._wip_limit(project.name)),
-            ready_tasks=[t for t in ready if filters.plan_id is None or t.plan_id == filters.plan_id],
+            ready_tasks=ready[:READY_SHOWN],
+            more_ready=len(ready) > READY_SHOWN,
             operators=sorted({s.operator_id for s in sessions if s.operator_id}),
             now=self._clock.now(),
             filters=filters,
