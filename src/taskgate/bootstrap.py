@@ -141,6 +141,7 @@ def build_workspaces(
     if tracker is not None:  # read live, claim at start, write status back through the outbox
         sync = TrackerSync(uow, clock, tracker)
         effects: list[SessionEffects] = [workspaces, BeadsClaim(uow, sync)]
+        scout.use_sync(sync)
         if tracker_service is not None:
             tracker_service.use_sync(sync)
         if tracker.writes_back:

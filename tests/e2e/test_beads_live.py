@@ -51,6 +51,10 @@ def test_ready_is_bd_readys_and_start_claims_the_issue_in_beads(shop) -> None:
     claimed = beads(repo)["sh-blocker"]
     assert (claimed["status"], claimed["assignee"]) == ("in_progress", "operator:alice")
     assert [t["id"] for t in cli.json("task", "ready")] == ["sh-epic", "sh-bobs", "sh-kid"]
+    bob = beads(repo)["sh-kid"] | {"status": "in_progress", "assignee": "bob"}  # taken in Beads by someone else
+    write_beads_state(repo, *[i for i in beads(repo).values() if i["id"] != "sh-kid"], bob)
+    context = cli.json("context", "--refresh")["tracker"]
+    assert (context["ready"], context["ready_ids"]) == (2, ["sh-bobs", "sh-epic"])
 
 
 def test_a_start_beads_refuses_is_a_blocked_row_and_changes_nothing_in_beads(shop) -> None:

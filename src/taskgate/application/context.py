@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any
 
 from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory, VcsProvider
+from taskgate.application.tracker_sync import TrackerSync
 from taskgate.domain.entities import Plan, PlanStatus, Task, TaskStatus
 from taskgate.domain.errors import InvalidInput, VcsError
 
@@ -65,6 +66,11 @@ class ContextScout:
             raise InvalidInput(f"context TTL must be >= 0 seconds, got {ttl_seconds}")
         self._uow, self._vcs, self._clock, self._ttl = uow, vcs, clock, ttl_seconds
         self._cache: dict[int, _Cached] = {}
+        self._sync: TrackerSync | None = None
+
+    def use_sync(self, sync: TrackerSync) -> None:
+        """Read a live tracker (Beads) before each snapshot it builds: its ready list is mirrored first."""
+        self._sync = sync
 
     async def discover(self, project_id: int, *, refresh: bool = False) -> ProjectContext:
         """The project's git and tracker context, from the cache when still valid.
@@ -77,6 +83,9 @@ class ContextScout:
             hit = self._fresh(project_id, high_water) if not refresh else None
             if hit is not None:
                 return hit
+        if self._sync is not None:  # the tracker decides what is ready: ask it now (outside any transaction)
+            await self._sync.ready(project)
+        async with self._uow(write=False) as uow:
             tracker = await _tracker_context(uow, project_id)
         git = await self._git_context(project.root_path)
         now = self._clock.now()

@@ -1,7 +1,7 @@
 """Beads read live (`[tracker] kind = "beads"`): every decision that depends on Beads asks `bd` first.
 
-- **ready** (`task ready`, `project_ready_tasks`, the context and the board's Ready column, which read what the
-  last call mirrored; `taskgate serve` refreshes it every sweep): `bd ready` decides, by its own rule. Its issues
+- **ready** (`task ready`, `project_ready_tasks`, the context; the board's Ready column reads what the last call
+  mirrored, and `taskgate serve` refreshes it every sweep): `bd ready` decides, by its own rule. Its issues
   are mirrored into the task table (a task per issue, `source = beads`, `external_id` the Beads id) so that
   sessions can refer to them; the list is bd's, minus tasks that have an active session here or sit in a closed
   plan.
@@ -29,6 +29,7 @@ from taskgate.domain.policies import Severity, Violation
 from taskgate.domain.states import Trigger
 
 MAX_ID = 64
+NOT_READY = "not in bd ready (blocked, claimed or held in Beads)"
 
 
 class TrackerSync:
@@ -59,6 +60,11 @@ class TrackerSync:
             known |= {t.external_id or t.id: t for t in new}
             for issue in issues:
                 await self._refresh(uow, known[issue.id], issue, ready)
+            if ready:  # what bd ready no longer lists is held, so the board and the context agree with bd
+                listed = {i.id for i in issues}
+                for external_id, task in known.items():
+                    if external_id not in listed and task.hold is None and task.status == TaskStatus.OPEN:
+                        await uow.tasks.set_tracker_facts(task.id, tracker_status=task.tracker_status, hold=NOT_READY)
             await uow.commit()
         return [known[i.id].id for i in issues]
 
