@@ -49,6 +49,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from bench_support import git_repo
+
 from taskgate.domain.beads import WAITS_FOR_ANY
 from taskgate.domain.entities import PlanStatus, TaskStatus
 from taskgate.domain.states import TERMINAL_STATES
@@ -237,15 +239,7 @@ def must(run: Run, *codes: int) -> Run:
 
 
 def fresh_repo(root: Path, env: dict[str, str]) -> Path:
-    repo = root / "repo"
-    repo.mkdir(parents=True)
-    for args in (
-        ["init", "-q", "-b", "main"],
-        ["config", "user.name", "Bench"],
-        ["config", "user.email", "bench@example.invalid"],
-        ["commit", "-q", "--allow-empty", "-m", "init"],
-    ):
-        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    repo = git_repo(root)
     must(spawn([TASKGATE, "init", "--name", "bench"], repo, env, root / "init.out"))
     return repo
 

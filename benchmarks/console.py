@@ -36,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx2 as httpx  # the HTTP client the MCP SDK brings
+from bench_support import git_repo
 from sqlalchemy import insert, select
 
 from taskgate.application.board import BoardQuery
@@ -56,17 +57,7 @@ def cli(repo: Path, env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
-def fresh_repo(root: Path) -> Path:
-    repo = root / "repo"
-    repo.mkdir(parents=True)
-    for args in (
-        ["init", "-q", "-b", "main"],
-        ["config", "user.name", "Bench"],
-        ["config", "user.email", "bench@example.invalid"],
-        ["commit", "-q", "--allow-empty", "-m", "init"],
-    ):
-        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)  # fmt: skip
-    return repo
+fresh_repo = git_repo
 
 
 async def seed_sessions(repo: Path, count: int) -> None:

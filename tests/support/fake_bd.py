@@ -348,6 +348,11 @@ def update(issues: dict[str, dict[str, Any]], positional: list[str], flags: dict
                 issue.pop("assignee", None)
         issue["updated_at"] = now()
         changed.append(bare(issue))
+    return saved(issues, changed)
+
+
+def saved(issues: dict[str, dict[str, Any]], changed: list[dict[str, Any]]) -> int:
+    """Keep what changed and print it; nothing changed is exit 1 (bd's refusals were on stderr already)."""
     if not changed:
         return 1
     save(issues)
@@ -385,11 +390,7 @@ def close(issues: dict[str, dict[str, Any]], positional: list[str], flags: dict[
         stamp = now()
         issue.update(status="closed", closed_at=stamp, updated_at=stamp, close_reason=flags.get("--reason", "Closed"))
         closed.append(bare(issue))
-    if not closed:
-        return 1
-    save(issues)
-    emit(closed)
-    return 0
+    return saved(issues, closed)
 
 
 def close_refusal(issues: dict[str, dict[str, Any]], issue: dict[str, Any]) -> str | None:
