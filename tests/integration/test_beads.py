@@ -305,8 +305,9 @@ async def test_a_beads_task_moved_by_its_session_is_written_back_to_beads(sql_se
     )
 
     session = (await sql_services.sessions.start_task(StartTask("tg-1", ACTOR, OPERATOR))).session
-    assert calls(bd_log) == [  # still ready in Beads? then claimed; then the status written back
+    assert calls(bd_log) == [  # the context read; still ready in Beads? then claimed; then the status written back
         ["version", "--json"],
+        ["ready", "--limit", "0", "--sort", "priority", "--json"],
         ["ready", "--limit", "0", "--sort", "priority", "--json"],
         ["update", "tg-1", "--claim", f"--actor={ACTOR}", "--json"],
         ["update", "tg-1", "--status=in_progress", "--json"],
@@ -314,7 +315,7 @@ async def test_a_beads_task_moved_by_its_session_is_written_back_to_beads(sql_se
     for trigger in ("plan_complete", "work_complete", "approve", "merge"):
         session = (await sql_services.sessions.fire(FireTrigger(session.id, trigger, ACTOR))).session
     assert session.state == SessionState.COMPLETED
-    assert calls(bd_log)[-1][:2] == ["close", "tg-1"] and len(calls(bd_log)) == 5  # unmapped statuses write nothing
+    assert calls(bd_log)[-1][:2] == ["close", "tg-1"] and len(calls(bd_log)) == 6  # unmapped statuses write nothing
     issues = {i["id"]: i for i in map(json.loads, state.open())}
     assert issues["tg-1"]["status"] == "closed"
 
