@@ -16,6 +16,7 @@ re-import matches on. The import is one write unit of work: if anything fails, n
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -131,7 +132,7 @@ def parse_beads_jsonl(data: bytes | str) -> ParsedExport:
     issues: list[BeadsIssue] = []
     problems: list[LineProblem] = []
     first_line: dict[str, int] = {}
-    for number, raw in enumerate(raw_lines.split(b"\n"), start=1):
+    for number, raw in enumerate(io.BytesIO(raw_lines), start=1):  # lines end at b"\n" only, read one at a time
         if not raw.strip():
             continue
         try:
