@@ -369,8 +369,13 @@ class InMemoryEventLog(_Repo):
             }
         )
 
-    async def list(self, session_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        return [e for e in self.store.events if session_id is None or e["session_id"] == session_id][-limit:]
+    async def list(self, session_id=None, limit=100, *, kind=None, since=None, until=None) -> list[dict[str, Any]]:
+        def wanted(e: dict[str, Any]) -> bool:
+            if kind is not None and not (e["kind"].startswith(kind) if kind.endswith(".") else e["kind"] == kind):
+                return False
+            return (since is None or e["at"] >= since) and (until is None or e["at"] <= until)
+
+        return [e for e in self.store.events if session_id in (None, e["session_id"]) and wanted(e)][-limit:]
 
     async def high_water(self) -> int:
         return self.store.events[-1]["id"] if self.store.events else 0

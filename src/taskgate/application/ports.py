@@ -157,7 +157,18 @@ class TransitionLog(Protocol):
 
 class EventLog(Protocol):
     async def append(self, kind: str, at: datetime, payload: dict[str, Any], session_id: str | None = None) -> None: ...
-    async def list(self, session_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]: ...
+    async def list(
+        self,
+        session_id: str | None = None,
+        limit: int = 100,
+        *,
+        kind: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[dict[str, Any]]:
+        """The newest `limit` events matching the filters, oldest first. `kind` ending in "." matches a prefix
+        (`tracker.`); `since`/`until` are inclusive."""
+
     async def high_water(self) -> int:
         """The id of the newest event (0 when there is none): every write of taskgate appends an event, so
         an unchanged high-water mark means nothing was written since (the context cache relies on it)."""

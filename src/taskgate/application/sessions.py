@@ -27,7 +27,7 @@ from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import Clock, IdGenerator, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.session_machine import SessionMachine
 from taskgate.domain import writebacks as wb
-from taskgate.domain.bounds import ROW_LIMITS, VERSIONS
+from taskgate.domain.bounds import IDS, OFFSETS, PAGE_SIZES, ROW_LIMITS, VERSIONS
 from taskgate.domain.entities import (
     Decision,
     DecisionKind,
@@ -114,6 +114,25 @@ class EffectRefused(TaskgateError):
 
 
 _CHANGEABLE = frozenset({"branch_name", "worktree_path", "state_data", "compensation_plan"})
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPage:
+    """Which sessions to list (every filter optional) and which page: `limit` from `offset`, newest first."""
+
+    project_id: int | None = None
+    plan_id: int | None = None
+    states: set[SessionState] | None = None
+    operator_id: str | None = None
+    limit: int = 100
+    offset: int = 0
+
+    def check(self) -> None:
+        """Raises: InvalidInput for a limit outside 1..1,000, a negative offset or an id out of range."""
+        PAGE_SIZES.check("limit", self.limit)
+        OFFSETS.check("offset", self.offset)
+        IDS.check("project_id", self.project_id)
+        IDS.check("plan_id", self.plan_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,6 +479,19 @@ class SessionService:
         states = set(SessionState) - TERMINAL_STATES
         async with self._uow(write=False) as uow:
             return await uow.sessions.list(project_id=project_id, plan_id=plan_id, states=states)
+
+    async def page(self, query: SessionPage) -> tuple[list[Session], int]:
+        """One page of the sessions matching `query`, newest first, and how many match in all.
+
+        Raises: InvalidInput for a limit outside 1..1,000 or a negative offset.
+        """
+        query.check()
+        async with self._uow(write=False) as uow:
+            found = await uow.sessions.list(project_id=query.project_id, plan_id=query.plan_id, states=query.states)
+        if query.operator_id is not None:
+            found = [s for s in found if s.operator_id == query.operator_id]
+        found.reverse()  # the repository lists oldest first
+        return found[query.offset : query.offset + query.limit], len(found)
 
     async def list_sessions(
         self, project_id: int | None = None, states: set[SessionState] | None = None

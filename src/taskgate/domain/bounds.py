@@ -45,3 +45,9 @@ PRIORITIES = IntRange(0, 4)
 """A task's priority: 0 is the most urgent."""
 ROW_LIMITS = IntRange(1, 100_000)
 """How many rows a history or audit query may ask for."""
+
+PAGE_SIZES = IntRange(1, 1_000)
+"""How many items one page of a listing may hold (session_list)."""
+
+OFFSETS = IntRange(0, INT32_MAX)
+"""Where a page of a listing starts."""

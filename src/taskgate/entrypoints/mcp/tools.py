@@ -777,8 +777,9 @@ TOOLS: list[Callable[..., Awaitable[Any]]] = [
     workflow_restart,
 ]
 
-# The tracker's tools live in their own module, which needs `_call` and `tool_errors` from this one: imported
+# The browsing and tracker tools live in their own modules, which need `_call` and `tool_errors` from this one: imported
 # here, once both exist, so TOOLS stays the one list of every tool the server offers.
+from taskgate.entrypoints.mcp.browse_tools import BROWSE_TOOLS  # noqa: E402
 from taskgate.entrypoints.mcp.tracker_tools import TRACKER_TOOLS  # noqa: E402
 
-TOOLS += TRACKER_TOOLS
+TOOLS += BROWSE_TOOLS + TRACKER_TOOLS

@@ -399,10 +399,17 @@ class SqlAlchemyEventLog(_Repository):
             sql.INSERT_EVENT, {"kind": kind, "at": at, "payload": payload, "session_id": session_id}
         )
 
-    async def list(self, session_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        stmt = select(t.events).order_by(t.events.c.id.desc()).limit(limit)
+    async def list(self, session_id=None, limit=100, *, kind=None, since=None, until=None) -> list[dict[str, Any]]:
+        c = t.events.c
+        stmt = select(t.events).order_by(c.id.desc()).limit(limit)
         if session_id is not None:
-            stmt = stmt.where(t.events.c.session_id == session_id)
+            stmt = stmt.where(c.session_id == session_id)
+        if kind is not None:
+            stmt = stmt.where(c.kind.startswith(kind, autoescape=True) if kind.endswith(".") else c.kind == kind)
+        if since is not None:
+            stmt = stmt.where(c.at >= since)
+        if until is not None:
+            stmt = stmt.where(c.at <= until)
         return [dict(r) for r in reversed(await self._all(stmt))]
 
     async def high_water(self) -> int:
