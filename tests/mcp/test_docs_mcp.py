@@ -12,6 +12,7 @@ import pytest
 
 from taskgate.domain.access import AGENT_TRIGGERS
 from taskgate.domain.states import Trigger
+from taskgate.entrypoints.mcp.annotations import TABLE
 from taskgate.entrypoints.mcp.server import build_server
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "mcp.md"
@@ -84,3 +85,18 @@ async def test_colon_names_in_the_doc_are_the_servers_colon_names():
 @pytest.mark.parametrize("tool_names", ["underscore", "colon"])
 async def test_both_styles_name_the_same_tools(tool_names: str):
     assert len(await listed_tools(tool_names)) == len(table_rows())
+
+
+async def test_every_tool_has_a_title_hints_and_a_description_without_source_indentation():
+    tools = await listed_tools()
+    assert set(TABLE) == set(tools), "entrypoints/mcp/annotations.py and the server's tools differ"
+    for name, tool in tools.items():
+        hints = tool.annotations
+        assert tool.title and hints is not None and hints.title == tool.title, name
+        assert None not in (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint), name
+        assert not (hints.read_only_hint and hints.destructive_hint), name
+        assert "\n    " not in tool.description and tool.description.strip() == tool.description, name
+    read_only = {name for name, tool in tools.items() if tool.annotations.read_only_hint}
+    assert {"session_status", "session_list", "events_list", "audit_query"} <= read_only
+    assert {"project_decide", "session_fire", "project_session_merge"}.isdisjoint(read_only)
+    assert tools["session_cancel"].annotations.destructive_hint and tools["project_decide"].annotations.idempotent_hint

@@ -61,7 +61,11 @@ async def test_dismiss_needs_the_approve_permission_and_a_reason_and_is_recorded
     assert await services.snapshot() == before
     async with connect(services, ALICE, app=app) as tools:
         dismissed = await tools.ok("tracker_dismiss", writeback_id=row.id, reason="closed the child by hand")
-        assert (dismissed["state"], dismissed["resolved_by"]) == ("dismissed", "operator:alice")
+        assert dismissed["summary"] == f"write-back #{row.id} dismissed"
+        assert (dismissed["writeback"]["state"], dismissed["writeback"]["resolved_by"]) == (
+            "dismissed",
+            "operator:alice",
+        )
         assert "InvalidInput" in await tools.refused("tracker_retry", writeback_id=row.id)  # nothing owed any more
         assert "WritebackNotFound" in await tools.refused("tracker_retry", writeback_id=999)
     async with services.uow(write=False) as uow:

@@ -20,6 +20,7 @@ from taskgate import __version__
 from taskgate.bootstrap import App
 from taskgate.domain.access import Principal
 from taskgate.domain.errors import Unauthenticated
+from taskgate.entrypoints.mcp.annotations import annotated
 from taskgate.entrypoints.mcp.tools import PRINCIPAL_SCOPE_KEY, TOOLS, Runtime
 
 ToolNames = Literal["underscore", "colon"]
@@ -71,7 +72,7 @@ def build_server(
     if tool_names == "colon":  # the seed's names: the SDK warns that ':' is outside SEP-986; that is the point
         logging.getLogger("mcp.shared.tool_name_validation").setLevel(logging.ERROR)
     for fn in TOOLS:
-        server.add_tool(fn, name=tool_name(fn.__name__, tool_names), structured_output=True)
+        server.add_tool(fn, name=tool_name(fn.__name__, tool_names), structured_output=True, **annotated(fn))
     return server
 
 

@@ -42,6 +42,11 @@ class WritebackList(BaseModel):
     writebacks: list[WritebackOut]
 
 
+class WritebackDismissed(BaseModel):
+    summary: str
+    writeback: WritebackOut
+
+
 class WritebackAttempt(BaseModel):
     summary: str
     ok: bool
@@ -56,7 +61,9 @@ async def tracker_status(
         Literal["pending", "failed", "done", "dismissed", "superseded"] | None,
         Field(description="Only write-backs in this state; default: the owed ones (pending and failed)."),
     ] = None,
-    limit: Annotated[int, Field(ge=ROW_LIMITS.low, le=ROW_LIMITS.high)] = 100,
+    limit: Annotated[
+        int, Field(description="At most this many, newest first.", ge=ROW_LIMITS.low, le=ROW_LIMITS.high)
+    ] = 100,
 ) -> WritebackList:
     """Status writes owed to the external tracker (Beads), newest first, each with the tracker's own error: a
     failed one means the tracker still shows an older status than taskgate."""
@@ -89,12 +96,13 @@ async def tracker_dismiss(
     ctx: Context,
     writeback_id: WritebackId,
     reason: Annotated[str, Field(description="Why it is no longer owed (recorded).", min_length=1, max_length=2000)],
-) -> WritebackOut:
+) -> WritebackDismissed:
     """Stop owing a write-back (the tracker was put right by hand, say); recorded with who and why."""
     call = _call(ctx)
     await call.app.operators.authorize(call.principal, Capability.DECIDE)
     assert call.app.writebacks is not None
-    return WritebackOut.of(await call.app.writebacks.dismiss(writeback_id, call.principal.actor, reason))
+    row = await call.app.writebacks.dismiss(writeback_id, call.principal.actor, reason)
+    return WritebackDismissed(summary=f"write-back #{row.id} dismissed", writeback=WritebackOut.of(row))
 
 
 TRACKER_TOOLS = [tracker_status, tracker_retry, tracker_dismiss]

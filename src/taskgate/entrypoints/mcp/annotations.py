@@ -1,0 +1,81 @@
+"""What each MCP tool does to the world, as MCP tool annotations: a human title and the hints clients use to decide
+what needs a person's confirmation (`readOnlyHint`, `destructiveHint`, `idempotentHint`; none of taskgate's tools
+reaches outside taskgate's own database, repositories and tracker, so `openWorldHint` is false for all).
+
+- read only: changes nothing anywhere;
+- destructive: may discard or overwrite something (a cancelled session, a merged base, a replaced output file, a
+  dropped workflow frame); additive writes (a plan, a task, a step forward) are not;
+- idempotent: the same call again changes nothing more (a decision replays; a ticked item stays ticked).
+
+`tests/mcp/test_docs_mcp.py` keeps this table equal to the tool list.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from mcp.types import ToolAnnotations
+
+READ, WRITE, DESTRUCTIVE = "read", "write", "destructive"
+
+# tool → (title, effect, idempotent)
+TABLE: dict[str, tuple[str, str, bool]] = {
+    "ping": ("Ping", READ, True),
+    "project_init": ("Register a repository as a project", WRITE, False),
+    "plan_add": ("Add a plan", WRITE, False),
+    "plan_list": ("List plans", READ, True),
+    "task_add": ("Add a task", WRITE, False),
+    "task_list": ("List tasks", READ, True),
+    "project_ready_tasks": ("Tasks ready to start", READ, True),
+    "project_session_start": ("Start a session on a task", WRITE, False),
+    "project_sessions_ready": ("Sessions waiting for review", READ, True),
+    "project_decide": ("Decide on a session (approve, request changes, reject)", DESTRUCTIVE, True),
+    "session_execute": ("Run the session's agents", WRITE, False),
+    "session_status": ("Session status", READ, True),
+    "session_history": ("Session transition history", READ, True),
+    "session_state_at": ("Session state at a time", READ, True),
+    "session_fire": ("Fire a trigger on a session", DESTRUCTIVE, False),
+    "session_suspend": ("Suspend a session", WRITE, False),
+    "session_resume": ("Resume a session", WRITE, False),
+    "session_cancel": ("Cancel a session", DESTRUCTIVE, False),
+    "project_session_merge": ("Merge an approved session", DESTRUCTIVE, False),
+    "session_review": ("Review a session's changes", READ, True),
+    "session_review_checkpoint": ("Store a review checkpoint", WRITE, False),
+    "context_discover": ("Project context (git and tracker)", READ, True),
+    "audit_query": ("Query the audit log", READ, True),
+    "policies_list": ("List policies", READ, True),
+    "policies_check": ("Dry-run the policies of a trigger", READ, True),
+    "save_output": ("Save a file into the session folder", DESTRUCTIVE, True),
+    "query_workflows": ("List workflows", READ, True),
+    "query_checklists": ("List checklists", READ, True),
+    "add_workflow_to_session": ("Push a workflow onto a session", WRITE, False),
+    "add_checklist_to_session": ("Push a checklist onto a session", WRITE, False),
+    "checklist_check": ("Tick a checklist item", WRITE, True),
+    "workflow_advance": ("Skip the current workflow step", WRITE, False),
+    "workflow_back": ("Go back one workflow step", WRITE, False),
+    "workflow_break": ("Leave the nested workflow", DESTRUCTIVE, False),
+    "workflow_restart": ("Restart the top workflow", DESTRUCTIVE, False),
+    "session_list": ("List sessions", READ, True),
+    "events_list": ("List events", READ, True),
+    "tracker_status": ("Write-backs owed to the tracker", READ, True),
+    "tracker_retry": ("Retry a tracker write-back", WRITE, False),
+    "tracker_dismiss": ("Dismiss a tracker write-back", WRITE, False),
+}
+
+
+def annotated(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The `add_tool` keywords for `fn`: its title, annotations and its docstring without source indentation.
+
+    Raises: KeyError when the tool is missing from TABLE (a test keeps them equal).
+    """
+    title, effect, idempotent = TABLE[fn.__name__]
+    hints = ToolAnnotations(
+        title=title,
+        readOnlyHint=effect == READ,
+        destructiveHint=effect == DESTRUCTIVE,
+        idempotentHint=idempotent,
+        openWorldHint=False,
+    )
+    return {"title": title, "annotations": hints, "description": inspect.cleandoc(fn.__doc__ or "")}
