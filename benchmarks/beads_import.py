@@ -220,15 +220,29 @@ class Run:
         self.wall, self.rss_mb, self.code, self.out = wall, rss_kb / 1024, code, out
 
 
+# Linux carries a process's RSS high-water mark across fork and exec, so a child forked from this script (which holds
+# the export) would report this script's RSS as its own peak. A tiny launcher forks the command instead, and reports
+# the command's own peak from `os.wait4`.
+LAUNCHER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def spawn(argv: list[str], cwd: Path, env: dict[str, str], out: Path) -> Run:
-    """Wall time and peak RSS of one child (`os.wait4` reports that child's own rusage, not a max over all)."""
+    """Wall time (the launcher's start, ~15 ms, included) and the command's own peak RSS."""
+    rss = out.with_suffix(".rss")
     with open(out, "wb") as stdout, open(out.with_suffix(".err"), "wb") as stderr:
         began = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.run([PYTHON, "-c", LAUNCHER, str(rss), *argv], cwd=cwd, env=env, stdout=stdout,
+                              stderr=stderr)  # fmt: skip
         wall = time.perf_counter() - began
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return Run(wall, usage.ru_maxrss, proc.returncode, out)
+    return Run(wall, int(rss.read_text()), proc.returncode, out)
 
 
 def must(run: Run, *codes: int) -> Run:
@@ -401,7 +415,7 @@ def one_size(size: int, rounds: int, runs: int, tmp: Path | None, keep: dict) ->
                 keep["export"] = export.read_bytes()
     out = {k: med(v) for k, v in fig.items()} | {"size": size, **counts}
     print(f"  ready rows: {counts['ready_rows']:,} (= the import's `ready` count and the bare SQL's); `task ready` "
-          f"prints all of them: {counts['table_lines']:,} lines, {counts['ready_out_kb']:.0f} KiB (--json "
+          f"prints the first 100: {counts['table_lines']:,} lines, {counts['ready_out_kb']:.0f} KiB (--json --limit 0 "
           f"{counts['json_out_kb']:.0f} KiB); import notes (blockers not in the export): {counts['warnings']:,}; "
           f"database {counts['db_mb']:.1f} MB")  # fmt: skip
     print("  ready SQL plan: " + " | ".join(counts["plan"]))
