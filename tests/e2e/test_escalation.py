@@ -66,9 +66,9 @@ async def test_an_escalated_verification_is_listed_first_and_marked_until_it_lea
         ready = await tools.ok("project_sessions_ready")
         assert ready["summary"] == "2 session(s) waiting for your decision (1 escalated, listed first)"
         first, second = ready["sessions"]
-        assert (first["session"]["id"], first["escalated"], second["escalated"]) == (late, True, False)
+        assert (first["id"], first["escalated"], second["escalated"]) == (late, True, False)
         assert first["summary"].startswith("ESCALATED at 2026-01-04T")
-        assert first["session"]["escalated_at"] is not None and second["session"]["escalated_at"] is None
+        assert first["escalated_at"] is not None and second["escalated_at"] is None
 
         status = await tools.ok("session_status", session_id=late)
         assert status["escalated_at"].startswith("2026-01-04T") and "; ESCALATED at 2026-01-04T" in status["summary"]

@@ -89,7 +89,7 @@ async def test_a_session_runs_from_start_to_completed_through_the_tools(services
         for trigger in ("plan_complete", "work_complete"):
             await operator_tools.ok("session_fire", session_id=short, trigger=trigger, reason="done")
         waiting = await operator_tools.ok("project_sessions_ready")
-        assert [s["session"]["id"] for s in waiting["sessions"]] == [session["id"]]
+        assert [s["id"] for s in waiting["sessions"]] == [session["id"]]
         await operator_tools.ok("session_suspend", session_id=short, reason="lunch")
         resumed = await operator_tools.ok("session_resume", session_id=short)
         assert resumed["state"] == "verifying"

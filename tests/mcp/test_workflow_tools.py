@@ -79,11 +79,11 @@ async def test_a_session_started_with_a_workflow_waits_at_its_approval_and_a_dec
 
         ready = await tools.ok("project_sessions_ready")
         [item] = ready["sessions"]
-        assert item["session"]["id"] == sid and item["approval_step"] == "approve-plan"
+        assert item["id"] == sid and item["approval_step"] == "approve-plan"
         assert item["message"] == "Read the plan and approve it." and item["would_approve"] is None
         assert "approval step 'approve-plan': Read the plan and approve it." in item["summary"]
 
-        shown = item["session"]["version"]
+        shown = item["version"]
         decide = {"session_id": sid, "decision": "approve", "reason": "good plan", "expected_version": shown}
         decided = await tools.ok("project_decide", **decide)
         assert decided["decision"] == "approve" and decided["state"] == "executing"

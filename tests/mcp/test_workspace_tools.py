@@ -95,7 +95,7 @@ async def test_sessions_ready_shows_what_a_decision_needs_and_drops_what_the_cal
             await tools.ok("session_fire", session_id=session["id"], trigger=trigger)
 
         [item] = (await tools.ok("project_sessions_ready"))["sessions"]
-        assert item["session"]["id"] == session["id"] and item["files"][0]["path"] == "api.py"
+        assert item["id"] == session["id"] and item["files"][0]["path"] == "api.py"
         assert [c["subject"] for c in item["commits"]] == ["feat: api"] and item["review_error"] is None
         assert item["would_approve"] is True and item["tests"] is None and item["approvals"] == []
         assert {p["policy"] for p in item["policies"]} >= {"require_tests", "review_approval", "clean_worktree"}

@@ -655,11 +655,10 @@ def _tests_summary(check: PolicyCheck) -> str:
     return f"; tests {'passed' if run.passed else 'failed'} ({how})"
 
 
-class ReadyOut(BaseModel):
-    """One session waiting for a decision, with what the decision needs."""
+class ReadyOut(SessionOut):
+    """One session waiting for a decision, in the shape every tool gives a session (`id`, `state`, … at the top
+    level), with what the decision needs."""
 
-    summary: str
-    session: SessionOut
     waiting_since: datetime
     files: list[FileStatOut] = Field(description="Diff stat of the branch against its base.")
     commits: list[CommitOut]
@@ -675,7 +674,7 @@ class ReadyOut(BaseModel):
     escalated: bool = Field(
         default=False,
         description="The sweeper escalated this verification (waiting too long for a decision; listed first). "
-        "When: session.escalated_at.",
+        "When: escalated_at.",
     )
 
     @classmethod
@@ -695,12 +694,12 @@ class ReadyOut(BaseModel):
         escalated = item.session.escalated_at
         mark = f"ESCALATED at {escalated.isoformat(timespec='seconds')}: " if escalated else ""
         return cls(
+            **SessionOut.of(item.session).model_dump(exclude={"summary"}),
             summary=f"{mark}{item.session.task_id} ({item.session.id[:8]}): {len(files)} file(s) changed, "
             f"{len(review.commits) if review else 0} commit(s); tests "
             f"{'not run yet' if run is None else ('passed' if run.exit_code == 0 else 'failed')}; {waits}",
             approval_step=item.approval_step,
             message=item.message,
-            session=SessionOut.of(item.session),
             waiting_since=item.session.updated_at,
             files=files,
             commits=[CommitOut(sha=c.sha, subject=c.subject, author=c.author, at=c.at) for c in review.commits]
