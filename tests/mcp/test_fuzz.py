@@ -48,7 +48,7 @@ import re
 import shutil
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
@@ -699,13 +699,22 @@ def open_harness(seed: Seed, tmp_path: Path, caller: str) -> Iterator[Harness]:
         client = loop.run_until_complete(ready)
         harness = Harness(caller, principal, seed, loop, services, client, watcher, crash_log, runtime)
         try:
-            harness.schemas = {t.name: t.input_schema for t in harness.run(client.list_tools()).tools}
+            # every tool's schema, also those an agent's tools/list leaves out: the agent calls them anyway and
+            # must be refused (what a caller is shown is tested in test_visibility.py)
+            every = build_server(_no_app, local_principal=None)  # type: ignore[arg-type]
+            harness.schemas = {t.name: t.input_schema for t in harness.run(every.list_tools())}
             yield harness
         finally:
             stop.set()
             loop.run_until_complete(holder)
             loop.run_until_complete(services.database.dispose())
             loop.close()
+
+
+@asynccontextmanager
+async def _no_app() -> AsyncIterator[Any]:
+    raise AssertionError("listing tools needs no app")
+    yield  # pragma: no cover
 
 
 def run_examples(strategy: st.SearchStrategy[Any], examples: int, body: Callable[[Any], None]) -> None:

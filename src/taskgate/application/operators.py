@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from taskgate.application.ports import Clock, UnitOfWorkFactory
-from taskgate.domain.access import Capability, Principal, authorize, authorize_operator
+from taskgate.domain.access import Capability, Principal, authorize, authorize_operator, effective_permissions
 from taskgate.domain.entities import Operator, Permission, Role
 from taskgate.domain.errors import AlreadyExists, Forbidden, InvalidInput
 from taskgate.domain.states import Trigger
@@ -103,6 +103,15 @@ class OperatorService:
     async def list(self) -> list[Operator]:
         async with self._uow(write=False) as uow:
             return await uow.operators.list()
+
+    async def permissions(self, principal: Principal) -> frozenset[Permission] | None:
+        """What an operator may do (its roles' permissions and its grants); None for an agent or an operator that
+        is not registered (its calls are refused with how to register it)."""
+        if principal.operator_id is None:
+            return None
+        async with self._uow(write=False) as uow:
+            operator = await uow.operators.find(principal.operator_id)
+        return effective_permissions(operator) if operator is not None else None
 
     async def authorize(
         self,

@@ -18,6 +18,8 @@ from typing import Any
 
 from mcp.types import ToolAnnotations
 
+from taskgate.domain.access import Capability, Permission, required_permission
+
 READ, WRITE, DESTRUCTIVE = "read", "write", "destructive"
 
 # tool → (title, effect, idempotent)
@@ -63,6 +65,42 @@ TABLE: dict[str, tuple[str, str, bool]] = {
     "tracker_retry": ("Retry a tracker write-back", WRITE, False),
     "tracker_dismiss": ("Dismiss a tracker write-back", WRITE, False),
 }
+
+
+# What each tool asks of its caller (the capability it authorizes), for showing a principal only what it may use;
+# `project_session_merge` fires `merge`, which needs approve. None: anyone (ping).
+NEEDS: dict[str, Capability | None] = {
+    "ping": None,
+    **dict.fromkeys(["project_init", "plan_add", "task_add"], Capability.MANAGE),
+    **dict.fromkeys(["plan_list", "task_list", "project_ready_tasks", "project_sessions_ready", "policies_list",
+                     "query_workflows", "query_checklists", "session_list", "tracker_status"], Capability.READ),
+    **dict.fromkeys(["project_session_start", "session_execute"], Capability.START),
+    **dict.fromkeys(["project_decide", "session_review_checkpoint", "project_session_merge", "tracker_dismiss"],
+                    Capability.DECIDE),
+    **dict.fromkeys(["session_status", "session_history", "session_state_at", "session_review", "context_discover",
+                     "policies_check"], Capability.READ_SESSION),
+    **dict.fromkeys(["session_fire", "session_suspend", "session_resume", "session_cancel", "tracker_retry"],
+                    Capability.FIRE),
+    **dict.fromkeys(["add_workflow_to_session", "add_checklist_to_session", "checklist_check", "workflow_advance",
+                     "workflow_back", "workflow_break", "workflow_restart"], Capability.STEER),
+    "audit_query": Capability.AUDIT,
+    "events_list": Capability.AUDIT,
+    "save_output": Capability.SAVE_OUTPUT,
+}  # fmt: skip
+
+AGENT_TOOLS = frozenset({
+    "ping", "session_status", "session_history", "session_state_at", "session_review", "context_discover",
+    "policies_check", "session_fire", "save_output", "add_workflow_to_session", "add_checklist_to_session",
+    "checklist_check", "workflow_advance", "workflow_back", "workflow_break", "workflow_restart",
+})  # fmt: skip
+"""What an agent token may call, on its own session only (domain/access.py: read it, fire plan_complete,
+work_complete or fail, steer its workflow stack, save outputs). The others would refuse it."""
+
+
+def visible_to_operator(tool: str, permissions: frozenset[Permission]) -> bool:
+    """Whether an operator holding `permissions` may call `tool` at all."""
+    needs = NEEDS[tool]
+    return needs is None or required_permission(needs) in permissions
 
 
 def annotated(fn: Callable[..., Any]) -> dict[str, Any]:

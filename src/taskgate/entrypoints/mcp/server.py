@@ -15,12 +15,13 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Literal
 
 from mcp.server.mcpserver import MCPServer
+from mcp.types import ListToolsResult
 
 from taskgate import __version__
 from taskgate.bootstrap import App
 from taskgate.domain.access import Principal
 from taskgate.domain.errors import Unauthenticated
-from taskgate.entrypoints.mcp.annotations import annotated
+from taskgate.entrypoints.mcp.annotations import AGENT_TOOLS, annotated, visible_to_operator
 from taskgate.entrypoints.mcp.tools import PRINCIPAL_SCOPE_KEY, TOOLS, Runtime
 
 ToolNames = Literal["underscore", "colon"]
@@ -61,7 +62,7 @@ def build_server(
 
     # WARNING, not the SDK's INFO: the SDK installs Rich logging, and the `transitions` library logs two INFO
     # lines per transition, which Rich rendered on the event loop for ~1.4 ms each (measured).
-    server = MCPServer(
+    server = TaskgateServer(
         "taskgate",
         version=__version__,
         instructions=INSTRUCTIONS,
@@ -73,7 +74,34 @@ def build_server(
         logging.getLogger("mcp.shared.tool_name_validation").setLevel(logging.ERROR)
     for fn in TOOLS:
         server.add_tool(fn, name=tool_name(fn.__name__, tool_names), structured_output=True, **annotated(fn))
+        server.tool_of[tool_name(fn.__name__, tool_names)] = fn.__name__
     return server
+
+
+class TaskgateServer(MCPServer):
+    """The SDK's server, listing each caller only the tools it may use: an agent token its own session's tools
+    (annotations.AGENT_TOOLS), an operator those its permissions allow. A hidden tool called anyway is refused by
+    its own permission check, as before; listing is a courtesy to clients, never the guard."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tool_of: dict[str, str] = {}  # registered name (maybe colon style) → tool function name
+
+    async def _handle_list_tools(self, ctx: Any, params: Any) -> ListToolsResult:
+        listed = await super()._handle_list_tools(ctx, params)
+        runtime = ctx.lifespan_context
+        scope = getattr(ctx.request, "scope", None)
+        principal = (scope.get(PRINCIPAL_SCOPE_KEY) if isinstance(scope, dict) else None) or runtime.local_principal
+        if principal is None:
+            return listed
+        if principal.operator_id is None:
+            keep = {name for name, fn in self.tool_of.items() if fn in AGENT_TOOLS}
+        else:
+            permissions = await runtime.app.operators.permissions(principal)
+            if permissions is None:
+                return listed  # not registered: every call says how to register it
+            keep = {name for name, fn in self.tool_of.items() if visible_to_operator(fn, permissions)}
+        return ListToolsResult(tools=[tool for tool in listed.tools if tool.name in keep])
 
 
 class BearerGate:

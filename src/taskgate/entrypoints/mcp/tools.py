@@ -23,10 +23,18 @@ from taskgate.application.timestamps import parse_timestamp
 from taskgate.application.tracker import AddTask
 from taskgate.application.workflow_engine import StackView, WorkflowEngine
 from taskgate.bootstrap import App
-from taskgate.domain.access import DECISION_TRIGGERS, Capability, Principal, authorize, check_operator_param
+from taskgate.domain.access import (
+    AGENT_TRIGGERS,
+    DECISION_TRIGGERS,
+    Capability,
+    Principal,
+    authorize,
+    check_operator_param,
+)
 from taskgate.domain.bounds import IDS, PRIORITIES, VERSIONS, IntRange
 from taskgate.domain.entities import Agent, Session
 from taskgate.domain.errors import InvalidInput, PolicyViolation, StorageError, TaskgateError, Unauthenticated
+from taskgate.domain.states import Trigger
 from taskgate.entrypoints.mcp.models import (
     ChecklistList,
     CheckpointOut,
@@ -157,11 +165,15 @@ def _workflows(call: Call) -> WorkflowEngine:
 
 
 async def _session_out(call: Call, session: Session, agents: list[Agent] | None = None) -> SessionOut:
-    """The session with its agents and, when it runs one, its workflow stack."""
+    """The session with its agents and, when it runs one, its workflow stack; an agent is shown only the triggers
+    it may fire (plan_complete, work_complete, fail)."""
     if agents is None:
         agents = await call.app.agents.agents(session.id) if call.app.agents is not None else []
     engine = call.app.workflows
-    return SessionOut.of(session, agents, engine.view(session) if engine and session.workflow_stack else None)
+    out = SessionOut.of(session, agents, engine.view(session) if engine and session.workflow_stack else None)
+    if call.principal.operator_id is None:
+        out.allowed_triggers = [t for t in out.allowed_triggers if Trigger(t) in AGENT_TRIGGERS]
+    return out
 
 
 @tool_errors
