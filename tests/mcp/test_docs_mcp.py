@@ -13,6 +13,7 @@ import pytest
 from taskgate.domain.access import AGENT_TRIGGERS
 from taskgate.domain.states import Trigger
 from taskgate.entrypoints.mcp.annotations import TABLE
+from taskgate.entrypoints.mcp.names import tool_name
 from taskgate.entrypoints.mcp.server import build_server
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "mcp.md"
@@ -100,3 +101,12 @@ async def test_every_tool_has_a_title_hints_and_a_description_without_source_ind
     assert {"session_status", "session_list", "events_list", "audit_query"} <= read_only
     assert {"project_decide", "session_fire", "project_session_merge"}.isdisjoint(read_only)
     assert tools["session_cancel"].annotations.destructive_hint and tools["project_decide"].annotations.idempotent_hint
+
+
+async def test_the_docs_name_table_is_the_servers_names_in_both_styles():
+    text = DOC.read_text()
+    table = text[text.index("<!-- names:start -->") : text.index("<!-- names:end -->")]
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| `([a-z_:]+)` \|$", table, re.MULTILINE))
+    assert sorted(rows) == sorted(await listed_tools("underscore"))
+    assert sorted(rows.values()) == sorted(await listed_tools("colon"))
+    assert all(tool_name(underscore, "colon") == colon for underscore, colon in rows.items())

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from taskgate.domain.access import Principal
+from taskgate.entrypoints.mcp.names import COLON
 from taskgate.entrypoints.mcp.tools import TOOLS
 from tests.conftest import make_git_repo
 from tests.mcp.conftest import ToolCaller, connect
@@ -210,11 +212,24 @@ async def test_tools_have_descriptions_typed_parameters_and_output_schemas(servi
                 assert "description" in schema, f"{tool.name}.{name}"
 
 
-async def test_the_colon_setting_registers_the_seeds_names(services):
+async def test_the_colon_setting_registers_the_seeds_names_and_speaks_them_everywhere(services, tmp_path):
+    seeded = await seed_services(services, tmp_path)
     async with connect(services, Principal.operator("alice"), tool_names="colon") as tools:
-        names = {t.name for t in (await tools.client.list_tools()).tools}
-    assert {"project:init", "project:session_start", "session:status", "audit:query", "ping"} <= names
-    assert not any("_" in n.split(":")[0] for n in names)
+        listed = (await tools.client.list_tools()).tools
+        names = {t.name for t in listed}
+        seeds = {"project:init", "project:ready_tasks", "project:session_start", "project:sessions_ready",
+                 "project:decide", "project:session_merge"}  # fmt: skip
+        assert seeds | {"session:status", "audit:query", "ping", "save_output", "query_workflows"} <= names
+        assert not {"save:output", "add:workflow_to_session", "query:workflows"} & names
+        underscored = re.compile(r"\b(" + "|".join(COLON) + r")\b")
+        instructions = tools.client.instructions
+        assert "project:session_start" in instructions and not underscored.search(instructions)
+        for tool in listed:
+            assert not underscored.search(tool.description), tool.name
+        refusal = await tools.refused("session:fire", session_id=seeded.id, trigger="approve")
+        assert "session:fire" in refusal and "session_fire" not in refusal
+        # an agent written for the underscore style still works against a colon-style server
+        assert (await tools.ok("session_status", session_id=seeded.id))["id"] == seeded.id
 
 
 async def test_tracker_changes_record_the_calling_principal_in_the_events_log(services, tmp_path):
@@ -261,3 +276,12 @@ async def test_nul_characters_huge_ids_and_out_of_range_timestamps_are_refused_b
             "session_state_at", session_id=session["id"], timestamp="0001-01-01T00:00:00+14:00"
         )
         assert await services.snapshot() == before
+
+
+async def seed_services(services, tmp_path):
+    """A started session of a seeded project (via the services, not the tools)."""
+    from tests.builders import seed as seed_project
+    from tests.builders import start
+
+    seeded = await seed_project(services, make_git_repo(tmp_path / "colon-repo"), tasks=1)
+    return await start(services, seeded.tasks[0])

@@ -12,9 +12,10 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Literal
+from typing import Any
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import ListToolsResult
 
 from taskgate import __version__
@@ -22,9 +23,8 @@ from taskgate.bootstrap import App
 from taskgate.domain.access import Principal
 from taskgate.domain.errors import Unauthenticated
 from taskgate.entrypoints.mcp.annotations import AGENT_TOOLS, annotated, visible_to_operator
+from taskgate.entrypoints.mcp.names import ToolNames, canonical, renamed, tool_name
 from taskgate.entrypoints.mcp.tools import PRINCIPAL_SCOPE_KEY, TOOLS, Runtime
-
-ToolNames = Literal["underscore", "colon"]
 
 INSTRUCTIONS = """taskgate runs AI coding agents in guarded, audited sessions, one per task.
 Typical flow: project_init (once) → plan_add → task_add → project_ready_tasks → project_session_start(task_id)
@@ -34,14 +34,6 @@ Typical flow: project_init (once) → plan_add → task_add → project_ready_ta
 project_sessions_ready lists what waits for a decision. session_status lists the triggers allowed next.
 Refusals (WIP limit, blocked task, wrong state) come back as tool errors that say why and what to do; they change
 nothing. audit_query answers who did what, when."""
-
-
-def tool_name(name: str, style: ToolNames) -> str:
-    """`project_session_start` → `project:session_start` in the seed's colon style; unchanged otherwise."""
-    if style == "colon" and "_" in name:
-        group, rest = name.split("_", 1)
-        return f"{group}:{rest}"
-    return name
 
 
 def build_server(
@@ -63,9 +55,10 @@ def build_server(
     # WARNING, not the SDK's INFO: the SDK installs Rich logging, and the `transitions` library logs two INFO
     # lines per transition, which Rich rendered on the event loop for ~1.4 ms each (measured).
     server = TaskgateServer(
+        tool_names,
         "taskgate",
         version=__version__,
-        instructions=INSTRUCTIONS,
+        instructions=renamed(INSTRUCTIONS, tool_names),
         lifespan=lifespan,
         title="taskgate: guarded, audited sessions for AI coding agents",
         log_level="WARNING",
@@ -73,8 +66,10 @@ def build_server(
     if tool_names == "colon":  # the seed's names: the SDK warns that ':' is outside SEP-986; that is the point
         logging.getLogger("mcp.shared.tool_name_validation").setLevel(logging.ERROR)
     for fn in TOOLS:
-        server.add_tool(fn, name=tool_name(fn.__name__, tool_names), structured_output=True, **annotated(fn))
-        server.tool_of[tool_name(fn.__name__, tool_names)] = fn.__name__
+        name, keywords = tool_name(fn.__name__, tool_names), annotated(fn)
+        keywords["description"] = renamed(keywords["description"], tool_names)
+        server.add_tool(fn, name=name, structured_output=True, **keywords)
+        server.tool_of[name] = fn.__name__
     return server
 
 
@@ -83,9 +78,24 @@ class TaskgateServer(MCPServer):
     (annotations.AGENT_TOOLS), an operator those its permissions allow. A hidden tool called anyway is refused by
     its own permission check, as before; listing is a courtesy to clients, never the guard."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, style: ToolNames, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.style = style
         self.tool_of: dict[str, str] = {}  # registered name (maybe colon style) → tool function name
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        """A call by either style's name (an agent written for the other style works too); errors name tools in
+        this server's style."""
+        if name not in self.tool_of:
+            name = tool_name(canonical(name), self.style)
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise
+        except ToolError as exc:
+            if self.style == "underscore":
+                raise
+            raise ToolError(renamed(str(exc), self.style)) from exc.__cause__
 
     async def _handle_list_tools(self, ctx: Any, params: Any) -> ListToolsResult:
         listed = await super()._handle_list_tools(ctx, params)
