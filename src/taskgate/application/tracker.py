@@ -183,6 +183,23 @@ class TrackerService:
             await uow.commit()
         return plan
 
+    async def close_plan(self, plan_id: int, actor: str = "system", reason: str = "") -> Plan:
+        """Close a plan by hand: no task of it starts or is listed ready any more (plan_open) until a task is added
+        to it, which reopens it. Sessions already running go on. Closing a closed plan changes nothing.
+
+        Raises: PlanNotFound, ProjectArchived; InvalidInput for an id out of range.
+        """
+        IDS.check("plan_id", plan_id)
+        async with self._uow(write=True) as uow:
+            plan = await uow.plans.get(plan_id, lock=True)  # as adding a task locks it: one order, no lost reopen
+            await self._writable(uow, plan.project_id)
+            if plan.status == PlanStatus.CLOSED:
+                return plan
+            await uow.plans.set_status(plan.id, PlanStatus.CLOSED)
+            await self._record(uow, "plan.closed", actor, project=plan.project_id, plan=plan.id, reason=reason)
+            await uow.commit()
+        return replace(plan, status=PlanStatus.CLOSED)
+
     async def list_plans(self, project_id: int) -> list[Plan]:
         async with self._uow(write=False) as uow:
             await uow.projects.get(project_id)

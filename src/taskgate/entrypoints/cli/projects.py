@@ -71,6 +71,18 @@ def plan_add(
     emit(plan, as_json, lambda: f"plan [bold]{escape(plan.name)}[/bold] added (id {plan.id})")
 
 
+@plan_app.command("close")
+def plan_close(
+    plan_id: Annotated[int, typer.Argument(help="The plan's id.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why (recorded).")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Close a plan by hand: none of its tasks starts or is listed ready until a task is added to it (which reopens
+    it). Sessions already running go on."""
+    plan = run(lambda services: services.tracker.close_plan(plan_id, _local_actor(services), reason))
+    emit(plan, as_json, lambda: f"plan [bold]{escape(plan.name)}[/bold] (id {plan.id}) is closed")
+
+
 @plan_app.command("list")
 def plan_list(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
     """List the plans of a project."""

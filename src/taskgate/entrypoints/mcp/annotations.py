@@ -64,6 +64,10 @@ TABLE: dict[str, tuple[str, str, bool]] = {
     "tracker_status": ("Write-backs owed to the tracker", READ, True),
     "tracker_retry": ("Retry a tracker write-back", WRITE, False),
     "tracker_dismiss": ("Dismiss a tracker write-back", WRITE, False),
+    "operator_list": ("List operators", READ, True),
+    "operator_add": ("Add an operator", WRITE, False),
+    "operator_grant": ("Grant an operator roles or permissions", WRITE, True),
+    "plan_close": ("Close a plan", WRITE, True),
 }
 
 
@@ -86,6 +90,9 @@ NEEDS: dict[str, Capability | None] = {
     "audit_query": Capability.AUDIT,
     "events_list": Capability.AUDIT,
     "save_output": Capability.SAVE_OUTPUT,
+    "operator_list": Capability.READ,
+    **dict.fromkeys(["operator_add", "operator_grant"], Capability.ADMINISTER),
+    "plan_close": Capability.MANAGE,
 }  # fmt: skip
 
 AGENT_TOOLS = frozenset({

@@ -50,6 +50,10 @@ COLON: dict[str, str] = {
     "tracker_status": "tracker:status",
     "tracker_retry": "tracker:retry",
     "tracker_dismiss": "tracker:dismiss",
+    "operator_list": "operators:list",
+    "operator_add": "operators:add",
+    "operator_grant": "operators:grant",
+    "plan_close": "plan:close",
 }
 """Underscore name → colon name; a tool not listed has one name in both styles (ping, save_output,
 query_workflows, query_checklists, add_workflow_to_session, add_checklist_to_session)."""

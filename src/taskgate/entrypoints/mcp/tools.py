@@ -789,9 +789,10 @@ TOOLS: list[Callable[..., Awaitable[Any]]] = [
     workflow_restart,
 ]
 
-# The browsing and tracker tools live in their own modules, which need `_call` and `tool_errors` from this one: imported
-# here, once both exist, so TOOLS stays the one list of every tool the server offers.
+# The browsing, tracker and admin tools live in their own modules, which need `_call` and `tool_errors` from this
+# one: imported here, once both exist, so TOOLS stays the one list of every tool the server offers.
+from taskgate.entrypoints.mcp.admin_tools import ADMIN_TOOLS  # noqa: E402
 from taskgate.entrypoints.mcp.browse_tools import BROWSE_TOOLS  # noqa: E402
 from taskgate.entrypoints.mcp.tracker_tools import TRACKER_TOOLS  # noqa: E402
 
-TOOLS += BROWSE_TOOLS + TRACKER_TOOLS
+TOOLS += BROWSE_TOOLS + TRACKER_TOOLS + ADMIN_TOOLS
