@@ -22,6 +22,7 @@ from taskgate import __version__
 from taskgate.bootstrap import App
 from taskgate.domain.access import Principal
 from taskgate.domain.errors import Unauthenticated
+from taskgate.entrypoints.mcp import session_items
 from taskgate.entrypoints.mcp.annotations import AGENT_TOOLS, annotated, visible_to_operator
 from taskgate.entrypoints.mcp.names import ToolNames, canonical, renamed, tool_name
 from taskgate.entrypoints.mcp.tools import PRINCIPAL_SCOPE_KEY, TOOLS, Runtime
@@ -70,6 +71,7 @@ def build_server(
         keywords["description"] = renamed(keywords["description"], tool_names)
         server.add_tool(fn, name=name, structured_output=True, **keywords)
         server.tool_of[name] = fn.__name__
+    session_items.register(server)
     return server
 
 

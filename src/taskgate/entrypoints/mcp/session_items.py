@@ -1,0 +1,105 @@
+"""What an MCP client reads or asks about a session besides the tools: resources (its diff, its transition log, its
+session folder's manifest) and a prompt ("review session X"). Each checks the caller as the tools do (an agent
+reads its own session only)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError
+
+from taskgate.domain.errors import TaskgateError
+from taskgate.entrypoints.mcp.names import renamed
+from taskgate.entrypoints.mcp.tools import _call, _session_id
+
+SESSION_URI = "taskgate://sessions/{session_id}"
+
+
+def resource_errors(fn: Callable[..., Awaitable[str]]) -> Callable[..., Awaitable[str]]:
+    """Taskgate's errors as the resource (or prompt) error a client shows, in taskgate's words."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> str:
+        try:
+            return await fn(*args, **kwargs)
+        except TaskgateError as exc:
+            raise ResourceError(f"{type(exc).__name__}: {exc}") from exc
+
+    return wrapper
+
+
+@resource_errors
+async def session_diff(session_id: str, ctx: Context) -> str:
+    """The session's changes against its base, as a unified diff (capped like session_review's patch)."""
+    call = _call(ctx)
+    review = await call.app.workspaces.review(await _session_id(call, session_id))
+    return review.patch + ("\n(patch truncated)\n" if review.patch_truncated else "")
+
+
+@resource_errors
+async def session_log(session_id: str, ctx: Context) -> str:
+    """The session's transition log, applied and blocked rows, oldest first: one line each."""
+    call = _call(ctx)
+    sid = await _session_id(call, session_id)
+    lines = []
+    for r in await call.app.sessions.history(sid, 1000):
+        refused = "; ".join(g["policy"] for g in r.guard_results if not g.get("passed"))
+        why = f" — {r.reason}" if r.reason else ""
+        said = f" [refused by {refused}]" if refused else ""
+        moved = f"{r.from_state or '-'} → {r.to_state}"
+        lines.append(
+            f"{r.at.isoformat(timespec='seconds')} {r.outcome.value:8} {r.trigger:16} {moved} by {r.actor}{why}{said}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+@resource_errors
+async def session_manifest(session_id: str, ctx: Context) -> str:
+    """The session folder's manifest.json: the files agents and operators saved, with sizes and hashes."""
+    call = _call(ctx)
+    sid = await _session_id(call, session_id)
+    manifest: dict[str, Any] = await call.app.outputs.manifest(sid) if call.app.outputs is not None else {}
+    return json.dumps(manifest, indent=2, ensure_ascii=True)
+
+
+@resource_errors
+async def review_session(session_id: str, ctx: Context) -> str:
+    """Review a taskgate session and decide on it: its task, state, diff stat, commits and the approve policies."""
+    call = _call(ctx)
+    sid = await _session_id(call, session_id)
+    session = await call.app.sessions.get(sid)
+    task = await call.app.tracker.task(session.task_id)
+    review = await call.app.workspaces.review(sid)
+    files = "\n".join(f"  {f.path} +{f.added} -{f.deleted}" for f in review.diff_stat) or "  (no changes)"
+    commits = "\n".join(f"  {c.sha[:8]} {c.subject}" for c in review.commits) or "  (no commits)"
+    text = f"""Review taskgate session {sid} for task {task.id}: {task.title}
+It is {session.state.value} (version {session.version}).
+
+Files changed against {review.base_ref} ({review.ahead} commit(s) ahead, {review.behind} behind):
+{files}
+Commits:
+{commits}
+
+Read the whole diff (resource {SESSION_URI.format(session_id=sid)}/diff, or session_review with patch) and its
+history ({SESSION_URI.format(session_id=sid)}/log). Check what the approve policies say with policies_check
+(trigger approve). Then decide with project_decide: approve if the change does what the task asks and the
+policies pass; request_changes with instructions naming the files and lines to change; or reject with a reason.
+Task description:
+{task.description or "(none)"}"""
+    return renamed(text, getattr(ctx.mcp_server, "style", "underscore"))
+
+
+def register(server: MCPServer) -> None:
+    """Add the session resources and the review prompt to `server`."""
+    base = SESSION_URI
+    server.resource(f"{base}/diff", name="session_diff", title="Session diff", mime_type="text/x-diff",
+                    description=session_diff.__doc__)(session_diff)  # fmt: skip
+    server.resource(f"{base}/log", name="session_log", title="Session transition log", mime_type="text/plain",
+                    description=session_log.__doc__)(session_log)  # fmt: skip
+    server.resource(f"{base}/manifest", name="session_manifest", title="Session folder manifest",
+                    mime_type="application/json", description=session_manifest.__doc__)(session_manifest)  # fmt: skip
+    server.prompt(name="review_session", title="Review a session", description=review_session.__doc__)(review_session)
