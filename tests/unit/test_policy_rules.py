@@ -161,8 +161,8 @@ def test_policies_carry_triggers_and_settings():
         "clean_worktree",
         "branch_naming",
         "commit_message_format",
-            "tracker_in_sync",
-}
+        "tracker_in_sync",
+    }
 
 
 def test_build_policy_applies_severity_priority_triggers_and_settings():

@@ -209,7 +209,7 @@ def _error_object(out: bytes) -> str:
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
-    """"1.0.3" → (1, 0, 3); "0.49.4-dev" → (0, 49, 4); anything else sorts as (0,)."""
+    """ "1.0.3" → (1, 0, 3); "0.49.4-dev" → (0, 49, 4); anything else sorts as (0,)."""
     match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
     return tuple(int(part or 0) for part in match.groups()) if match else (0,)
 
