@@ -291,21 +291,12 @@ async def insert_batch(database: Database, batch: list[GeneratedSession]) -> int
     return len(log)
 
 
-async def speed_up_build(database: Database) -> None:
-    """Build-only PRAGMAs on every pooled SQLite connection (not used while measuring)."""
-    if database.is_sqlite:
-        async with database.connect() as conn:
-            await conn.exec_driver_sql("PRAGMA synchronous=OFF")
-            await conn.exec_driver_sql("PRAGMA cache_size=-512000")
-
-
 async def build(database: Database, rows: int, seed: int) -> None:
     """Fill a migrated, empty database with `rows` log rows, printing progress."""
     sessions = max(1, min(MAX_SESSIONS, rows // 100))
     per_session, extra = divmod(rows, sessions)
     rng = random.Random(seed)
     project_id, plan_ids = await seed_owners(database, math.ceil(sessions / TASKS_PER_PLAN))
-    await speed_up_build(database)
     begin, written, batch, next_report = time.perf_counter(), 0, [], rows / 10
     for number in range(sessions):
         length = per_session + (number < extra)
@@ -330,12 +321,18 @@ async def prepare_sqlite(path: Path | None, rows: int, seed: int) -> Path:
         return path
     target = path or Path(tempfile.mkdtemp(prefix="taskgate-audit-")) / f"audit-{rows}.db"
     print(f"building {target} through the migrations")
-    database = Database(f"sqlite:///{target}")
+    # synchronous=OFF for the build only, set by the engine on every new connection: a PRAGMA sent on a connection
+    # that has begun a transaction fails ("Safety level may not be changed inside a transaction")
+    database = Database(f"sqlite:///{target}", synchronous="OFF")
     try:
         await migrations.upgrade(database)
         await build(database, rows, seed)
-    finally:
+    except BaseException:
         await database.dispose()
+        for leftover in (target, target.with_name(target.name + "-wal"), target.with_name(target.name + "-shm")):
+            leftover.unlink(missing_ok=True)  # a half-built file would be "reused" by the next run
+        raise
+    await database.dispose()
     checkpoint(target)
     return target
 
