@@ -31,6 +31,17 @@ def test_validate_the_shipped_catalogue(cli: Cli):
     assert not (cli.workdir / "data").exists()  # no database for offline commands
 
 
+def test_validate_takes_ids_of_the_catalogue_as_well_as_files(cli: Cli):
+    assert (
+        cli.ok("workflow", "validate", "feature-development").strip()
+        == "ok: 1 workflow(s) and 0 checklist(s) are valid"
+    )
+    both = cli.json("workflow", "validate", "bug-fix", "release")
+    assert (both["workflows"], both["checklists"], both["ok"]) == (["bug-fix"], ["release"], True)
+    done = cli.run("workflow", "validate", "no-such-workflow")
+    assert done.returncode == 1 and "no-such-workflow:1: no such file, nor a workflow or checklist id" in done.stdout
+
+
 def test_validate_bad_files_prints_one_line_per_problem_and_exits_1(cli: Cli):
     bad = [str(BROKEN / "unreachable.yaml"), str(BROKEN / "checklists" / "duplicate-item.yaml")]
     done = cli.run("workflow", "validate", *bad)

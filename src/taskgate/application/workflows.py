@@ -97,9 +97,13 @@ class WorkflowService:
 
     def validate(self, paths: Sequence[Path] = ()) -> Catalogue:
         """The catalogue (no `paths`), or the given files checked against it: a given file replaces the
-        catalogue's file of the same path or id, and only the given files' problems are reported."""
+        catalogue's file of the same path or id, and only the given files' problems are reported. A name that is
+        no file but the id of a workflow or checklist of the catalogue means that entry's file."""
         if not paths:
             return self.catalogue()
+        documents, _ = self.source.catalogue()
+        files_by_id = {d.declared_id: d.file for d in documents if d.declared_id}
+        paths = [Path(files_by_id[str(p)]) if not p.exists() and str(p) in files_by_id else p for p in paths]
         given: list[Document] = []
         problems: list[WorkflowProblem] = []
         for path in paths:
@@ -107,7 +111,6 @@ class WorkflowService:
             problems += found
             if doc is not None:
                 given.append(doc)
-        documents, _ = self.source.catalogue()
         ids = {(d.kind, d.declared_id) for d in given if d.declared_id}
         others = [
             d

@@ -193,7 +193,8 @@ def read_document(
             ]
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return None, [WorkflowProblem(file, 1, "no such file", "check the path")]
+        hint = "check the path, or see taskgate workflow list"
+        return None, [WorkflowProblem(file, 1, "no such file, nor a workflow or checklist id", hint)]
     except (OSError, UnicodeDecodeError) as exc:
         return None, [WorkflowProblem(file, 1, f"cannot read the file: {exc}", "check its permissions and encoding")]
     return parse_text(text, file, kind=kind, category=category, is_json=path.suffix == ".json")
