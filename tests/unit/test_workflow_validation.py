@@ -14,6 +14,7 @@ from taskgate.application.workflows import WorkflowService, retarget
 from taskgate.domain.errors import AlreadyExists, InvalidInput
 from taskgate.domain.workflows import (
     END,
+    ChecklistNotFound,
     Document,
     StepType,
     WorkflowNotFound,
@@ -400,3 +401,11 @@ def test_the_docs_name_every_key_and_show_the_generated_graph():
     assert [k for k in sorted(keys) if f"`{k}`" not in doc] == []
     graph = to_mermaid(WorkflowService(WorkflowFiles(CONFIG), AGENTS).workflow("feature-development"))
     assert f"```mermaid\n{graph}\n```" in doc
+
+
+def test_a_checklist_is_found_by_id_or_by_its_display_name():
+    service = WorkflowService(WorkflowFiles(CONFIG), AGENTS)
+    for name in ("quality-validation", "Quality Validation Checklist", "quality validation", "QUALITY_VALIDATION"):
+        assert service.checklist(name).id == "quality-validation", name
+    with pytest.raises(ChecklistNotFound):
+        service.checklist("Quality Checklist")

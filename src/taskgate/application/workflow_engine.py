@@ -355,8 +355,8 @@ class WorkflowEngine(NoEffects):
         async def push(session: Session, stack: list[Frame]) -> list[_Event]:
             _check_depth(stack, session_id)
             items = [{"id": i.id, "text": i.text, "required": i.required} for i in checklist.items]
-            stack.append(Frame(FrameKind.checklist, name, items=items, started_at=self._now()))
-            return [("workflow.pushed", {"checklist": name, "depth": len(stack), "actor": actor})]
+            stack.append(Frame(FrameKind.checklist, checklist.id, items=items, started_at=self._now()))
+            return [("workflow.pushed", {"checklist": checklist.id, "depth": len(stack), "actor": actor})]
 
         return await self._edit(session_id, "add_checklist_to_session", push)
 

@@ -161,10 +161,18 @@ class WorkflowService:
         raise WorkflowNotFound(name)
 
     def checklist(self, name: str) -> Checklist:
-        """A valid checklist by id. Raises: ChecklistNotFound; InvalidInput when it has problems."""
+        """A valid checklist by id, or by its display name (`Quality Validation Checklist` for
+        `quality-validation`: case, spaces and a trailing "checklist" aside); an exact id wins.
+
+        Raises: ChecklistNotFound; InvalidInput when it has problems.
+        """
         checked = self.catalogue()
         if name in checked.checklists:
             return checked.checklists[name]
+        wanted = _display_key(name)
+        named = [c for key, c in checked.checklists.items() if _display_key(key) == wanted]
+        if len(named) == 1:
+            return named[0]
         documents, _ = self.source.catalogue()
         if any(d.kind == "checklist" and d.declared_id == name for d in documents):
             raise InvalidInput(f"checklist '{name}' is invalid; run `taskgate workflow validate`")
@@ -229,3 +237,11 @@ def _sorted(problems: Iterable[WorkflowProblem]) -> tuple[WorkflowProblem, ...]:
 
 def _mentions(problem: WorkflowProblem, name: str, documents: Sequence[Document]) -> bool:
     return any(d.declared_id == name and d.file == problem.file for d in documents)
+
+
+def _display_key(name: str) -> str:
+    """`Quality Validation Checklist`, `quality_validation` and `quality-validation` alike."""
+    words = re.sub(r"[\s_-]+", " ", name.strip().lower()).split()
+    if words and words[-1] == "checklist" and len(words) > 1:
+        words = words[:-1]
+    return " ".join(words)
