@@ -32,6 +32,7 @@ from taskgate.domain.beads import (
     BeadsGraph,
     BeadsNode,
     is_valid_issue_id,
+    qualified_id,
     task_status_for_import,
 )
 from taskgate.domain.bounds import IDS
@@ -40,7 +41,6 @@ from taskgate.domain.errors import InvalidInput, ProjectArchived
 
 SOURCE = "beads"
 DELETED = "deleted"  # the tracker_status of a task whose issue is gone from Beads
-MAX_ID = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,17 +387,19 @@ class _Writer:
         cannot be had are skipped."""
         fresh = [i for i in issues if i.id not in existing]
         taken = {t.id for t in await self._uow.tasks.get_many([i.id for i in fresh])}
-        qualified_ids = [f"{self._project.key}.{i.id}" for i in fresh if i.id in taken]  # only after a collision
-        taken |= {t.id for t in await self._uow.tasks.get_many(qualified_ids)} if qualified_ids else set()
+        qualified = {i.id: qualified_id(self._project.key, i.id) for i in fresh if i.id in taken}  # after a collision
+        asked = [q for q in qualified.values() if q is not None]
+        taken |= {t.id for t in await self._uow.tasks.get_many(asked)} if asked else set()
         ids = {i.id: existing[i.id].id for i in issues if i.id in existing}
         for issue in fresh:
-            qualified = f"{self._project.key}.{issue.id}"
+            other = qualified.get(issue.id)
             if issue.id not in taken:
                 ids[issue.id] = issue.id
-            elif qualified not in taken and len(qualified) <= MAX_ID:
-                ids[issue.id] = qualified
+            elif other is not None and other not in taken:
+                ids[issue.id] = other
             else:
-                reason = f"id {issue.id} is taken by another task, and so is {qualified[:80]} (or it is too long)"
+                key = self._project.key
+                reason = f"id {issue.id} is taken by another task, and so is {key}.{issue.id[:70]} (or it is too long)"
                 self._report.skipped.append(LineProblem(issue.line, reason, issue.id))
         return ids
 

@@ -22,13 +22,12 @@ from collections.abc import Sequence
 from taskgate.application.effects import NoEffects
 from taskgate.application.ports import Clock, TrackerIssue, TrackerProvider, UnitOfWorkFactory
 from taskgate.application.sessions import EffectRefused, FireTrigger
-from taskgate.domain.beads import OPEN, task_status_for_import
+from taskgate.domain.beads import OPEN, qualified_id, task_status_for_import
 from taskgate.domain.entities import Project, Session, Task, TaskStatus
 from taskgate.domain.errors import ClaimRefused, InvalidInput, TaskgateError, TaskNotFound
 from taskgate.domain.policies import Severity, Violation
 from taskgate.domain.states import Trigger
 
-MAX_ID = 64
 NOT_READY = "not in bd ready (blocked, claimed or held in Beads)"
 
 
@@ -69,8 +68,8 @@ class TrackerSync:
         return [known[i.id].id for i in issues]
 
     def _task(self, project: Project, issue: TrackerIssue, ready: bool, taken: bool) -> Task:
-        task_id = f"{project.key}.{issue.id}" if taken else issue.id
-        if len(task_id) > MAX_ID:
+        task_id = qualified_id(project.key, issue.id) if taken else issue.id
+        if task_id is None:
             raise InvalidInput(f"Beads id {issue.id} is taken here and too long to qualify with the project key")
         return Task(id=task_id, project_id=project.id, plan_id=None, title=issue.title[:500] or issue.id,
                     description=issue.description[:20_000], priority=issue.priority,

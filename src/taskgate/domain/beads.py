@@ -189,6 +189,16 @@ class BeadsGraph:
         return sorted(found.items())
 
 
+MAX_TASK_ID = 64  # the tasks.id column
+
+
+def qualified_id(project_key: str, issue_id: str) -> str | None:
+    """The task id of a Beads issue whose own id another project (or a built-in task) has: `KEY.id`; None when
+    that would not fit a task id."""
+    qualified = f"{project_key}.{issue_id}"
+    return qualified if len(qualified) <= MAX_TASK_ID else None
+
+
 def blocking_only(dependencies: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """The dependencies whose type affects readiness."""
     return [(target, kind) for target, kind in dependencies if kind in BLOCKING_DEPENDENCY_TYPES]
