@@ -12,6 +12,8 @@ import pytest
 
 from taskgate.application.workflows import WorkflowService, retarget
 from taskgate.domain.errors import AlreadyExists, InvalidInput
+from taskgate.domain.workflow_mermaid import to_mermaid
+from taskgate.domain.workflow_validation import validate_documents
 from taskgate.domain.workflows import (
     END,
     ChecklistNotFound,
@@ -22,8 +24,6 @@ from taskgate.domain.workflows import (
     parse_duration,
     retry_delay_ms,
     step_routes,
-    to_mermaid,
-    validate_documents,
 )
 from taskgate.infrastructure.workflow_files import WorkflowFiles, parse_text
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -36,7 +36,9 @@ from typing import Any, Protocol
 from taskgate.application.effects import NOTHING, Aftermath, NoEffects
 from taskgate.application.ports import Clock, StepClaim, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.sessions import FireResult, FireTrigger, SessionService
-from taskgate.domain.agents import why_stopped
+from taskgate.application.workflow_edits import StackEdits
+from taskgate.application.workflow_records import Carry
+from taskgate.application.workflow_views import StackView, Waiting
 from taskgate.domain.entities import (
     OPEN_STEP_STATUSES,
     Agent,
@@ -66,7 +68,6 @@ from taskgate.domain.workflow_run import (
     breadcrumb,
     child_results,
     condition_target,
-    dump_stack,
     enter,
     find_group,
     find_step,
@@ -96,16 +97,6 @@ from taskgate.domain.workflows import (
 )
 
 SYSTEM_ACTOR = "system"
-PUSHABLE_STATES = frozenset(
-    {
-        SessionState.CREATED,
-        SessionState.INITIALIZING,
-        SessionState.READY,
-        SessionState.PLANNING,
-        SessionState.EXECUTING,
-        SessionState.SUSPENDED,
-    }
-)
 _CLOSE_ON = frozenset({SessionState.FAILED, SessionState.CANCELLED, SessionState.TIMED_OUT, SessionState.ABANDONED})
 _AGENT_STEPS = frozenset({StepType.agent, StepType.parallel})
 _LIVE = frozenset({AgentStatus.QUEUED, AgentStatus.RUNNING})
@@ -118,49 +109,6 @@ class WorkflowOptions:
 
     default_workflow: str | None = None
     limits: LoopLimits = field(default_factory=LoopLimits)
-
-
-@dataclass(frozen=True, slots=True)
-class Waiting:
-    """What the top frame waits for, if a person must act: an approval (with its message) or checklist items."""
-
-    kind: str  # approval | checklist
-    step_id: str | None
-    message: str
-    items: tuple[dict[str, Any], ...] = ()
-    missing: tuple[str, ...] = ()
-    since_version: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class StackView:
-    """The session's stack as `session_status` shows it."""
-
-    session_id: str
-    state: str
-    depth: int
-    breadcrumb: str
-    frames: tuple[dict[str, Any], ...]
-    waiting: Waiting | None
-    version: int
-
-
-_Event = tuple[str, dict[str, Any]]  # an event kind and its payload, appended with the write it records
-
-
-@dataclass(slots=True)
-class _Carry:
-    """Writes of a step's outcome that travel with its routing, so both land in one transaction."""
-
-    finish: list[tuple[int | None, StepStatus, str, str | None]] = field(default_factory=list)
-    events: list[_Event] = field(default_factory=list)
-    runs: list[StepRun] = field(default_factory=list)  # run rows written already ended (a condition, a refusal)
-
-    def then(self, later: _Carry | None) -> _Carry:
-        """These writes, followed by `later`'s."""
-        if later is None:
-            return self
-        return _Carry([*self.finish, *later.finish], [*self.events, *later.events], [*self.runs, *later.runs])
 
 
 class StepLauncher(Protocol):
@@ -189,7 +137,7 @@ class VerificationDecider(Protocol):
     async def decide(self, cmd: Any) -> Any: ...
 
 
-class WorkflowEngine(NoEffects):
+class WorkflowEngine(StackEdits, NoEffects):
     """Runs workflow stacks; also a session effect (it drives a session that enters executing)."""
 
     def __init__(
@@ -314,200 +262,7 @@ class WorkflowEngine(NoEffects):
 
     # -- stack edits ----------------------------------------------------------------------------------------
 
-    async def add_workflow(self, session_id: str, name: str, actor: str) -> StackView:
-        """Push workflow `name` onto the session's stack (the root frame if the stack is empty).
-
-        Raises: WorkflowNotFound, InvalidInput (stack too deep, the workflow already on it), InvalidTransition
-        (the session is past executing), SessionNotFound.
-        """
-        workflow = self.workflow(name)
-
-        async def push(session: Session, stack: list[Frame]) -> list[_Event]:
-            _check_depth(stack, session_id)
-            if any(f.kind is FrameKind.workflow and f.name == name for f in stack):
-                raise InvalidInput(f"workflow '{name}' is already on session {session_id}'s stack: {breadcrumb(stack)}")
-            stack.append(self._workflow_frame(workflow, parent=stack[-1] if stack else None, parent_step=None))
-            return [("workflow.pushed", {"workflow": name, "depth": len(stack), "actor": actor})]
-
-        return await self._edit(session_id, "add_workflow_to_session", push)
-
-    def chosen(self, name: str | None) -> Workflow | None:
-        """The workflow a new session should run: `name`, else `[workflows] default`, else None. Call it
-        before starting the session, so an unknown name is refused before anything is written.
-
-        Raises: WorkflowNotFound."""
-        name = name or self._options.default_workflow
-        return self.workflow(name) if name else None
-
-    async def attach(self, session_id: str, workflow: Workflow | None, actor: str) -> StackView | None:
-        """Push `workflow` (from `chosen`) as the session's root frame unless its stack already has one."""
-        if workflow is None:
-            return None
-        session = await self._sessions.get(session_id)
-        if session.workflow_stack:
-            return self.view(session)
-        return await self.add_workflow(session_id, workflow.id, actor)
-
-    async def add_checklist(self, session_id: str, name: str, actor: str) -> StackView:
-        """Push checklist `name`: the session's workflow waits until its required items are ticked."""
-        checklist = self.checklist(name)
-
-        async def push(session: Session, stack: list[Frame]) -> list[_Event]:
-            _check_depth(stack, session_id)
-            items = [{"id": i.id, "text": i.text, "required": i.required} for i in checklist.items]
-            stack.append(Frame(FrameKind.checklist, checklist.id, items=items, started_at=self._now()))
-            return [("workflow.pushed", {"checklist": checklist.id, "depth": len(stack), "actor": actor})]
-
-        return await self._edit(session_id, "add_checklist_to_session", push)
-
-    async def check_item(self, session_id: str, item: str, actor: str) -> StackView:
-        """Tick `item` of the checklist the top frame waits on (ticking twice changes nothing).
-
-        Raises: InvalidInput (no checklist waits, unknown item), SessionNotFound."""
-
-        async def tick(session: Session, stack: list[Frame]) -> list[_Event]:
-            top = stack[-1] if stack else None
-            if (
-                top is None
-                or not top.items
-                or (top.kind is not FrameKind.checklist and top.status is not FrameStatus.waiting)
-            ):
-                raise InvalidInput(
-                    f"session {session_id} is not waiting on a checklist (stack: {breadcrumb(stack) or 'empty'})"
-                )
-            ids = [i["id"] for i in top.items]
-            if item not in ids:
-                raise InvalidInput(f"checklist item '{item}' is not on the list; items: {', '.join(ids)}")
-            if item in top.checked:
-                return []
-            top.checked.append(item)
-            return [("checklist.checked", {"item": item, "actor": actor, "missing": top.missing_items()})]
-
-        return await self._edit(session_id, "checklist_check", tick)
-
-    async def advance(self, session_id: str, actor: str) -> StackView:
-        """Move the top frame past its current step by hand (it counts as skipped, routed as a success)."""
-
-        async def skip(session: Session, stack: list[Frame]) -> list[_Event]:
-            top = self._top(stack, session_id)
-            on_list = top.kind is FrameKind.checklist or (top.items and top.status is FrameStatus.waiting)
-            if on_list and (missing := top.missing_items()):
-                raise InvalidInput(f"tick the checklist's required items first: {', '.join(missing)}")
-            step = self._find(top, top.step) if top.step else None
-            if step is not None and step.type is StepType.approval:
-                raise InvalidInput(
-                    f"step '{step.id}' is an approval: answer it with a decision (MCP project_decide, CLI "
-                    "`taskgate session decide`)"
-                )
-            await self._abandon_step(session, top, StepStatus.SKIPPED, f"advanced by {actor}")
-            top.status, top.outcome = FrameStatus.done, {"status": StepStatus.SKIPPED.value, "output": ""}
-            return [("workflow.advanced", {"actor": actor, "step": top.step})]
-
-        return await self._edit(session_id, "workflow_advance", skip)
-
-    async def back(self, session_id: str, actor: str) -> StackView:
-        """Return the top frame to the step it ran before the current one."""
-
-        async def go_back(session: Session, stack: list[Frame]) -> list[_Event]:
-            top = self._top(stack, session_id)
-            if len(top.history) < 2:
-                raise InvalidInput(f"{top.label} has no previous step to go back to")
-            await self._abandon_step(session, top, StepStatus.CANCELLED, f"workflow_back by {actor}")
-            previous = top.history[-2]
-            top.history = top.history[:-2]
-            enter(top, previous)
-            return [("workflow.back", {"actor": actor, "step": previous})]
-
-        return await self._edit(session_id, "workflow_back", go_back)
-
-    async def break_frame(self, session_id: str, actor: str) -> StackView:
-        """Leave the nested top frame (only when depth > 1); the step that pushed it counts as skipped."""
-
-        async def leave(session: Session, stack: list[Frame]) -> list[_Event]:
-            if len(stack) < 2:
-                raise InvalidInput(
-                    f"workflow_break leaves a nested frame; session {session_id} is at depth {len(stack)}"
-                )
-            child = stack[-1]
-            await self._abandon_step(session, child, StepStatus.CANCELLED, f"workflow_break by {actor}")
-            stack.pop()
-            parent = stack[-1]
-            if child.parent_step is not None and parent.step == child.parent_step:
-                await self._close_run(parent.run_id, StepStatus.SKIPPED, f"left by workflow_break ({actor})")
-                parent.status, parent.outcome = FrameStatus.done, {"status": StepStatus.SKIPPED.value, "output": ""}
-            return [("workflow.break", {"actor": actor, "left": child.label})]
-
-        return await self._edit(session_id, "workflow_break", leave)
-
-    async def restart(self, session_id: str, actor: str) -> StackView:
-        """Run the top frame again from its first step, with its results cleared."""
-
-        async def from_the_top(session: Session, stack: list[Frame]) -> list[_Event]:
-            top = self._top(stack, session_id)
-            await self._abandon_step(session, top, StepStatus.CANCELLED, f"workflow_restart by {actor}")
-            parent = stack[-2] if len(stack) > 1 else None
-            top.results = child_results(parent, top.context_mode) if parent else {}
-            top.own, top.trail, top.history, top.iterations, top.checked = [], [], [], 0, []
-            top.step, top.status = None, FrameStatus.pending
-            return [("workflow.restart", {"actor": actor, "frame": top.label})]
-
-        return await self._edit(session_id, "workflow_restart", from_the_top)
-
-    async def _edit(
-        self, session_id: str, what: str, change: Callable[[Session, list[Frame]], Awaitable[list[_Event]]]
-    ) -> StackView:
-        """One stack edit (`what` names it in refusals): under the session's lock, `change` edits the stack as
-        stored and returns the events that record it; stack and events are saved in one version-checked
-        transaction (nothing is written when it returns none), then the driver is kicked if the session
-        executes. Raises: whatever `change` raises (nothing written), InvalidTransition past executing."""
-        async with self._lock(session_id):
-            session, stack = await self._editable(session_id, what)
-            events = await change(session, stack)
-            if events:
-                session = await self._save(session, stack, events=events)
-        self._kick_if_executing(session)
-        return self.view(session)
-
     # -- approvals --------------------------------------------------------------------------------------------
-
-    def approval_step(self, session: Session) -> Step | None:
-        """The approval step the session waits on, or None."""
-        waiting = self.waiting(session) if session.state == SessionState.EXECUTING else None
-        if waiting is None or waiting.kind != "approval" or waiting.step_id is None:
-            return None
-        return self._find(load_stack(session.workflow_stack)[-1], waiting.step_id)
-
-    async def answer(self, session: Session, decision: Decision) -> Session:
-        """Answer the approval step the session waits on with `decision` (approve → on_approve, reject →
-        on_reject with the reason as instructions, request_changes → `changes_target`, with the instructions).
-        The decision row, the step run, the stack and an event are written in one transaction.
-
-        Raises: ConflictError when the session moved on meanwhile; AlreadyExists (the unique decision index)
-        when another process recorded this operator's decision first."""
-        status = {"approve": StepStatus.APPROVED, "reject": StepStatus.REJECTED,
-                  "request_changes": StepStatus.CHANGES_REQUESTED}[decision.decision.value]  # fmt: skip
-        async with self._lock(session.id), self._uow(write=True) as uow:
-            current = await uow.sessions.get(session.id, lock=True)
-            step = self.approval_step(current)
-            if current.version != session.version or step is None:
-                raise ConflictError(f"session {session.id} moved on before the decision; read its status again")
-            await uow.operators.lock(decision.operator_id)
-            stack = load_stack(current.workflow_stack)
-            top = stack[-1]
-            now = self._clock.now()
-            decided = replace(decision, at=now, outcome="applied", to_state=current.state.value)
-            await uow.decisions.add(decided)
-            payload = {"operator": decision.operator_id, "decision": decision.decision.value, "step": step.id,
-                       "reason": decision.reason, "to_state": current.state.value}  # fmt: skip
-            await uow.events.append("decision.recorded", now, payload, session.id)
-            _instruct(top, step, decision)
-            output = decision.instructions or decision.reason or ""
-            await self._finish_run(uow, top.run_id, status, output, None, now)
-            top.status, top.outcome = FrameStatus.done, {"status": status.value, "output": output}
-            updated = await self._write(uow, current, stack, now)
-            await uow.commit()
-        self._kick_if_executing(updated)
-        return updated
 
     # -- driving ----------------------------------------------------------------------------------------------
 
@@ -633,7 +388,7 @@ class WorkflowEngine(NoEffects):
         return await self._route(session, stack, top, step, steps)
 
     async def _start(
-        self, session: Session, stack: list[Frame], top: Frame, step: Step, steps, carry: _Carry | None = None
+        self, session: Session, stack: list[Frame], top: Frame, step: Step, steps, carry: Carry | None = None
     ) -> bool:
         """Start the top frame's pending step. `carry` (the routing that led here) is accepted only for agent
         steps, whose claim it joins; the other kinds are started by the driver's next pass."""
@@ -671,10 +426,10 @@ class WorkflowEngine(NoEffects):
         record(top, step.id, StepStatus.SUCCEEDED, "true" if value else "false", 1)
         target = condition_target(step, value, steps)
         run = self._run(session, top, len(stack), step, StepStatus.SUCCEEDED, now, output=f"when → {value}")
-        return await self._goto(session, stack, top, target, carry=_Carry(runs=[replace(run, ended_at=now)]))
+        return await self._goto(session, stack, top, target, carry=Carry(runs=[replace(run, ended_at=now)]))
 
     async def _launch(
-        self, session: Session, stack: list[Frame], top: Frame, step: Step, carry: _Carry | None = None
+        self, session: Session, stack: list[Frame], top: Frame, step: Step, carry: Carry | None = None
     ) -> bool:
         """Claim the step and start its agents. The claim (its run row with the agents' ids, the frame
         `running`, and `carry`) commits in the launcher's transaction with the agents' rows, before any agent
@@ -696,7 +451,7 @@ class WorkflowEngine(NoEffects):
         except (InvalidInput, VariableError) as exc:  # an unknown agent type, a prompt that does not resolve,
             top.status, top.run_id = FrameStatus.pending, None  # no worktree: nothing of the claim was written
             refused = replace(run, status=StepStatus.FAILED, ended_at=self._clock.now(), error=str(exc))
-            earlier = (carry or _Carry()).then(_Carry(runs=[refused]))
+            earlier = (carry or Carry()).then(Carry(runs=[refused]))
             return await self._finish_step(session, stack, StepStatus.FAILED, str(exc), earlier)
         return True
 
@@ -709,7 +464,7 @@ class WorkflowEngine(NoEffects):
             return await self._interrupted(session, stack, top, step, steps, run)
         if not top.agents:  # a running step that names no agents: not written since a claim and its agents
             note = "its agents never started; launched again"  # share one transaction (an older release's
-            never = _Carry(finish=[(top.run_id, StepStatus.CANCELLED, "", note)])  # stack): launch them now
+            never = Carry(finish=[(top.run_id, StepStatus.CANCELLED, "", note)])  # stack): launch them now
             top.status, top.run_id = FrameStatus.pending, None
             return await self._launch(session, stack, top, step, never)
         async with self._uow(write=False) as uow:
@@ -767,7 +522,7 @@ class WorkflowEngine(NoEffects):
         return True
 
     async def _route(
-        self, session: Session, stack: list[Frame], top: Frame, step: Step, steps, carry: _Carry | None = None
+        self, session: Session, stack: list[Frame], top: Frame, step: Step, steps, carry: Carry | None = None
     ) -> bool:
         outcome = top.outcome or {"status": StepStatus.FAILED.value, "output": ""}
         status, output = StepStatus(outcome["status"]), str(outcome.get("output", ""))
@@ -796,7 +551,7 @@ class WorkflowEngine(NoEffects):
             return True
         return await self._goto(session, stack, top, target, carry=carry)
 
-    async def _goto(self, session: Session, stack: list[Frame], top: Frame, target: str, carry: _Carry | None) -> bool:
+    async def _goto(self, session: Session, stack: list[Frame], top: Frame, target: str, carry: Carry | None) -> bool:
         """Move the top frame to `target` (or end it). An agent step is started at once, so the routing that
         led to it joins its claim: one commit instead of two."""
         if target == END:
@@ -834,7 +589,7 @@ class WorkflowEngine(NoEffects):
         return True
 
     async def _pop(
-        self, session: Session, stack: list[Frame], status: StepStatus, output: str, carry: _Carry | None = None
+        self, session: Session, stack: list[Frame], status: StepStatus, output: str, carry: Carry | None = None
     ) -> None:
         """The top frame ended: hand its outcome to the step below that pushed it (if any), then drop it."""
         child = stack.pop()
@@ -851,21 +606,21 @@ class WorkflowEngine(NoEffects):
             finish.append((parent.run_id, status, output, output if status is StepStatus.FAILED else None))
         await self._save(session, stack, finish=finish, events=events, carry=carry)
 
-    def _outcome(self, top: Frame, status: StepStatus, output: str) -> _Carry:
+    def _outcome(self, top: Frame, status: StepStatus, output: str) -> Carry:
         """Record the outcome of the top frame's current step in the frame; its run row and event ride along
         with whatever routing writes next (one transaction)."""
         error = output if status is StepStatus.FAILED else None
         top.status, top.outcome = FrameStatus.done, {"status": status.value, "output": output[-OUTPUT_LIMIT:]}
         event = {"step": top.step, "frame": top.label, "attempt": top.attempt, "status": status.value}
-        return _Carry([(top.run_id, status, output, error)], [("workflow.step", event)])
+        return Carry([(top.run_id, status, output, error)], [("workflow.step", event)])
 
     async def _finish_step(
-        self, session: Session, stack: list[Frame], status: StepStatus, output: str, earlier: _Carry | None = None
+        self, session: Session, stack: list[Frame], status: StepStatus, output: str, earlier: Carry | None = None
     ) -> bool:
         """The top frame's current step ended with `status`: record it and route it (after `earlier`'s writes),
         in one transaction."""
         top = stack[-1]
-        carry = (earlier or _Carry()).then(self._outcome(top, status, output))
+        carry = (earlier or Carry()).then(self._outcome(top, status, output))
         step = self._find(top, top.step or "")
         if step is None:  # the file changed under the running step: routing fails the session with why
             await self._save(session, stack, carry=carry)
@@ -913,7 +668,7 @@ class WorkflowEngine(NoEffects):
         with suppress(TaskgateError):
             await self._decisions.decide(cmd)
 
-    async def _fail(self, session: Session, stack: list[Frame], reason: str, carry: _Carry | None = None) -> None:
+    async def _fail(self, session: Session, stack: list[Frame], reason: str, carry: Carry | None = None) -> None:
         """Fail the session with `reason`; the top frame stays on its step, so `retry` runs it again."""
         top = stack[-1]
         finish = [(top.run_id, StepStatus.FAILED, "", reason)]
@@ -928,119 +683,6 @@ class WorkflowEngine(NoEffects):
 
     # -- persistence ------------------------------------------------------------------------------------------
 
-    async def _save(
-        self,
-        session: Session,
-        stack: list[Frame],
-        *,
-        runs: Sequence[StepRun] = (),
-        finish: Sequence[tuple[int | None, StepStatus, str, str | None]] = (),
-        events: Sequence[_Event] = (),
-        claim: tuple[Frame, StepRun] | None = None,
-        carry: _Carry | None = None,
-    ) -> Session:
-        """Write the stack (version checked and bumped), step runs started (`runs`), ended (`finish`: run id,
-        status, output, error) and claimed (`claim`: the frame whose `run_id` the new run gets), and events,
-        in one transaction. Raises: ConcurrentModification when the session moved since it was read."""
-        async with self._uow(write=True) as uow:
-            updated = await self._save_in(uow, session, stack, runs=runs, finish=finish, events=events, claim=claim,
-                                          carry=carry)  # fmt: skip
-            await uow.commit()
-        return updated
-
-    async def _save_in(
-        self,
-        uow: UnitOfWork,
-        session: Session,
-        stack: list[Frame],
-        *,
-        runs: Sequence[StepRun] = (),
-        finish: Sequence[tuple[int | None, StepStatus, str, str | None]] = (),
-        events: Sequence[_Event] = (),
-        claim: tuple[Frame, StepRun] | None = None,
-        carry: _Carry | None = None,
-    ) -> Session:
-        """`_save`'s writes inside `uow` (the caller commits)."""
-        if carry is not None:
-            runs, finish, events = [*carry.runs, *runs], [*carry.finish, *finish], [*carry.events, *events]
-        current = await uow.sessions.get(session.id, lock=True)
-        if current.version != session.version:
-            raise ConcurrentModification(session.id, session.version, current.version)
-        now = self._clock.now()
-        for run in runs:
-            await uow.step_runs.add(run)
-        for run_id, status, output, error in finish:
-            await self._finish_run(uow, run_id, status, output, error, now)
-        if claim is not None:
-            claim[0].run_id = await uow.step_runs.add(claim[1])
-        for kind, payload in events:
-            await uow.events.append(kind, now, payload, session.id)
-        updated = await self._write(uow, current, stack, now)
-        if session.id in self._written:  # a drive runs: its next pass starts from this
-            self._written[session.id] = updated
-        return updated
-
-    async def _write(self, uow, current: Session, stack: list[Frame], now: datetime) -> Session:
-        updated = replace(current, workflow_stack=dump_stack(stack), version=current.version + 1, updated_at=now)
-        await uow.sessions.update(updated, expected_version=current.version)
-        return updated
-
-    async def _open_run(
-        self,
-        session: Session,
-        stack: list[Frame],
-        top: Frame,
-        step: Step,
-        status: StepStatus,
-        frame_status: FrameStatus,
-        *,
-        event: _Event | None = None,
-        push: Frame | None = None,
-    ) -> Session:
-        """Claim the step: its run row and the frame's new status (and a child frame to push), written together
-        before any agent starts."""
-        top.status = frame_status
-        if push is not None:
-            stack.append(push)
-        run = self._run(session, top, stack.index(top) + 1, step, status, self._clock.now())
-        return await self._save(session, stack, events=[event] if event else (), claim=(top, run))
-
-    def _run(self, session: Session, top: Frame, depth: int, step: Step, status: StepStatus, now: datetime,
-             output: str = "") -> StepRun:  # fmt: skip
-        return StepRun(session.id, depth, _frame_name(top), step.id, top.attempt, status, now, output_summary=output)
-
-    async def _finish_run(self, uow, run_id: int | None, status: StepStatus, output: str, error, now) -> None:
-        if run_id is not None:  # a run closed already (by a stack edit, say) keeps its first outcome
-            await uow.step_runs.finish(run_id, status, now, output[-OUTPUT_LIMIT:], error)
-
-    async def _close_run(self, run_id: int | None, status: StepStatus, note: str) -> None:
-        async with self._uow(write=True) as uow:
-            await self._finish_run(uow, run_id, status, note, None, self._clock.now())
-            await uow.commit()
-
-    async def _close_open_runs(self, session: Session, cmd: FireTrigger) -> None:
-        """The session left executing (failed, cancelled, …): its open runs end `cancelled`, the top frame's
-        `rejected` when an operator rejected the work. Their error says who stopped them and why, in the words a
-        retry tells the agents (see `_interrupted`)."""
-        why = why_stopped(cmd.trigger, cmd.actor, cmd.reason)
-        stack = load_stack(session.workflow_stack)
-        rejected = stack[-1].run_id if stack and cmd.trigger == Trigger.REJECT.value else None
-        async with self._uow(write=True) as uow:
-            for run in await uow.step_runs.open_runs(session.id):
-                status = StepStatus.REJECTED if run.id == rejected else StepStatus.CANCELLED
-                await uow.step_runs.update(replace(run, status=status, ended_at=self._clock.now(), error=why))
-            await uow.commit()
-
-    async def _abandon_step(self, session: Session, top: Frame, status: StepStatus, note: str) -> None:
-        """Stop the current step's agents (if any) and close its run: a hand edit moves the frame elsewhere."""
-        if top.run_id is None:
-            return
-        async with self._uow(write=False) as uow:
-            run = await uow.step_runs.get(top.run_id)
-        if run.agent_ids and self._launcher is not None:
-            await self._launcher.stop_agents(session.id, run.agent_ids)
-        await self._close_run(top.run_id, status, note)
-
     # -- helpers ----------------------------------------------------------------------------------------------
 
     def _lock(self, session_id: str) -> asyncio.Lock:
@@ -1048,13 +690,6 @@ class WorkflowEngine(NoEffects):
         if lock is None:
             lock = self._locks[session_id] = asyncio.Lock()
         return lock
-
-    async def _editable(self, session_id: str, what: str) -> tuple[Session, list[Frame]]:
-        session = await self._sessions.get(session_id)
-        if session.state not in PUSHABLE_STATES:
-            allowed = ", ".join(sorted(s.value for s in PUSHABLE_STATES))
-            raise InvalidTransition(session_id, session.state.value, what, [f"(states: {allowed})"])
-        return session, load_stack(session.workflow_stack)
 
     @staticmethod
     def _top(stack: list[Frame], session_id: str) -> Frame:
@@ -1152,24 +787,6 @@ class WorkflowEngine(NoEffects):
         return out
 
 
-def _instruct(top: Frame, step: Step, decision: Decision) -> None:
-    """What the steps after an approval are told: request_changes → the operator's instructions (or reason);
-    a routed reject → why it was rejected; approve → nothing (earlier instructions are done with)."""
-    kind, actor = decision.decision.value, f"operator:{decision.operator_id}"
-    if kind == "request_changes":
-        top.variables["instructions"] = decision.instructions or decision.reason or ""
-    elif kind == "reject":
-        why = decision.reason or "no reason given"
-        top.variables["instructions"] = f"The work was rejected at step '{step.id}' (reject by {actor}): {why}"
-    else:
-        top.variables.pop("instructions", None)
-
-
-def _check_depth(stack: list[Frame], session_id: str) -> None:
-    if len(stack) >= MAX_DEPTH:
-        raise InvalidInput(f"session {session_id}'s stack is {MAX_DEPTH} frames deep (the limit)")
-
-
 def _agents_outcome(step: Step, agents: list[Agent]) -> tuple[StepStatus, str]:
     ok = [a for a in agents if a.status == AgentStatus.COMPLETED]
     need = len(agents) if step.type is StepType.agent else (step.min_success or len(agents))
@@ -1191,22 +808,3 @@ def _last_output(frame: Frame) -> str:
         if out:
             return str(out)
     return ""
-
-
-def _frame_name(frame: Frame) -> str:
-    if frame.kind is FrameKind.group:
-        return f"{frame.workflow}/{frame.name}"
-    if frame.kind is FrameKind.checklist:
-        return f"checklist:{frame.name}"
-    return frame.name
-
-
-def stack_view_json(view: StackView) -> dict[str, Any]:
-    """The view as plain JSON (CLI --json, MCP models)."""
-    waiting = None
-    if view.waiting is not None:
-        w = view.waiting
-        waiting = {"kind": w.kind, "step": w.step_id, "message": w.message, "items": list(w.items),
-                   "missing": list(w.missing)}  # fmt: skip
-    return {"session_id": view.session_id, "state": view.state, "depth": view.depth, "breadcrumb": view.breadcrumb,
-            "frames": list(view.frames), "waiting": waiting}  # fmt: skip

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from taskgate.domain.errors import AlreadyExists, InvalidInput
+from taskgate.domain.workflow_validation import validate_documents
 from taskgate.domain.workflows import (
     Catalogue,
     Checklist,
@@ -21,7 +22,6 @@ from taskgate.domain.workflows import (
     Workflow,
     WorkflowNotFound,
     WorkflowProblem,
-    validate_documents,
 )
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")

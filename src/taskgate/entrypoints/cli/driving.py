@@ -10,7 +10,8 @@ from typing import Annotated
 import typer
 
 from taskgate.application.sessions import FireTrigger
-from taskgate.application.workflow_engine import StackView, WorkflowEngine
+from taskgate.application.workflow_engine import WorkflowEngine
+from taskgate.application.workflow_views import StackView
 from taskgate.bootstrap import App
 from taskgate.domain.entities import Outcome, Session
 from taskgate.domain.errors import InvalidInput

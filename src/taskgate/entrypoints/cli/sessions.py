@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from taskgate.application.decisions import Decide
 from taskgate.application.sessions import FireTrigger, StartTask
-from taskgate.application.workflow_engine import stack_view_json
+from taskgate.application.workflow_views import stack_view_json
 from taskgate.bootstrap import App
 from taskgate.domain import session_fsm
 from taskgate.domain.access import DECISION_TRIGGERS

@@ -10,13 +10,14 @@ from typing import Annotated
 import typer
 
 from taskgate.application.sessions import StartTask
-from taskgate.application.workflow_engine import StackView, WorkflowEngine, stack_view_json
+from taskgate.application.workflow_engine import WorkflowEngine
+from taskgate.application.workflow_views import StackView, stack_view_json
 from taskgate.application.workflows import WorkflowService
 from taskgate.bootstrap import App, load_settings, workflow_catalogue
 from taskgate.domain.errors import InvalidInput, TaskgateError
 from taskgate.domain.states import SessionState
+from taskgate.domain.workflow_mermaid import to_mermaid as to_workflow_mermaid
 from taskgate.domain.workflows import agent_types_used, matches_pattern
-from taskgate.domain.workflows import to_mermaid as to_workflow_mermaid
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import (
     JsonOpt,

@@ -15,7 +15,7 @@ from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import WorkspaceContext
 from taskgate.application.review_queue import ReviewItem
 from taskgate.application.tracker import TaskAdded
-from taskgate.application.workflow_engine import StackView
+from taskgate.application.workflow_views import StackView
 from taskgate.domain.agent_reports import AgentReport
 from taskgate.domain.entities import Agent, Plan, Project, Session, SessionSnapshot, Task, TransitionRecord
 from taskgate.domain.outputs import OutputRecord

@@ -21,7 +21,8 @@ from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import FireTrigger, StartTask, parse_trigger
 from taskgate.application.timestamps import parse_timestamp
 from taskgate.application.tracker import AddTask
-from taskgate.application.workflow_engine import StackView, WorkflowEngine
+from taskgate.application.workflow_engine import WorkflowEngine
+from taskgate.application.workflow_views import StackView
 from taskgate.bootstrap import App
 from taskgate.domain.access import (
     AGENT_TRIGGERS,

@@ -1,0 +1,265 @@
+"""Stack edits and approvals: what operators and agents do to a session's workflow stack by hand (push a workflow
+or a checklist, tick an item, advance, back, break, restart, answer an approval). Each edit runs under the
+session's lock and saves in one version-checked transaction (see application/workflow_engine.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+from taskgate.application.workflow_records import StepEvent, StepRecords
+from taskgate.application.workflow_views import StackView
+from taskgate.domain.entities import Decision, Session, StepStatus
+from taskgate.domain.errors import ConflictError, InvalidInput, InvalidTransition
+from taskgate.domain.states import SessionState
+from taskgate.domain.workflow_run import (
+    MAX_DEPTH,
+    Frame,
+    FrameKind,
+    FrameStatus,
+    breadcrumb,
+    child_results,
+    enter,
+    load_stack,
+)
+from taskgate.domain.workflows import Step, StepType, Workflow
+
+PUSHABLE_STATES = frozenset(
+    {
+        SessionState.CREATED,
+        SessionState.INITIALIZING,
+        SessionState.READY,
+        SessionState.PLANNING,
+        SessionState.EXECUTING,
+        SessionState.SUSPENDED,
+    }
+)
+
+
+class StackEdits(StepRecords):
+    """Stack edits and approval answers (a mixin of WorkflowEngine, which provides the catalogue, the lock,
+    the view and the driver's kick)."""
+
+    _sessions: Any
+    _options: Any
+    # and, from WorkflowEngine: workflow, checklist, view, waiting, _lock, _kick_if_executing, _find, _now,
+    # _workflow_frame
+
+    async def add_workflow(self, session_id: str, name: str, actor: str) -> StackView:
+        """Push workflow `name` onto the session's stack (the root frame if the stack is empty).
+
+        Raises: WorkflowNotFound, InvalidInput (stack too deep, the workflow already on it), InvalidTransition
+        (the session is past executing), SessionNotFound.
+        """
+        workflow = self.workflow(name)
+
+        async def push(session: Session, stack: list[Frame]) -> list[StepEvent]:
+            _check_depth(stack, session_id)
+            if any(f.kind is FrameKind.workflow and f.name == name for f in stack):
+                raise InvalidInput(f"workflow '{name}' is already on session {session_id}'s stack: {breadcrumb(stack)}")
+            stack.append(self._workflow_frame(workflow, parent=stack[-1] if stack else None, parent_step=None))
+            return [("workflow.pushed", {"workflow": name, "depth": len(stack), "actor": actor})]
+
+        return await self._edit(session_id, "add_workflow_to_session", push)
+
+    def chosen(self, name: str | None) -> Workflow | None:
+        """The workflow a new session should run: `name`, else `[workflows] default`, else None. Call it
+        before starting the session, so an unknown name is refused before anything is written.
+
+        Raises: WorkflowNotFound."""
+        name = name or self._options.default_workflow
+        return self.workflow(name) if name else None
+
+    async def attach(self, session_id: str, workflow: Workflow | None, actor: str) -> StackView | None:
+        """Push `workflow` (from `chosen`) as the session's root frame unless its stack already has one."""
+        if workflow is None:
+            return None
+        session = await self._sessions.get(session_id)
+        if session.workflow_stack:
+            return self.view(session)
+        return await self.add_workflow(session_id, workflow.id, actor)
+
+    async def add_checklist(self, session_id: str, name: str, actor: str) -> StackView:
+        """Push checklist `name`: the session's workflow waits until its required items are ticked."""
+        checklist = self.checklist(name)
+
+        async def push(session: Session, stack: list[Frame]) -> list[StepEvent]:
+            _check_depth(stack, session_id)
+            items = [{"id": i.id, "text": i.text, "required": i.required} for i in checklist.items]
+            stack.append(Frame(FrameKind.checklist, checklist.id, items=items, started_at=self._now()))
+            return [("workflow.pushed", {"checklist": checklist.id, "depth": len(stack), "actor": actor})]
+
+        return await self._edit(session_id, "add_checklist_to_session", push)
+
+    async def check_item(self, session_id: str, item: str, actor: str) -> StackView:
+        """Tick `item` of the checklist the top frame waits on (ticking twice changes nothing).
+
+        Raises: InvalidInput (no checklist waits, unknown item), SessionNotFound."""
+
+        async def tick(session: Session, stack: list[Frame]) -> list[StepEvent]:
+            top = stack[-1] if stack else None
+            if (
+                top is None
+                or not top.items
+                or (top.kind is not FrameKind.checklist and top.status is not FrameStatus.waiting)
+            ):
+                raise InvalidInput(
+                    f"session {session_id} is not waiting on a checklist (stack: {breadcrumb(stack) or 'empty'})"
+                )
+            ids = [i["id"] for i in top.items]
+            if item not in ids:
+                raise InvalidInput(f"checklist item '{item}' is not on the list; items: {', '.join(ids)}")
+            if item in top.checked:
+                return []
+            top.checked.append(item)
+            return [("checklist.checked", {"item": item, "actor": actor, "missing": top.missing_items()})]
+
+        return await self._edit(session_id, "checklist_check", tick)
+
+    async def advance(self, session_id: str, actor: str) -> StackView:
+        """Move the top frame past its current step by hand (it counts as skipped, routed as a success)."""
+
+        async def skip(session: Session, stack: list[Frame]) -> list[StepEvent]:
+            top = self._top(stack, session_id)
+            on_list = top.kind is FrameKind.checklist or (top.items and top.status is FrameStatus.waiting)
+            if on_list and (missing := top.missing_items()):
+                raise InvalidInput(f"tick the checklist's required items first: {', '.join(missing)}")
+            step = self._find(top, top.step) if top.step else None
+            if step is not None and step.type is StepType.approval:
+                raise InvalidInput(
+                    f"step '{step.id}' is an approval: answer it with a decision (MCP project_decide, CLI "
+                    "`taskgate session decide`)"
+                )
+            await self._abandon_step(session, top, StepStatus.SKIPPED, f"advanced by {actor}")
+            top.status, top.outcome = FrameStatus.done, {"status": StepStatus.SKIPPED.value, "output": ""}
+            return [("workflow.advanced", {"actor": actor, "step": top.step})]
+
+        return await self._edit(session_id, "workflow_advance", skip)
+
+    async def back(self, session_id: str, actor: str) -> StackView:
+        """Return the top frame to the step it ran before the current one."""
+
+        async def go_back(session: Session, stack: list[Frame]) -> list[StepEvent]:
+            top = self._top(stack, session_id)
+            if len(top.history) < 2:
+                raise InvalidInput(f"{top.label} has no previous step to go back to")
+            await self._abandon_step(session, top, StepStatus.CANCELLED, f"workflow_back by {actor}")
+            previous = top.history[-2]
+            top.history = top.history[:-2]
+            enter(top, previous)
+            return [("workflow.back", {"actor": actor, "step": previous})]
+
+        return await self._edit(session_id, "workflow_back", go_back)
+
+    async def break_frame(self, session_id: str, actor: str) -> StackView:
+        """Leave the nested top frame (only when depth > 1); the step that pushed it counts as skipped."""
+
+        async def leave(session: Session, stack: list[Frame]) -> list[StepEvent]:
+            if len(stack) < 2:
+                raise InvalidInput(
+                    f"workflow_break leaves a nested frame; session {session_id} is at depth {len(stack)}"
+                )
+            child = stack[-1]
+            await self._abandon_step(session, child, StepStatus.CANCELLED, f"workflow_break by {actor}")
+            stack.pop()
+            parent = stack[-1]
+            if child.parent_step is not None and parent.step == child.parent_step:
+                await self._close_run(parent.run_id, StepStatus.SKIPPED, f"left by workflow_break ({actor})")
+                parent.status, parent.outcome = FrameStatus.done, {"status": StepStatus.SKIPPED.value, "output": ""}
+            return [("workflow.break", {"actor": actor, "left": child.label})]
+
+        return await self._edit(session_id, "workflow_break", leave)
+
+    async def restart(self, session_id: str, actor: str) -> StackView:
+        """Run the top frame again from its first step, with its results cleared."""
+
+        async def from_the_top(session: Session, stack: list[Frame]) -> list[StepEvent]:
+            top = self._top(stack, session_id)
+            await self._abandon_step(session, top, StepStatus.CANCELLED, f"workflow_restart by {actor}")
+            parent = stack[-2] if len(stack) > 1 else None
+            top.results = child_results(parent, top.context_mode) if parent else {}
+            top.own, top.trail, top.history, top.iterations, top.checked = [], [], [], 0, []
+            top.step, top.status = None, FrameStatus.pending
+            return [("workflow.restart", {"actor": actor, "frame": top.label})]
+
+        return await self._edit(session_id, "workflow_restart", from_the_top)
+
+    async def _edit(
+        self, session_id: str, what: str, change: Callable[[Session, list[Frame]], Awaitable[list[StepEvent]]]
+    ) -> StackView:
+        """One stack edit (`what` names it in refusals): under the session's lock, `change` edits the stack as
+        stored and returns the events that record it; stack and events are saved in one version-checked
+        transaction (nothing is written when it returns none), then the driver is kicked if the session
+        executes. Raises: whatever `change` raises (nothing written), InvalidTransition past executing."""
+        async with self._lock(session_id):
+            session, stack = await self._editable(session_id, what)
+            events = await change(session, stack)
+            if events:
+                session = await self._save(session, stack, events=events)
+        self._kick_if_executing(session)
+        return self.view(session)
+
+    def approval_step(self, session: Session) -> Step | None:
+        """The approval step the session waits on, or None."""
+        waiting = self.waiting(session) if session.state == SessionState.EXECUTING else None
+        if waiting is None or waiting.kind != "approval" or waiting.step_id is None:
+            return None
+        return self._find(load_stack(session.workflow_stack)[-1], waiting.step_id)
+
+    async def answer(self, session: Session, decision: Decision) -> Session:
+        """Answer the approval step the session waits on with `decision` (approve → on_approve, reject →
+        on_reject with the reason as instructions, request_changes → `changes_target`, with the instructions).
+        The decision row, the step run, the stack and an event are written in one transaction.
+
+        Raises: ConflictError when the session moved on meanwhile; AlreadyExists (the unique decision index)
+        when another process recorded this operator's decision first."""
+        status = {"approve": StepStatus.APPROVED, "reject": StepStatus.REJECTED,
+                  "request_changes": StepStatus.CHANGES_REQUESTED}[decision.decision.value]  # fmt: skip
+        async with self._lock(session.id), self._uow(write=True) as uow:
+            current = await uow.sessions.get(session.id, lock=True)
+            step = self.approval_step(current)
+            if current.version != session.version or step is None:
+                raise ConflictError(f"session {session.id} moved on before the decision; read its status again")
+            await uow.operators.lock(decision.operator_id)
+            stack = load_stack(current.workflow_stack)
+            top = stack[-1]
+            now = self._clock.now()
+            decided = replace(decision, at=now, outcome="applied", to_state=current.state.value)
+            await uow.decisions.add(decided)
+            payload = {"operator": decision.operator_id, "decision": decision.decision.value, "step": step.id,
+                       "reason": decision.reason, "to_state": current.state.value}  # fmt: skip
+            await uow.events.append("decision.recorded", now, payload, session.id)
+            _instruct(top, step, decision)
+            output = decision.instructions or decision.reason or ""
+            await self._finish_run(uow, top.run_id, status, output, None, now)
+            top.status, top.outcome = FrameStatus.done, {"status": status.value, "output": output}
+            updated = await self._write(uow, current, stack, now)
+            await uow.commit()
+        self._kick_if_executing(updated)
+        return updated
+
+    async def _editable(self, session_id: str, what: str) -> tuple[Session, list[Frame]]:
+        session = await self._sessions.get(session_id)
+        if session.state not in PUSHABLE_STATES:
+            allowed = ", ".join(sorted(s.value for s in PUSHABLE_STATES))
+            raise InvalidTransition(session_id, session.state.value, what, [f"(states: {allowed})"])
+        return session, load_stack(session.workflow_stack)
+
+
+def _instruct(top: Frame, step: Step, decision: Decision) -> None:
+    """What the steps after an approval are told: request_changes → the operator's instructions (or reason);
+    a routed reject → why it was rejected; approve → nothing (earlier instructions are done with)."""
+    kind, actor = decision.decision.value, f"operator:{decision.operator_id}"
+    if kind == "request_changes":
+        top.variables["instructions"] = decision.instructions or decision.reason or ""
+    elif kind == "reject":
+        why = decision.reason or "no reason given"
+        top.variables["instructions"] = f"The work was rejected at step '{step.id}' (reject by {actor}): {why}"
+    else:
+        top.variables.pop("instructions", None)
+
+
+def _check_depth(stack: list[Frame], session_id: str) -> None:
+    if len(stack) >= MAX_DEPTH:
+        raise InvalidInput(f"session {session_id}'s stack is {MAX_DEPTH} frames deep (the limit)")
