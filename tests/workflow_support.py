@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from taskgate.application.agents import AgentService, ExecutionOptions
+from taskgate.application.outputs import OutputService
 from taskgate.application.ports import AgentExit
 from taskgate.application.workflow_engine import WorkflowEngine, WorkflowOptions
 from taskgate.application.workflows import WorkflowService
@@ -128,11 +129,15 @@ class Rig:
     agents: AgentService
     runner: ScriptedAgentRunner
     catalogue: WorkflowService
+    outputs: OutputService | None = None
 
 
 def rig(services, tmp_path: Path, files: dict[str, str], *, clock=None, limits: LoopLimits | None = None,
-        runner: ScriptedAgentRunner | None = None, default: str | None = None) -> Rig:  # fmt: skip
-    """The engine and agents over `services`, with the workflows `files` in a temp config dir."""
+        runner: ScriptedAgentRunner | None = None, default: str | None = None,
+        folders: bool = False) -> Rig:  # fmt: skip
+    """The engine and agents over `services`, with the workflows `files` in a temp config dir; with `folders`,
+    real session folders under tmp_path/out (manifest.json, `{session-folder}`)."""
+    from taskgate.infrastructure.session_folder import SessionFolderStore
     from taskgate.infrastructure.system import SystemClock, UuidGenerator
 
     config = write_workflows(tmp_path / "config", files)
@@ -141,17 +146,18 @@ def rig(services, tmp_path: Path, files: dict[str, str], *, clock=None, limits: 
     assert not problems, [str(p) for p in problems]
     clock = clock or SystemClock()
     runner = runner or ScriptedAgentRunner()
+    outputs = OutputService(services.uow, SessionFolderStore(tmp_path / "out"), clock) if folders else None
     agents = build_agents(
         services.sessions, services.uow, access=services.access, clock=clock, ids=UuidGenerator(),
         types=AGENT_TYPES, options=ExecutionOptions(heartbeat_interval_s=30), outputs_root=str(tmp_path / "out"),
-        runner=runner,
+        runner=runner, outputs=outputs,
     )  # fmt: skip
     engine = build_workflows(
         services.sessions, services.uow, catalogue=catalogue.catalogue, clock=clock, agents=agents,
         decisions=services.decisions, options=WorkflowOptions(default, limits or LoopLimits()),
-        review_queue=services.review_queue,
+        review_queue=services.review_queue, outputs=outputs,
     )  # fmt: skip
-    return Rig(engine, agents, runner, catalogue)
+    return Rig(engine, agents, runner, catalogue, outputs)
 
 
 async def planning_with(services, git_repo: Path, rig_: Rig, workflow: str, actor: str = "alice"):

@@ -17,7 +17,7 @@ from taskgate.application.effects import CompositeEffects, SessionEffects
 from taskgate.application.guards import GuardEvaluator
 from taskgate.application.operators import OperatorService
 from taskgate.application.outbox import Subscriber, WebhookDispatcher
-from taskgate.application.outputs import OutputService
+from taskgate.application.outputs import ManifestEffect, OutputService
 from taskgate.application.policy_config import PolicyBook, ProjectPolicies
 from taskgate.application.ports import (
     AgentRunner,
@@ -51,6 +51,7 @@ from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db.engine import Database, redact
 from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 from taskgate.infrastructure.git import GitPythonVcs
+from taskgate.infrastructure.project_files import ProjectFileReader
 from taskgate.infrastructure.session_folder import SessionFolderStore
 from taskgate.infrastructure.settings import Settings, find_config_file, load_settings
 from taskgate.infrastructure.system import SystemClock, UuidGenerator
@@ -182,10 +183,13 @@ def build_workflows(
     decisions: DecisionService | None = None,
     options: WorkflowOptions | None = None,
     review_queue: ReviewQueue | None = None,
+    outputs: OutputService | None = None,
 ) -> WorkflowEngine:
     """The workflow engine, added after the engine's current effects (it drives a session entering
     executing); agents of workflow sessions report to it, and decisions answer its approval steps."""
-    engine = WorkflowEngine(uow, sessions, catalogue, clock, options, launcher=agents)
+    engine = WorkflowEngine(uow, sessions, catalogue, clock, options, launcher=agents, files=ProjectFileReader())
+    if outputs is not None:
+        engine.use_outputs(outputs)
     sessions.use_effects(CompositeEffects([sessions.effects, engine]))
     if agents is not None:
         agents.on_workflow_agents_ended(engine.agents_ended)
@@ -337,10 +341,11 @@ async def bootstrap(
     )  # fmt: skip
     app = App(settings, *services, *extras, *people, queue, database=database, uow=uow, clock=clock)
     app.agents, app.outputs = agents, outputs
+    services[0].use_effects(CompositeEffects([services[0].effects, ManifestEffect(outputs)]))
     app.writebacks = WritebackService(uow, clock, tracker_provider(settings))
     app.workflows = build_workflows(
         services[0], uow, catalogue=workflow_catalogue(settings).catalogue, clock=clock, agents=agents,
-        decisions=people[1], options=workflow_options(settings), review_queue=queue,
+        decisions=people[1], options=workflow_options(settings), review_queue=queue, outputs=outputs,
     )  # fmt: skip
     app.recovery = Recovery(services[0], extras[0], services[3], agents, app.workflows)
     return app

@@ -96,7 +96,29 @@ def test_a_new_manifest_lists_every_key_of_version_1():
     manifest = new_manifest(SID)
     assert manifest["version"] == 1 and manifest["session"] == SID
     assert set(manifest) == {"version", "session", "task", "agents", "started_at", "completed_at", "status",
-                             "outputs", "inputs", "updated_at"}  # fmt: skip
+                             "outputs", "inputs", "updated_at", "workflow", "execution", "agent", "related_sessions",
+                             "metadata"}  # fmt: skip
+
+
+def test_execution_follows_the_state_and_completed_at_is_set_once_and_cleared_when_it_runs_again():
+    from datetime import timedelta
+
+    from taskgate.domain.outputs import with_execution
+
+    later, last = AT + timedelta(minutes=1), AT + timedelta(minutes=2)
+    running = with_execution(new_manifest(SID), {"state": "executing", "user": "ada"}, AT)
+    assert running["execution"] == {"started_at": AT.isoformat(), "completed_at": None, "status": "running",
+                                    "user": "ada"}  # fmt: skip
+    verifying = with_execution(running, {"state": "verifying"}, later)
+    assert (
+        verifying["execution"]["status"] == "completed" and verifying["execution"]["completed_at"] == later.isoformat()
+    )
+    merged = with_execution(verifying, {"state": "merged"}, last)
+    assert merged["execution"]["completed_at"] == later.isoformat() and merged["execution"]["user"] == "ada"
+    again = with_execution(verifying, {"state": "executing"}, last)
+    assert again["execution"]["status"] == "running" and again["execution"]["completed_at"] is None
+    assert with_execution(again, {"state": "abandoned"}, last)["execution"]["status"] == "cancelled"
+    assert with_execution(again, {"state": "timed_out"}, last)["execution"]["status"] == "failed"
 
 
 def test_the_header_is_filled_once():

@@ -166,3 +166,30 @@ def test_acyclic_variables_always_resolve_completely(case):
         assert "{{" not in value
         assert value == _expected(name, parts_of, memo)
     assert resolve("{{v0}}", {}, variables, max_passes=len(variables)) == resolved["v0"]
+
+
+def test_single_braces_name_variables_too_and_builtins_win_there():
+    variables = {"installed_path": "{project-root}/flows", "file": "{installed_path}/a.md", "session_id": "mine"}
+    assert resolve("{file}", BUILTINS, variables) == "/repo/flows/a.md"
+    assert resolve("{session_id} {{session_id}}", BUILTINS, variables) == "s-1 mine"
+    assert resolve("{unknown} {x-y}", BUILTINS, variables) == "{unknown} {x-y}"
+
+
+def test_config_references_read_the_key_through_the_lookup_and_nothing_else():
+    asked = []
+
+    def lookup(path: str, key: str) -> str:
+        asked.append((path, key))
+        return {"out": "docs/out", "team.lead": "Ada"}[key]
+
+    variables = {"config_source": "{project-root}/cfg.yaml", "out": "{config_source}:out"}
+    assert resolve("{out} by {config_source}:team.lead", BUILTINS, variables, config=lookup) == "docs/out by Ada"
+    assert asked == [("/repo/cfg.yaml", "out"), ("/repo/cfg.yaml", "team.lead")]
+    # not a config file, or no lookup: the colon is plain text
+    assert resolve("{project-root}:8080", BUILTINS, {}, config=lookup) == "/repo:8080"
+    assert resolve("{config_source}:out", BUILTINS, variables) == "/repo/cfg.yaml:out"
+
+
+def test_single_brace_cycles_are_named_like_double_brace_ones():
+    with pytest.raises(VariableError, match="cycle: a › b › a"):
+        resolve("{a}", {}, {"a": "{b}", "b": "{{a}}"})

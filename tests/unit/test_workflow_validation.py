@@ -409,3 +409,72 @@ def test_a_checklist_is_found_by_id_or_by_its_display_name():
         assert service.checklist(name).id == "quality-validation", name
     with pytest.raises(ChecklistNotFound):
         service.checklist("Quality Checklist")
+
+
+def _problems_of(text: str, *others: str) -> list[str]:
+    docs = [parse_text(t, f"w{n}.yaml", category="dev") for n, t in enumerate((text, *others))]
+    return [f"{p.line}: {p.message} (hint: {p.hint})" for p in validate_documents([d for d, _ in docs]).problems]
+
+
+def test_an_unknown_variable_in_a_prompt_is_a_problem_at_its_line_with_a_suggestion():
+    text = """
+id: w
+description: d
+variables:
+  target: src
+steps:
+  - id: a
+    type: agent
+    agent: x
+    prompt: "fix {{targt}} for {{task.title}} with {{steps.a.output}} {{context.anything}} {x}"
+  - id: b
+    type: agent
+    agent: x
+    prompt: "{{steps.nope.output}}"
+"""
+    problems = _problems_of(text)
+    assert problems[0].startswith("10: step 'a': unknown variable '{{targt}}' (hint: did you mean 'target'?")
+    assert problems[1].startswith("14: step 'b': unknown variable '{{steps.nope.output}}'")
+    assert len(problems) == 2
+
+
+def test_a_nested_workflow_may_use_the_variables_of_the_workflow_that_runs_it():
+    parent = """
+id: parent
+description: d
+variables:
+  area: api
+steps:
+  - id: sub
+    type: workflow
+    workflow: child
+"""
+    child = """
+id: child
+description: d
+steps:
+  - id: a
+    type: agent
+    agent: x
+    prompt: "work on {{area}}"
+"""
+    assert _problems_of(parent, child) == []
+    assert _problems_of(child)[0].startswith("8: step 'a': unknown variable '{{area}}'")
+
+
+def test_load_must_name_a_declared_variable():
+    text = """
+id: w
+description: d
+variables:
+  instructions: "{project-root}/i.md"
+steps:
+  - id: a
+    type: agent
+    agent: x
+    load: [instructions, instructionz]
+    prompt: "{{load.instructions}}"
+"""
+    (problem,) = _problems_of(text)
+    assert "load names 'instructionz', which is not one of the workflow's variables" in problem
+    assert "did you mean 'instructions'?" in problem

@@ -9,22 +9,30 @@ from __future__ import annotations
 
 import base64
 import binascii
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from taskgate import __version__
+from taskgate.application.effects import NOTHING, Aftermath, NoEffects
 from taskgate.application.ports import Clock, SessionFolders, UnitOfWorkFactory
 from taskgate.domain.entities import Session
-from taskgate.domain.errors import InvalidInput
+from taskgate.domain.errors import InvalidInput, TaskgateError
 from taskgate.domain.outputs import (
     OutputRecord,
+    iso,
     new_manifest,
     output_path,
     with_agents,
+    with_execution,
     with_header,
     with_inputs,
 )
 from taskgate.domain.states import TERMINAL_STATES
+
+if TYPE_CHECKING:
+    from taskgate.application.sessions import FireResult, FireTrigger
 
 Encoding = Literal["text", "base64"]
 OUTPUT_SAVED_EVENT = "output.saved"
@@ -52,12 +60,46 @@ class OutputService:
         return self._folders.path(session_id)
 
     async def open_folder(self, session_id: str) -> str:
-        """Create the session's folder and its manifest (task, start time, status `open`) if missing; returns
-        the folder's path. Raises: SessionNotFound; Forbidden when the folder is a symlink."""
-        session, task = await self._session(session_id)
+        """Create the session's folder and its manifest (task, start time, status `open`, the description of
+        `describe`) if missing; returns the folder's path. Raises: SessionNotFound; Forbidden when the folder is
+        a symlink."""
         await self._folders.ensure(session_id)
-        await self._folders.update_manifest(session_id, lambda m: with_header(m, task, session.started_at))
+        await self.describe(session_id)
         return self._folders.path(session_id)
+
+    async def describe(
+        self, session_id: str, *, workflow: dict[str, Any] | None = None, session: Session | None = None,
+        create: bool = True,
+    ) -> dict[str, Any] | None:  # fmt: skip
+        """Bring the manifest's description up to date: `execution` (status by the session's state, its times, the
+        operator), `related_sessions`, `metadata`, and `workflow` when given ({name, description}). With
+        `create=False` a session without a folder is left without one (returns None). Raises: SessionNotFound."""
+        if not create and await self._folders.read_manifest(session_id) is None:
+            return None
+        current, task = await self._session(session_id)
+        session = session or current
+        facts = await self._facts(session)
+        if workflow is not None:
+            facts["workflow"] = workflow
+        now = self._clock.now()
+        return await self._folders.update_manifest(
+            session_id, lambda m: with_execution(with_header(m, task, session.started_at), facts, now)
+        )
+
+    async def _facts(self, session: Session) -> dict[str, Any]:
+        async with self._uow(write=False) as uow:
+            if session.plan_id is not None:
+                siblings = await uow.sessions.list(plan_id=session.plan_id)
+            else:
+                siblings = await uow.sessions.list(project_id=session.project_id)
+        related = [{"id": s.id, "state": s.state.value, "relation": "same task",
+                    "created_at": iso(s.created_at)} for s in siblings if s.task_id == session.task_id
+                   and s.id != session.id]  # fmt: skip
+        metadata = {"project_id": session.project_id, "plan_id": session.plan_id, "branch": session.branch_name,
+                    "worktree": session.worktree_path, "state": session.state.value,
+                    "taskgate_version": __version__}  # fmt: skip
+        return {"state": session.state.value, "user": session.operator_id, "started_at": iso(session.started_at),
+                "related_sessions": related, "metadata": metadata}  # fmt: skip
 
     async def save_output(self, cmd: SaveOutput) -> OutputRecord:
         """Write one file into the session's folder and list it in the manifest.
@@ -144,3 +186,17 @@ class OutputService:
         if len(data) > limit:
             raise too_big
         return data
+
+
+class ManifestEffect(NoEffects):
+    """A session effect: after every transition, the manifest's `execution` (and metadata) follows the session's
+    state, for sessions that have a folder (nothing is created for the others). A manifest that cannot be written
+    never fails the transition, which is committed already."""
+
+    def __init__(self, outputs: OutputService) -> None:
+        self._outputs = outputs
+
+    async def after(self, result: FireResult, cmd: FireTrigger) -> Aftermath:
+        with suppress(TaskgateError):
+            await self._outputs.describe(result.session.id, session=result.session, create=False)
+        return NOTHING

@@ -778,6 +778,22 @@ class AgentEndpoint(Protocol):
         ...
 
 
+class ProjectFiles(Protocol):
+    """Files of a project's tree that workflows name (`load:` files, `{config_source}:key` configs). Reads stay
+    inside the project's root: a path that leaves it (`..`, an absolute path elsewhere, a symbolic link pointing
+    out) is refused, as are files that are not UTF-8 text or are larger than the limit."""
+
+    def read_text(self, root: str, path: str) -> str:
+        """The text of `path` (absolute, or relative to `root`). Raises: InvalidInput (missing, not a file, too
+        big, not text), Forbidden (outside `root`)."""
+        ...
+
+    def config_value(self, root: str, path: str, key: str) -> str:
+        """The value of dotted `key` in the YAML or JSON file `path`, as text. Raises: VariableError (no such key,
+        not a scalar), and what `read_text` raises."""
+        ...
+
+
 class SessionFolders(Protocol):
     """The session folders (`<data_dir>/agent-outputs/<session id>/`): files agents save, and `manifest.json`.
 

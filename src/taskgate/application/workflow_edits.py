@@ -5,13 +5,14 @@ session's lock and saves in one version-checked transaction (see application/wor
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from dataclasses import replace
 from typing import Any
 
 from taskgate.application.workflow_records import StepEvent, StepRecords
 from taskgate.application.workflow_views import StackView
 from taskgate.domain.entities import Decision, Session, StepStatus
-from taskgate.domain.errors import ConflictError, InvalidInput, InvalidTransition
+from taskgate.domain.errors import ConflictError, InvalidInput, InvalidTransition, TaskgateError
 from taskgate.domain.states import SessionState
 from taskgate.domain.workflow_run import (
     MAX_DEPTH,
@@ -43,6 +44,7 @@ class StackEdits(StepRecords):
 
     _sessions: Any
     _options: Any
+    _outputs: Any  # OutputService | None
     # and, from WorkflowEngine: workflow, checklist, view, waiting, _lock, _kick_if_executing, _find, _now,
     # _workflow_frame
 
@@ -61,7 +63,11 @@ class StackEdits(StepRecords):
             stack.append(self._workflow_frame(workflow, parent=stack[-1] if stack else None, parent_step=None))
             return [("workflow.pushed", {"workflow": name, "depth": len(stack), "actor": actor})]
 
-        return await self._edit(session_id, "add_workflow_to_session", push)
+        view = await self._edit(session_id, "add_workflow_to_session", push)
+        if view.depth == 1 and self._outputs is not None:  # the session's workflow: named in its manifest
+            with suppress(TaskgateError):
+                await self._outputs.describe(session_id, workflow={"name": name, "description": workflow.description})
+        return view
 
     def chosen(self, name: str | None) -> Workflow | None:
         """The workflow a new session should run: `name`, else `[workflows] default`, else None. Call it

@@ -34,9 +34,11 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from taskgate.application.effects import NOTHING, Aftermath, NoEffects
-from taskgate.application.ports import Clock, StepClaim, UnitOfWork, UnitOfWorkFactory
+from taskgate.application.outputs import OutputService
+from taskgate.application.ports import Clock, ProjectFiles, StepClaim, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.sessions import FireResult, FireTrigger, SessionService
 from taskgate.application.workflow_edits import StackEdits
+from taskgate.application.workflow_prompts import PromptFacts, step_prompts
 from taskgate.application.workflow_records import Carry
 from taskgate.application.workflow_views import StackView, Waiting
 from taskgate.domain.entities import (
@@ -51,13 +53,14 @@ from taskgate.domain.entities import (
 from taskgate.domain.errors import (
     ConcurrentModification,
     ConflictError,
+    Forbidden,
     InvalidInput,
     InvalidTransition,
     TaskgateError,
 )
 from taskgate.domain.expressions import ExpressionError, parse_condition
 from taskgate.domain.states import SessionState, Trigger
-from taskgate.domain.variables import VariableError, resolve
+from taskgate.domain.variables import VariableError
 from taskgate.domain.workflow_run import (
     MAX_DEPTH,
     OUTPUT_LIMIT,
@@ -148,10 +151,13 @@ class WorkflowEngine(StackEdits, NoEffects):
         clock: Clock,
         options: WorkflowOptions | None = None,
         launcher: StepLauncher | None = None,
+        files: ProjectFiles | None = None,
     ) -> None:
         self._uow, self._sessions, self._load_catalogue, self._clock = uow, sessions, catalogue, clock
         self._options = options or WorkflowOptions()
         self._launcher = launcher
+        self._files = files  # `load:` files and `{config_source}:key` configs of the project
+        self._outputs: OutputService | None = None  # `{session-folder}`, and the manifest's inputs
         self._catalogue: Catalogue | None = None
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._queued: set[str] = set()  # sessions with a driver task that has not taken the lock yet
@@ -168,6 +174,10 @@ class WorkflowEngine(StackEdits, NoEffects):
         """Take a workflow's last approval as the verification decision through `decisions` (DecisionService),
         so its guards apply and the decision is recorded (the composition root attaches it)."""
         self._decisions = decisions
+
+    def use_outputs(self, outputs: OutputService) -> None:
+        """Attach the session folders: `{session-folder}` in prompts, and the manifest's record of their inputs."""
+        self._outputs = outputs
 
     def use_launcher(self, launcher: StepLauncher) -> None:
         """Attach the agents (the composition root does this once: agents and engine need each other)."""
@@ -756,35 +766,25 @@ class WorkflowEngine(StackEdits, NoEffects):
         return frame_context(top, facts, {"id": session.id, "state": session.state.value})
 
     async def _agent_specs(self, session: Session, top: Frame, step: Step) -> list[tuple[str, str]]:
-        """(agent type, prompt) per agent of the step, the prompts' variables resolved."""
-        pairs = (
-            [(step.agent or "", step.prompt)]
-            if step.type is StepType.agent
-            else [(a.agent, a.prompt or step.prompt) for a in step.agents]
-        )
+        """(agent type, prompt) per agent of the step (workflow_prompts.py); what they were given is recorded in
+        the session's manifest as its inputs."""
         async with self._uow(write=False) as uow:
             task = await uow.tasks.get(session.task_id, with_blockers=False)
             root = self._roots.get(session.project_id)
             if root is None:  # a project's root never changes once registered: read it once per process
                 root = self._roots[session.project_id] = (await uow.projects.get(session.project_id)).root_path
-        builtins = {"project-root": root, "session_id": session.id,
-                    "session-folder": session.state_data.get("session_folder", "")}  # fmt: skip
-        variables = {**top.variables, "task.id": task.id, "task.title": task.title,
-                     "task.description": task.description, "task.priority": str(task.priority)}  # fmt: skip
-        given = step.input and top.results.get(step.input)
-        if given:
-            variables["input"] = str(given.get("output", ""))
-        variables.setdefault("input", "")
-        variables.setdefault("instructions", "")
-        out = []
-        for agent, prompt in pairs:
-            text = resolve(prompt or "", builtins, variables)
-            if given and "{{input}}" not in (prompt or ""):
-                text += f"\n\nOutput of step '{step.input}':\n{variables['input']}"
-            if variables["instructions"]:
-                text += f"\n\nThe operator's instructions:\n{variables['instructions']}"
-            out.append((agent, text))
-        return out
+        folder = self._outputs.folder(session.id) if self._outputs is not None else ""
+        task_facts = {"id": task.id, "title": task.title, "description": task.description, "priority": task.priority}
+        facts = PromptFacts(task_facts, str(root), session.id, folder)
+        try:
+            prompts = step_prompts(step, top, facts, self._files)
+        except Forbidden as exc:  # a load: file outside the project fails the step like any bad prompt
+            raise InvalidInput(str(exc)) from None
+        if self._outputs is not None:
+            with suppress(TaskgateError):  # the manifest is a record: failing to write it never stops the step
+                step_inputs = {"workflow": top.workflow, "frame": top.label, "step": step.id, **prompts.inputs}
+                await self._outputs.record_inputs(session.id, {f"{_frame_key(top)}/{step.id}": step_inputs})
+        return prompts.specs
 
 
 def _agents_outcome(step: Step, agents: list[Agent]) -> tuple[StepStatus, str]:
@@ -808,3 +808,7 @@ def _last_output(frame: Frame) -> str:
         if out:
             return str(out)
     return ""
+
+
+def _frame_key(frame: Frame) -> str:
+    return f"{frame.workflow}/{frame.name}" if frame.kind is FrameKind.group else frame.name

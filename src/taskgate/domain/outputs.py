@@ -13,7 +13,12 @@ write the same shape:
 
     {"version": 1, "session": ID, "task": {...}, "agents": [{...}], "started_at": ISO|null,
      "completed_at": ISO|null, "status": "open"|..., "outputs": [{"path", "bytes", "sha256", "at", "by"}],
-     "inputs": {...}, "updated_at": ISO}
+     "inputs": {...}, "updated_at": ISO,
+     "workflow": {"name", "description"} | {},           # the session's root workflow
+     "execution": {"started_at", "completed_at", "status": running|completed|failed|cancelled, "user"},
+     "agent": {"id", "name", "status"} | {},              # the agent launched last
+     "related_sessions": [{"id", "state", "relation"}],   # other sessions of the same task (earlier attempts)
+     "metadata": {"project_id", "plan_id", "branch", "worktree", "state", "taskgate_version"}}
 """
 
 from __future__ import annotations
@@ -155,6 +160,11 @@ def new_manifest(session_id: str) -> dict[str, Any]:
         "outputs": [],
         "inputs": {},
         "updated_at": None,
+        "workflow": {},
+        "execution": {},
+        "agent": {},
+        "related_sessions": [],
+        "metadata": {},
     }
 
 
@@ -231,6 +241,9 @@ def with_agents(
         else:
             listed[index] = {**listed[index], **agent}
     out = {**manifest, "agents": listed, "updated_at": iso(at)}
+    if agents:
+        last = agents[-1]
+        out["agent"] = {k: last.get(k) for k in ("id", "name", "status") if last.get(k) is not None}
     if status is not None:
         out["status"] = status
     if started_at is not None:
@@ -250,3 +263,46 @@ def _agent_key(agent: dict[str, Any]) -> tuple[str, str] | None:
 def with_inputs(manifest: dict[str, Any], inputs: dict[str, Any], at: datetime) -> dict[str, Any]:
     """The manifest with `inputs` merged into its inputs (a key given again replaces the old value)."""
     return {**manifest, "inputs": {**manifest["inputs"], **inputs}, "updated_at": iso(at)}
+
+
+# the manifest's execution status, by the session's state: the work runs until the session leaves the states
+# where agents work on it; a request_changes that brings it back makes it `running` again
+_EXECUTION_STATUS = {
+    "verifying": "completed",
+    "awaiting_merge": "completed",
+    "merged": "completed",
+    "completed": "completed",
+    "failed": "failed",
+    "rolled_back": "failed",
+    "timed_out": "failed",
+    "cancelled": "cancelled",
+    "abandoned": "cancelled",
+}
+
+
+def execution_status(state: str) -> str:
+    """running | completed | failed | cancelled, for a session in `state`."""
+    return _EXECUTION_STATUS.get(state, "running")
+
+
+def with_execution(manifest: dict[str, Any], facts: dict[str, Any], at: datetime) -> dict[str, Any]:
+    """The manifest with its description brought up to date from `facts` (`state`, `user`, `started_at`,
+    `workflow`, `related_sessions`, `metadata`; the ones given). `execution.completed_at` is set when the status
+    leaves `running` (at `at`, once) and cleared when it is running again."""
+    out = dict(manifest)
+    previous = dict(out["execution"])
+    status = execution_status(str(facts.get("state", "")))
+    execution = {
+        "started_at": previous.get("started_at") or facts.get("started_at") or iso(at),
+        "completed_at": None if status == "running" else (previous.get("completed_at") or iso(at)),
+        "status": status,
+        "user": facts.get("user", previous.get("user")),
+    }
+    if previous.get("status") not in (None, status) and status != "running":
+        execution["completed_at"] = iso(at)  # it ran again since it last ended
+    out["execution"] = execution
+    for key in ("workflow", "related_sessions", "metadata"):
+        if key in facts and facts[key] is not None:
+            out[key] = facts[key]
+    out["updated_at"] = iso(at)
+    return out

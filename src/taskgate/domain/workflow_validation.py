@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from taskgate.domain.expressions import ExpressionError, parse_condition
-from taskgate.domain.variables import BUILTINS, VariableError, resolve_all
+from taskgate.domain.variables import BUILTINS, VariableError, references, resolve_all
 from taskgate.domain.variables import NAME as VARIABLE_NAME
 from taskgate.domain.workflows import (
     ALL_STEP_KEYS,
@@ -249,6 +249,7 @@ def parse_workflow(
         all_ids: dict[str, int] = {}
         steps = _parse_steps(c, raw_steps, ("steps",), all_ids)
         _check_scope(c, steps, [], all_ids)
+        _check_loads(c, steps, variables)
     if c.problems or ident is None or description is None:
         return None, c.problems
     workflow = Workflow(
@@ -285,6 +286,29 @@ def _variables(c: _Checker, raw: object) -> dict[str, str]:
     except VariableError as exc:
         c.problem(("variables",), f"variables: {exc}", "break the cycle or shorten the values")
     return out
+
+
+def _load_names(c: _Checker, data: dict[str, Any], path: Path, name: str) -> tuple[str, ...]:
+    """`load:` — names of the workflow's variables whose values are files of the project to read into the prompt.
+    Whether each is declared is checked with the workflow's variables (`_check_loads`)."""
+    raw = c.listing(data, "load", path) or []
+    out = []
+    for n, entry in enumerate(raw):
+        if not isinstance(entry, str) or not VARIABLE_NAME.fullmatch(entry):
+            c.problem((*path, "load", n), f"step '{name}': load entry {entry!r} is not a variable name",
+                      "name a variable whose value is a file, e.g. '- instructions'")  # fmt: skip
+            continue
+        out.append(entry)
+    return tuple(out)
+
+
+def _check_loads(c: _Checker, steps: Sequence[Step], variables: Mapping[str, str]) -> None:
+    for step in walk_steps(steps):
+        for name in step.load:
+            if name not in variables:
+                c.at(step.lines.get("load", step.line), f"step '{step.id}': load names '{name}', which is not one of "
+                     "the workflow's variables", _suggest(name, variables) or f"add it under variables: ({name}: "
+                     "'{installed_path}/file.md')")  # fmt: skip
 
 
 def _parse_steps(c: _Checker, raw: list[Any], path: Path, all_ids: dict[str, int]) -> tuple[Step, ...]:
@@ -382,6 +406,8 @@ def _parse_step_in(c: _Checker, data: Any, path: Path, all_ids: dict[str, int]) 
                 f"step '{name}': a retry delay without max_retries",
                 "add max_retries: N (the delay only applies between retries)",
             )
+    if "load" in STEP_KEYS[kind]:
+        fields["load"] = _load_names(c, data, path, name)
     match kind:
         case StepType.agent:
             fields["agent"] = _agent_name(c, data, "agent", path, name, required=True)
@@ -672,10 +698,82 @@ def validate_documents(
             )
         )
         broken.update(cycle)
+    inherited = _inherited_variables(workflows)
+    for workflow in workflows.values():
+        found = _unknown_references(workflow, inherited.get(workflow.id, frozenset()))
+        if found:
+            problems.extend(found)
+            broken.add(workflow.id)
     for name in broken:
         workflows.pop(name, None)
     problems.sort(key=lambda p: (p.file, p.line, p.message))
     return Catalogue(dict(sorted(workflows.items())), dict(sorted(checklists.items())), tuple(problems))
+
+
+# What every prompt may use besides the workflow's own variables: the task's fields, the step's input, the operator's
+# instructions and the built-ins. `context.*` (a run's --context) is only known at run time, and `steps.<id>.*`
+# names the results of the workflow's own steps.
+RUN_VARIABLES = frozenset({"task.id", "task.title", "task.description", "task.priority", "input", "instructions"})
+RESULT_FIELDS = frozenset({"status", "output", "summary", "success", "attempts"})
+
+
+def _inherited_variables(workflows: Mapping[str, Workflow]) -> dict[str, frozenset[str]]:
+    """Per workflow, the variables it inherits when a workflow step of another one runs it (its frame starts with
+    the parent frame's variables); followed through nesting, bounded by the number of workflows."""
+    inherited: dict[str, set[str]] = {name: set() for name in workflows}
+    for _ in range(len(workflows)):
+        changed = False
+        for parent in workflows.values():
+            given = set(parent.variables) | inherited[parent.id]
+            for step in walk_steps(parent.steps):
+                child = step.workflow if step.type is StepType.workflow else None
+                if child in inherited and not given <= inherited[child]:
+                    inherited[child] |= given
+                    changed = True
+        if not changed:
+            break
+    return {name: frozenset(names) for name, names in inherited.items()}
+
+
+def _unknown_references(workflow: Workflow, inherited: frozenset[str]) -> list[WorkflowProblem]:
+    """Every `{{name}}` of the workflow's prompts and variables must be one a run can know: its variables, those it
+    inherits, `RUN_VARIABLES`, the built-ins, `context.*`, `load.<name>` of the step's own `load`, and
+    `steps.<id>.<field>` of its steps. Found now, not when the session reaches the step."""
+    step_ids = {s.id for s in walk_steps(workflow.steps)}
+    base = set(workflow.variables) | inherited | RUN_VARIABLES | set(BUILTINS)
+
+    def unknown(text: str, extra: set[str]) -> list[str]:
+        return [name for name in references(text) if name not in base | extra and not _dynamic(name, step_ids)]
+
+    problems: list[WorkflowProblem] = []
+    for name, value in workflow.variables.items():
+        for bad in unknown(value, set()):
+            problems.append(_unknown_problem(workflow, workflow.line, f"variable '{name}'", bad, base))
+    for step in walk_steps(workflow.steps):
+        loaded = {f"load.{name}" for name in step.load}
+        texts = [("prompt", step.prompt), *((("agents", a.prompt)) for a in step.agents)]
+        if isinstance(step.summarize, str):
+            texts.append(("summarize", step.summarize))
+        for key, text in texts:
+            for bad in unknown(text or "", loaded):
+                line = step.lines.get(key, step.line)
+                problems.append(_unknown_problem(workflow, line, f"step '{step.id}'", bad, base | loaded))
+    return problems
+
+
+def _dynamic(name: str, step_ids: set[str]) -> bool:
+    """`context.<key>` (given at run time) and `steps.<id>.<field>` of an existing step."""
+    if name.startswith("context.") and len(name) > len("context."):
+        return True
+    parts = name.split(".")
+    return len(parts) == 3 and parts[0] == "steps" and parts[1] in step_ids and parts[2] in RESULT_FIELDS
+
+
+def _unknown_problem(workflow: Workflow, line: int, where: str, name: str, known: set[str]) -> WorkflowProblem:
+    hint = _suggest(name, known) or (
+        "declare it under 'variables:', or use one of: " + ", ".join(sorted(n for n in known if "-" not in n))
+    )
+    return WorkflowProblem(workflow.file, line, f"{where}: unknown variable '{{{{{name}}}}}'", hint)
 
 
 def _nesting_cycles(workflows: Mapping[str, Workflow]) -> list[tuple[list[str], Step]]:

@@ -120,6 +120,7 @@ class Step:
     agent: str | None = None
     input: str | None = None
     prompt: str | None = None
+    load: tuple[str, ...] = ()  # variables naming files of the project, read into the prompt (`{{load.<name>}}`)
     # approval
     message: str | None = None
     # parallel
@@ -184,6 +185,7 @@ _STEP_FIELDS = (
     "agent",
     "input",
     "prompt",
+    "load",
     "message",
     "agents",
     "min_success",
@@ -318,9 +320,9 @@ ITEM_KEYS = ("id", "text", "required")
 _COMMON = ("id", "type", "description", "next", "on_error", "timeout_ms")
 RETRY_KEYS = ("max_retries", "retry_delay_ms", "retry_max_delay_ms")
 STEP_KEYS: dict[StepType, tuple[str, ...]] = {
-    StepType.agent: (*_COMMON, *RETRY_KEYS, "agent", "input", "prompt", "on_success"),
+    StepType.agent: (*_COMMON, *RETRY_KEYS, "agent", "input", "prompt", "load", "on_success"),
     StepType.approval: (*_COMMON, "message", "on_approve", "on_reject", "on_request_changes"),
-    StepType.parallel: (*_COMMON, *RETRY_KEYS, "agents", "min_success", "input", "prompt", "on_success"),
+    StepType.parallel: (*_COMMON, *RETRY_KEYS, "agents", "min_success", "input", "prompt", "load", "on_success"),
     StepType.condition: ("id", "type", "description", "next", "on_error", "when", "then", "else"),
     StepType.checklist: (*_COMMON, *RETRY_KEYS, "items", "checklist", "on_success"),
     StepType.workflow: (*_COMMON, *RETRY_KEYS, "workflow", "input", "on_success"),
