@@ -989,8 +989,11 @@ class InMemoryAgentRepository(_Repo):
         return [copy.deepcopy(a) for a in sorted(found, key=lambda a: (a.session_id, a.id))]
 
 
+_DELIVERY_MARKERS = ("skipped", "start")
+
+
 class InMemoryDeliveryRepository(_Repo):
-    """Webhook delivery rows as dicts (the SQL table's columns); `skipped` rows are the cursor markers."""
+    """Webhook delivery rows as dicts (the SQL table's columns); `skipped` and `start` rows are cursor markers."""
 
     async def committed_high_water(self) -> int:
         return self.store.events[-1]["id"] if self.store.events else 0  # write units are serialised
@@ -1014,6 +1017,14 @@ class InMemoryDeliveryRepository(_Repo):
         ]
         if self._find(event_id, subscriber) is None:
             self._add(event_id, subscriber, "skipped", None)
+
+    async def mark_start(self, subscriber: str, event_id: int) -> None:
+        if self._find(event_id, subscriber) is None:
+            self._add(event_id, subscriber, "start", None)
+
+    async def start(self, subscriber: str) -> int | None:
+        found = [d for d in self.store.deliveries if d["subscriber"] == subscriber and d["status"] == "start"]
+        return found[0]["event_id"] if found else None
 
     async def head(self, subscriber: str) -> Delivery | None:
         pending = [d for d in self.store.deliveries if d["subscriber"] == subscriber and d["status"] == "pending"]
@@ -1047,7 +1058,7 @@ class InMemoryDeliveryRepository(_Repo):
     async def counts(self) -> dict[tuple[str, str], int]:
         found: dict[tuple[str, str], int] = {}
         for d in self.store.deliveries:
-            if d["status"] != "skipped":
+            if d["status"] not in _DELIVERY_MARKERS:
                 key = (d["subscriber"], d["status"])
                 found[key] = found.get(key, 0) + 1
         return found
@@ -1056,7 +1067,9 @@ class InMemoryDeliveryRepository(_Repo):
         found = [
             d
             for d in self.store.deliveries
-            if d["status"] != "skipped" and subscriber in (None, d["subscriber"]) and status in (None, d["status"])
+            if d["status"] not in _DELIVERY_MARKERS
+            and subscriber in (None, d["subscriber"])
+            and status in (None, d["status"])
         ]
         found.sort(key=lambda d: (d["event_id"], d["subscriber"]))
         return [Delivery(**copy.deepcopy(d)) for d in found[:limit]]

@@ -406,6 +406,7 @@ def build_outbox(settings: Settings, uow: UnitOfWorkFactory, clock: Clock) -> We
             max_attempts=hook.max_attempts,
             backoff_base_s=hook.backoff_base_s,
             backoff_max_s=hook.backoff_max_s,
+            backfill=hook.backfill,
         )
         for hook in settings.webhooks
     ]

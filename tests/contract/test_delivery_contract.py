@@ -47,6 +47,23 @@ async def test_a_skip_marker_moves_the_cursor_and_is_never_a_delivery(services):
         await uow.commit()
 
 
+async def test_a_start_marker_moves_the_cursor_once_outlives_skip_markers_and_is_never_a_delivery(services):
+    await events(services, "a", "b", "c", "d")
+    async with services.uow(write=True) as uow:
+        d = uow.deliveries
+        assert await d.start("ci") is None
+        await d.mark_start("ci", 2)
+        await d.mark_start("ci", 2)  # a second dispatcher's insert does nothing
+        assert (await d.start("ci"), await d.cursor("ci"), await d.cursor("other")) == (2, 2, 0)
+        await d.enqueue("ci", [3], T0)
+        await d.move_cursor("ci", 4)  # removes the skip markers only
+        assert (await d.start("ci"), await d.cursor("ci")) == (2, 4)
+        assert [r.event_id for r in await d.list()] == [3]
+        assert await d.counts() == {("ci", "pending"): 1}
+        assert (await d.head("ci")).event_id == 3
+        await uow.commit()
+
+
 async def test_head_claim_and_outcomes_are_compare_and_set_on_attempts(services):
     await events(services, "a", "b")
     lease = T0 + timedelta(seconds=35)

@@ -4,6 +4,7 @@ to a real HTTP server on 127.0.0.1 that fails on purpose. Time is a FakeClock: n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -15,8 +16,9 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from sqlalchemy import text
 
-from taskgate.application.outbox import LEASE_MARGIN_S, Subscriber, WebhookDispatcher
+from taskgate.application.outbox import LEASE_MARGIN_S, Backfill, Subscriber, WebhookDispatcher
 from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 from taskgate.infrastructure.webhooks import HttpWebhookSender
@@ -89,8 +91,9 @@ def receiver() -> Iterator[Receiver]:
     found.server.server_close()
 
 
-def subscriber(receiver: Receiver, name: str = "ci", **options) -> Subscriber:
-    return Subscriber(name=name, url=f"{receiver.url}/{name}", secret=SECRET, **options)
+def subscriber(receiver: Receiver, name: str = "ci", backfill: Backfill = "all", **options) -> Subscriber:
+    """Gets the whole log by default: most tests here append their events before its first round."""
+    return Subscriber(name=name, url=f"{receiver.url}/{name}", secret=SECRET, backfill=backfill, **options)
 
 
 def dispatcher(uow, clock: FakeClock, *subscribers: Subscriber) -> WebhookDispatcher:
@@ -181,7 +184,7 @@ async def test_a_delivery_is_given_up_after_max_attempts_and_the_next_event_goes
 async def test_a_timeout_and_a_refused_connection_are_failed_attempts_with_a_reason(sql_services, receiver):
     clock = FakeClock()
     receiver.plan = lambda event_id, nth: (200, 1.0) if nth == 1 else (200, 0.0)
-    down = Subscriber(name="down", url="http://127.0.0.1:9/nobody-listens", secret=SECRET)
+    down = Subscriber(name="down", url="http://127.0.0.1:9/nobody-listens", secret=SECRET, backfill="all")
     outbox = dispatcher(sql_services.uow, clock, subscriber(receiver, timeout_s=0.2), down)
     await append(sql_services, clock, "session.created")
 
@@ -319,7 +322,9 @@ async def test_the_server_delivers_in_the_background_while_it_runs(tmp_path, rec
         return 200, 0.0
 
     receiver.plan = plan
-    hook = WebhookSettings(name="ci", url=f"{receiver.url}/ci", secret=SECRET, events=["task.status_set"])
+    hook = WebhookSettings(
+        name="ci", url=f"{receiver.url}/ci", secret=SECRET, events=["task.status_set"], backfill="all"
+    )  # "all": the event may be written before the dispatcher's first round
     settings = Settings(data_dir=tmp_path / "data", webhooks=[hook])
     async with _OpenApp(settings)() as app:
         async with app.uow(write=True) as uow:
@@ -344,8 +349,8 @@ async def test_a_subscriber_named_in_escalation_receives_session_escalated_whate
     seeded = await seed(services, git_repo, tasks=1)
     waiting = await fire(services, await start(services, seeded.tasks[0]), "plan_complete", "work_complete")
     hooks = [
-        WebhookSettings(name="ops", url=f"{receiver.url}/ops", secret=SECRET, events=["task.added"]),
-        WebhookSettings(name="ci", url=f"{receiver.url}/ci", secret=SECRET, events=["decision.*"]),
+        WebhookSettings(name="ops", url=f"{receiver.url}/ops", secret=SECRET, events=["task.added"], backfill="all"),
+        WebhookSettings(name="ci", url=f"{receiver.url}/ci", secret=SECRET, events=["decision.*"], backfill="all"),
     ]
     settings = Settings(data_dir=tmp_path / "data", webhooks=hooks, escalation=EscalationSettings(webhooks=["ops"]))
     outbox = build_outbox(settings, services.uow, clock)
@@ -364,3 +369,141 @@ async def test_a_subscriber_named_in_escalation_receives_session_escalated_whate
     expected = "sha256=" + hmac.new(SECRET.encode(), escalated.body, hashlib.sha256).hexdigest()
     assert hmac.compare_digest(escalated.headers["X-Taskgate-Signature"], expected)
     assert [s.events for s in await outbox.status()] == [["task.added", ESCALATED_EVENT], ["decision.*"]]
+
+
+# Where a new subscriber starts (issue 18): at the committed high-water mark when it is first seen, fixed by a
+# `start` marker row, unless it asks for the history (backfill = "all").
+
+
+async def start_markers(services, name: str) -> int:
+    """How many `start` marker rows the subscriber has (the CLI and `list` never show markers)."""
+    async with services.database.connect() as conn:
+        query = text("SELECT count(*) FROM webhook_deliveries WHERE subscriber = :name AND status = 'start'")
+        return int((await conn.execute(query, {"name": name})).scalar())
+
+
+def on(database: Database):
+    """A unit of work factory on `database`: one `Database` per simulated process."""
+
+    def uow(*, write: bool) -> SqlAlchemyUnitOfWork:
+        return SqlAlchemyUnitOfWork(database, write=write)
+
+    return uow
+
+
+async def test_a_new_subscriber_starts_at_the_committed_high_water_and_a_restart_does_not_move_it(
+    sql_services, receiver
+):
+    clock = FakeClock()
+    await append(sql_services, clock, "session.created", "session.transition", "task.added")
+    late = subscriber(receiver, "late", backfill="none")
+    history = subscriber(receiver, "history", backfill="all")
+
+    first = await dispatcher(sql_services.uow, clock, late, history).run_once()
+
+    assert (first.enqueued, first.delivered) == (3, 3)
+    assert [r.path.rsplit("/", 1)[1] for r in receiver.received] == ["history"] * 3
+    async with sql_services.uow(write=False) as uow:
+        assert (await uow.deliveries.start("late"), await uow.deliveries.cursor("late")) == (3, 3)
+        assert await uow.deliveries.start("history") is None
+    await append(sql_services, clock, "session.blocked", "task.added")
+
+    reopened = Database(sql_services.url)  # a restart: a new process on the same database
+    try:
+        again = dispatcher(on(reopened), clock, late, history)
+        await again.run_once()
+        statuses = {s.name: s for s in await again.status()}
+    finally:
+        await reopened.dispose()
+
+    def got(name: str) -> list[int]:
+        return [r.event["id"] for r in receiver.received if r.path.endswith(f"/{name}")]
+
+    assert got("late") == [4, 5]
+    assert got("history") == [1, 2, 3, 4, 5]
+    assert (statuses["late"].started_after_event_id, statuses["late"].delivered) == (3, 2)
+    assert (statuses["history"].started_after_event_id, statuses["history"].started) == (None, True)
+    assert await start_markers(sql_services, "late") == 1
+
+
+class _Racing:
+    """A unit of work factory whose write units' first cursor read of a new subscriber waits (up to 0.5 s) until
+    every dispatcher has made that read too, and which counts the start markers the dispatchers try to insert.
+    On PostgreSQL all of them get there (they hold compatible SHARE locks on `events`), so they all decide that
+    the subscriber is new and all insert a marker: the worst case, every time. On SQLite write units are
+    serialised, so the first one waits alone, then the others find its marker."""
+
+    def __init__(self, uow, barrier: asyncio.Barrier, tries: list[int]) -> None:
+        self._uow, self._barrier, self._tries = uow, barrier, tries
+
+    def __call__(self, *, write: bool):
+        racing = self
+
+        class Unit:
+            async def __aenter__(self):
+                self.inner = racing._uow(write=write)
+                work = await self.inner.__aenter__()
+                if write:
+                    work.deliveries = _RacingDeliveries(work.deliveries, racing._barrier, racing._tries)
+                return work
+
+            async def __aexit__(self, *exc):
+                return await self.inner.__aexit__(*exc)
+
+        return Unit()
+
+
+class _RacingDeliveries:
+    def __init__(self, inner, barrier: asyncio.Barrier, tries: list[int]) -> None:
+        self._inner, self._barrier, self._tries = inner, barrier, tries
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    async def cursor(self, name: str) -> int:
+        found = await self._inner.cursor(name)
+        if found == 0:
+            with contextlib.suppress(TimeoutError, asyncio.BrokenBarrierError):
+                await asyncio.wait_for(self._barrier.wait(), 0.5)
+        return found
+
+    async def mark_start(self, name: str, event_id: int) -> None:
+        self._tries.append(event_id)
+        await self._inner.mark_start(name, event_id)
+
+
+async def test_dispatchers_that_see_a_new_subscriber_at_once_start_it_once_and_lose_no_event(sql_services, receiver):
+    """Four dispatchers (four processes: one `Database` each) see the new subscriber in the same instant; then
+    they deliver while events keep being written. One start marker, at the events that were there before, and
+    every later event delivered once, in order."""
+    clock = FakeClock()
+    await append(sql_services, clock, *["before"] * 5)
+    late = subscriber(receiver, "late", backfill="none")
+    processes = [Database(sql_services.url) for _ in range(4)]
+    barrier, tries = asyncio.Barrier(len(processes)), []
+    try:
+        racing = [dispatcher(_Racing(on(db), barrier, tries), clock, late) for db in processes]
+        assert await asyncio.gather(*(d.enqueue_new() for d in racing)) == [0, 0, 0, 0]
+
+        assert tries == ([5] * 4 if sql_services.backend == "postgresql" else [5])  # the race did happen
+        assert await start_markers(sql_services, "late") == 1
+
+        async def write(n: int) -> None:
+            for _ in range(n):
+                await append(sql_services, clock, "after")
+                await asyncio.sleep(0.005)
+
+        plain = [dispatcher(on(db), clock, late) for db in processes]
+        await asyncio.gather(write(12), *(d.run_once() for d in plain for _ in range(3)))
+        while (await plain[0].run_once()).sent:
+            pass
+    finally:
+        for db in processes:
+            await db.dispose()
+
+    async with sql_services.uow(write=False) as uow:
+        log = [e["id"] for e in await uow.events.list(limit=1000)]
+        assert await uow.deliveries.start("late") == 5
+    assert len(log) == 17
+    assert receiver.ids() == [i for i in log if i > 5]  # each later event once, in order; none of the 5 before
+    assert await start_markers(sql_services, "late") == 1

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from taskgate.application.outbox import LEASE_MARGIN_S, Subscriber, WebhookDispatcher
+from taskgate.application.outbox import LEASE_MARGIN_S, Backfill, Subscriber, WebhookDispatcher
 from taskgate.application.ports import OutboxEvent, SendResult
 from taskgate.bootstrap import build_outbox
 from taskgate.domain.errors import InvalidInput
@@ -28,8 +28,10 @@ class FakeSender:
         return self.answer(event, attempt)
 
 
-def hook(name: str = "ci", **options) -> Subscriber:
-    return Subscriber(name=name, url=f"http://{name}.invalid/hook", secret="s3cret", **options)
+def hook(name: str = "ci", backfill: Backfill = "all", **options) -> Subscriber:
+    """A subscriber that gets the whole log by default: most tests here append their events before its first
+    round. The tests of where a new subscriber starts pass backfill="none" (the product's default)."""
+    return Subscriber(name=name, url=f"http://{name}.invalid/hook", secret="s3cret", backfill=backfill, **options)
 
 
 async def append_events(db: InMemoryDatabase, clock: FakeClock, *kinds: str) -> None:
@@ -214,6 +216,72 @@ async def test_status_counts_deliveries_and_shows_what_holds_the_queue():
     assert status.next_attempt_at is not None and status.events == ["a", "b"]
 
 
+async def test_a_new_subscriber_starts_after_the_events_already_in_the_log_and_a_restart_keeps_it_there():
+    db, clock = InMemoryDatabase(), FakeClock()
+    await append_events(db, clock, "a", "b")
+    sender = FakeSender()
+    first = WebhookDispatcher(db.unit_of_work, clock, sender, [hook(backfill="none")])
+    [before] = await first.status()
+    assert (before.started, before.started_after_event_id, before.backfill) == (False, None, "none")
+
+    assert (await first.run_once()).sent == 0
+    async with db.unit_of_work(write=False) as uow:
+        assert (await uow.deliveries.cursor("ci"), await uow.deliveries.start("ci")) == (2, 2)
+    await append_events(db, clock, "c")
+    restarted = WebhookDispatcher(db.unit_of_work, clock, sender, [hook(backfill="none")])
+    await restarted.run_once()
+
+    assert [e for _, e, _ in sender.sent] == [3]
+    [status] = await restarted.status()
+    assert (status.started, status.started_after_event_id, status.delivered, status.pending) == (True, 2, 1, 0)
+    assert [r.event_id for r in await rows(db)] == [3]  # the marker is no delivery
+
+
+async def test_backfill_all_sends_the_history_and_a_changed_backfill_moves_no_started_subscriber():
+    db, clock = InMemoryDatabase(), FakeClock()
+    await append_events(db, clock, "a", "b")
+    sender = FakeSender()
+    await WebhookDispatcher(db.unit_of_work, clock, sender, [hook("late", "none"), hook("full", "all")]).run_once()
+    await append_events(db, clock, "c")
+
+    # The config is edited: each asks for the other's backfill. Both have rows already: nothing moves.
+    edited = WebhookDispatcher(db.unit_of_work, clock, sender, [hook("late", "all"), hook("full", "none")])
+    await edited.run_once()
+
+    def got(name: str) -> list[int]:
+        return [e for url, e, _ in sender.sent if f"//{name}." in url]
+
+    assert (got("late"), got("full")) == ([3], [1, 2, 3])
+    late, full = await edited.status()
+    assert (late.started_after_event_id, full.started_after_event_id, full.started) == (2, None, True)
+
+
+async def test_a_subscriber_first_seen_on_an_empty_log_gets_the_first_events():
+    """No event to put a start marker on: the dispatcher remembers that the subscriber began at the beginning,
+    until the first events come and its rows fix the cursor."""
+    db, clock = InMemoryDatabase(), FakeClock()
+    sender = FakeSender()
+    dispatcher = WebhookDispatcher(db.unit_of_work, clock, sender, [hook(backfill="none")])
+    assert (await dispatcher.run_once()).sent == 0
+    await append_events(db, clock, "a", "b")
+
+    await dispatcher.run_once()
+
+    assert [e for _, e, _ in sender.sent] == [1, 2]
+    async with db.unit_of_work(write=False) as uow:
+        assert await uow.deliveries.start("ci") is None
+    restarted = WebhookDispatcher(db.unit_of_work, clock, sender, [hook(backfill="none")])
+    await append_events(db, clock, "c")
+    await restarted.run_once()
+    assert [e for _, e, _ in sender.sent] == [1, 2, 3]  # it has rows now: not moved, nothing resent
+
+
+def test_backfill_is_all_or_none():
+    assert Subscriber(name="x", url="http://x", secret="s").backfill == "none"
+    with pytest.raises(InvalidInput, match="backfill must be 'none' or 'all', not 'some'"):
+        hook(backfill="some")  # type: ignore[arg-type]
+
+
 def test_webhook_names_must_be_unique():
     with pytest.raises(InvalidInput, match="unique"):
         WebhookDispatcher(InMemoryDatabase().unit_of_work, FakeClock(), FakeSender(), [hook(), hook()])
@@ -255,3 +323,20 @@ def test_webhooks_load_from_the_toml_config(tmp_path, monkeypatch):
     config.write_text('[[webhooks]]\nname = "ci"\nurl = "ftp://x"\nsecret = "s"\n')
     with pytest.raises(InvalidInput, match="url"):
         load_settings()
+
+
+def test_backfill_loads_from_the_toml_config_and_a_bad_value_names_the_field(tmp_path, monkeypatch):
+    config = tmp_path / "config" / "taskgate.toml"
+    config.parent.mkdir()
+    hook_toml = '[[webhooks]]\nname = "{name}"\nurl = "http://127.0.0.1:9/"\nsecret = "s"\n'
+    config.write_text(hook_toml.format(name="new") + hook_toml.format(name="old") + 'backfill = "all"\n')
+    monkeypatch.setenv("TASKGATE_CONFIG", str(config))
+    new, old = load_settings().webhooks
+    assert (new.backfill, old.backfill) == ("none", "all")
+    dispatcher = build_outbox(load_settings(), InMemoryDatabase().unit_of_work, FakeClock())
+    assert dispatcher is not None and [s.backfill for s in dispatcher.subscribers] == ["none", "all"]
+
+    config.write_text(hook_toml.format(name="ci") + 'backfill = "since-monday"\n')
+    with pytest.raises(InvalidInput) as refused:
+        load_settings()
+    assert "webhooks.0.backfill" in str(refused.value) and "'none' or 'all'" in str(refused.value)

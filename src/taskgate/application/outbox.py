@@ -6,6 +6,9 @@ How a delivery goes (see docs/events.md):
    *committed* high-water mark, and add a `pending` row for every event its filter matches. The cursor is
    derived, not stored: the newest event id among the subscriber's rows. When a scan ends on events the filter
    skips, a `skipped` marker row (one per subscriber) moves the cursor past them, so they are not scanned again.
+   A subscriber with no row at all is new: with `backfill="none"` (the default) a `start` marker row at the
+   committed high-water mark makes it begin with the events appended after that (see `_start`); with
+   `backfill="all"` it begins at event 1. A subscriber that has rows is never moved, whatever its backfill says.
 2. `deliver_due`: per subscriber, strictly in event order, only the *head* (its oldest pending row) may be sent,
    and only once its `next_attempt_at` has come. The head is claimed in a write unit of work (attempts+1,
    `next_attempt_at` pushed to now + timeout + lease margin, a compare-and-set on `attempts`); then it is sent
@@ -30,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
+from typing import Literal
 
 from taskgate.application.ports import Clock, Delivery, SendResult, UnitOfWork, UnitOfWorkFactory, WebhookSender
 from taskgate.domain.errors import InvalidInput
@@ -38,10 +42,15 @@ log = logging.getLogger("taskgate.webhooks")
 
 LEASE_MARGIN_S = 30.0  # a claim outlives the send's timeout by this much before another dispatcher may retry
 
+Backfill = Literal["none", "all"]
+BACKFILLS: tuple[Backfill, ...] = ("none", "all")
+
 
 @dataclass(frozen=True, slots=True)
 class Subscriber:
-    """A webhook endpoint and which events it wants (`events`: glob patterns such as `session.*`)."""
+    """A webhook endpoint and which events it wants (`events`: glob patterns such as `session.*`). `backfill`:
+    where it starts when it is new: "none" (the events after the moment it is first seen) or "all" (the whole
+    events log)."""
 
     name: str
     url: str
@@ -51,10 +60,13 @@ class Subscriber:
     max_attempts: int = 8
     backoff_base_s: float = 1.0
     backoff_max_s: float = 300.0
+    backfill: Backfill = "none"
 
     def __post_init__(self) -> None:
         if not self.name or not self.url or not self.secret:
             raise InvalidInput("a webhook subscriber needs a name, a url and a secret")
+        if self.backfill not in BACKFILLS:
+            raise InvalidInput(f"webhook {self.name}: backfill must be 'none' or 'all', not {self.backfill!r}")
         if self.max_attempts < 1 or self.timeout_s <= 0 or self.backoff_base_s < 0 or self.backoff_max_s < 0:
             raise InvalidInput(f"webhook {self.name}: max_attempts >= 1, timeout_s > 0 and backoffs >= 0 please")
 
@@ -109,6 +121,9 @@ class SubscriberStatus:
     next_attempt_at: datetime | None = None
     attempts: int = 0
     last_error: str | None = None
+    backfill: str = "none"
+    started: bool = False  # it has rows: its start is fixed
+    started_after_event_id: int | None = None  # its `start` marker: it gets the events after this one
 
 
 class WebhookDispatcher:
@@ -130,6 +145,9 @@ class WebhookDispatcher:
         self.subscribers = list(subscribers)
         self._batch = batch_size
         self._stop: asyncio.Event | None = None
+        # New subscribers this dispatcher saw while the events log was empty: they start at the beginning, but
+        # there is no event to put a `start` marker on yet (see `_start`).
+        self._seen_on_empty_log: set[str] = set()
 
     async def run_once(self, limit: int = 100) -> DeliveryReport:
         """Enqueue the new events, then send what is due (at most `limit` sends per subscriber)."""
@@ -172,7 +190,10 @@ class WebhookDispatcher:
         (no SQLite write lock, no PostgreSQL lock on `events`). An event still in flight is found next round."""
         async with self._uow(write=False) as uow:
             newest = await uow.events.high_water()
-            return all([await uow.deliveries.cursor(sub.name) >= newest for sub in self.subscribers])
+            cursors = {sub.name: await uow.deliveries.cursor(sub.name) for sub in self.subscribers}
+        if newest == 0:
+            self._seen_on_empty_log.update(name for name, cursor in cursors.items() if cursor == 0)
+        return all(cursor >= newest for cursor in cursors.values())
 
     async def _enqueue_batch(self) -> tuple[int, bool]:
         added, more = 0, False
@@ -180,7 +201,10 @@ class WebhookDispatcher:
             horizon = await uow.deliveries.committed_high_water()
             now = self._clock.now()
             for sub in self.subscribers:
-                events = await uow.deliveries.events_after(await uow.deliveries.cursor(sub.name), horizon, self._batch)
+                cursor = await uow.deliveries.cursor(sub.name)
+                if cursor == 0:
+                    cursor = await self._start(uow, sub, horizon)
+                events = await uow.deliveries.events_after(cursor, horizon, self._batch)
                 if not events:
                     continue
                 wanted = [e.id for e in events if sub.wants(e.kind)]
@@ -191,6 +215,39 @@ class WebhookDispatcher:
                 more = more or len(events) == self._batch
             await uow.commit()
         return added, more
+
+    async def _start(self, uow: UnitOfWork, sub: Subscriber, horizon: int) -> int:
+        """Where a subscriber with no rows starts, inside `_enqueue_batch`'s write unit of work: 0 (the beginning
+        of the log) for backfill "all", else after `horizon`, the committed high-water mark, fixed by a `start`
+        marker row so that a restart (or another dispatcher) does not move it.
+
+        Two dispatchers (two `taskgate serve` on one PostgreSQL database, `serve` and `webhooks deliver`, or two
+        processes on one SQLite file) may see a new subscriber at once; they must not put two markers at two
+        places (the later one would drop the events between them) nor lose an event. How that is prevented:
+        - SQLite: write units of work are serialised (an in-process lock, then BEGIN IMMEDIATE across processes),
+          so the second dispatcher's `cursor` already reads the first one's committed marker and never comes here.
+        - PostgreSQL (READ COMMITTED): two dispatchers may both read cursor 0, but then they read the *same*
+          horizon: `committed_high_water` holds a SHARE lock on `events` until commit, which no event writer can
+          pass, and the second one can only have read cursor 0 while the first one's transaction (and lock) was
+          still open, so no event committed between their two reads. Both insert the same (horizon, subscriber)
+          row, and the unique constraint `uq_webhook_deliveries_event_subscriber` with ON CONFLICT DO NOTHING
+          keeps one: the second insert waits for the first transaction, then does nothing. This is the same
+          mechanism that keeps `enqueue` from adding a pending row twice.
+        Nothing is lost: no event with an id at or below the horizon can still commit (that is what "committed"
+        means here), so every event the subscriber should get is past the marker. The cursor is read again
+        after the insert, so a dispatcher whose insert did nothing goes on from the marker that is there.
+
+        An empty log (horizon 0) has no event to put a marker on (the row's event_id is a foreign key): the
+        subscriber starts at the beginning, which is the same place, and this dispatcher remembers it until the
+        first events come and its rows fix the cursor. A dispatcher that stops before then leaves no trace, so
+        the next one starts the subscriber at its own first sight (docs/events.md says so).
+        """
+        if horizon == 0:
+            self._seen_on_empty_log.add(sub.name)
+        if sub.backfill == "all" or sub.name in self._seen_on_empty_log:
+            return 0
+        await uow.deliveries.mark_start(sub.name, horizon)
+        return await uow.deliveries.cursor(sub.name)
 
     async def deliver_due(self, limit: int = 100) -> DeliveryReport:
         """Send each subscriber's due deliveries in event order, at most `limit` per subscriber; subscribers are
@@ -263,11 +320,16 @@ class WebhookDispatcher:
         """Per subscriber: deliveries by status, and the oldest pending one (what holds the queue up)."""
         async with self._uow(write=False) as uow:
             counts = await uow.deliveries.counts()
-            heads = {sub.name: await uow.deliveries.head(sub.name) for sub in self.subscribers}
-        return [self._status_of(sub, counts, heads[sub.name]) for sub in self.subscribers]
+            found = {}
+            for sub in self.subscribers:
+                d = uow.deliveries
+                found[sub.name] = (await d.head(sub.name), await d.cursor(sub.name) > 0, await d.start(sub.name))
+        return [self._status_of(sub, counts, *found[sub.name]) for sub in self.subscribers]
 
     @staticmethod
-    def _status_of(sub: Subscriber, counts: dict[tuple[str, str], int], head: Delivery | None) -> SubscriberStatus:
+    def _status_of(
+        sub: Subscriber, counts: dict[tuple[str, str], int], head: Delivery | None, started: bool, start: int | None
+    ) -> SubscriberStatus:
         base = SubscriberStatus(
             name=sub.name,
             url=sub.url,
@@ -275,6 +337,9 @@ class WebhookDispatcher:
             pending=counts.get((sub.name, "pending"), 0),
             delivered=counts.get((sub.name, "delivered"), 0),
             failed=counts.get((sub.name, "failed"), 0),
+            backfill=sub.backfill,
+            started=started,
+            started_after_event_id=start,
         )
         if head is None or head.event is None:
             return base

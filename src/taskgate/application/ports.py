@@ -624,6 +624,15 @@ class DeliveryRepository(Protocol):
         """Record that the subscriber's filter skipped the events up to `event_id` (one marker row with status
         `skipped` per subscriber, so the next scan starts after it)."""
 
+    async def mark_start(self, subscriber: str, event_id: int) -> None:
+        """Record where a new subscriber starts: a marker row with status `start` at `event_id` (it receives the
+        events after it). A marker row that exists already is left alone (INSERT … ON CONFLICT DO NOTHING on
+        the unique (event_id, subscriber)); `move_cursor` never removes it."""
+
+    async def start(self, subscriber: str) -> int | None:
+        """The event id of the subscriber's `start` marker; None when it has none (it started at the beginning
+        of the log, or has not started)."""
+
     async def head(self, subscriber: str) -> Delivery | None:
         """The subscriber's oldest pending delivery (by event id), with its event."""
 
@@ -641,10 +650,10 @@ class DeliveryRepository(Protocol):
         """pending → failed (gave up), if the row still has `attempts` attempts."""
 
     async def counts(self) -> dict[tuple[str, str], int]:
-        """Rows by (subscriber, status), without the skip markers."""
+        """Rows by (subscriber, status), without the markers (`skipped`, `start`)."""
 
     async def list(self, subscriber: str | None = None, status: str | None = None, limit: int = 100) -> list[Delivery]:
-        """Deliveries by event id (oldest first, at most `limit`), without their events or the skip markers."""
+        """Deliveries by event id (oldest first, at most `limit`), without their events or the markers."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -221,6 +221,9 @@ class WebhookSettings(BaseModel):
     max_attempts: int = Field(default=8, ge=1, le=1000)
     backoff_base_s: float = Field(default=1.0, ge=0, le=86_400)
     backoff_max_s: float = Field(default=300.0, ge=0, le=7 * 86_400)
+    # Where a new subscriber (no delivery rows yet) starts: "none", the events after it is first seen; "all",
+    # the whole events log. Read only while it is new: changing it later does not move a started subscriber.
+    backfill: Literal["none", "all"] = "none"
 
     @model_validator(mode="after")
     def _one_secret(self) -> WebhookSettings:

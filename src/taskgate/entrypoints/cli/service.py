@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -24,6 +24,9 @@ from taskgate.entrypoints.cli.common import (
     worktrees_app,
 )
 from taskgate.entrypoints.render import console, terminal_safe
+
+if TYPE_CHECKING:
+    from taskgate.application.outbox import SubscriberStatus
 
 
 @app.command()
@@ -179,24 +182,25 @@ def _dispatcher(services: App):
 
 @webhooks_app.command("status")
 def webhooks_status(as_json: JsonOpt = False) -> None:
-    """Deliveries per webhook: pending, delivered, failed (gave up), and the oldest pending one."""
+    """Deliveries per webhook: where it started, pending, delivered, failed (gave up), and the oldest pending one."""
 
     async def work(services: App):
         return await _dispatcher(services).status()
 
     rows = run(work)
-    columns = ["webhook", "url", "events", "pending", "delivered", "failed", "oldest pending", "attempts", "next try"]
+    columns = ["webhook", "url", "events", "start", "pending", "delivered", "failed", "oldest pending", "attempts"]
     emit(
         rows,
         as_json,
         lambda: render.table(
             "Webhooks",
-            [*columns, "last error"],
+            [*columns, "next try", "last error"],
             (
                 [
                     s.name,
                     s.url,
                     ", ".join(s.events),
+                    _start_of(s),
                     s.pending,
                     s.delivered,
                     s.failed,
@@ -210,6 +214,15 @@ def webhooks_status(as_json: JsonOpt = False) -> None:
             markup=False,
         ),
     )
+
+
+def _start_of(status: SubscriberStatus) -> str:
+    """Where a subscriber started: after its `start` marker, at the beginning of the log, or not yet."""
+    if status.started_after_event_id is not None:
+        return f"after event {status.started_after_event_id}"
+    if status.started:
+        return "beginning"
+    return f"not yet (backfill {status.backfill})"
 
 
 @webhooks_app.command("deliver")

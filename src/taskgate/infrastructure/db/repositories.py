@@ -641,8 +641,12 @@ class SqlAlchemyAgentRepository(_Repository):
         return [_agent(r) for r in await self._all(stmt.order_by(c.session_id, c.id))]
 
 
+_DELIVERY_MARKERS = ("skipped", "start")
+
+
 class SqlAlchemyDeliveryRepository(_Repository):
-    """Webhook delivery rows. `skipped` rows are cursor markers (see application/outbox.py), never deliveries."""
+    """Webhook delivery rows. `skipped` and `start` rows are cursor markers (see application/outbox.py), never
+    deliveries."""
 
     _LOCK_TIMEOUT = "5s"  # how long the enqueuer waits for PostgreSQL's event writers to finish
 
@@ -679,6 +683,15 @@ class SqlAlchemyDeliveryRepository(_Repository):
         await self._conn.execute(t.webhook_deliveries.delete().where(c.subscriber == subscriber, c.status == "skipped"))
         marker = {"event_id": event_id, "subscriber": subscriber, "status": "skipped"}
         await self._conn.execute(self._insert_new([marker]))
+
+    async def mark_start(self, subscriber: str, event_id: int) -> None:
+        marker = {"event_id": event_id, "subscriber": subscriber, "status": "start"}
+        await self._conn.execute(self._insert_new([marker]))
+
+    async def start(self, subscriber: str) -> int | None:
+        c = t.webhook_deliveries.c
+        row = await self._one(select(c.event_id).where(c.subscriber == subscriber, c.status == "start").limit(1))
+        return int(row["event_id"]) if row else None
 
     def _insert_new(self, rows: list[dict[str, Any]]) -> Any:
         """INSERT … ON CONFLICT DO NOTHING: a concurrent enqueuer may have added the same rows."""
@@ -739,14 +752,14 @@ class SqlAlchemyDeliveryRepository(_Repository):
         c = t.webhook_deliveries.c
         stmt = (
             select(c.subscriber, c.status, func.count().label("n"))
-            .where(c.status != "skipped")
+            .where(c.status.not_in(_DELIVERY_MARKERS))
             .group_by(c.subscriber, c.status)
         )
         return {(r["subscriber"], r["status"]): int(r["n"]) for r in await self._all(stmt)}
 
     async def list(self, subscriber: str | None = None, status: str | None = None, limit: int = 100) -> list[Delivery]:
         c = t.webhook_deliveries.c
-        stmt = select(t.webhook_deliveries).where(c.status != "skipped")
+        stmt = select(t.webhook_deliveries).where(c.status.not_in(_DELIVERY_MARKERS))
         if subscriber is not None:
             stmt = stmt.where(c.subscriber == subscriber)
         if status is not None:
