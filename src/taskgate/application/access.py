@@ -79,6 +79,16 @@ class AccessService:
         assert token.operator_id is not None
         return Principal.operator(token.operator_id)
 
+    async def agent_type(self, principal: Principal) -> str | None:
+        """The agent type of an agent principal's own agent (what a workflow's `visible_to` names), or None: an
+        operator, or a token made by hand for a whole session, which belongs to no agent."""
+        if principal.kind != PrincipalKind.AGENT:
+            return None
+        async with self._uow(write=False) as uow:
+            token = await uow.tokens.get(principal.subject)
+            agents = await uow.agents.many([token.agent_id]) if token is not None and token.agent_id else []
+        return agents[0].agent_type if agents else None
+
     async def list_tokens(self) -> list[ApiToken]:
         """Issued tokens, then the configured ones."""
         async with self._uow(write=False) as uow:

@@ -24,6 +24,7 @@ from taskgate.domain.workflow_run import (
     enter,
     load_stack,
 )
+from taskgate.domain.workflow_visibility import Viewer, check_visible
 from taskgate.domain.workflows import Step, StepType, Workflow
 
 PUSHABLE_STATES = frozenset(
@@ -48,13 +49,15 @@ class StackEdits(StepRecords):
     # and, from WorkflowEngine: workflow, checklist, view, waiting, _lock, _kick_if_executing, _find, _now,
     # _workflow_frame
 
-    async def add_workflow(self, session_id: str, name: str, actor: str) -> StackView:
-        """Push workflow `name` onto the session's stack (the root frame if the stack is empty).
+    async def add_workflow(self, session_id: str, name: str, actor: str, viewer: Viewer | None = None) -> StackView:
+        """Push workflow `name` onto the session's stack (the root frame if the stack is empty), for `viewer` (who
+        asks: the workflow's `visible_to` must allow it; None: the system).
 
-        Raises: WorkflowNotFound, InvalidInput (stack too deep, the workflow already on it), InvalidTransition
-        (the session is past executing), SessionNotFound.
+        Raises: WorkflowNotFound, Forbidden (not visible to `viewer`), InvalidInput (stack too deep, the workflow
+        already on it), InvalidTransition (the session is past executing), SessionNotFound.
         """
         workflow = self.workflow(name)
+        check_visible(workflow.id, workflow.visible_to, viewer)  # before anything is read or written
 
         async def push(session: Session, stack: list[Frame]) -> list[StepEvent]:
             _check_depth(stack, session_id)
@@ -69,13 +72,17 @@ class StackEdits(StepRecords):
                 await self._outputs.describe(session_id, workflow={"name": name, "description": workflow.description})
         return view
 
-    def chosen(self, name: str | None) -> Workflow | None:
+    def chosen(self, name: str | None, viewer: Viewer | None = None) -> Workflow | None:
         """The workflow a new session should run: `name`, else `[workflows] default`, else None. Call it
-        before starting the session, so an unknown name is refused before anything is written.
+        before starting the session, so an unknown name (or one not visible to `viewer`) is refused before
+        anything is written.
 
-        Raises: WorkflowNotFound."""
+        Raises: WorkflowNotFound, Forbidden."""
         name = name or self._options.default_workflow
-        return self.workflow(name) if name else None
+        workflow = self.workflow(name) if name else None
+        if workflow is not None:
+            check_visible(workflow.id, workflow.visible_to, viewer)
+        return workflow
 
     async def attach(self, session_id: str, workflow: Workflow | None, actor: str) -> StackView | None:
         """Push `workflow` (from `chosen`) as the session's root frame unless its stack already has one."""

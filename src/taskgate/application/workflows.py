@@ -68,6 +68,7 @@ class CatalogueEntry:
     steps: int
     valid: bool
     source: str = "project"  # "built-in" (shipped with taskgate) or "project"
+    visible_to: tuple[str, ...] = ()  # who may see and run it (domain/workflow_visibility.py); empty: everyone
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,8 @@ class WorkflowService:
             workflow = checked.workflows.get(ident)
             if workflow is not None and workflow.file == doc.file:
                 out.append(CatalogueEntry(ident, workflow.category, workflow.description, doc.file,
-                                          len(workflow.steps), True, self.source.origin(doc.file)))  # fmt: skip
+                                          len(workflow.steps), True, self.source.origin(doc.file),
+                                          workflow.visible_to))  # fmt: skip
             else:
                 data = doc.data if isinstance(doc.data, dict) else {}
                 description = data.get("description") if isinstance(data.get("description"), str) else ""

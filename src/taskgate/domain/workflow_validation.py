@@ -11,8 +11,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from taskgate.domain.expressions import ExpressionError, parse_condition
+from taskgate.domain.openagents import FORMATS, OPENAGENTS, from_openagents, reading
 from taskgate.domain.variables import BUILTINS, VariableError, references, resolve_all
 from taskgate.domain.variables import NAME as VARIABLE_NAME
+from taskgate.domain.workflow_visibility import agent_type_named, entry_problem
 from taskgate.domain.workflows import (
     ALL_STEP_KEYS,
     CHECKLIST_KEYS,
@@ -210,7 +212,10 @@ def parse_workflow(
     References to other files (nested workflows, checklists) are checked by `validate_documents`.
     `agent_types` as in `validate_documents`."""
     deaf = frozenset(n for n, takes in agent_types.items() if not takes) if isinstance(agent_types, Mapping) else ()
+    dialect, why = reading(doc)  # an OpenAgents-style file is mapped to taskgate's terms first (domain/openagents.py)
+    doc, notes, mapped = from_openagents(doc, why) if dialect == OPENAGENTS else (doc, [], [])
     c = _Checker(doc, frozenset(agent_types) if agent_types is not None else None, frozenset(deaf))
+    c.problems += mapped
     data = _mapping(c, "workflow", "steps")
     if data is None:
         return None, c.problems
@@ -243,6 +248,7 @@ def parse_workflow(
                 "write seconds or a text such as 90s, 30m, 2h, 1h30m, 1d",
             )
     variables = _variables(c, data.get("variables"))
+    visible_to = _visible_to(c, data)
     raw_steps = c.listing(data, "steps", (), required=True)
     steps: tuple[Step, ...] = ()
     if raw_steps:
@@ -263,8 +269,35 @@ def parse_workflow(
         doc.file,
         doc.line(()),
         variables,
+        visible_to=visible_to,
+        format=dialect,
+        notes=tuple(notes),
     )
     return workflow, []
+
+
+def _visible_to(c: _Checker, data: dict[str, Any]) -> tuple[str, ...]:
+    """`visible_to:` (who may see and run the workflow; domain/workflow_visibility.py), and `format:`."""
+    if data.get("format") is not None and data["format"] not in FORMATS:
+        hint = _suggest(str(data["format"]), FORMATS) or f"use one of {', '.join(FORMATS)}, or leave it out"
+        c.problem(("format",), f"unknown format {data['format']!r}", hint)
+    raw = c.listing(data, "visible_to", ())
+    if raw is None:
+        return ()
+    if not raw:
+        c.problem(("visible_to",), "'visible_to' is empty: nobody could run the workflow",
+                  "list who may ('*', agent types, 'operator:<id>'), or remove the key")  # fmt: skip
+    for n, entry in enumerate(raw):
+        problem = entry_problem(entry)
+        agent = agent_type_named(entry) if problem is None else None
+        if problem is None and agent is not None and c.agent_types is not None and agent not in c.agent_types:
+            problem = f"unknown agent type '{agent}'"
+            hint = _suggest(agent, c.agent_types) or f"configure [agents.{agent}] in taskgate.toml"
+        else:
+            hint = "e.g. visible_to: ['*'], [plan, build] or ['operator:alice']"
+        if problem is not None:
+            c.problem(("visible_to", n), f"visible_to entry {n + 1}: {problem}", hint)
+    return tuple(raw)
 
 
 def _variables(c: _Checker, raw: object) -> dict[str, str]:

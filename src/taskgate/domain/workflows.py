@@ -223,6 +223,9 @@ class Workflow:
     file: str = ""
     line: int = 1
     variables: Mapping[str, str] = field(default_factory=dict)  # `{{name}}` in prompts (bounded, acyclic)
+    visible_to: tuple[str, ...] = ()  # who may see and run it (domain/workflow_visibility.py); empty: everyone
+    format: str = "taskgate"  # or "openagents": how the file was read (domain/openagents.py)
+    notes: tuple[WorkflowProblem, ...] = field(default=(), compare=False, repr=False)  # what `validate` notes
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -233,6 +236,8 @@ class Workflow:
             "triggers": list(self.triggers),
             "max_iterations": self.max_iterations,
             "max_duration_s": self.max_duration_s,
+            "visible_to": list(self.visible_to),
+            "format": self.format,
             "file": self.file,
             "steps": [s.as_dict() for s in self.steps],
         }
@@ -279,6 +284,11 @@ class Catalogue:
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def notes(self) -> tuple[WorkflowProblem, ...]:
+        """What the valid workflows' files were told without being wrong (how an OpenAgents file was read)."""
+        return tuple(note for workflow in self.workflows.values() for note in workflow.notes)
+
 
 def matches_pattern(pattern: str | None, ident: str, description: str) -> bool:
     """Catalogue search: a glob (`*`, `?`, `[`) against the id, else a substring of the id or the description,
@@ -314,7 +324,8 @@ def parse_duration(value: object) -> float | None:
 
 # ---------------------------------------------------------------------------------------------- the schema
 
-WORKFLOW_KEYS = ("id", "description", "category", "triggers", "max_iterations", "max_duration", "variables", "steps")
+WORKFLOW_KEYS = ("id", "description", "category", "triggers", "max_iterations", "max_duration", "variables",
+                 "visible_to", "format", "steps")  # fmt: skip
 CHECKLIST_KEYS = ("id", "description", "items")
 ITEM_KEYS = ("id", "text", "required")
 _COMMON = ("id", "type", "description", "next", "on_error", "timeout_ms")

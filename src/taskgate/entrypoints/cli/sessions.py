@@ -16,6 +16,7 @@ from taskgate.domain import session_fsm
 from taskgate.domain.access import DECISION_TRIGGERS
 from taskgate.domain.entities import Project
 from taskgate.domain.states import SessionState
+from taskgate.domain.workflow_visibility import Viewer
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import (
     JsonOpt,
@@ -57,7 +58,7 @@ def session_start(
 
     async def work(services: App):
         operator_id, actor = _operator_actor(services, operator)
-        chosen = _engine(services).chosen(workflow)  # an unknown name is refused before anything is written
+        chosen = _engine(services).chosen(workflow, Viewer.operator(operator_id))  # refused before any write
         await services.tracker.prepare_start(task_id)
         result = await services.sessions.start_task(StartTask(task_id, actor, operator_id))
         view = await _engine(services).attach(result.session.id, chosen, actor)

@@ -17,6 +17,7 @@ from taskgate.bootstrap import App, load_settings, workflow_catalogue
 from taskgate.domain.errors import InvalidInput, TaskgateError
 from taskgate.domain.states import SessionState
 from taskgate.domain.workflow_mermaid import to_mermaid as to_workflow_mermaid
+from taskgate.domain.workflow_visibility import Viewer, allows
 from taskgate.domain.workflows import agent_types_used, matches_pattern
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import (
@@ -76,10 +77,16 @@ def workflow_list(
     as_json: JsonOpt = False,
 ) -> None:
     """The catalogue's workflows by category, built-in and the project's own (`source`); invalid ones marked
-    (`workflow validate` says why)."""
+    (`workflow validate` says why). Workflows whose `visible_to` leaves out the operator the CLI acts as are not
+    shown."""
     catalogue = _workflows()
-    entries = [e for e in catalogue.entries(category) if matches_pattern(pattern, e.id, e.description)]
+    viewer = Viewer.operator(_or_fail(load_settings).operator.default)  # the operator the CLI acts as
+    matching = [e for e in catalogue.entries(category) if matches_pattern(pattern, e.id, e.description)]
+    entries = [e for e in matching if allows(e.visible_to, viewer)]
     emit(entries, as_json, lambda: render.workflows_table(entries))
+    if len(entries) < len(matching) and not as_json:
+        err_console.print(f"{len(matching) - len(entries)} workflow(s) not shown: their visible_to does not name "
+                          f"{viewer}", highlight=False, markup=False)  # fmt: skip
     if not entries and not as_json:
         _how_to_add("workflow", catalogue)
 
@@ -107,8 +114,11 @@ def workflow_validate(
             "workflows": sorted(result.workflows),
             "checklists": sorted(result.checklists),
             "problems": [dataclasses.asdict(p) for p in result.problems],
+            "notes": [dataclasses.asdict(n) for n in result.notes],
         })  # fmt: skip
     else:
+        for note in result.notes:  # how an OpenAgents-style file was read: not wrong, worth knowing
+            say(dataclasses.replace(note, message=f"note: {note.message}"))
         for problem in result.problems:
             say(problem)
         if result.ok:
@@ -190,7 +200,8 @@ def workflow_run(
     async def work(services: App) -> _Outcome:
         engine = _engine(services)
         operator_id, actor = _operator_actor(services, operator)
-        workflow = engine.chosen(name)  # an unknown name is refused before anything is written
+        # an unknown name, or one whose visible_to leaves the operator out, is refused before anything is written
+        workflow = engine.chosen(name, Viewer.operator(operator_id))
         assert workflow is not None and services.agents is not None
         services.agents.check_installed(agent_types_used(workflow.steps))  # a missing CLI, before anything
         if task is not None:
@@ -227,7 +238,7 @@ async def _onto(services: App, session_id: str, name: str, actor: str) -> None:
                            f"executing" + (f"; {hint.replace('ID', session_id)}" if hint else ""))  # fmt: skip
     view = _engine(services).view(current)
     if not view.depth:
-        await _engine(services).add_workflow(session_id, name, actor)
+        await _engine(services).add_workflow(session_id, name, actor, Viewer.of_actor(actor))
         console.print(f"workflow {name} pushed onto session {session_id}", highlight=False, markup=False)
     elif not any(f["kind"] == "workflow" and f["name"] == name for f in view.frames):
         raise InvalidInput(f"session {session_id} already runs {view.breadcrumb}; nest {name} with "
@@ -263,7 +274,7 @@ def workflow_push(session_id: SessionArg, name: Annotated[str, typer.Argument(he
                   as_json: JsonOpt = False) -> None:  # fmt: skip
     """Push workflow NAME onto the session's stack: it runs on top (nested) and hands back to the frame below
     when it ends. On an empty stack it becomes the session's workflow."""
-    _stack_edit(session_id, lambda e, sid, actor: e.add_workflow(sid, name, actor),
+    _stack_edit(session_id, lambda e, sid, actor: e.add_workflow(sid, name, actor, Viewer.of_actor(actor)),
                 lambda view: f"pushed {name}: depth {view.depth}: {view.breadcrumb}", as_json)  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from taskgate.application.decisions import Decide
 from taskgate.application.sessions import FireTrigger, StartTask, parse_trigger
 from taskgate.domain.access import DECISION_TRIGGERS, Capability, check_operator_param
 from taskgate.domain.errors import InvalidInput, TaskgateError, Unauthenticated
+from taskgate.domain.workflow_visibility import Viewer
 from taskgate.entrypoints.console.pages import signin_page
 from taskgate.entrypoints.console.signins import COOKIE
 from taskgate.entrypoints.console.web import Console, Visit, _local, _same_origin, action
@@ -71,7 +72,7 @@ def routes(console: Console) -> dict[str, Any]:
         form = await v.request.form()
         await v.app.operators.authorize(v.principal, Capability.START)
         engine = v.app.workflows
-        chosen = engine.chosen(None) if engine is not None else None
+        chosen = engine.chosen(None, Viewer.operator(v.principal.subject)) if engine is not None else None
         operator = check_operator_param(v.principal, None)
         session = (await v.app.sessions.start_task(StartTask(task_id, v.principal.actor, operator))).session
         if engine is not None:

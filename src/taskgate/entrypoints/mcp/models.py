@@ -756,12 +756,15 @@ class WorkflowInfo(BaseModel):
     step_ids: list[str] = Field(description="Its top-level steps, in file order (the first runs first).")
     triggers: list[str] = Field(description="Events that may start it, as the file lists them.")
     max_iterations: int = Field(description="The loop guard: at most this many steps per run of the workflow.")
+    visible_to: list[str] = Field(default_factory=list, description="Who may run it (empty: everyone).")
+    format: str = Field("taskgate", description="How its file was read: taskgate, or openagents (OpenAgents-style).")
 
     @classmethod
     def of(cls, w: Workflow) -> WorkflowInfo:
         return cls(
             id=w.id, description=w.description, category=w.category, steps=len(w.steps),
             step_ids=[s.id for s in w.steps], triggers=list(w.triggers), max_iterations=w.max_iterations,
+            visible_to=list(w.visible_to), format=w.format,
         )  # fmt: skip
 
 

@@ -36,6 +36,7 @@ from taskgate.domain.bounds import IDS, PRIORITIES, VERSIONS, IntRange
 from taskgate.domain.entities import Agent, Session
 from taskgate.domain.errors import InvalidInput, PolicyViolation, StorageError, TaskgateError, Unauthenticated
 from taskgate.domain.states import Trigger
+from taskgate.domain.workflow_visibility import Viewer, allows
 from taskgate.entrypoints.mcp.models import (
     ChecklistList,
     CheckpointOut,
@@ -157,6 +158,13 @@ async def _session_id(call: Call, ref: str, capability: Capability = Capability.
     session_id = await call.app.sessions.resolve_id(ref)
     await call.app.operators.authorize(call.principal, capability, session_id=session_id, trigger=trigger)
     return session_id
+
+
+async def _viewer(call: Call) -> Viewer:
+    """Who names a workflow, for its `visible_to`: the calling operator, or the calling agent by its type."""
+    if call.principal.operator_id is not None:
+        return Viewer.operator(call.principal.operator_id)
+    return Viewer.agent(await call.app.access.agent_type(call.principal))
 
 
 def _workflows(call: Call) -> WorkflowEngine:
@@ -307,7 +315,7 @@ async def project_session_start(
     await call.app.operators.authorize(call.principal, Capability.START)
     operator = check_operator_param(call.principal, operator_id)
     engine = _workflows(call) if workflow is not None else call.app.workflows
-    chosen = engine.chosen(workflow) if engine is not None else None
+    chosen = engine.chosen(workflow, await _viewer(call)) if engine is not None else None
     await call.app.tracker.prepare_start(task_id)
     session = (await call.app.sessions.start_task(StartTask(task_id, call.principal.actor, operator))).session
     if engine is not None and await engine.attach(session.id, chosen, call.principal.actor) is not None:
@@ -656,11 +664,14 @@ async def query_workflows(
         str | None, Field(description="Only this category (the folder under workflows/).", max_length=100)
     ] = None,
 ) -> WorkflowList:
-    """The valid workflows of the catalogue (built-in and the project's own), by category then id: id, description,
-    category, steps and the loop guard. Files are read again on every call."""
+    """The valid workflows of the catalogue (built-in and the project's own) the caller may run (a workflow's
+    `visible_to`), by category then id: id, description, category, steps and the loop guard. Files are read again
+    on every call."""
     call = _call(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
-    return WorkflowList.of(_workflows(call).query_workflows(pattern, category), pattern, category)
+    viewer = await _viewer(call)
+    found = [w for w in _workflows(call).query_workflows(pattern, category) if allows(w.visible_to, viewer)]
+    return WorkflowList.of(found, pattern, category)
 
 
 @tool_errors
@@ -688,11 +699,13 @@ async def add_workflow_to_session(
 ) -> WorkflowStackOut:
     """Push a workflow onto the session's stack (its root frame when the stack is empty). The top frame runs
     while the session is executing; when it finishes, the frame below goes on. Refused past executing, when
-    the workflow is already on the stack, or at the depth limit. Agents: their own session only."""
+    the workflow is already on the stack, at the depth limit, or when the workflow's `visible_to` does not name
+    the caller (an operator, or an agent by its type). Agents: their own session only."""
+    viewer = await _viewer(_call(ctx))
     return await _edit_stack(
         ctx,
         session_id,
-        lambda e, sid, actor: e.add_workflow(sid, workflow_name, actor),
+        lambda e, sid, actor: e.add_workflow(sid, workflow_name, actor, viewer),
         f"pushed workflow {workflow_name}",
     )
 
