@@ -419,22 +419,25 @@ def test_http_answers_the_lines_stdio_cannot_read_with_the_same_errors(
     assert answer["error"]["code"] == code and says in answer["error"]["message"], (what, answer)
 
 
-def assert_401(response: httpx2.Response, says: str) -> None:
-    assert response.status_code == 401, response.text
+def assert_refused(response: httpx2.Response, says: str) -> None:
+    """The gate's refusal: 403 (not 401, which MCP clients take for an OAuth challenge) with a JSON-RPC error."""
+    assert response.status_code == 403, response.text
     challenge = response.headers["www-authenticate"]
     assert challenge.startswith("Bearer ") and 'realm="taskgate"' in challenge and says in challenge
-    assert response.json()["error"] == "unauthorized" and says in response.json()["message"]
+    assert "resource_metadata" not in challenge
+    error = response.json()["error"]
+    assert response.json()["jsonrpc"] == "2.0" and says in error["message"]
 
 
-def test_http_without_a_valid_bearer_token_is_401_with_a_bearer_challenge(http_server: HttpServer):
-    assert_401(raw_post(http_server, None), "a bearer token issued by `taskgate token create` is required")
-    assert_401(raw_post(http_server, "tg_" + "x" * 43), "unknown or revoked")
-    assert_401(raw_post(http_server, "not-even-a-taskgate-token"), "bearer token issued by")
+def test_http_without_a_valid_bearer_token_is_403_with_the_reason(http_server: HttpServer):
+    assert_refused(raw_post(http_server, None), "a bearer token issued by `taskgate token create` is required")
+    assert_refused(raw_post(http_server, "tg_" + "x" * 43), "unknown or revoked")
+    assert_refused(raw_post(http_server, "not-even-a-taskgate-token"), "bearer token issued by")
     basic = httpx2.post(
         http_server.url, json=INITIALIZE, headers=MCP_HEADERS | {"Authorization": "Basic YWxpY2U6eA=="}, timeout=30.0
     )
-    assert basic.status_code == 401
-    # the same request with the operator's token passes the gate: the 401s above are the gate's, not the body's
+    assert basic.status_code == 403
+    # the same request with the operator's token passes the gate: the 403s above are the gate's, not the body's
     assert raw_post(http_server, http_server.operator_token).status_code == 200
 
 
@@ -530,9 +533,9 @@ async def test_http_a_revoked_token_stops_working_at_once(http_server: HttpServe
     async with connect(http_server, issued["token"]) as client:
         assert (await ok(client, "ping"))["summary"] == "pong"
         http_server.cli("token", "revoke", issued["id"])
-        with pytest.raises(MCPError, match="Server returned an error response"):  # the SDK's view of a 401
+        with pytest.raises(MCPError, match="the bearer token is unknown or revoked"):  # the gate's JSON-RPC error
             await client.call_tool("ping", {})
-    assert_401(raw_post(http_server, issued["token"]), "unknown or revoked")
+    assert_refused(raw_post(http_server, issued["token"]), "unknown or revoked")
     assert raw_post(http_server, http_server.operator_token).status_code == 200  # only that token is gone
     listed = {t["id"]: t for t in http_server.cli_json("token", "list")}
     assert listed[issued["id"]]["revoked_at"] is not None and listed[issued["id"]]["token_hash"] is None

@@ -89,7 +89,7 @@ async def test_it_admits_agent_tokens_only(app: App, tmp_path: Path):
     try:
         assert (await post(url, agent.secret))[0] == 200
         status, body = await post(url, operator.secret)
-        assert status == 401 and "serves agents only" in body
-        assert (await post(url, "tg_not-a-token"))[0] == 401
+        assert status == 403 and "serves agents only" in body
+        assert (await post(url, "tg_not-a-token"))[0] == 403
     finally:
         await endpoint.close()

@@ -7,6 +7,10 @@ Both are installed together into `${TASKGATE_TEST_CACHE:-~/.cache/taskgate-tests
 versions, under a file lock so parallel test workers install once. Measured here (2 cores):
 a cold install took 10 s (767 MB: both ship native binaries in per-platform npm packages), a warm
 call only checks the marker file (0.1 s for the whole interpreter).
+
+The MCP Inspector (`@modelcontextprotocol/inspector`, whose `mcp-inspector --cli` is a real MCP client on the
+TypeScript SDK) goes the same way into `<cache>/inspector`: a cold install took 10 s (110 MB). Its package asks
+for Node 22.19; its CLI runs on Node 20 as well (measured with 20.20).
 """
 
 from __future__ import annotations
@@ -32,8 +36,16 @@ PACKAGES = {
 INSTALL_TIMEOUT = 600
 
 
+INSPECTOR_VERSION = "2.12.0"
+INSPECTOR = {"@modelcontextprotocol/inspector": INSPECTOR_VERSION}
+
+
 class CliUnavailable(RuntimeError):
     """Node.js/npm missing or the install failed."""
+
+
+class NpmInstallFailed(CliUnavailable):
+    """Node.js and npm are there, but `npm install` failed or timed out."""
 
 
 def cache_dir() -> Path:
@@ -45,17 +57,17 @@ def _wanted() -> dict[str, str]:
     return {package: version for package, version in PACKAGES.values()}
 
 
-def _installed_ok(prefix: Path) -> bool:
+def _installed_ok(prefix: Path, wanted: dict[str, str] | None = None, bins: tuple[str, ...] = tuple(PACKAGES)) -> bool:
     marker = prefix / "installed.json"
     try:
-        if json.loads(marker.read_text()) != _wanted():
+        if json.loads(marker.read_text()) != (wanted or _wanted()):
             return False
     except (OSError, ValueError):
         return False
-    return all((prefix / "node_modules" / ".bin" / name).exists() for name in PACKAGES)
+    return all((prefix / "node_modules" / ".bin" / name).exists() for name in bins)
 
 
-def _install(prefix: Path) -> None:
+def _install(prefix: Path, wanted: dict[str, str] | None = None) -> None:
     npm = shutil.which("npm")
     node = shutil.which("node")
     if npm is None or node is None:
@@ -67,17 +79,21 @@ def _install(prefix: Path) -> None:
         major = 0
     if major < 20:
         raise CliUnavailable(f"node {version or '?'} is older than 20")
-    specs = [f"{package}@{version}" for package, version in _wanted().items()]
-    result = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), *specs],
-        capture_output=True,
-        text=True,
-        timeout=INSTALL_TIMEOUT,
-        check=False,
-    )
+    wanted = wanted or _wanted()
+    specs = [f"{package}@{version}" for package, version in wanted.items()]
+    try:
+        result = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), *specs],
+            capture_output=True,
+            text=True,
+            timeout=INSTALL_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as error:
+        raise NpmInstallFailed(f"npm install {' '.join(specs)} took over {INSTALL_TIMEOUT} s") from error
     if result.returncode != 0:
-        raise CliUnavailable(f"npm install failed ({result.returncode}): {result.stderr[-2000:]}")
-    (prefix / "installed.json").write_text(json.dumps(_wanted()))
+        raise NpmInstallFailed(f"npm install {' '.join(specs)} failed ({result.returncode}): {result.stderr[-2000:]}")
+    (prefix / "installed.json").write_text(json.dumps(wanted))
 
 
 AIDER_VERSION = "0.86.1"
@@ -130,6 +146,43 @@ def cli_path(name: str) -> Path:
     if not binary.exists():
         raise CliUnavailable(f"{binary} missing after install")
     return binary
+
+
+def inspector_path() -> Path:
+    """The MCP Inspector's launcher (`mcp-inspector`; `--cli` runs its command-line client), installed once at
+    INSPECTOR_VERSION into `<cache>/inspector`. Raises: CliUnavailable (NpmInstallFailed when npm failed)."""
+    prefix = cache_dir().parent / "inspector"
+    binary = prefix / "node_modules" / ".bin" / "mcp-inspector"
+    prefix.mkdir(parents=True, exist_ok=True)
+    if _installed_ok(prefix, INSPECTOR, ("mcp-inspector",)):
+        return binary
+    with open(prefix.parent / "inspector.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not _installed_ok(prefix, INSPECTOR, ("mcp-inspector",)):
+                try:
+                    _install(prefix, INSPECTOR)
+                except OSError as error:
+                    raise CliUnavailable(str(error)) from error
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    if not binary.exists():
+        raise NpmInstallFailed(f"{binary} missing after npm install")
+    return binary
+
+
+def require_inspector() -> Path:
+    """`inspector_path()`. Without Node.js 20 and npm the test skips (fails when env CI is set), like
+    `require_cli`; when npm is there but the install fails, the test fails and says why."""
+    try:
+        return inspector_path()
+    except NpmInstallFailed as error:
+        pytest.fail(f"could not install the MCP Inspector from npm: {error}")
+    except CliUnavailable as error:
+        message = f"needs Node.js 20 and npm: {error}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
 
 
 def require_cli(name: str) -> Path:

@@ -96,7 +96,7 @@ async def _service_checks(settings) -> list[Check]:
         endpoint = LoopbackEndpoint(app_, settings.mcp.tool_names, grace_s=0)
         url = await endpoint.acquire()
         try:
-            answered = await asyncio.to_thread(_answers_401, url)
+            answered = await asyncio.to_thread(_refuses_without_token, url)
         finally:
             await endpoint.close()
         checks.append(Check("mcp endpoint", "ok" if answered else "fail",
@@ -107,12 +107,12 @@ async def _service_checks(settings) -> list[Check]:
         await app_.close()
 
 
-def _answers_401(url: str) -> bool:
-    """Whether the endpoint answers (a request without a token must get 401)."""
+def _refuses_without_token(url: str) -> bool:
+    """Whether the endpoint answers (a request without a token must get the gate's 403)."""
     try:
         urllib.request.urlopen(urllib.request.Request(url, b"{}", method="POST"), timeout=5)
     except urllib.error.HTTPError as exc:
-        return exc.code == 401
+        return exc.code == 403
     except OSError:
         return False
     return False

@@ -23,6 +23,7 @@ from taskgate.entrypoints.console.diff_view import highlight_css
 from taskgate.entrypoints.console.live import stream
 from taskgate.entrypoints.console.signins import COOKIE
 from taskgate.entrypoints.console.web import SECURITY_HEADERS, Console, visit
+from taskgate.entrypoints.mcp.server import oauth_path
 
 _STATIC_TYPES = {".css": "text/css", ".js": "text/javascript", ".svg": "image/svg+xml"}
 
@@ -39,10 +40,12 @@ def console_app(runtime_app: Callable[[], App | None]) -> tuple[Starlette, Conso
 
 
 def beside_mcp(mcp: Any, console: Starlette) -> Any:
-    """One ASGI app: /mcp and the lifespan to `mcp`, the rest to `console`."""
+    """One ASGI app: /mcp, the OAuth discovery paths (its gate answers them 404: taskgate takes bearer tokens, not
+    OAuth) and the lifespan to `mcp`, the rest to `console`."""
 
     async def dispatch(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan" or scope.get("path", "").startswith("/mcp"):
+        path = scope.get("path", "")
+        if scope["type"] == "lifespan" or path.startswith("/mcp") or oauth_path(path):
             await mcp(scope, receive, send)
         else:
             await console(scope, receive, send)

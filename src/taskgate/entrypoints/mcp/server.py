@@ -1,16 +1,22 @@
 """Builds taskgate's `MCPServer`, and runs it over stdio or streamable HTTP behind a bearer-token gate.
 
 Over stdio the caller is the local operator of the config (`operator.default`). Over HTTP every request must
-carry `Authorization: Bearer <token>` (issued by `taskgate token create`); `BearerGate` answers 401 with
-`WWW-Authenticate` otherwise, and puts the token's principal into the ASGI scope, where the tools read it.
-The principal never comes from a tool parameter or a client-supplied header the gate did not verify.
+carry `Authorization: Bearer <token>` (issued by `taskgate token create`); `BearerGate` puts the token's principal
+into the ASGI scope, where the tools read it, and refuses anything else with 403 and a JSON-RPC error that says
+why. The principal never comes from a tool parameter or a client-supplied header the gate did not verify.
+
+Not 401: taskgate does not do MCP authorization (OAuth), and MCP clients take a 401 for an OAuth challenge (the
+MCP Inspector and Claude Code start OAuth discovery, Codex says only "Auth required"). A 403 whose body is a
+JSON-RPC error is shown as taskgate's message by the Inspector, Codex, the Python SDK and Claude Code (for a
+token it was given), with no OAuth attempted (docs/mcp.md#authentication-and-clients). The OAuth discovery
+documents and default endpoints are answered 404 with a JSON message, never metadata.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -116,8 +122,34 @@ class TaskgateServer(MCPServer):
         return ListToolsResult(tools=[tool for tool in listed.tools if tool.name in keep])
 
 
+REFUSED = -32010
+"""The JSON-RPC error code of the gate's refusals: in the band the MCP spec leaves to implementations
+(-32000..-32019), clear of the SDK's own -32000 and -32001."""
+
+NO_OAUTH = "taskgate does not use OAuth: send `Authorization: Bearer <token>`, a token from `taskgate token create`"
+
+_OAUTH_DOCUMENTS = (
+    "/.well-known/oauth-protected-resource",  # RFC 9728, also with the resource's path appended
+    "/.well-known/oauth-authorization-server",  # RFC 8414
+    "/.well-known/openid-configuration",
+)
+_OAUTH_ENDPOINTS = frozenset({"/authorize", "/token", "/register"})  # where clients go when no metadata is found
+
+
+def oauth_path(path: str) -> bool:
+    """Whether an OAuth client looks for metadata or an endpoint at `path` (the MCP authorization spec's discovery:
+    protected-resource and authorization-server metadata, path-inserted or not, then the default endpoints)."""
+    return (
+        path in _OAUTH_ENDPOINTS
+        or path.endswith("/.well-known/openid-configuration")
+        or any(path == doc or path.startswith(doc + "/") for doc in _OAUTH_DOCUMENTS)
+    )
+
+
 class BearerGate:
-    """ASGI middleware: no valid bearer token, no MCP. Sets the principal for the tools on success."""
+    """ASGI middleware: no valid bearer token, no MCP. Sets the principal for the tools on success.
+
+    OAuth discovery paths are answered 404 (`oauth_path`), before and without any token check."""
 
     def __init__(self, app: Any, authenticate: Callable[[str | None], Any]) -> None:
         self._app, self._authenticate = app, authenticate
@@ -126,10 +158,13 @@ class BearerGate:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
+        if oauth_path(scope.get("path", "")):
+            await no_oauth(scope, receive, send)
+            return
         try:
             scope[PRINCIPAL_SCOPE_KEY] = await self._authenticate(_bearer(scope))
         except Unauthenticated as exc:
-            await _unauthorized(send, str(exc))
+            await _refused(send, str(exc))
             return
         await self._app(scope, receive, send)
 
@@ -142,17 +177,29 @@ def _bearer(scope: dict[str, Any]) -> str | None:
     return None
 
 
-async def _unauthorized(send: Any, message: str) -> None:
-    body = json.dumps({"error": "unauthorized", "message": message}).encode()
-    challenge = f'Bearer realm="taskgate", error="invalid_token", error_description="{message}"'
+async def _refused(send: Any, message: str) -> None:
+    """403 with a JSON-RPC error carrying `message`: the Python SDK, Codex and the MCP Inspector show that message;
+    the `WWW-Authenticate` header names the scheme for plain HTTP clients (no `resource_metadata`: no OAuth)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": REFUSED, "message": message}}).encode()
+    quoted = message.replace("\\", "\\\\").replace('"', '\\"')
+    challenge = f'Bearer realm="taskgate", error="invalid_token", error_description="{quoted}"'
+    await _send_json(send, 403, body, [(b"www-authenticate", challenge.encode("latin-1", "replace"))])
+
+
+async def no_oauth(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """ASGI app: 404 with a JSON body that says taskgate takes bearer tokens, not OAuth."""
+    await _send_json(send, 404, json.dumps({"error": "not_found", "message": NO_OAUTH}).encode())
+
+
+async def _send_json(send: Any, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
     await send(
         {
             "type": "http.response.start",
-            "status": 401,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
-                (b"www-authenticate", challenge.encode()),
                 (b"content-length", str(len(body)).encode()),
+                *headers,
             ],
         }
     )
