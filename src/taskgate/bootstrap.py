@@ -184,6 +184,7 @@ def build_workflows(
     options: WorkflowOptions | None = None,
     review_queue: ReviewQueue | None = None,
     outputs: OutputService | None = None,
+    workspaces: WorkspaceService | None = None,
 ) -> WorkflowEngine:
     """The workflow engine, added after the engine's current effects (it drives a session entering
     executing); agents of workflow sessions report to it, and decisions answer its approval steps."""
@@ -198,6 +199,8 @@ def build_workflows(
         engine.use_decisions(decisions)  # a workflow's last approval is the verification decision
     if review_queue is not None:
         review_queue.use_workflows(engine)
+    if workspaces is not None:
+        engine.use_workspaces(workspaces)
     return engine
 
 
@@ -346,6 +349,7 @@ async def bootstrap(
     app.workflows = build_workflows(
         services[0], uow, catalogue=workflow_catalogue(settings).catalogue, clock=clock, agents=agents,
         decisions=people[1], options=workflow_options(settings), review_queue=queue, outputs=outputs,
+        workspaces=extras[0],
     )  # fmt: skip
     app.recovery = Recovery(services[0], extras[0], services[3], agents, app.workflows)
     return app

@@ -194,3 +194,57 @@ def test_listing_by_pattern(offline: Cli):
     assert cli.json("workflow", "list", "--category", "other") == []
     assert [c["id"] for c in cli.json("checklist", "list", "release")] == ["release", "ship"]  # built-in, project
     assert cli.json("checklist", "list", "x*") == []
+
+
+ASKS = """
+id: asks
+description: a run's input and context reach the prompt
+steps:
+  - id: make
+    type: agent
+    agent: echo
+    prompt: "make {{task.title}} in {{context.area}} (strict: {{context.strict}})"
+  - id: nested
+    type: workflow
+    workflow: asks-child
+"""
+ASKS_CHILD = """
+id: asks-child
+description: sees the run's input too
+steps:
+  - id: more
+    type: agent
+    agent: echo
+    prompt: "and then {{input}}"
+"""
+
+
+def test_a_run_takes_input_and_context_its_prompts_and_manifest_show_them(cli: Cli):
+    config = cli.workdir / "config"
+    (config / "workflows" / "e2e" / "asks.yaml").write_text(ASKS)
+    (config / "workflows" / "e2e" / "asks-child.yaml").write_text(ASKS_CHILD)
+    echo = json.dumps([sys.executable, "-c", "import sys; print(sys.argv[1])", "{prompt}"])
+    with (config / "taskgate.toml").open("a") as toml:
+        toml.write(f"\n[agents.echo]\ncommand = {echo}\n")
+    before = cli.table_counts()
+    bad = cli.fails("workflow", "run", "asks", "--task", "DEMO-3", "--context", '["api"]')
+    assert bad == "error: --context must be a JSON object of names to values, not list"
+    assert "--context is not JSON" in cli.fails("workflow", "run", "asks", "--task", "DEMO-3", "--context", "{area")
+    assert cli.table_counts() == before
+
+    out = cli.ok("workflow", "run", "asks", "--task", "DEMO-3", "--input", "Build the login page",
+                 "--context", '{"area": "api", "strict": true}')  # fmt: skip
+    sid = out.split()[1]
+    assert f"finished: the workflow is done and session {sid} is verifying" in out
+    assert "✓ asks › make succeeded: make Release it in api (strict: true)" in out
+    outputs = cli.json("session", "outputs", sid)
+    given = outputs["inputs"]
+    assert given["run/asks"] == {"input": "Build the login page", "context": {"area": "api", "strict": "true"}}
+    (make,) = given["asks/make"]["prompts"]
+    assert make["prompt"] == "make Release it in api (strict: true)\n\nThe run's input:\nBuild the login page"
+    assert given["asks-child/more"]["prompts"][0]["prompt"] == "and then Build the login page"
+    assert outputs["workflow"] == {"name": "asks", "description": "a run's input and context reach the prompt"}
+    assert outputs["execution"]["status"] == "completed" and outputs["execution"]["user"] == "alice"
+    runs = cli.json("workflow", "steps", sid[:8])
+    assert [(r["step_id"], r["status"]) for r in runs] == [("make", "succeeded"), ("nested", "succeeded"),
+                                                            ("more", "succeeded")]  # fmt: skip

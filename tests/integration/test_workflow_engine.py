@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -666,3 +667,59 @@ async def test_a_reject_with_a_compensation_rejects_the_session_even_where_the_s
     )
     assert (decided.session.state, decided.decision.compensation.value) == (SessionState.FAILED, "manual_review")
     assert (await services.sessions.history(session.id, limit=1))[0].trigger == "reject"
+
+
+STRUCTURED_PARENT = """
+id: outer
+description: a nested workflow whose structured result a condition and a prompt use
+steps:
+  - id: sub
+    type: workflow
+    workflow: inner
+  - id: check
+    type: condition
+    when: >-
+      steps.sub.success and steps.sub.children.build.status == "succeeded"
+      and "notes.txt" in steps.sub.files_changed and steps.sub.usage.turns == null
+    then: report
+    else: end
+  - id: report
+    type: agent
+    agent: ok
+    prompt: "sub said: {{steps.sub.summary}}"
+"""
+STRUCTURED_CHILD = """
+id: inner
+description: builds, then waits at a gate
+steps:
+  - id: build
+    type: agent
+    agent: ok
+    prompt: build it
+  - id: gate
+    type: approval
+    message: inner gate
+"""
+
+
+async def test_a_nested_step_returns_a_structured_result_and_continue_ends_it_early(services, git_repo, tmp_path):
+    files = {"dev/outer.yaml": STRUCTURED_PARENT, "dev/inner.yaml": STRUCTURED_CHILD}
+    r = rig(services, tmp_path, files)
+    r.engine.use_workspaces(services.workspaces)
+    session = await planning_with(services, git_repo, r, "outer")
+    with pytest.raises(InvalidInput, match=r"workflow_continue ends a nested frame; .* depth 1"):
+        await r.engine.continue_frame(session.id, ACTOR)
+    paused = await _execute(services, r, session)  # build ran; the inner gate waits
+    assert r.engine.view(paused).breadcrumb == "outer › sub › inner › gate"
+    worktree = (await services.sessions.get(session.id)).worktree_path
+    (Path(worktree) / "notes.txt").write_text("written while the nested workflow ran\n")
+    view = await r.engine.continue_frame(session.id, ACTOR)
+    assert view.depth == 1
+    await run_until_idle(r, session.id)
+    done = await services.sessions.get(session.id)
+    assert done.state == SessionState.VERIFYING
+    runs = [(s, st) for s, _, st in await _runs(r, session)]
+    assert runs == [("sub", "succeeded"), ("build", "succeeded"), ("gate", "cancelled"), ("check", "succeeded"),
+                    ("report", "succeeded")]  # fmt: skip
+    report = r.runner.prompts("ok")[-1]
+    assert report.startswith("sub said: - build: succeeded: build it")

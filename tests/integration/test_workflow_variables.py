@@ -11,6 +11,10 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
+from taskgate.application.outputs import SaveOutput
+from taskgate.domain.errors import InvalidInput
 from taskgate.domain.states import SessionState
 from tests.builders import ACTOR
 from tests.workflow_support import planning_with, rig, run_until_idle
@@ -141,3 +145,42 @@ async def test_the_manifest_describes_workflow_execution_agent_related_sessions_
     await services.sessions.fire(FireTrigger(session.id, "cancel", ACTOR, reason="changed my mind"))
     cancelled = json.loads(path.read_text())
     assert cancelled["execution"]["status"] == "cancelled"
+
+
+PLACED = """
+id: placed
+description: keeps its sessions' folders by workflow and task
+session_folder: "{workflow}/{{task.id}}-{session_id}"
+steps:
+  - id: write
+    type: agent
+    agent: ok
+    prompt: "write into {session-folder}"
+"""
+
+
+async def test_a_workflows_session_folder_template_places_the_folder_under_the_outputs_root(
+    services, git_repo, tmp_path
+):
+    r = rig(services, tmp_path, {"dev/placed.yaml": PLACED}, folders=True)
+    session = await planning_with(services, git_repo, r, "placed")
+    folder = tmp_path / "out" / "placed" / f"{session.task_id}-{session.id}"
+    assert r.outputs.folder(session.id) == str(folder)
+    await r.agents.execute(session.id, ACTOR)
+    await run_until_idle(r, session.id)
+    (prompt,) = r.runner.prompts("ok")
+    assert prompt == f"write into {folder}"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["session"] == session.id and manifest["workflow"]["name"] == "placed"
+    assert not (tmp_path / "out" / session.id).exists()
+    saved = await r.outputs.save_output(SaveOutput(session.id, "notes/a.md", "hello"))
+    assert saved.path == "notes/a.md" and (folder / "notes" / "a.md").read_text() == "hello"
+
+
+async def test_a_session_whose_folder_exists_already_is_not_moved(services, git_repo, tmp_path):
+    r = rig(services, tmp_path, {"dev/placed.yaml": PLACED}, folders=True)
+    seeded_session = await planning_with(services, git_repo, r, "placed")
+    assert r.outputs is not None
+    with pytest.raises(InvalidInput, match="is at placed/"):
+        await r.outputs.place(seeded_session.id, f"elsewhere/{seeded_session.id}")
+    await r.outputs.place(seeded_session.id, f"placed/{seeded_session.task_id}-{seeded_session.id}")  # same: no-op

@@ -478,3 +478,14 @@ steps:
     (problem,) = _problems_of(text)
     assert "load names 'instructionz', which is not one of the workflow's variables" in problem
     assert "did you mean 'instructions'?" in problem
+
+
+def test_a_session_folder_template_needs_the_session_id_and_stays_under_the_outputs_root():
+    base = "id: w\ndescription: d\nsession_folder: {folder}\nsteps:\n  - {{id: a, type: agent, agent: x, prompt: p}}\n"
+    assert _problems_of(base.format(folder="'{workflow}/{date}/{{task.id}}-{session_id}'")) == []
+    (missing,) = _problems_of(base.format(folder="'{workflow}/out'"))
+    assert "3: 'session_folder' must be a text containing {session_id}" in missing
+    (escape,) = _problems_of(base.format(folder="'../{session_id}'"))
+    assert "3: session_folder '../{session_id}':" in escape and "'..'" in escape
+    (unknown,) = _problems_of(base.format(folder="'{{nope}}/{session_id}'"))
+    assert "unknown variable '{{nope}}'" in unknown

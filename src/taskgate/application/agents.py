@@ -350,7 +350,7 @@ class AgentService:
         task = await uow.tasks.get(session.task_id, with_blockers=False)
         project = await uow.projects.get(session.project_id)
         agent_id = self._ids.new_session_id()
-        folder = str(PurePosixPath(self._outputs_root, session.id))
+        folder = self._folder_of(session.id)
         values = {
             "task_id": task.id, "task_title": task.title, "task_description": task.description,
             "instructions": instructions, "session_id": session.id, "worktree": session.worktree_path or "",
@@ -404,7 +404,7 @@ class AgentService:
     async def _start(self, agent: Agent, kind: AgentType) -> Agent:
         session = await self._sessions.get(agent.session_id)
         token = await self._access.create_agent_token(session.id, f"agent {agent.id}", agent_id=agent.id)
-        folder = str(PurePosixPath(self._outputs_root, session.id))
+        folder = self._folder_of(session.id)
         url = self._options.mcp_url
         if self._endpoint is not None:
             url = await self._endpoint.acquire()
@@ -538,6 +538,13 @@ class AgentService:
             agents = await uow.agents.of_session(session_id)
         run = max((a.run for a in agents), default=0)
         return [self._type_or_default(a.agent_type) for a in agents if a.run == run]
+
+    def _folder_of(self, session_id: str) -> str:
+        """The session folder's path: where the session folders say (a workflow may have placed it), else the
+        default `<outputs root>/<session id>`."""
+        if self._outputs is not None:
+            return self._outputs.folder(session_id)
+        return str(PurePosixPath(self._outputs_root, session_id))
 
     def _type(self, name: str) -> AgentType:
         if name not in self._types:

@@ -59,6 +59,11 @@ class OutputService:
         """The session folder's absolute path (`TASKGATE_SESSION_FOLDER`); it may not exist yet."""
         return self._folders.path(session_id)
 
+    async def place(self, session_id: str, relative: str) -> str:
+        """Put the session's folder at `relative` under the outputs root (a workflow's `session_folder`), before
+        anything is written there. Raises: InvalidInput (see SessionFolders.place)."""
+        return await self._folders.place(session_id, relative)
+
     async def open_folder(self, session_id: str) -> str:
         """Create the session's folder and its manifest (task, start time, status `open`, the description of
         `describe`) if missing; returns the folder's path. Raises: SessionNotFound; Forbidden when the folder is

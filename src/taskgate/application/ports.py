@@ -815,6 +815,10 @@ class SessionFolders(Protocol):
     def path(self, session_id: str) -> str:
         """The folder's absolute path (it may not exist yet)."""
 
+    async def place(self, session_id: str, relative: str) -> str:
+        """Put the folder at `relative` under the root (a workflow's `session_folder`), before it exists; returns
+        its path. Raises: InvalidInput (a bad path, no session id in it, the folder exists already)."""
+
     async def ensure(self, session_id: str) -> str:
         """Create the folder if needed; returns its path. Raises: Forbidden when it is a symlink."""
 

@@ -4,9 +4,10 @@ session's lock and saves in one version-checked transaction (see application/wor
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import json
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from taskgate.application.workflow_records import StepEvent, StepRecords
@@ -14,16 +15,22 @@ from taskgate.application.workflow_views import StackView
 from taskgate.domain.entities import Decision, Session, StepStatus
 from taskgate.domain.errors import ConflictError, InvalidInput, InvalidTransition, TaskgateError
 from taskgate.domain.states import SessionState
+from taskgate.domain.variables import NAME as VARIABLE_NAME
 from taskgate.domain.workflow_run import (
     MAX_DEPTH,
     Frame,
     FrameKind,
     FrameStatus,
+    add_usage,
     breadcrumb,
+    changed_files,
     child_results,
     enter,
+    last_output,
     load_stack,
+    nested_result,
 )
+from taskgate.domain.workflow_validation import session_folder_path
 from taskgate.domain.workflow_visibility import Viewer, check_visible
 from taskgate.domain.workflows import Step, StepType, Workflow
 
@@ -47,30 +54,55 @@ class StackEdits(StepRecords):
     _options: Any
     _outputs: Any  # OutputService | None
     # and, from WorkflowEngine: workflow, checklist, view, waiting, _lock, _kick_if_executing, _find, _now,
-    # _workflow_frame
+    # _workflow_frame, _steps, _changes
 
-    async def add_workflow(self, session_id: str, name: str, actor: str, viewer: Viewer | None = None) -> StackView:
+    async def add_workflow(
+        self, session_id: str, name: str, actor: str, viewer: Viewer | None = None, *,
+        inputs: RunInputs | None = None,
+    ) -> StackView:  # fmt: skip
         """Push workflow `name` onto the session's stack (the root frame if the stack is empty), for `viewer` (who
-        asks: the workflow's `visible_to` must allow it; None: the system).
+        asks: the workflow's `visible_to` must allow it; None: the system). `inputs` (a run's `--input` and
+        `--context`) become the new frame's variables and are recorded in the manifest.
 
         Raises: WorkflowNotFound, Forbidden (not visible to `viewer`), InvalidInput (stack too deep, the workflow
         already on it), InvalidTransition (the session is past executing), SessionNotFound.
         """
         workflow = self.workflow(name)
         check_visible(workflow.id, workflow.visible_to, viewer)  # before anything is read or written
+        await self._place_folder(session_id, workflow)
 
         async def push(session: Session, stack: list[Frame]) -> list[StepEvent]:
             _check_depth(stack, session_id)
             if any(f.kind is FrameKind.workflow and f.name == name for f in stack):
                 raise InvalidInput(f"workflow '{name}' is already on session {session_id}'s stack: {breadcrumb(stack)}")
-            stack.append(self._workflow_frame(workflow, parent=stack[-1] if stack else None, parent_step=None))
-            return [("workflow.pushed", {"workflow": name, "depth": len(stack), "actor": actor})]
+            frame = self._workflow_frame(workflow, parent=stack[-1] if stack else None, parent_step=None)
+            frame.variables.update(inputs.variables() if inputs is not None else {})
+            stack.append(frame)
+            pushed = {"workflow": name, "depth": len(stack), "actor": actor}
+            return [("workflow.pushed", {**pushed, **({"inputs": inputs.as_dict()} if inputs is not None else {})})]
 
         view = await self._edit(session_id, "add_workflow_to_session", push)
-        if view.depth == 1 and self._outputs is not None:  # the session's workflow: named in its manifest
+        if self._outputs is not None:  # the session's workflow is named in its manifest, with what it was given
             with suppress(TaskgateError):
-                await self._outputs.describe(session_id, workflow={"name": name, "description": workflow.description})
+                if view.depth == 1:
+                    described = {"name": name, "description": workflow.description}
+                    await self._outputs.describe(session_id, workflow=described)
+                if inputs is not None:
+                    await self._outputs.record_inputs(session_id, {f"run/{name}": inputs.as_dict()})
         return view
+
+    async def _place_folder(self, session_id: str, workflow: Workflow) -> None:
+        """A root workflow with a `session_folder` template puts the session's folder there, before the push
+        (a refusal, e.g. a folder that holds outputs already, writes nothing). Placing is idempotent, so a push
+        refused afterwards leaves the folder's place chosen by this workflow, and nothing else."""
+        if workflow.session_folder is None or self._outputs is None:
+            return
+        session = await self._sessions.get(session_id)
+        if session.workflow_stack:  # nested: the session's folder is the root workflow's
+            return
+        relative = session_folder_path(workflow.session_folder, session.id, workflow.id,
+                                       self._clock.now().date().isoformat(), session.task_id)  # fmt: skip
+        await self._outputs.place(session_id, relative)
 
     def chosen(self, name: str | None, viewer: Viewer | None = None) -> Workflow | None:
         """The workflow a new session should run: `name`, else `[workflows] default`, else None. Call it
@@ -84,14 +116,16 @@ class StackEdits(StepRecords):
             check_visible(workflow.id, workflow.visible_to, viewer)
         return workflow
 
-    async def attach(self, session_id: str, workflow: Workflow | None, actor: str) -> StackView | None:
+    async def attach(
+        self, session_id: str, workflow: Workflow | None, actor: str, inputs: RunInputs | None = None
+    ) -> StackView | None:
         """Push `workflow` (from `chosen`) as the session's root frame unless its stack already has one."""
         if workflow is None:
             return None
         session = await self._sessions.get(session_id)
         if session.workflow_stack:
             return self.view(session)
-        return await self.add_workflow(session_id, workflow.id, actor)
+        return await self.add_workflow(session_id, workflow.id, actor, inputs=inputs)
 
     async def add_checklist(self, session_id: str, name: str, actor: str) -> StackView:
         """Push checklist `name`: the session's workflow waits until its required items are ticked."""
@@ -184,6 +218,34 @@ class StackEdits(StepRecords):
 
         return await self._edit(session_id, "workflow_break", leave)
 
+    async def continue_frame(self, session_id: str, actor: str) -> StackView:
+        """End the nested top frame early as a success (only when depth > 1): its current step is stopped, and the
+        step that pushed it succeeds with what the frame did so far (its last output and its structured result),
+        so the frame below goes on along that step's success route. `break_frame` is the other way out."""
+
+        async def finish_early(session: Session, stack: list[Frame]) -> list[StepEvent]:
+            if len(stack) < 2:
+                raise InvalidInput(
+                    f"workflow_continue ends a nested frame; session {session_id} is at depth {len(stack)}"
+                )
+            child = stack[-1]
+            await self._abandon_step(session, child, StepStatus.CANCELLED, f"workflow_continue by {actor}")
+            stack.pop()
+            parent = stack[-1]
+            if child.parent_step is not None and parent.step == child.parent_step:
+                output = last_output(child)
+                after = await self._changes(session) if child.baseline is not None else None
+                nested = nested_result(child, self._steps(child), StepStatus.SUCCEEDED,
+                                       changed_files(child.baseline, after))  # fmt: skip
+                note = f"ended early by workflow_continue ({actor})"
+                await self._close_run(parent.run_id, StepStatus.SUCCEEDED, note)
+                parent.usage = add_usage(parent.usage, child.usage)
+                parent.status = FrameStatus.done
+                parent.outcome = {"status": StepStatus.SUCCEEDED.value, "output": output, "nested": nested}
+            return [("workflow.continue", {"actor": actor, "left": child.label})]
+
+        return await self._edit(session_id, "workflow_continue", finish_early)
+
     async def restart(self, session_id: str, actor: str) -> StackView:
         """Run the top frame again from its first step, with its results cleared."""
 
@@ -258,6 +320,50 @@ class StackEdits(StepRecords):
             allowed = ", ".join(sorted(s.value for s in PUSHABLE_STATES))
             raise InvalidTransition(session_id, session.state.value, what, [f"(states: {allowed})"])
         return session, load_stack(session.workflow_stack)
+
+
+@dataclass(frozen=True, slots=True)
+class RunInputs:
+    """What a run gives its workflow (`workflow run --input TEXT --context JSON`): `input` is the root frame's
+    `{{input}}`, each context key `k` is `{{context.k}}` (and conditions' `context.k`)."""
+
+    input: str | None = None
+    context: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str | None, context_json: str | None) -> RunInputs:
+        """From the command line. Raises: InvalidInput naming what is wrong (nothing is written)."""
+        context: dict[str, str] = {}
+        if context_json is not None:
+            try:
+                data = json.loads(context_json)
+            except json.JSONDecodeError as exc:
+                raise InvalidInput(f"--context is not JSON: {exc.msg} at column {exc.colno}") from None
+            if not isinstance(data, dict):
+                raise InvalidInput(f"--context must be a JSON object of names to values, not {type(data).__name__}")
+            for key, value in data.items():
+                if not VARIABLE_NAME.fullmatch(key):
+                    raise InvalidInput(f"--context key {key!r} is not a name (letters, digits, _ . -)")
+                if isinstance(value, bool):
+                    value = "true" if value else "false"
+                if not isinstance(value, str | int | float):
+                    raise InvalidInput(f"--context value of {key!r} must be text, a number or a boolean")
+                context[key] = str(value)
+        if text is not None and len(text) > MAX_INPUT:
+            raise InvalidInput(f"--input is longer than {MAX_INPUT} characters")
+        return cls(text, context)
+
+    def variables(self) -> dict[str, str]:
+        out = {f"context.{key}": value for key, value in self.context.items()}
+        if self.input is not None:
+            out["input"] = self.input
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"input": self.input, "context": dict(self.context)}
+
+
+MAX_INPUT = 100_000
 
 
 def _instruct(top: Frame, step: Step, decision: Decision) -> None:

@@ -35,7 +35,14 @@ from typing import Any, Protocol
 
 from taskgate.application.effects import NOTHING, Aftermath, NoEffects
 from taskgate.application.outputs import OutputService
-from taskgate.application.ports import Clock, ProjectFiles, StepClaim, UnitOfWork, UnitOfWorkFactory
+from taskgate.application.ports import (
+    Clock,
+    ProjectFiles,
+    StepClaim,
+    UnitOfWork,
+    UnitOfWorkFactory,
+    WorkspaceContext,
+)
 from taskgate.application.sessions import FireResult, FireTrigger, SessionService
 from taskgate.application.workflow_edits import StackEdits
 from taskgate.application.workflow_prompts import PromptFacts, step_prompts
@@ -68,7 +75,9 @@ from taskgate.domain.workflow_run import (
     FrameKind,
     FrameStatus,
     LoopLimits,
+    add_usage,
     breadcrumb,
+    changed_files,
     child_results,
     condition_target,
     enter,
@@ -77,8 +86,10 @@ from taskgate.domain.workflow_run import (
     fingerprint,
     frame_context,
     iteration_problem,
+    last_output,
     load_stack,
     merge_back,
+    nested_result,
     record,
     repeat_problem,
     route,
@@ -134,6 +145,12 @@ class StepLauncher(Protocol):
     async def wait(self, session_id: str) -> None: ...
 
 
+class WorktreeChanges(Protocol):
+    """What the engine needs of WorkspaceService: a session's changes against its base."""
+
+    async def review(self, session_id: str) -> WorkspaceContext: ...
+
+
 class VerificationDecider(Protocol):
     """What the engine needs of DecisionService: to take an operator's approval as the verification decision."""
 
@@ -158,6 +175,7 @@ class WorkflowEngine(StackEdits, NoEffects):
         self._launcher = launcher
         self._files = files  # `load:` files and `{config_source}:key` configs of the project
         self._outputs: OutputService | None = None  # `{session-folder}`, and the manifest's inputs
+        self._workspaces: WorktreeChanges | None = None  # files changed by nested frames
         self._catalogue: Catalogue | None = None
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._queued: set[str] = set()  # sessions with a driver task that has not taken the lock yet
@@ -174,6 +192,23 @@ class WorkflowEngine(StackEdits, NoEffects):
         """Take a workflow's last approval as the verification decision through `decisions` (DecisionService),
         so its guards apply and the decision is recorded (the composition root attaches it)."""
         self._decisions = decisions
+
+    def use_workspaces(self, workspaces: WorktreeChanges) -> None:
+        """Attach the worktrees, to tell which files a nested workflow or group changed (`files_changed`)."""
+        self._workspaces = workspaces
+
+    async def _changes(self, session: Session) -> dict[str, str] | None:
+        """The worktree's changes against its base (path → added/deleted, or dirty/untracked); None when unknown."""
+        if self._workspaces is None or not session.worktree_path:
+            return None
+        try:
+            context = await self._workspaces.review(session.id)
+        except TaskgateError:
+            return None
+        changes = {f.path: f"{f.added}/{f.deleted}" for f in context.diff_stat}
+        changes.update({p: "dirty" for p in context.dirty})
+        changes.update({p: "untracked" for p in context.untracked})
+        return changes
 
     def use_outputs(self, outputs: OutputService) -> None:
         """Attach the session folders: `{session-folder}` in prompts, and the manifest's record of their inputs."""
@@ -481,6 +516,8 @@ class WorkflowEngine(StackEdits, NoEffects):
             mine = await uow.agents.many(top.agents)
         if any(a.status in _LIVE for a in mine):
             return False
+        for agent in mine:  # what the agent CLIs reported of their runs, summed per frame (nested results carry it)
+            top.usage = add_usage(top.usage, agent.report)
         status, output = _agents_outcome(step, mine)
         return await self._finish_step(session, stack, status, output)
 
@@ -542,7 +579,7 @@ class WorkflowEngine(StackEdits, NoEffects):
             retry = {"step": step.id, "attempt": top.attempt + 1, "delay_s": delay}
             await self._save(session, stack, carry=carry, events=[("workflow.retry", retry)])
             return True
-        record(top, step.id, status, output, top.attempt)
+        record(top, step.id, status, output, top.attempt, outcome.get("nested"))
         instructions = top.variables.get("instructions", "") if status is StepStatus.CHANGES_REQUESTED else ""
         loop = repeat_problem(top, step.id, fingerprint(status.value, output, instructions), self._options.limits)
         if loop:
@@ -592,6 +629,7 @@ class WorkflowEngine(StackEdits, NoEffects):
                 parent_step=step.id, results=child_results(top, mode), variables=dict(top.variables),
                 max_iterations=top.max_iterations, started_at=self._now(), deadline=top.deadline,
             )  # fmt: skip
+        child.baseline = await self._changes(session)  # to tell which files the nested frame changed
         event = ("workflow.pushed", {"frame": child.label, "by_step": step.id, "depth": len(stack) + 1})
         await self._open_run(
             session, stack, top, step, StepStatus.RUNNING, FrameStatus.running, event=event, push=child
@@ -608,11 +646,16 @@ class WorkflowEngine(StackEdits, NoEffects):
         if stack and child.parent_step is not None and stack[-1].step == child.parent_step:
             parent = stack[-1]
             merge_back(parent, child)
+            steps = self._steps(child)
             if child.kind is FrameKind.group and child.summarize:
-                output = summary(child, self._steps(child))
+                output = summary(child, steps)
             elif status is StepStatus.SUCCEEDED:
-                output = _last_output(child)
-            parent.status, parent.outcome = FrameStatus.done, {"status": status.value, "output": output[-OUTPUT_LIMIT:]}
+                output = last_output(child)
+            files = changed_files(child.baseline, await self._changes(session)) if child.baseline is not None else None
+            nested = nested_result(child, steps, status, files)
+            parent.usage = add_usage(parent.usage, child.usage)
+            parent.status = FrameStatus.done
+            parent.outcome = {"status": status.value, "output": output[-OUTPUT_LIMIT:], "nested": nested}
             finish.append((parent.run_id, status, output, output if status is StepStatus.FAILED else None))
         await self._save(session, stack, finish=finish, events=events, carry=carry)
 
@@ -800,14 +843,6 @@ def _agents_outcome(step: Step, agents: list[Agent]) -> tuple[StepStatus, str]:
         return StepStatus.SUCCEEDED, output
     failed = "; ".join(f"{a.agent_type} {a.id[:8]}: {a.error or a.status.value}" for a in agents if a not in ok)
     return StepStatus.FAILED, f"{len(ok)} of {len(agents)} agents succeeded, {need} needed: {failed}\n{output}"
-
-
-def _last_output(frame: Frame) -> str:
-    for step_id in reversed(frame.own):
-        out = frame.results.get(step_id, {}).get("output")
-        if out:
-            return str(out)
-    return ""
 
 
 def _frame_key(frame: Frame) -> str:

@@ -65,6 +65,8 @@ def step_prompts(step: Step, top: Frame, facts: PromptFacts, files: ProjectFiles
                 text += f"\n\n{name} ({path}):\n{content}"
         if given and "input" not in references(prompt or ""):
             text += f"\n\nOutput of step '{step.input}':\n{variables['input']}"
+        elif not given and top.variables.get("input") and "input" not in references(prompt or ""):
+            text += f"\n\nThe run's input:\n{variables['input']}"  # `workflow run --input`, or a parent's
         if variables["instructions"]:
             text += f"\n\nThe operator's instructions:\n{variables['instructions']}"
         specs.append((agent, text.strip() or f"Work on the task: {facts.task.get('title', '')}"))

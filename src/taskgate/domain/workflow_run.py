@@ -78,6 +78,8 @@ class Frame:
     own: list[str] = field(default_factory=list)  # step ids whose results this frame wrote (for shared pops)
     started_at: str = ""
     deadline: str | None = None  # ISO time: the workflow's max_duration
+    usage: dict[str, Any] = field(default_factory=dict)  # tokens, turns, cost the agents reported, summed
+    baseline: dict[str, str] | None = None  # the worktree's changed files when the frame started (path → stat)
 
     def as_json(self) -> dict[str, Any]:
         """The frame as plain JSON values, sharing nothing mutable with the frame. (Not `dataclasses.asdict`:
@@ -214,10 +216,57 @@ def enter(frame: Frame, step_id: str) -> None:
     frame.history = [*frame.history, step_id][-HISTORY:]
 
 
-def record(frame: Frame, step_id: str, status: StepStatus, output: str, attempts: int) -> None:
-    frame.results[step_id] = {"status": status.value, "output": output[-OUTPUT_LIMIT:], "attempts": attempts}
+def record(
+    frame: Frame, step_id: str, status: StepStatus, output: str, attempts: int, nested: Mapping[str, Any] | None = None
+) -> None:
+    """The step's result as the frame's later steps and conditions read it (`steps.<id>.…`); `nested` adds the
+    structured result of a workflow or group step (`nested_result`)."""
+    result = {"status": status.value, "output": output[-OUTPUT_LIMIT:], "attempts": attempts,
+              "success": status in (StepStatus.SUCCEEDED, StepStatus.APPROVED)}  # fmt: skip
+    frame.results[step_id] = {**result, **(nested or {})}
     if step_id not in frame.own:
         frame.own.append(step_id)
+
+
+USAGE_KEYS = ("turns", "input_tokens", "output_tokens", "cache_read_tokens", "cost_usd")
+CHILD_OUTPUT_LIMIT = 500  # characters of each child step's output kept in the parent's structured result
+
+
+def add_usage(total: Mapping[str, Any], report: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`total` plus what one agent reported of its run (agent_reports.AgentReport.as_dict()); keys it does not
+    report stay as they were (a cost is summed only where reported)."""
+    out = dict(total)
+    for key in USAGE_KEYS:
+        value = (report or {}).get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = out.get(key, 0) + value
+    return out
+
+
+def changed_files(before: Mapping[str, str] | None, after: Mapping[str, str] | None) -> list[str] | None:
+    """The files whose state differs between two snapshots of the worktree's changes (path → stat); None when
+    either is unknown."""
+    if before is None or after is None:
+        return None
+    return sorted(p for p in {*before, *after} if before.get(p) != after.get(p))
+
+
+def nested_result(child: Frame, steps: Sequence[Step], status: StepStatus, files: list[str] | None) -> dict[str, Any]:
+    """What a workflow or group step hands its frame besides its output: `success`, `summary` (a line per step
+    it ran), `children` (each step's status, output start and attempts), `files_changed` (None: unknown) and
+    `usage` (summed over its agents, nested frames included)."""
+    children = {
+        step_id: {"status": r.get("status"), "output": str(r.get("output", ""))[:CHILD_OUTPUT_LIMIT],
+                  "attempts": r.get("attempts", 1), "success": r.get("success", r.get("status") == "succeeded")}
+        for step_id in child.own if (r := child.results.get(step_id)) is not None
+    }  # fmt: skip
+    return {
+        "success": status is StepStatus.SUCCEEDED,
+        "summary": summary(child, steps),
+        "children": children,
+        "files_changed": files,
+        "usage": dict(child.usage),
+    }
 
 
 def child_results(parent: Frame, mode: ContextMode) -> dict[str, dict[str, Any]]:
@@ -235,6 +284,15 @@ def merge_back(parent: Frame, child: Frame) -> None:
                     parent.own.append(step_id)
 
 
+def last_output(frame: Frame) -> str:
+    """The output of the last step the frame ran that had one (what a nested frame hands on by default)."""
+    for step_id in reversed(frame.own):
+        out = frame.results.get(step_id, {}).get("output")
+        if out:
+            return str(out)
+    return ""
+
+
 def summary(child: Frame, steps: Sequence[Step]) -> str:
     """The summarize text a group hands its parent: the prompt (if one was given), then one line per step
     the group ran, in the group's order, with its status and the start of its output."""
@@ -250,4 +308,6 @@ def summary(child: Frame, steps: Sequence[Step]) -> str:
 def frame_context(frame: Frame, task: Mapping[str, Any], session: Mapping[str, Any]) -> dict[str, Any]:
     """What conditions and prompts read: `steps.<id>.status|output|attempts`, `context.<var>`, `task.*`,
     `session.*`."""
-    return {"steps": frame.results, "context": dict(frame.variables), "task": dict(task), "session": dict(session)}
+    context = dict(frame.variables)  # a run's --context key k is the variable `context.k`: `context.k` here too
+    context.update({k.removeprefix("context."): v for k, v in frame.variables.items() if k.startswith("context.")})
+    return {"steps": frame.results, "context": context, "task": dict(task), "session": dict(session)}

@@ -10,9 +10,11 @@ import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from taskgate.domain.errors import InvalidInput
 from taskgate.domain.expressions import ExpressionError, parse_condition
 from taskgate.domain.openagents import FORMATS, OPENAGENTS, from_openagents, reading
-from taskgate.domain.variables import BUILTINS, VariableError, references, resolve_all
+from taskgate.domain.outputs import output_path
+from taskgate.domain.variables import BUILTINS, VariableError, references, resolve, resolve_all
 from taskgate.domain.variables import NAME as VARIABLE_NAME
 from taskgate.domain.workflow_visibility import agent_type_named, entry_problem
 from taskgate.domain.workflows import (
@@ -248,6 +250,7 @@ def parse_workflow(
                 "write seconds or a text such as 90s, 30m, 2h, 1h30m, 1d",
             )
     variables = _variables(c, data.get("variables"))
+    session_folder = _session_folder(c, data.get("session_folder"))
     visible_to = _visible_to(c, data)
     raw_steps = c.listing(data, "steps", (), required=True)
     steps: tuple[Step, ...] = ()
@@ -270,6 +273,7 @@ def parse_workflow(
         doc.line(()),
         variables,
         visible_to=visible_to,
+        session_folder=session_folder,
         format=dialect,
         notes=tuple(notes),
     )
@@ -319,6 +323,30 @@ def _variables(c: _Checker, raw: object) -> dict[str, str]:
     except VariableError as exc:
         c.problem(("variables",), f"variables: {exc}", "break the cycle or shorten the values")
     return out
+
+
+def session_folder_path(template: str, session_id: str, workflow: str, date: str, task_id: str) -> str:
+    """A `session_folder` template resolved (the engine's and validation's one rule). Raises: VariableError."""
+    builtins = {"session_id": session_id, "workflow": workflow, "date": date}
+    return resolve(template, builtins, {"task.id": task_id})
+
+
+def _session_folder(c: _Checker, raw: object) -> str | None:
+    """`session_folder:` — where the sessions of this workflow keep their folder, under the outputs root:
+    a relative path using `{session_id}` (required), `{workflow}`, `{date}` and `{{task.id}}`."""
+    if raw is None:
+        return None
+    hint = "e.g. session_folder: '{workflow}/{date}/{session_id}' (relative to the outputs root)"
+    if not isinstance(raw, str) or "{session_id}" not in raw:
+        c.problem(("session_folder",), "'session_folder' must be a text containing {session_id}", hint)
+        return None
+    try:
+        sample = session_folder_path(raw, "00000000-0000-4000-8000-000000000000", "w", "2026-01-01", "T-1")
+        output_path(sample)
+    except (VariableError, InvalidInput) as exc:
+        c.problem(("session_folder",), f"session_folder {raw!r}: {exc}", hint)
+        return None
+    return raw
 
 
 def _load_names(c: _Checker, data: dict[str, Any], path: Path, name: str) -> tuple[str, ...]:

@@ -224,6 +224,7 @@ class Workflow:
     line: int = 1
     variables: Mapping[str, str] = field(default_factory=dict)  # `{{name}}` in prompts (bounded, acyclic)
     visible_to: tuple[str, ...] = ()  # who may see and run it (domain/workflow_visibility.py); empty: everyone
+    session_folder: str | None = None  # where its sessions' folders go under the outputs root (a template)
     format: str = "taskgate"  # or "openagents": how the file was read (domain/openagents.py)
     notes: tuple[WorkflowProblem, ...] = field(default=(), compare=False, repr=False)  # what `validate` notes
 
@@ -237,6 +238,7 @@ class Workflow:
             "max_iterations": self.max_iterations,
             "max_duration_s": self.max_duration_s,
             "visible_to": list(self.visible_to),
+            "session_folder": self.session_folder,
             "format": self.format,
             "file": self.file,
             "steps": [s.as_dict() for s in self.steps],
@@ -325,7 +327,7 @@ def parse_duration(value: object) -> float | None:
 # ---------------------------------------------------------------------------------------------- the schema
 
 WORKFLOW_KEYS = ("id", "description", "category", "triggers", "max_iterations", "max_duration", "variables",
-                 "visible_to", "format", "steps")  # fmt: skip
+                 "visible_to", "format", "session_folder", "steps")  # fmt: skip
 CHECKLIST_KEYS = ("id", "description", "items")
 ITEM_KEYS = ("id", "text", "required")
 _COMMON = ("id", "type", "description", "next", "on_error", "timeout_ms")

@@ -1,4 +1,9 @@
-"""Session folders on the local disk: `<root>/<session id>/`, its files, and its `manifest.json`.
+"""Session folders on the local disk: `<root>/<session id>/` (or where a workflow's `session_folder` template
+placed it, always under the root), its files, and its `manifest.json`.
+
+A placed folder is recorded in `<root>/.places/<session id>` (its path relative to the root, written once before
+the folder exists); every operation reads it, checks it again with the output-path rules, and walks to the folder
+component by component with `O_NOFOLLOW`, as below.
 
 Confinement does not rest on string checks alone (`domain.outputs.output_path` does those). Every file
 operation here is relative to a directory file descriptor: the session folder is opened with `O_NOFOLLOW`
@@ -55,6 +60,7 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _LOCK_STRIPES = 64
 _MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 _LOCKS_DIR = ".locks"
+_PLACES_DIR = ".places"
 
 
 class SessionFolderStore:
@@ -66,7 +72,20 @@ class SessionFolderStore:
         self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
 
     def path(self, session_id: str) -> str:
-        return str(self.root / check_session_id(session_id))
+        return str(self.root.joinpath(*self._parts(check_session_id(session_id))))
+
+    async def place(self, session_id: str, relative: str) -> str:
+        """Put the session's folder at `relative` under the root instead of `<session id>`: only before the folder
+        exists, once (placing it again at the same path is a no-op). Returns its path. Raises: InvalidInput (a
+        path the output rules refuse, one without the session id, a folder that exists already, or another
+        place recorded before)."""
+        check_session_id(session_id)
+        parts = output_parts(relative)
+        if not any(session_id in part for part in parts):
+            raise InvalidInput(f"session folder {relative!r} must contain the session id (write {{session_id}} in it)")
+        async with self._lock(session_id):
+            await asyncio.to_thread(self._place, session_id, parts)
+        return self.path(session_id)
 
     async def ensure(self, session_id: str) -> str:
         check_session_id(session_id)
@@ -102,17 +121,63 @@ class SessionFolderStore:
         with self._folder(session_id):
             pass
 
+    def _parts(self, session_id: str) -> list[str]:
+        """The folder's path under the root, as components: its recorded place, else `[session id]`."""
+        try:
+            fd = os.open(self.root / _PLACES_DIR / session_id, _READ_FLAGS)
+        except OSError:
+            return [session_id]
+        try:
+            recorded = os.read(fd, 4096).decode("utf-8", "replace").strip()
+        finally:
+            os.close(fd)
+        try:
+            return output_parts(recorded)  # checked again: a place file edited by hand cannot lead out
+        except InvalidInput:
+            raise Forbidden(f"the recorded place of session folder {session_id} is not a valid path") from None
+
+    def _place(self, session_id: str, parts: list[str]) -> None:
+        wanted = "/".join(parts)
+        self.root.mkdir(parents=True, exist_ok=True)
+        root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            with self._flock(root_fd, session_id):
+                current = self._parts(session_id)
+                if current != [session_id]:
+                    if current == parts:
+                        return
+                    raise InvalidInput(f"session {session_id}'s folder is at {'/'.join(current)} already")
+                if self._exists(root_fd, [session_id]) or self._exists(root_fd, parts):
+                    raise InvalidInput(f"session {session_id}'s folder exists already; a workflow's session_folder "
+                                       "applies before the session's first output")  # fmt: skip
+                places_fd = _open_dir(root_fd, _PLACES_DIR, "the places folder")
+                try:
+                    _replace_file(places_fd, session_id, wanted.encode(), f"place of {session_id}", lambda: None)
+                finally:
+                    os.close(places_fd)
+        finally:
+            os.close(root_fd)
+
+    @staticmethod
+    def _exists(root_fd: int, parts: list[str]) -> bool:
+        path = "/".join(parts)
+        try:
+            os.stat(path, dir_fd=root_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return True
+
     def _write_output(
         self, session_id: str, parts: list[str], data: bytes, at: datetime, by: str, task: dict[str, Any]
     ) -> OutputRecord:
         path = "/".join(parts)
-        with self._folder(session_id) as (root_fd, folder_fd), self._flock(root_fd, session_id):
+        with self._folder(session_id) as (root_fd, folder_fd, links), self._flock(root_fd, session_id):
             current = self._load(folder_fd, session_id, keep_corrupt=True)
             manifest = with_header(current or new_manifest(session_id), task, None)
             check_quota(manifest, path, len(data), self.limits)
             try:
                 with _folders(folder_fd, parts[:-1]) as chain:
-                    verify = lambda: _check_chain([(root_fd, session_id, folder_fd), *chain])  # noqa: E731
+                    verify = lambda: _check_chain([*links, *chain])  # noqa: E731
                     _replace_file(chain[-1][2] if chain else folder_fd, parts[-1], data, path, verify)
             except OSError as exc:  # e.g. a folder on the way removed meanwhile, or the disk full
                 raise StorageError(f"could not save {path!r}: {exc.strerror or exc}; nothing was written") from None
@@ -126,9 +191,8 @@ class SessionFolderStore:
         except FileNotFoundError:
             return None
         try:
-            try:
-                folder_fd = os.open(session_id, _DIR_FLAGS, dir_fd=root_fd)
-            except OSError:
+            folder_fd = _walk(root_fd, self._parts(session_id))
+            if folder_fd is None:
                 return None
             try:
                 return self._load(folder_fd, session_id)
@@ -138,26 +202,24 @@ class SessionFolderStore:
             os.close(root_fd)
 
     def _update_manifest(self, session_id: str, mutate: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
-        with self._folder(session_id) as (root_fd, folder_fd), self._flock(root_fd, session_id):
+        with self._folder(session_id) as (root_fd, folder_fd, _links), self._flock(root_fd, session_id):
             current = self._load(folder_fd, session_id, keep_corrupt=True) or new_manifest(session_id)
             manifest = mutate(current)
             _save_manifest(folder_fd, manifest)
             return manifest
 
     @contextmanager
-    def _folder(self, session_id: str) -> Iterator[tuple[int, int]]:
-        """(root fd, session folder fd), creating both folders when missing; a symlinked session folder is refused."""
+    def _folder(self, session_id: str) -> Iterator[tuple[int, int, list[tuple[int, str, int]]]]:
+        """(root fd, session folder fd, the links from the root to it), creating the folders when missing; a
+        symlink on the way is refused."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
             raise StorageError(f"cannot open the session folders' root {self.root}: {exc.strerror}") from None
         try:
-            folder_fd = _open_dir(root_fd, session_id, f"session folder {session_id}")
-            try:
-                yield root_fd, folder_fd
-            finally:
-                os.close(folder_fd)
+            with _folders(root_fd, self._parts(session_id), "session folder ") as links:
+                yield root_fd, links[-1][2], links  # the links root → … → folder: a write checks them again
         finally:
             os.close(root_fd)
 
@@ -208,6 +270,23 @@ class SessionFolderStore:
         return None
 
 
+def _walk(root_fd: int, parts: list[str]) -> int | None:
+    """The folder at `parts` under `root_fd`, opened without creating anything or following a symlink; None when
+    it is missing (or not a plain folder)."""
+    fd = root_fd
+    for name in parts:
+        try:
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except OSError:
+            child = None
+        if fd != root_fd:
+            os.close(fd)
+        if child is None:
+            return None
+        fd = child
+    return fd
+
+
 def _open_dir(parent_fd: int, name: str, shown: str) -> int:
     """Open (creating it if missing) the folder `name` under `parent_fd`, following no symlink.
 
@@ -241,13 +320,15 @@ def _refusal(parent_fd: int, name: str, shown: str, exc: OSError) -> Exception:
 
 
 @contextmanager
-def _folders(folder_fd: int, names: list[str]) -> Iterator[list[tuple[int, str, int]]]:
-    """Open (creating) each folder of `names` under the previous one; yields (parent fd, name, fd) links."""
+def _folders(folder_fd: int, names: list[str], what: str = "") -> Iterator[list[tuple[int, str, int]]]:
+    """Open (creating) each folder of `names` under the previous one; yields (parent fd, name, fd) links.
+    Messages name a folder as `what` followed by its path (its repr when `what` is empty)."""
     chain: list[tuple[int, str, int]] = []
     try:
         parent = folder_fd
         for depth, name in enumerate(names):
-            fd = _open_dir(parent, name, repr("/".join(names[: depth + 1])))
+            path = "/".join(names[: depth + 1])
+            fd = _open_dir(parent, name, f"{what}{path}" if what else repr(path))
             chain.append((parent, name, fd))
             parent = fd
         yield chain

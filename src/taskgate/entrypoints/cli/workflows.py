@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from taskgate.application.sessions import StartTask
+from taskgate.application.workflow_edits import RunInputs
 from taskgate.application.workflow_engine import WorkflowEngine
 from taskgate.application.workflow_views import StackView, stack_view_json
 from taskgate.application.workflows import WorkflowService
@@ -189,13 +190,24 @@ def workflow_run(
     task: Annotated[str | None, typer.Option("--task", "-t", help="Start a session for this task.")] = None,
     session: Annotated[str | None, typer.Option("--session", "-s", help="Run it on this session.")] = None,
     operator: Annotated[str | None, typer.Option("--operator", help="Operator id (default: operator.default).")] = None,
+    input_text: Annotated[
+        str | None, typer.Option("--input", "-i", help="Text the workflow's steps get as {{input}}.")
+    ] = None,
+    context: Annotated[
+        str | None,
+        typer.Option(
+            "--context", help='A JSON object; each key k is {{context.k}} in prompts, e.g. \'{"area": "api"}\'.'
+        ),
+    ] = None,
 ) -> None:
     """Run workflow NAME in the foreground: on a new session for --task, or on --session (pushed if its stack is
-    empty). It starts the session if it is ready, executes it if it is planning, then drives it here, printing
-    each step run as it starts and ends, until it finishes (verifying), pauses for a person (an approval, a
-    checklist: the command to continue is printed) or fails (exit 1, with the reason)."""
+    empty). --input and --context give the run its inputs (recorded in the session's manifest). It starts the
+    session if it is ready, executes it if it is planning, then drives it here, printing each step run as it
+    starts and ends, until it finishes (verifying), pauses for a person (an approval, a checklist: the command to
+    continue is printed) or fails (exit 1, with the reason)."""
     if (task is None) == (session is None):
         fail("give either --task TASK or --session ID")
+    inputs = _or_fail(lambda: RunInputs.parse(input_text, context)) if input_text or context else None
 
     async def work(services: App) -> _Outcome:
         engine = _engine(services)
@@ -208,12 +220,12 @@ def workflow_run(
             await services.tracker.prepare_start(task)
             started = await services.sessions.start_task(StartTask(task, actor, operator_id))
             session_id = started.session.id
-            await engine.attach(session_id, workflow, actor)
+            await engine.attach(session_id, workflow, actor, inputs)
             console.print(f"session {session_id} for {task} runs workflow {name}", highlight=False, markup=False)
         else:
             assert session is not None
             session_id = await services.sessions.resolve_id(session)
-            await _onto(services, session_id, name, actor)
+            await _onto(services, session_id, name, actor, inputs)
         known = await _marks(services, session_id)
         await _to_executing(services, session_id, actor)
         return await _drive(services, session_id, known=known, quiet=False)
@@ -227,9 +239,10 @@ def workflow_run(
         raise typer.Exit(1)
 
 
-async def _onto(services: App, session_id: str, name: str, actor: str) -> None:
+async def _onto(services: App, session_id: str, name: str, actor: str, inputs: RunInputs | None = None) -> None:
     """Put workflow `name` on the session for `workflow run --session`: pushed onto an empty stack; a stack that
-    holds it already just runs on. Raises: InvalidInput (another workflow runs, or the state does not run)."""
+    holds it already just runs on (refused with `inputs`: they were given when it started). Raises: InvalidInput
+    (another workflow runs, or the state does not run)."""
     current = await services.sessions.get(session_id)
     if current.state not in _RUNNABLE:
         hint = {SessionState.SUSPENDED: "resume it first (taskgate session fire ID resume)",
@@ -238,11 +251,16 @@ async def _onto(services: App, session_id: str, name: str, actor: str) -> None:
                            f"executing" + (f"; {hint.replace('ID', session_id)}" if hint else ""))  # fmt: skip
     view = _engine(services).view(current)
     if not view.depth:
-        await _engine(services).add_workflow(session_id, name, actor, Viewer.of_actor(actor))
+        await _engine(services).add_workflow(session_id, name, actor, Viewer.of_actor(actor), inputs=inputs)
         console.print(f"workflow {name} pushed onto session {session_id}", highlight=False, markup=False)
     elif not any(f["kind"] == "workflow" and f["name"] == name for f in view.frames):
         raise InvalidInput(f"session {session_id} already runs {view.breadcrumb}; nest {name} with "
                            f"`taskgate workflow push {session_id} {name}`")  # fmt: skip
+    elif inputs is not None:
+        raise InvalidInput(
+            f"session {session_id} already runs {name}; its --input and --context were given when "
+            "it started (run it without them to go on)"
+        )
 
 
 def _stack_edit(session_id: str, edit: Callable[[WorkflowEngine, str, str], Awaitable[StackView]],
@@ -296,6 +314,13 @@ def workflow_break(session_id: SessionArg, as_json: JsonOpt = False) -> None:
     """Leave the nested top frame (depth above 1); the step that pushed it counts as skipped."""
     _stack_edit(session_id, lambda e, sid, actor: e.break_frame(sid, actor), lambda v: f"left the frame: {_crumb(v)}",
                 as_json)  # fmt: skip
+
+
+@workflow_app.command("continue")
+def workflow_continue(session_id: SessionArg, as_json: JsonOpt = False) -> None:
+    """End the nested top frame early (depth above 1); the step that pushed it succeeds with what it did so far."""
+    _stack_edit(session_id, lambda e, sid, actor: e.continue_frame(sid, actor),
+                lambda v: f"ended the frame early: {_crumb(v)}", as_json)  # fmt: skip
 
 
 @workflow_app.command("restart")

@@ -58,6 +58,7 @@ TABLE: dict[str, tuple[str, str, bool]] = {
     "workflow_advance": ("Skip the current workflow step", WRITE, False),
     "workflow_back": ("Go back one workflow step", WRITE, False),
     "workflow_break": ("Leave the nested workflow", DESTRUCTIVE, False),
+    "workflow_continue": ("End the nested workflow early", DESTRUCTIVE, False),
     "workflow_restart": ("Restart the top workflow", DESTRUCTIVE, False),
     "session_list": ("List sessions", READ, True),
     "events_list": ("List events", READ, True),
@@ -86,7 +87,7 @@ NEEDS: dict[str, Capability | None] = {
     **dict.fromkeys(["session_fire", "session_suspend", "session_resume", "session_cancel", "tracker_retry"],
                     Capability.FIRE),
     **dict.fromkeys(["add_workflow_to_session", "add_checklist_to_session", "checklist_check", "workflow_advance",
-                     "workflow_back", "workflow_break", "workflow_restart"], Capability.STEER),
+                     "workflow_back", "workflow_break", "workflow_continue", "workflow_restart"], Capability.STEER),
     "audit_query": Capability.AUDIT,
     "events_list": Capability.AUDIT,
     "save_output": Capability.SAVE_OUTPUT,
@@ -98,7 +99,7 @@ NEEDS: dict[str, Capability | None] = {
 AGENT_TOOLS = frozenset({
     "ping", "session_status", "session_history", "session_state_at", "session_review", "context_discover",
     "policies_check", "session_fire", "save_output", "add_workflow_to_session", "add_checklist_to_session",
-    "checklist_check", "workflow_advance", "workflow_back", "workflow_break", "workflow_restart",
+    "checklist_check", "workflow_advance", "workflow_back", "workflow_break", "workflow_continue", "workflow_restart",
 })  # fmt: skip
 """What an agent token may call, on its own session only (domain/access.py: read it, fire plan_complete,
 work_complete or fail, steer its workflow stack, save outputs). The others would refuse it."""

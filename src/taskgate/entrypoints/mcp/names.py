@@ -46,6 +46,7 @@ COLON: dict[str, str] = {
     "workflow_advance": "workflow:advance",
     "workflow_back": "workflow:back",
     "workflow_break": "workflow:break",
+    "workflow_continue": "workflow:continue",
     "workflow_restart": "workflow:restart",
     "tracker_status": "tracker:status",
     "tracker_retry": "tracker:retry",

@@ -759,6 +759,16 @@ async def workflow_break(session_id: SessionRef, ctx: Context) -> WorkflowStackO
 
 
 @tool_errors
+async def workflow_continue(session_id: SessionRef, ctx: Context) -> WorkflowStackOut:
+    """End the nested top frame early as a success and return to the one below: the step that pushed it succeeds
+    with what the frame did so far (its structured result: children, summary, files changed, usage), and the
+    frame below goes on along its success route. Refused at depth 1. Agents: their own session only."""
+    return await _edit_stack(
+        ctx, session_id, lambda e, sid, actor: e.continue_frame(sid, actor), "ended the top frame early"
+    )
+
+
+@tool_errors
 async def workflow_restart(session_id: SessionRef, ctx: Context) -> WorkflowStackOut:
     """Run the top frame again from its first step, with its results and ticked items cleared. Agents: their
     own session only."""
@@ -800,6 +810,7 @@ TOOLS: list[Callable[..., Awaitable[Any]]] = [
     workflow_advance,
     workflow_back,
     workflow_break,
+    workflow_continue,
     workflow_restart,
 ]
 
