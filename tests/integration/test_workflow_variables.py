@@ -27,13 +27,13 @@ variables:
   config_source: "{installed_path}/config.yaml"
   output_folder: "{config_source}:output_folder"
   user_name: "{config_source}:team.lead"
-  instructions: "{installed_path}/instructions.md"
+  guide: "{installed_path}/instructions.md"
   template: "{installed_path}/template.md"
 steps:
   - id: write
     type: agent
     agent: ok
-    load: [instructions, template]
+    load: [guide, template]
     prompt: "For {user_name}: write {output_folder}/report.md in {session-folder} ({{session_id}}); raw {x} stays"
 """
 
@@ -57,13 +57,14 @@ async def test_builtins_user_variables_configs_and_loaded_files_reach_the_prompt
     folder = str(tmp_path / "out" / session.id)
     assert prompt.startswith(f"For Ada: write docs/out/report.md in {folder} ({session.id}); raw {{x}} stays")
     flows = git_repo / "flows" / "review"
-    assert f"instructions ({flows}/instructions.md):\n1. Read the diff.\n2. Write the report." in prompt
+    assert f"guide ({flows}/instructions.md):\n1. Read the diff.\n2. Write the report." in prompt
+    assert "operator's instructions" not in prompt  # nobody asked for changes
     assert f"template ({flows}/template.md):\n# Report\n\n{{findings}}" in prompt  # file text is not resolved
     manifest = json.loads((tmp_path / "out" / session.id / "manifest.json").read_text())
     (given,) = manifest["inputs"].values()
     assert given["step"] == "write" and given["workflow"] == "bmad-like"
     assert given["prompts"] == [{"agent": "ok", "prompt": prompt}]
-    assert given["files"] == {"instructions": f"{flows}/instructions.md", "template": f"{flows}/template.md"}
+    assert given["files"] == {"guide": f"{flows}/instructions.md", "template": f"{flows}/template.md"}
 
 
 ESCAPE = """

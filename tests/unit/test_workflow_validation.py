@@ -467,17 +467,39 @@ def test_load_must_name_a_declared_variable():
 id: w
 description: d
 variables:
-  instructions: "{project-root}/i.md"
+  guide: "{project-root}/i.md"
 steps:
   - id: a
     type: agent
     agent: x
-    load: [instructions, instructionz]
-    prompt: "{{load.instructions}}"
+    load: [guide, guidee]
+    prompt: "{{load.guide}}"
 """
     (problem,) = _problems_of(text)
-    assert "load names 'instructionz', which is not one of the workflow's variables" in problem
-    assert "did you mean 'instructions'?" in problem
+    assert "load names 'guidee', which is not one of the workflow's variables" in problem
+    assert "did you mean 'guide'?" in problem
+
+
+def test_the_names_taskgate_fills_in_cannot_be_declared():
+    text = """
+id: w
+description: d
+variables:
+  instructions: "{project-root}/i.md"
+  input: x
+  task.title: y
+  session_id: z
+  fine: ok
+steps:
+  - {id: a, type: agent, agent: x, prompt: "{{fine}}"}
+"""
+    problems = _problems_of(text)
+    assert problems[0].startswith("5: variable 'instructions' is reserved: {{instructions}} is the operator's")
+    assert "hint: give it another name, e.g. instructions_file" in problems[0]
+    assert problems[1].startswith("6: variable 'input' is reserved")
+    assert problems[2].startswith("7: variable 'task.title' is reserved: task.* are the task's fields")
+    assert problems[3].startswith("8: variable 'session_id' is reserved: {session_id} is a built-in")
+    assert len(problems) == 4
 
 
 def test_a_session_folder_template_needs_the_session_id_and_stays_under_the_outputs_root():

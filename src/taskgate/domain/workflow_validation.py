@@ -317,12 +317,36 @@ def _variables(c: _Checker, raw: object) -> dict[str, str]:
             c.problem(("variables", str(name)), f"variable {name!r}: names are identifiers, values are texts",
                       "e.g. docs_dir: '{project-root}/docs'")  # fmt: skip
             continue
+        if (why := _reserved(name)) is not None:
+            other = name.replace(".", "_")
+            c.problem(("variables", name), f"variable '{name}' is reserved: {why}",
+                      f"give it another name, e.g. {other}_file or my_{other}")  # fmt: skip
+            continue
         out[name] = str(value)
     try:
         resolve_all(out, dict.fromkeys(BUILTINS, ""), strict=False)
     except VariableError as exc:
         c.problem(("variables",), f"variables: {exc}", "break the cycle or shorten the values")
     return out
+
+
+RESERVED_VARIABLES = {
+    "input": "{{input}} is the output of the step's input: step (or the run's --input)",
+    "instructions": "{{instructions}} is the operator's instructions (request_changes, a rejection's reason)",
+}
+RESERVED_PREFIXES = {
+    "task.": "task.* are the task's fields",
+    "context.": "context.* are the run's --context",
+    "steps.": "steps.* are the results of the workflow's steps",
+    "load.": "load.* are the files of a step's load:",
+}
+
+
+def _reserved(name: str) -> str | None:
+    """Why a workflow may not declare variable `name` (a name taskgate fills in), or None."""
+    if name in RESERVED_VARIABLES or name in BUILTINS:
+        return RESERVED_VARIABLES.get(name, f"{{{name}}} is a built-in")
+    return next((why for prefix, why in RESERVED_PREFIXES.items() if name.startswith(prefix)), None)
 
 
 def session_folder_path(template: str, session_id: str, workflow: str, date: str, task_id: str) -> str:
