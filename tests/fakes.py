@@ -216,9 +216,11 @@ class InMemoryTaskRepository(_Repo):
     async def get_many(self, task_ids: list[str]) -> list[Task]:
         return [copy.deepcopy(self.store.tasks[i]) for i in sorted(set(task_ids)) if i in self.store.tasks]
 
-    async def update_details(self, task_id: str, *, title: str, description: str, priority: int) -> None:
+    async def update_details(self, task_id: str, *, title: str, description: str, priority: int, labels=None) -> None:
         task = self.store.tasks[task_id]
         task.title, task.description, task.priority = title, description, priority
+        if labels is not None:
+            task.labels = list(labels)
 
     async def set_tracker_facts(self, task_id: str, *, tracker_status, hold) -> None:
         task = self.store.tasks[task_id]

@@ -13,6 +13,7 @@ from taskgate.application.agents import AgentService, ExecutionOptions
 from taskgate.application.audit import AuditService
 from taskgate.application.context import ContextScout
 from taskgate.application.decisions import DecisionService
+from taskgate.application.dispatch import Dispatcher, DispatchOptions
 from taskgate.application.effects import CompositeEffects, SessionEffects
 from taskgate.application.guards import GuardEvaluator
 from taskgate.application.operators import OperatorService
@@ -41,6 +42,7 @@ from taskgate.application.writebacks import TrackerWriteBack, WritebackService
 from taskgate.domain.agent_presets import PRESETS
 from taskgate.domain.agents import AgentType
 from taskgate.domain.entities import ApiToken
+from taskgate.domain.errors import TaskgateError
 from taskgate.domain.outputs import OutputLimits
 from taskgate.domain.policies import Policy
 from taskgate.domain.workflow_run import LoopLimits
@@ -384,10 +386,53 @@ def sweeper_options(settings: Settings) -> SweeperOptions:
 
 
 def build_sweeper(settings: Settings, app: App) -> Sweeper:
-    """The sweeper over the app's database, session engine and clock (run it with `Sweeper.run`)."""
+    """The sweeper over the app's database, session engine and clock (run it with `Sweeper.run`); it dispatches
+    too when `[dispatch] auto_start` is on."""
     assert app.uow is not None and app.clock is not None, "the app was not built by bootstrap()"
     return Sweeper(app.uow, app.sessions, app.clock, sweeper_options(settings), writebacks=app.writebacks,
-                   tracker=app.tracker)  # fmt: skip
+                   tracker=app.tracker, dispatcher=build_dispatcher(settings, app))  # fmt: skip
+
+
+def dispatch_options(settings: Settings) -> DispatchOptions | None:
+    """The `[dispatch]` settings as the application's options; None when `auto_start` is off."""
+    cfg = settings.dispatch
+    if not cfg.auto_start:
+        return None
+    return DispatchOptions(cfg.operator or settings.operator.default, tuple(cfg.projects))
+
+
+def dispatch_report(settings: Settings) -> tuple[str, list[str]]:
+    """Whether dispatch is on, as one line (`serve` says it at start, `doctor` checks it), and what stands in its
+    way: no trigger that starts sessions, contested triggers, the sweeper off. Reads the catalogue, not the
+    database."""
+    options = dispatch_options(settings)
+    if options is None:
+        return "off: nothing starts sessions by itself ([dispatch] auto_start = true turns it on)", []
+    try:
+        routes = workflow_catalogue(settings).trigger_routes()
+    except TaskgateError as exc:
+        return f"on, but the catalogue cannot be read: {exc}", [str(exc)]
+    taken = ", ".join(f"{trigger} → {workflow}" for trigger, workflow in routes.workflows.items())
+    where = ", ".join(options.projects) or "every project"
+    line = f"on: ready tasks of {where} start sessions as operator {options.operator_id}; {taken or 'no triggers'}"
+    problems = []
+    if not routes.workflows:
+        problems.append("no workflow has a task_ready or label: trigger, so nothing is started")
+    for trigger, names in routes.contested.items():
+        problems.append(f"trigger {trigger} is declared by {', '.join(names)}: its tasks are left alone")
+    if not settings.sweeper.enabled:
+        problems.append("[sweeper] enabled = false: serve never dispatches (taskgate sweep does)")
+    return line, problems
+
+
+def build_dispatcher(settings: Settings, app: App) -> Dispatcher | None:
+    """The dispatcher (application/dispatch.py) when `[dispatch] auto_start` is on, else None."""
+    options = dispatch_options(settings)
+    if options is None:
+        return None
+    assert app.uow is not None and app.clock is not None and app.workflows is not None
+    routes = workflow_catalogue(settings).trigger_routes
+    return Dispatcher(app.uow, app.sessions, app.tracker, app.workflows, routes, app.clock, options)
 
 
 def build_outbox(settings: Settings, uow: UnitOfWorkFactory, clock: Clock) -> WebhookDispatcher | None:

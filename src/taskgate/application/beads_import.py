@@ -38,6 +38,7 @@ from taskgate.domain.beads import (
 from taskgate.domain.bounds import IDS
 from taskgate.domain.entities import Plan, Project, Task, TaskStatus
 from taskgate.domain.errors import InvalidInput, ProjectArchived
+from taskgate.domain.triggers import usable_labels
 
 SOURCE = "beads"
 DELETED = "deleted"  # the tracker_status of a task whose issue is gone from Beads
@@ -59,6 +60,7 @@ class BeadsIssue:
     ephemeral: bool = False
     defer_until: datetime | None = None
     any_gates: frozenset[str] = frozenset()
+    labels: tuple[str, ...] = ()  # those that fit the task label rule (domain/triggers.py)
 
     def node(self) -> BeadsNode:
         """The issue as the ready rule sees it."""
@@ -194,6 +196,7 @@ def _issue(number: int, issue_id: str, data: dict[str, Any]) -> BeadsIssue:
         ephemeral=data.get("ephemeral") is True or data.get("wisp") is True,  # `wisp`: Beads 0.35-0.37
         defer_until=_when(data.get("defer_until")),
         any_gates=any_gates,
+        labels=usable_labels(data.get("labels") or ()),  # a list of strings: checked by _dependencies
     )
 
 
@@ -418,6 +421,7 @@ class _Writer:
             external_id=issue.id,
             tracker_status=issue.status,
             hold=hold,
+            labels=list(issue.labels),
         )
 
     def _links(self, issue: BeadsIssue, graph: BeadsGraph, ids: dict[str, str]) -> list[tuple[str, str]]:
@@ -437,10 +441,13 @@ class _Writer:
     async def _update(self, task: Task, wanted: Task, links: list[tuple[str, str]], current) -> bool:
         """Bring details, tracker facts and blockers up to date; complete the task if Beads closed it."""
         changed = False
-        if (task.title, task.description, task.priority) != (wanted.title, wanted.description, wanted.priority):
+        if (task.title, task.description, task.priority, task.labels) != (
+            wanted.title, wanted.description, wanted.priority, wanted.labels
+        ):  # fmt: skip
             await self._uow.tasks.update_details(
-                task.id, title=wanted.title, description=wanted.description, priority=wanted.priority
-            )
+                task.id, title=wanted.title, description=wanted.description, priority=wanted.priority,
+                labels=wanted.labels,
+            )  # fmt: skip
             changed = True
         if (task.tracker_status, task.hold) != (wanted.tracker_status, wanted.hold):
             await self._uow.tasks.set_tracker_facts(task.id, tracker_status=wanted.tracker_status, hold=wanted.hold)

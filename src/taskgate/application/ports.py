@@ -89,7 +89,11 @@ class TaskRepository(Protocol):
     async def get_many(self, task_ids: list[str]) -> list[Task]:
         """The tasks of any project with these ids (with blockers), by id; unknown ids are left out."""
 
-    async def update_details(self, task_id: str, *, title: str, description: str, priority: int) -> None: ...
+    async def update_details(
+        self, task_id: str, *, title: str, description: str, priority: int, labels: Sequence[str] | None = None
+    ) -> None:
+        """Set the task's details; its labels too when `labels` is given."""
+
     async def set_tracker_facts(self, task_id: str, *, tracker_status: str | None, hold: str | None) -> None:
         """What the external tracker says of the task: its status there and why it keeps it out of ready."""
 

@@ -79,6 +79,8 @@ class CreateSession:
     # The caller goes on to `start` the session (start_task): recorded with the session, so a crash before the
     # start is carried on to it at restart (`resume`), and cleared by the start (applied or refused).
     start_requested: bool = False
+    reason: str | None = None  # recorded on the `create` row
+    note: Mapping[str, Any] | None = None  # state_data keys the session is born with (dispatch's mark)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +142,8 @@ class StartTask:
     task_id: str
     actor: str
     operator_id: str | None = None
+    reason: str | None = None  # recorded on the `create` and `start` rows (dispatch names the trigger)
+    note: Mapping[str, Any] | None = None  # state_data keys a new session is born with (see CreateSession)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +216,7 @@ class SessionService:
                 raise PolicyViolation(row.trigger.value, verdict.blocking())
             session = self._new_session(cmd, facts)
             await uow.sessions.add(session)
-            await uow.transitions.append(_record(session, row, None, Outcome.APPLIED, cmd.actor, None, verdict))
+            await uow.transitions.append(_record(session, row, None, Outcome.APPLIED, cmd.actor, cmd.reason, verdict))
             await uow.events.append("session.created", session.created_at, {"task_id": cmd.task_id}, session.id)
             await uow.commit()
         return session
@@ -413,7 +417,7 @@ class SessionService:
         crashpoints.reached("start.ready")
         clear = {"state_data": {START_REQUESTED: None}}
         try:
-            return await self.fire(FireTrigger(session.id, Trigger.START.value, cmd.actor, changes=clear))
+            return await self.fire(FireTrigger(session.id, Trigger.START.value, cmd.actor, cmd.reason, changes=clear))
         except PolicyViolation as exc:
             if session.state_data.get(START_REQUESTED):
                 await self._forget_start(session.id)
@@ -658,7 +662,7 @@ class SessionService:
             plan_id=facts.task.plan_id,
             operator_id=cmd.operator_id,
             state=SessionState.CREATED,
-            state_data={START_REQUESTED: cmd.actor} if cmd.start_requested else {},
+            state_data={**(cmd.note or {}), **({START_REQUESTED: cmd.actor} if cmd.start_requested else {})},
             version=1,
             created_at=now,
             updated_at=now,
@@ -781,8 +785,9 @@ class SessionService:
 
     async def _create_and_prepare(self, cmd: StartTask) -> Session:
         session = await self.create_session(
-            CreateSession(cmd.task_id, cmd.actor, cmd.operator_id, start_requested=True)
-        )
+            CreateSession(cmd.task_id, cmd.actor, cmd.operator_id, start_requested=True, reason=cmd.reason,
+                          note=cmd.note)
+        )  # fmt: skip
         crashpoints.reached("start.created")
         session = (await self.fire(FireTrigger(session.id, Trigger.INITIALIZE.value, SYSTEM_ACTOR))).session
         if session.state == SessionState.INITIALIZING:  # no effect moved it on: discover nothing, go on

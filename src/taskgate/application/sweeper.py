@@ -14,6 +14,11 @@ Rules, one action per session per sweep, in this order:
 4. a session with a running agent whose last heartbeat (else its start) is older than `heartbeat_timeout` is
    abandoned (`resume` makes it ready again); the silent agents are marked failed.
 
+After the rules come the tracker's chores (owed write-backs, the live ready list), then, when `[dispatch]
+auto_start` is on, dispatch: sessions started on ready tasks that a workflow's trigger takes (application/
+dispatch.py). The sweep is where it runs because it is taskgate's one periodic loop, in every `serve` process,
+with a one-shot form (`taskgate sweep`), and it has just refreshed the ready list dispatch reads.
+
 Races. Every transition is fired with the version the sweep read, so a session that moved meanwhile (an operator,
 another sweeper) raises ConcurrentModification or InvalidTransition, and is reported as skipped. Escalation
 re-reads the session under the row lock before marking it. Concurrent sweeps therefore never act twice.
@@ -29,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from taskgate.application.dispatch import DispatchAction, Dispatcher
 from taskgate.application.ports import Clock, TransitionQuery, UnitOfWorkFactory
 from taskgate.application.sessions import SYSTEM_ACTOR, FireTrigger, SessionService
 from taskgate.application.tracker import TrackerService
@@ -87,15 +93,23 @@ class SweepReport:
     errors: list[str] = field(default_factory=list)
     silent_agents: list[str] = field(default_factory=list)  # agents marked failed for missing heartbeats
     writebacks: list[str] = field(default_factory=list)  # tracker write-backs tried, one line each
+    dispatched: list[DispatchAction] = field(default_factory=list)  # what dispatch did, one per task it took up
 
     def count(self, action: str) -> int:
         return sum(1 for a in self.actions if a.action == action)
+
+    def dispatch_summary(self) -> str:
+        """`dispatch: 1 started, 2 waiting`, or "" when dispatch did nothing."""
+        kinds = ("started", "waiting", "skipped", "error")
+        counts = [f"{n} {k}" for k in kinds if (n := sum(1 for d in self.dispatched if d.outcome == k))]
+        return f"dispatch: {', '.join(counts)}" if counts else ""
 
     def summary(self) -> str:
         kinds = ("timed_out", "finished", "expired", "escalated", "abandoned")
         done = ", ".join(f"{self.count(k)} {k}" for k in kinds if self.count(k)) or "nothing to do"
         tail = f"; {len(self.skipped)} skipped" if self.skipped else ""
         tail += f"; {len(self.writebacks)} tracker write-backs tried" if self.writebacks else ""
+        tail += f"; {self.dispatch_summary()}" if self.dispatched else ""
         tail += f"; {len(self.errors)} errors" if self.errors else ""
         return f"swept {self.examined} sessions: {done}{tail}"
 
@@ -123,11 +137,13 @@ class Sweeper:
         on_sweep: Callable[[SweepReport], None] | None = None,
         writebacks: WritebackService | None = None,
         tracker: TrackerService | None = None,
+        dispatcher: Dispatcher | None = None,
     ) -> None:
         self._uow, self._sessions, self._clock = uow, sessions, clock
         self.options = options or SweeperOptions()
         self._on_sweep = on_sweep
         self._writebacks, self._tracker = writebacks, tracker  # the tracker's chores: owed writes, live ready
+        self._dispatcher = dispatcher  # None: [dispatch] auto_start is off
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sweep, then wait `interval_s` (or until `stop` is set), until `stop` is set. A failed sweep (say the
@@ -142,6 +158,9 @@ class Sweeper:
                     _log.warning("%s", report.summary())
                 for error in report.errors:
                     _log.warning("sweep: %s", error)
+                for done in report.dispatched:
+                    if done.outcome in ("started", "error"):  # a wait is logged once, when it begins
+                        _log.warning("dispatch: %s", done.line())
                 if self._on_sweep is not None:
                     self._on_sweep(report)
             with contextlib.suppress(TimeoutError):
@@ -170,6 +189,11 @@ class Sweeper:
         if leftovers:
             await self._mark_silent(leftovers, now, report)
         await self._tracker_chores(report)
+        if self._dispatcher is not None:
+            try:
+                report.dispatched = await self._dispatcher.dispatch_once()
+            except TaskgateError as exc:  # say a live tracker's ready list cannot be read: the next sweep tries again
+                report.errors.append(f"dispatch: {exc}")
         return report
 
     async def _tracker_chores(self, report: SweepReport) -> None:

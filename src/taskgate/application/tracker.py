@@ -10,6 +10,7 @@ task is added, so an addition and the completion of the plan's last task cannot 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +21,7 @@ from taskgate.domain.bounds import IDS, PRIORITIES, ROW_LIMITS
 from taskgate.domain.entities import Operator, Permission, Plan, PlanStatus, Project, Role, Task, TaskStatus
 from taskgate.domain.errors import AlreadyExists, InvalidInput, ProjectArchived, ProjectNotFound
 from taskgate.domain.states import TERMINAL_STATES, SessionState
+from taskgate.domain.triggers import check_labels
 
 MAX_TITLE = 500
 MAX_DESCRIPTION = 20_000
@@ -35,12 +37,14 @@ class AddTask:
     priority: int = 2
     blocked_by: list[str] = field(default_factory=list)
     actor: str = "system"
+    labels: Sequence[str] = ()  # task labels (domain/triggers.py): what `label:<name>` workflow triggers match
 
     def __post_init__(self) -> None:
-        """Raises: InvalidInput for an integer out of its range (domain/bounds.py), before any I/O."""
+        """Raises: InvalidInput for an integer out of its range (domain/bounds.py) or a bad label, before any I/O."""
         IDS.check("project_id", self.project_id)
         IDS.check("plan_id", self.plan_id)
         PRIORITIES.check("priority", self.priority)
+        object.__setattr__(self, "labels", check_labels(self.labels))
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +234,7 @@ class TrackerService:
                 status=TaskStatus.OPEN,
                 created_at=self._clock.now(),
                 blockers=list(dict.fromkeys(cmd.blocked_by)),
+                labels=list(cmd.labels),
             )
             await uow.tasks.add(task)
             await self._record(uow, "task.added", cmd.actor, project=project.id, task=task.id)

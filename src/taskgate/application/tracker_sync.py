@@ -2,9 +2,9 @@
 
 - **ready** (`task ready`, `project_ready_tasks`, the context; the board's Ready column reads what the last call
   mirrored, and `taskgate serve` refreshes it every sweep): `bd ready` decides, by its own rule. Its issues
-  are mirrored into the task table (a task per issue, `source = beads`, `external_id` the Beads id) so that
-  sessions can refer to them; the list is bd's, minus tasks that have an active session here or sit in a closed
-  plan.
+  are mirrored into the task table (a task per issue, `source = beads`, `external_id` the Beads id, the labels
+  that fit the task label rule of domain/triggers.py) so that sessions can refer to them and dispatch can route
+  them; the list is bd's, minus tasks that have an active session here or sit in a closed plan.
 - **start**: `BeadsClaim.before` asks `bd ready` whether the issue is still ready and claims it with
   `bd update ID --claim` (Beads' compare-and-swap): two orchestrators never take the same issue. A refusal is
   a blocked `start` row naming bd's words, and nothing else changes.
@@ -27,6 +27,7 @@ from taskgate.domain.entities import Project, Session, Task, TaskStatus
 from taskgate.domain.errors import ClaimRefused, InvalidInput, TaskgateError, TaskNotFound
 from taskgate.domain.policies import Severity, Violation
 from taskgate.domain.states import Trigger
+from taskgate.domain.triggers import usable_labels
 
 NOT_READY = "not in bd ready (blocked, claimed or held in Beads)"
 
@@ -75,13 +76,16 @@ class TrackerSync:
                     description=issue.description[:20_000], priority=issue.priority,
                     status=task_status_for_import(issue.status), created_at=self._clock.now(),
                     source=self.provider.name, external_id=issue.id, tracker_status=issue.status,
-                    hold=_hold(issue, ready))  # fmt: skip
+                    hold=_hold(issue, ready), labels=list(usable_labels(issue.labels)))  # fmt: skip
 
     @staticmethod
     async def _refresh(uow, task: Task, issue: TrackerIssue, ready: bool) -> None:
         title, description = issue.title[:500] or issue.id, issue.description[:20_000]
-        if (task.title, task.description, task.priority) != (title, description, issue.priority):
-            await uow.tasks.update_details(task.id, title=title, description=description, priority=issue.priority)
+        labels = list(usable_labels(issue.labels))
+        if (task.title, task.description, task.priority, task.labels) != (title, description, issue.priority, labels):
+            await uow.tasks.update_details(
+                task.id, title=title, description=description, priority=issue.priority, labels=labels
+            )
         hold = _hold(issue, ready)
         if (task.tracker_status, task.hold) != (issue.status, hold):
             await uow.tasks.set_tracker_facts(task.id, tracker_status=issue.status, hold=hold)

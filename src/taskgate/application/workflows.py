@@ -6,6 +6,7 @@ domain's (domain/workflows.py). Every answer re-reads the files, so an edit show
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from taskgate.domain.errors import AlreadyExists, InvalidInput
+from taskgate.domain.triggers import Declared, TriggerRoutes, resolve_routes, starts_sessions
 from taskgate.domain.workflow_validation import validate_documents
 from taskgate.domain.workflows import (
     Catalogue,
@@ -76,6 +78,7 @@ class Created:
     file: str
     template: str
     problems: tuple[WorkflowProblem, ...]
+    dropped_triggers: tuple[str, ...] = ()  # the copied workflow's task_ready/label: triggers, left out of the copy
 
 
 class WorkflowService:
@@ -94,7 +97,35 @@ class WorkflowService:
         """Every workflow and checklist, validated together; the problems of every file."""
         documents, problems = self.source.catalogue()
         checked = validate_documents(documents, self.agent_types)
-        return Catalogue(checked.workflows, checked.checklists, _sorted([*problems, *checked.problems]))
+        clashes = self._trigger_clashes(documents, checked.workflows)
+        return Catalogue(checked.workflows, checked.checklists, _sorted([*problems, *checked.problems, *clashes]))
+
+    def trigger_routes(self, workflows: Mapping[str, Workflow] | None = None) -> TriggerRoutes:
+        """Which workflow each starting trigger (`task_ready`, `label:…`) starts, over the valid workflows of the
+        catalogue (or `workflows`): domain/triggers.py `resolve_routes`, a project workflow over a built-in one."""
+        found = self.catalogue().workflows if workflows is None else workflows
+        own = {w.id: self.source.origin(w.file) != "built-in" for w in found.values()}
+        return resolve_routes(Declared(w.id, w.triggers, own[w.id]) for w in found.values())
+
+    def _trigger_clashes(
+        self, documents: Sequence[Document], workflows: Mapping[str, Workflow]
+    ) -> list[WorkflowProblem]:
+        """A starting trigger that several workflows of one layer declare: one problem at each of their trigger
+        lines, naming the others (a ready task could start either, and dispatch guesses at nothing)."""
+        by_file = {d.file: d for d in documents}
+        problems = []
+        for trigger, names in self.trigger_routes(workflows).contested.items():
+            for name in names:
+                workflow = workflows[name]
+                doc = by_file.get(workflow.file)
+                line = doc.line(("triggers", list(workflow.triggers).index(trigger))) if doc else workflow.line
+                others = ", ".join(f"'{o}' ({workflows[o].file})" for o in names if o != name)
+                problems.append(WorkflowProblem(
+                    workflow.file, line, f"trigger '{trigger}' is also declared by workflow {others}",
+                    "keep it on one of them: a ready task would match both (a project workflow's trigger replaces "
+                    "a built-in one's)",
+                ))  # fmt: skip
+        return problems
 
     def validate(self, paths: Sequence[Path] = ()) -> Catalogue:
         """The catalogue (no `paths`), or the given files checked against it: a given file replaces the
@@ -119,8 +150,9 @@ class WorkflowService:
             if (d.kind, d.declared_id) not in ids and not any(self.source.same_file(d.file, g.file) for g in given)
         ]
         checked = validate_documents([*given, *others], self.agent_types)
+        clashes = self._trigger_clashes([*given, *others], checked.workflows)
         files = [str(p) for p in paths]
-        mine = [p for p in checked.problems if any(self.source.same_file(p.file, f) for f in files)]
+        mine = [p for p in [*checked.problems, *clashes] if any(self.source.same_file(p.file, f) for f in files)]
         names = {d.declared_id for d in given}
         return Catalogue(
             {k: w for k, w in checked.workflows.items() if k in names},
@@ -199,6 +231,7 @@ class WorkflowService:
             raise InvalidInput(f"category {category!r}: use lower-case letters, digits, '-' and '_'")
         templates = self.source.templates()
         documents, _ = self.source.catalogue()
+        dropped: tuple[str, ...] = ()
         if template in templates:
             text, default_category = self.source.template_text(templates[template]), "custom"
         else:
@@ -209,6 +242,7 @@ class WorkflowService:
             if source.file.endswith(".json"):
                 raise InvalidInput(f"workflow '{template}' is JSON; only YAML workflows serve as templates")
             text, default_category = self.source.template_text(source.file), source.category or "custom"
+            text, dropped = _without_starting_triggers(text, source)
         category = category or default_category
         taken = next((d for d in documents if d.kind == "workflow" and d.declared_id == name), None)
         if taken is not None:
@@ -219,7 +253,7 @@ class WorkflowService:
             file = self.source.write_workflow(category, name, retarget(text, name, category))
         except FileExistsError:
             raise AlreadyExists(f"the file for workflow '{name}' already exists; it is never overwritten") from None
-        return Created(file, template, self.validate([Path(file)]).problems)
+        return Created(file, template, self.validate([Path(file)]).problems, dropped)
 
 
 def retarget(text: str, name: str, category: str) -> str:
@@ -231,6 +265,32 @@ def retarget(text: str, name: str, category: str) -> str:
     if not found:
         text = re.sub(r"(?m)^(id:.*)$", rf"\1\ncategory: {category}", text, count=1)
     return text
+
+
+def _without_starting_triggers(text: str, doc: Document) -> tuple[str, tuple[str, ...]]:
+    """A copy of a workflow starts by hand: the text without the triggers that start sessions (`task_ready`,
+    `label:…`), which would otherwise contend with the original's or take them over. Returns the text and the
+    triggers left out. The list is rewritten on its key's line (flow style) or loses its items' lines (block)."""
+    triggers = doc.data.get("triggers") if isinstance(doc.data, dict) else None
+    if not isinstance(triggers, list):
+        return text, ()
+    dropped = tuple(t for t in triggers if isinstance(t, str) and starts_sessions(t))
+    if not dropped:
+        return text, ()
+    kept = [t for t in triggers if t not in dropped]
+    lines = text.splitlines(keepends=True)
+    key = doc.line(("triggers",)) - 1
+    items = [doc.line(("triggers", n)) - 1 for n in range(len(triggers))]
+    if all(i == key for i in items) or not kept:  # flow style (`triggers: [manual, task_ready]`), or none kept
+        for n, item in enumerate(items):
+            if item != key and triggers[n] in dropped:
+                lines[item] = ""
+        lines[key] = f"triggers: [{', '.join(json.dumps(t) for t in kept)}]\n"
+    else:
+        for n, item in enumerate(items):
+            if triggers[n] in dropped:
+                lines[item] = ""
+    return "".join(lines), dropped
 
 
 def _sorted(problems: Iterable[WorkflowProblem]) -> tuple[WorkflowProblem, ...]:

@@ -14,6 +14,7 @@ from taskgate.domain.errors import InvalidInput
 from taskgate.domain.expressions import ExpressionError, parse_condition
 from taskgate.domain.openagents import FORMATS, OPENAGENTS, from_openagents, reading
 from taskgate.domain.outputs import output_path
+from taskgate.domain.triggers import trigger_problem
 from taskgate.domain.variables import BUILTINS, VariableError, references, resolve, resolve_all
 from taskgate.domain.variables import NAME as VARIABLE_NAME
 from taskgate.domain.workflow_visibility import agent_type_named, entry_problem
@@ -232,13 +233,12 @@ def parse_workflow(
             f"move the file to workflows/{category}/ or write category: {doc.category}",
         )
     triggers = c.listing(data, "triggers", ()) or []
-    for n, trigger in enumerate(triggers):
-        if not isinstance(trigger, str) or not trigger.strip():
-            c.problem(
-                ("triggers", n),
-                f"trigger {n + 1} must be a non-empty text, not {trigger!r}",
-                "name the event, e.g. '- manual' or '- task_ready'",
-            )
+    for n, trigger in enumerate(triggers):  # the forms and what they mean: domain/triggers.py
+        problem = trigger_problem(trigger)
+        if problem is not None:
+            c.problem(("triggers", n), f"trigger {n + 1} {problem[0]}", problem[1])
+        elif trigger in triggers[:n]:
+            c.problem(("triggers", n), f"trigger {n + 1} {trigger!r} is listed twice", "remove one of them")
     max_iterations = c.integer(data, "max_iterations", (), minimum=1, maximum=100_000)
     duration = None
     if data.get("max_duration") is not None:

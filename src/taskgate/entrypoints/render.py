@@ -143,11 +143,15 @@ def _cell(cell: Any, markup: bool) -> str | Text:
 
 
 def tasks_table(tasks: list[Task], title: str = "Tasks") -> Table:
-    return table(
-        title,
-        ["id", "pri", "status", "plan", "blocked by", "title"],
-        ([t.id, t.priority, t.status.value, t.plan_id, ", ".join(t.blockers), escape(t.title)] for t in tasks),
-    )
+    """One row per task, and a `labels` column as soon as one listed task has labels."""
+    labelled = any(t.labels for t in tasks)
+    columns = ["id", "pri", "status", "plan", "blocked by", *(["labels"] if labelled else []), "title"]
+    rows = (
+        [t.id, t.priority, t.status.value, t.plan_id, ", ".join(t.blockers),
+         *([escape(", ".join(t.labels))] if labelled else []), escape(t.title)]
+        for t in tasks
+    )  # fmt: skip
+    return table(title, columns, rows)
 
 
 def session_json(session: Session) -> dict[str, Any]:

@@ -310,6 +310,17 @@ class WorkflowSettings(BaseModel):
     loop_repeats: int = Field(default=3, ge=2, le=100)
 
 
+class DispatchSettings(BaseModel):
+    """`[dispatch]`: whether taskgate starts sessions by itself on ready tasks that a workflow's `task_ready` or
+    `label:<name>` trigger takes (docs/workflows.md#triggers-and-dispatch), as which operator, for which projects."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    auto_start: bool = False
+    operator: str | None = Field(default=None, description="operator id; unset: operator.default")
+    projects: list[str] = Field(default_factory=list, description="project names; empty: every project")
+
+
 class Settings(BaseSettings):
     """All of taskgate's configuration. Build it with `load_settings()`."""
 
@@ -326,6 +337,7 @@ class Settings(BaseSettings):
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     execution: ExecutionSettings = ExecutionSettings()
     workflows: WorkflowSettings = WorkflowSettings()
+    dispatch: DispatchSettings = DispatchSettings()
     context: ContextSettings = ContextSettings()
     tracker: TrackerSettings = TrackerSettings()
     webhooks: list[WebhookSettings] = []

@@ -11,7 +11,15 @@ from dataclasses import asdict, dataclass
 
 import typer
 
-from taskgate.bootstrap import agent_types, bootstrap, database_report, find_config_file, load_settings
+from taskgate.bootstrap import (
+    agent_types,
+    bootstrap,
+    database_report,
+    dispatch_options,
+    dispatch_report,
+    find_config_file,
+    load_settings,
+)
 from taskgate.domain.errors import TaskgateError
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.agents import readiness
@@ -93,6 +101,7 @@ async def _service_checks(settings) -> list[Check]:
             checks.append(Check("project", "ok", f"{project.name} (key {project.key}) at {project.root_path}"))
         except TaskgateError as exc:
             checks.append(Check("project", "warn", str(exc), "taskgate init (in your repository)"))
+        checks.append(await _dispatch_check(settings, app_))
         endpoint = LoopbackEndpoint(app_, settings.mcp.tool_names, grace_s=0)
         url = await endpoint.acquire()
         try:
@@ -105,6 +114,26 @@ async def _service_checks(settings) -> list[Check]:
         return checks
     finally:
         await app_.close()
+
+
+async def _dispatch_check(settings, app_) -> Check:
+    """Whether taskgate starts sessions by itself ([dispatch]): off is fine; on, its operator must exist, its
+    projects too, and some trigger must start something."""
+    line, problems = dispatch_report(settings)
+    options = dispatch_options(settings)
+    if options is None:
+        return Check("dispatch", "ok", line)
+    if options.operator_id not in {o.id for o in await app_.tracker.list_operators()}:
+        fix = f"taskgate operator add {options.operator_id} --role developer, or set [dispatch] operator"
+        return Check("dispatch", "fail", f"{line}; operator {options.operator_id} does not exist", fix)
+    names = {p.name for p in await app_.tracker.list_projects()}
+    unknown = [name for name in options.projects if name not in names]
+    if unknown:
+        return Check("dispatch", "fail", f"{line}; no project named {', '.join(unknown)}", "fix [dispatch] projects")
+    if problems:
+        hint = "see docs/workflows.md#triggers-and-dispatch"
+        return Check("dispatch", "warn", f"{line}; {'; '.join(problems)}", hint)
+    return Check("dispatch", "ok", line)
 
 
 def _refuses_without_token(url: str) -> bool:

@@ -106,13 +106,17 @@ def task_add(
     blocked_by: Annotated[
         list[str] | None, typer.Option("--blocked-by", help="A blocking task id (repeatable).")
     ] = None,
+    label: Annotated[
+        list[str] | None, typer.Option("--label", "-l", help="A task label such as bug (repeatable): label: triggers.")
+    ] = None,
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Add a task to the built-in tracker. A closed plan (its tasks all completed) is reopened by it."""
 
     def add(services: App, found: Project):
-        command = AddTask(found.id, title, description, plan, priority, blocked_by or [], _local_actor(services))
+        command = AddTask(found.id, title, description, plan, priority, blocked_by or [], _local_actor(services),
+                          labels=label or ())  # fmt: skip
         return services.tracker.add(command)
 
     added = run_in_project(project, add)

@@ -141,7 +141,8 @@ def worktrees_reconcile(
 @app.command("sweep")
 def sweep(as_json: JsonOpt = False) -> None:
     """Run the sweeper once (what `taskgate serve` does every [sweeper] interval_s): time out sessions past their
-    deadline, escalate or fail verifications waiting for a decision, abandon sessions whose agents went silent."""
+    deadline, escalate or fail verifications waiting for a decision, abandon sessions whose agents went silent;
+    with [dispatch] auto_start on, start sessions on ready tasks that a workflow's trigger takes."""
     from taskgate.bootstrap import build_sweeper
 
     report = run(lambda services: build_sweeper(services.settings or load_settings(), services).sweep_once())
@@ -161,6 +162,8 @@ def sweep(as_json: JsonOpt = False) -> None:
         console.print(f"  tracker write-back {terminal_safe(line)}", highlight=False, markup=False)
     for agent_id in report.silent_agents:
         console.print(f"  agent {agent_id} marked failed (no heartbeat)", highlight=False)
+    for done in report.dispatched:
+        console.print(f"  dispatch {terminal_safe(done.line())}", highlight=False, markup=False)
     for error in report.errors:
         console.print(f"  error: {error}", highlight=False, markup=False)
 

@@ -102,6 +102,43 @@ def workflow_show(name: Annotated[str, typer.Argument(help="The workflow's id.")
         console.print(render.workflow_table(workflow))
 
 
+@workflow_app.command("triggers")
+def workflow_triggers(as_json: JsonOpt = False) -> None:
+    """Which workflow each starting trigger starts (`task_ready`, `label:<name>`): what dispatch runs on a ready
+    task when [dispatch] auto_start is on (a label trigger beats task_ready), and whether it is on."""
+    from taskgate.bootstrap import dispatch_report
+
+    catalogue = _workflows()
+    workflows = catalogue.catalogue().workflows
+    routes = catalogue.trigger_routes(workflows)
+    rows = [
+        {"trigger": trigger, "workflows": [name], "source": catalogue.origin(workflows[name].file),
+         "file": workflows[name].file, "note": _replaced(routes.replaced.get(trigger, ()))}
+        for trigger, name in routes.workflows.items()
+    ] + [
+        {"trigger": trigger, "workflows": list(names), "source": "", "file": "",
+         "note": "contested: declared by several workflows, starts nothing (see workflow validate)"}
+        for trigger, names in routes.contested.items()
+    ]  # fmt: skip
+    rows.sort(key=lambda r: (r["trigger"] != "task_ready", r["trigger"]))
+    line, problems = _or_fail(lambda: dispatch_report(load_settings()))
+    if as_json:
+        render.print_json({"dispatch": {"on": not line.startswith("off"), "detail": line, "problems": problems},
+                           "triggers": rows})  # fmt: skip
+        return
+    cells = ([r["trigger"], ", ".join(r["workflows"]), r["source"], r["note"]] for r in rows)
+    console.print(render.table("Triggers", ["trigger", "workflow", "source", "note"], cells, markup=False))
+    if not rows:
+        say("no workflow has a task_ready or label:<name> trigger (docs/workflows.md#triggers-and-dispatch)")
+    say(f"dispatch {line}")
+    for problem in problems:
+        say(f"dispatch: {problem}")
+
+
+def _replaced(names: tuple[str, ...]) -> str:
+    return f"replaces the built-in {', '.join(names)}" if names else ""
+
+
 @workflow_app.command("validate")
 def workflow_validate(
     files: Annotated[list[Path] | None, typer.Argument(help="Files to check (default: the whole catalogue).")] = None,
@@ -150,6 +187,9 @@ def workflow_create(
     """Write workflows/<category>/NAME.yaml from a template (never overwriting), then validate it."""
     created = _or_fail(lambda: _workflows().create(name, template, category))
     say(f"created {created.file} from template {created.template}")
+    if created.dropped_triggers:
+        say(f"its triggers {', '.join(created.dropped_triggers)} were left out: a copy starts by hand until you add "
+            f"them (a project workflow's trigger replaces a built-in one's)")  # fmt: skip
     for problem in created.problems:
         say(problem)
     if created.problems:

@@ -76,6 +76,7 @@ class TaskOut(BaseModel):
     status: str
     plan_id: int | None
     blockers: list[str] = Field(description="Ids of tasks that must complete before this one can start.")
+    labels: list[str] = Field(default_factory=list, description="Task labels (a workflow's label:<name> trigger).")
     plan_reopened: bool = Field(False, description="task_add only: the plan was closed and this task reopened it.")
 
     @classmethod
@@ -97,6 +98,7 @@ class TaskOut(BaseModel):
             status=t.status.value,
             plan_id=t.plan_id,
             blockers=t.blockers,
+            labels=t.labels,
         )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from taskgate.bootstrap import App, Settings, bootstrap, build_outbox, build_sweeper, redact
+from taskgate.bootstrap import App, Settings, bootstrap, build_outbox, build_sweeper, dispatch_report, redact
 from taskgate.domain.access import Principal
 from taskgate.domain.errors import InvalidInput
 from taskgate.entrypoints.console.app import beside_mcp, console_app
@@ -63,7 +63,13 @@ async def _recover(app: App) -> None:
 
 
 def _start_sweeper(settings: Settings, app: App) -> tuple[asyncio.Event, asyncio.Task[None]] | None:
-    """The sweeper (timeouts, escalations, abandoned sessions) as a background task, unless `[sweeper]` is off."""
+    """The sweeper (timeouts, escalations, abandoned sessions, dispatch) as a background task, unless `[sweeper]` is
+    off. Says on stderr whether dispatch is on (it starts sessions by itself), and what stands in its way."""
+    line, problems = dispatch_report(settings)
+    log = logging.getLogger("taskgate.dispatch")
+    log.warning("dispatch %s", line)
+    for problem in problems:
+        log.warning("dispatch: %s", problem)
     if not settings.sweeper.enabled:
         return None
     stop = asyncio.Event()

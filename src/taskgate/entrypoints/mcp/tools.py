@@ -245,13 +245,18 @@ async def task_add(
         Field(description="Ids of tasks that must complete first.", max_length=100),
     ] = [],  # noqa: B006 (pydantic copies)
     project: ProjectRef = None,
+    labels: Annotated[
+        list[Annotated[str, Field(max_length=50)]],
+        Field(description="Task labels, e.g. bug: a workflow's label:<name> trigger takes the task.", max_length=20),
+    ] = [],  # noqa: B006 (pydantic copies)
 ) -> TaskOut:
     """Add a task to the built-in tracker. A task with unfinished blockers cannot be started. A closed plan (its
     tasks all completed) is reopened by the task; `plan_reopened` says so."""
     call = _call(ctx)
     await call.app.operators.authorize(call.principal, Capability.MANAGE)
     found = await call.app.tracker.resolve_project(project)
-    command = AddTask(found.id, title, description, plan_id, priority, list(blocked_by), call.principal.actor)
+    command = AddTask(found.id, title, description, plan_id, priority, list(blocked_by), call.principal.actor,
+                      labels=list(labels))  # fmt: skip
     return TaskOut.added(await call.app.tracker.add(command))
 
 

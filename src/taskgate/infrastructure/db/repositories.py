@@ -242,8 +242,12 @@ class SqlAlchemyTaskRepository(_Repository):
             rows += await self._all(select(t.tasks).where(t.tasks.c.id.in_(chunk)))
         return await self._with_blockers(sorted(rows, key=lambda r: r["id"]))
 
-    async def update_details(self, task_id: str, *, title: str, description: str, priority: int) -> None:
-        values = {"title": title, "description": description, "priority": priority}
+    async def update_details(
+        self, task_id: str, *, title: str, description: str, priority: int, labels: Sequence[str] | None = None
+    ) -> None:
+        values: dict[str, Any] = {"title": title, "description": description, "priority": priority}
+        if labels is not None:
+            values["labels"] = list(labels)
         await self._conn.execute(update(t.tasks).where(t.tasks.c.id == task_id).values(**values))
 
     async def set_tracker_facts(self, task_id: str, *, tracker_status: str | None, hold: str | None) -> None:

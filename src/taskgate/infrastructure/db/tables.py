@@ -100,6 +100,8 @@ tasks = Table(
     Column("external_id", String(64), nullable=True),
     Column("tracker_status", String(32), nullable=True),
     Column("hold", String(200), nullable=True),
+    # Task labels (migration 0011): a JSON list of texts, each a task label (domain/triggers.py), as given.
+    Column("labels", JSON, nullable=False, server_default=text("'[]'")),
     Index("ix_tasks_project_status", "project_id", "status"),
     Index("uq_tasks_project_source_external", "project_id", "source", "external_id", unique=True),
 )
