@@ -226,7 +226,12 @@ def test_a_run_takes_input_and_context_its_prompts_and_manifest_show_them(cli: C
     echo = json.dumps([sys.executable, "-c", "import sys; print(sys.argv[1])", "{prompt}"])
     with (config / "taskgate.toml").open("a") as toml:
         toml.write(f"\n[agents.echo]\ncommand = {echo}\n")
+    (config / "workflows" / "e2e" / "misnamed.yaml").write_text(ASKS.replace("id: asks", "id: misnamed").replace(
+        "steps:", "variables:\n  instructions: x.md\nsteps:"))  # fmt: skip
     before = cli.table_counts()
+    broken = cli.fails("workflow", "run", "misnamed", "--task", "DEMO-3")
+    assert broken.startswith("error: workflow misnamed has problems: ") and "misnamed.yaml:5: variable 'instructions'" \
+        " is reserved" in broken  # fmt: skip
     bad = cli.fails("workflow", "run", "asks", "--task", "DEMO-3", "--context", '["api"]')
     assert bad == "error: --context must be a JSON object of names to values, not list"
     assert "--context is not JSON" in cli.fails("workflow", "run", "asks", "--task", "DEMO-3", "--context", "{area")

@@ -511,3 +511,11 @@ def test_a_session_folder_template_needs_the_session_id_and_stays_under_the_outp
     assert "3: session_folder '../{session_id}':" in escape and "'..'" in escape
     (unknown,) = _problems_of(base.format(folder="'{{nope}}/{session_id}'"))
     assert "unknown variable '{{nope}}'" in unknown
+
+
+def test_an_invalid_workflow_is_known_as_such_with_its_first_problem():
+    text = "id: w\ndescription: d\nvariables:\n  input: x\nsteps:\n  - {id: a, type: agent, agent: x, prompt: p}\n"
+    doc, _ = parse_text(text, "w.yaml", category="dev")
+    catalogue = validate_documents([doc])
+    assert "w" not in catalogue.workflows and catalogue.invalid["w"].line == 4
+    assert "variable 'input' is reserved" in catalogue.invalid["w"].message

@@ -231,10 +231,15 @@ class WorkflowEngine(StackEdits, NoEffects):
         return self._catalogue
 
     def workflow(self, name: str) -> Workflow:
-        """A valid workflow by id. Raises: WorkflowNotFound (naming the ones there are)."""
+        """A valid workflow by id. Raises: WorkflowNotFound (naming the ones there are), InvalidInput (its file has
+        problems: the first one is named)."""
         found = self.catalogue().workflows.get(name) or self.catalogue(refresh=True).workflows.get(name)
         if found is None:
-            raise WorkflowNotFound(f"{name} (known: {', '.join(sorted(self.catalogue().workflows)) or 'none'})")
+            catalogue = self.catalogue()
+            if name in catalogue.invalid:
+                raise InvalidInput(f"workflow {name} has problems: {catalogue.invalid[name]} (`taskgate workflow "
+                                   "validate` lists them all)")  # fmt: skip
+            raise WorkflowNotFound(f"{name} (known: {', '.join(sorted(catalogue.workflows)) or 'none'})")
         return found
 
     def checklist(self, name: str) -> Checklist:

@@ -98,7 +98,8 @@ class WorkflowService:
         documents, problems = self.source.catalogue()
         checked = validate_documents(documents, self.agent_types)
         clashes = self._trigger_clashes(documents, checked.workflows)
-        return Catalogue(checked.workflows, checked.checklists, _sorted([*problems, *checked.problems, *clashes]))
+        return Catalogue(checked.workflows, checked.checklists, _sorted([*problems, *checked.problems, *clashes]),
+                         checked.invalid)  # fmt: skip
 
     def trigger_routes(self, workflows: Mapping[str, Workflow] | None = None) -> TriggerRoutes:
         """Which workflow each starting trigger (`task_ready`, `label:…`) starts, over the valid workflows of the

@@ -738,7 +738,8 @@ def validate_documents(
     checklists: dict[str, Checklist] = {}
     seen: dict[tuple[str, str], Document] = {}
     all_ids: dict[str, set[str]] = {"workflow": set(), "checklist": set()}
-    for doc in sorted(documents, key=lambda d: d.file):
+    documents = sorted(documents, key=lambda d: d.file)
+    for doc in documents:
         if doc.declared_id is not None:
             all_ids[doc.kind].add(doc.declared_id)
             first = seen.setdefault((doc.kind, doc.declared_id), doc)
@@ -792,7 +793,13 @@ def validate_documents(
     for name in broken:
         workflows.pop(name, None)
     problems.sort(key=lambda p: (p.file, p.line, p.message))
-    return Catalogue(dict(sorted(workflows.items())), dict(sorted(checklists.items())), tuple(problems))
+    invalid: dict[str, WorkflowProblem] = {}
+    for doc in documents:
+        if doc.kind == "workflow" and doc.declared_id and doc.declared_id not in workflows:
+            first = next((p for p in problems if p.file == doc.file), None)
+            if first is not None:
+                invalid.setdefault(doc.declared_id, first)
+    return Catalogue(dict(sorted(workflows.items())), dict(sorted(checklists.items())), tuple(problems), invalid)
 
 
 # What every prompt may use besides the workflow's own variables: the task's fields, the step's input, the operator's

@@ -281,6 +281,7 @@ class Catalogue:
     workflows: Mapping[str, Workflow]
     checklists: Mapping[str, Checklist]
     problems: tuple[WorkflowProblem, ...]
+    invalid: Mapping[str, WorkflowProblem] = field(default_factory=dict)  # a declared workflow id → its first problem
 
     @property
     def ok(self) -> bool:

@@ -541,7 +541,9 @@ async def follow_steps(
     seen = dict(known or {})
     while True:
         finished = done.done()
-        lines: list[tuple[datetime, str]] = []  # what happened since the last poll, in the order it happened
+        # what happened since the last poll, in the order it happened; a nested step and the step that ran it can
+        # end in one transaction (one time): the inner one is printed first, as it ended first
+        lines: list[tuple[datetime, int, str]] = []
         for run in await app.workflows.step_runs(session_id):
             mark = f"{run.status.value}:{bool(run.agent_ids)}"
             before = seen.get(run.id) if run.id is not None else None
@@ -551,9 +553,10 @@ async def follow_steps(
             if before is not None and before.split(":")[0] == run.status.value == "running":
                 continue  # only its agents were noted
             if before is None and run.agent_ids and run.status.value not in _OPEN:  # it started and ended unseen
-                lines.append((run.started_at, step_run_line(run, started=True)))
-            lines.append((run.ended_at or run.started_at, step_run_line(run)))
-        for _, line in sorted(lines, key=lambda pair: pair[0]):
+                lines.append((run.started_at, run.depth, step_run_line(run, started=True)))
+            ended = run.status.value not in _OPEN
+            lines.append((run.ended_at or run.started_at, -run.depth if ended else run.depth, step_run_line(run)))
+        for _, _, line in sorted(lines, key=lambda entry: entry[:2]):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         if finished:
             break
