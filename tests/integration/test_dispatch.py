@@ -195,3 +195,18 @@ async def test_racing_dispatchers_on_one_database_start_each_task_exactly_once_w
     for session in sessions:  # the workflow its trigger named is its root frame, pushed once
         wanted = "bug-flow" if session.task_id in {t.id for t in free[1::2]} else "ready-flow"
         assert [f["name"] for f in session.workflow_stack] == [wanted], session
+
+
+async def test_a_workflow_the_dispatch_operator_may_not_run_is_skipped_and_nothing_is_written(
+    services, git_repo, tmp_path
+):
+    private = READY_FLOW.replace("id: ready-flow", "id: ready-flow\nvisible_to: ['operator:bob']")
+    r = rig(services, tmp_path, {"dev/ready-flow.yaml": private})
+    d = Dispatcher(services.uow, services.sessions, services.tracker, r.engine, r.catalogue.trigger_routes,
+                   SystemClock(), DispatchOptions(OPERATOR))  # fmt: skip
+    _, _, (task,) = await seed(services, git_repo, ["plain"])
+    report = await Sweeper(services.uow, services.sessions, SystemClock(), dispatcher=d).sweep_once()
+    (skipped,) = report.dispatched
+    assert (skipped.task_id, skipped.outcome) == (task.id, "skipped")
+    assert "operator:bob" in skipped.detail and "the dispatch operator runs it" in skipped.detail
+    assert await services.sessions.list_sessions() == []

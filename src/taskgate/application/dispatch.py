@@ -51,6 +51,7 @@ from taskgate.domain.errors import (
     ClaimRefused,
     ConcurrentModification,
     ConflictError,
+    Forbidden,
     InvalidInput,
     InvalidTransition,
     PolicyViolation,
@@ -61,6 +62,7 @@ from taskgate.domain.errors import (
 from taskgate.domain.policies import Violation
 from taskgate.domain.states import SessionState, Trigger
 from taskgate.domain.triggers import Route, TriggerRoutes
+from taskgate.domain.workflow_visibility import Viewer
 from taskgate.domain.workflows import Workflow
 
 DISPATCHED = "dispatched"  # state_data key of a session dispatch created: workflow, trigger, operator, waiting_since
@@ -195,10 +197,14 @@ class Dispatcher:
 
     async def _start(self, task: Task, route: Route, hold: _Hold) -> DispatchAction:
         """Start a session for `task` running `route.workflow`; a guard's refusal leaves it waiting in ready."""
-        workflow = self._workflows.workflow(route.workflow)  # a workflow gone since the routes were read: error
+        action = _Action(task.id, route.workflow, route.trigger)
+        try:  # a workflow gone since the routes were read: error; one the dispatch operator may not run: skipped
+            workflow = self._workflows.chosen(route.workflow, Viewer.operator(self.options.operator_id))
+        except Forbidden as exc:
+            return action("skipped", detail=f"{exc} (the dispatch operator runs it)")
+        assert workflow is not None
         mark = {"workflow": route.workflow, "trigger": route.trigger, "operator": self.options.operator_id}
         actor, reason = self.options.actor, _reason(route.workflow, route.trigger)
-        action = _Action(task.id, route.workflow, route.trigger)
         try:
             started = await self._sessions.start_task(
                 StartTask(task.id, actor, self.options.operator_id, reason, {DISPATCHED: mark})
