@@ -253,3 +253,48 @@ def test_a_run_takes_input_and_context_its_prompts_and_manifest_show_them(cli: C
     runs = cli.json("workflow", "steps", sid[:8])
     assert [(r["step_id"], r["status"]) for r in runs] == [("make", "succeeded"), ("nested", "succeeded"),
                                                             ("more", "succeeded")]  # fmt: skip
+
+
+OUTER = """
+id: outer
+description: runs inner, then goes on
+steps:
+  - id: sub
+    type: workflow
+    workflow: inner
+  - id: after
+    type: agent
+    agent: echo
+    prompt: "inner: {{steps.sub.summary}}"
+"""
+INNER = """
+id: inner
+description: makes, then waits at a gate
+steps:
+  - id: make
+    type: agent
+    agent: ok
+    prompt: make
+  - id: gate
+    type: approval
+    message: inner gate
+"""
+
+
+def test_workflow_continue_ends_the_nested_workflow_early_and_the_outer_one_goes_on(cli: Cli):
+    config = cli.workdir / "config"
+    (config / "workflows" / "e2e" / "outer.yaml").write_text(OUTER)
+    (config / "workflows" / "e2e" / "inner.yaml").write_text(INNER)
+    echo = json.dumps([sys.executable, "-c", "import sys; print(sys.argv[1])", "{prompt}"])
+    with (config / "taskgate.toml").open("a") as toml:
+        toml.write(f"\n[agents.echo]\ncommand = {echo}\n")
+    out = cli.ok("workflow", "run", "outer", "--task", "DEMO-3")
+    sid = out.split()[1]
+    assert f"paused: session {sid} (executing) at outer › sub › inner › gate" in out
+    went_on = cli.ok("workflow", "continue", sid[:8])
+    assert went_on.startswith("ended the frame early: outer › sub")
+    assert "✓ outer › after succeeded: inner: - make: succeeded: done" in went_on
+    assert f"finished: the workflow is done and session {sid} is verifying" in went_on
+    runs = cli.json("workflow", "steps", sid[:8])
+    assert [(r["step_id"], r["status"]) for r in runs] == [("sub", "succeeded"), ("make", "succeeded"),
+                                                            ("gate", "cancelled"), ("after", "succeeded")]  # fmt: skip

@@ -238,3 +238,49 @@ async def test_the_stack_tools_refuse_a_session_past_executing(services, git_rep
         assert (await tools.ok("session_status", session_id=sid))["state"] == "verifying"
         refusal = await tools.refused("add_workflow_to_session", session_id=sid, workflow_name="smoke")
         assert "InvalidTransition" in refusal and "verifying" in refusal
+
+
+OUTER = """
+id: outer
+description: runs inner, then reports what it returned
+steps:
+  - id: sub
+    type: workflow
+    workflow: inner
+  - id: report
+    type: agent
+    agent: ok
+    prompt: "inner said {{steps.sub.summary}} (success {{steps.sub.success}})"
+"""
+INNER = """
+id: inner
+description: builds, then waits at a gate
+steps:
+  - id: build
+    type: agent
+    agent: ok
+    prompt: build it
+  - id: gate
+    type: approval
+    message: inner gate
+"""
+
+
+async def test_workflow_continue_ends_a_nested_workflow_early_and_the_parent_reads_its_result(
+    services, git_repo, tmp_path
+):
+    r = rig(services, tmp_path, {**FILES, "development/outer.yaml": OUTER, "development/inner.yaml": INNER})
+    seeded = await seed(services, git_repo, tasks=1)
+    async with connect(services, ALICE, app=app_with(services, r)) as tools:
+        sid = (await tools.ok("project_session_start", task_id=seeded.tasks[0].id, workflow="outer"))["id"]
+        refusal = await tools.refused("workflow_continue", session_id=sid)
+        assert "workflow_continue ends a nested frame" in refusal and "depth 1" in refusal
+        await tools.ok("session_execute", session_id=sid)
+        await run_until_idle(r, sid)
+        status = await tools.ok("session_status", session_id=sid)
+        assert status["workflow"]["breadcrumb"] == "outer › sub › inner › gate"
+        ended = await tools.ok("workflow_continue", session_id=sid)
+        assert ended["depth"] == 1 and ended["summary"].startswith("ended the top frame early")
+        await run_until_idle(r, sid)
+        assert (await tools.ok("session_status", session_id=sid))["state"] == "verifying"
+    assert r.runner.prompts("ok")[-1] == "inner said - build: succeeded: build it (success true)"
