@@ -22,8 +22,8 @@ from mcp.shared.exceptions import MCPError
 from taskgate.bootstrap import App
 from taskgate.domain.access import Principal
 from taskgate.entrypoints.console.app import beside_mcp, console_app
+from taskgate.entrypoints.mcp.calls import PRINCIPAL_SCOPE_KEY
 from taskgate.entrypoints.mcp.server import NO_OAUTH, REFUSED, BearerGate, build_server, http_app, oauth_path
-from taskgate.entrypoints.mcp.tools import PRINCIPAL_SCOPE_KEY
 from tests.conftest import wire
 from tests.fakes import InMemoryDatabase
 from tests.mcp.conftest import app_of

@@ -14,8 +14,8 @@ from taskgate.domain.access import Capability, effective_permissions
 from taskgate.domain.bounds import IDS
 from taskgate.domain.entities import Operator
 from taskgate.domain.errors import InvalidInput
+from taskgate.entrypoints.mcp.calls import call_of, tool_errors
 from taskgate.entrypoints.mcp.models import PlanOut
-from taskgate.entrypoints.mcp.tools import _call, tool_errors
 
 RoleName = Literal["admin", "architect", "developer", "reviewer", "qa"]
 PermissionName = Literal["read", "write", "approve", "override", "admin"]
@@ -50,7 +50,7 @@ class OperatorList(BaseModel):
 @tool_errors
 async def operator_list(ctx: Context) -> OperatorList:
     """Operators with their roles, grants, effective permissions and capacity."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
     operators = [OperatorOut.of(o) for o in await call.app.operators.list()]
     return OperatorList(summary=f"{len(operators)} operator(s)", operators=operators)
@@ -66,7 +66,7 @@ async def operator_add(
     max_active_sessions: Annotated[int, Field(description="Sessions it may have in progress.", ge=1, le=1000)] = 5,
 ) -> OperatorOut:
     """Add an operator (admins only); it signs in with a token an admin creates for it (`taskgate token create`)."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.ADMINISTER)
     cmd = AddOperator(operator_id, list(roles) or ["developer"], name, email, max_active_sessions, [],
                       call.principal.actor)  # fmt: skip
@@ -86,7 +86,7 @@ async def operator_grant(
     ] = None,
 ) -> OperatorOut:
     """Give an operator more roles or permissions, or another capacity (admins only); recorded with who did it."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.ADMINISTER)
     if not (roles or permissions or max_active_sessions):
         raise InvalidInput("nothing to grant: give roles, permissions or max_active_sessions")
@@ -108,7 +108,7 @@ async def plan_close(
 ) -> PlanOut:
     """Close a plan by hand: none of its tasks starts or is listed ready until a task is added to it (which reopens
     it); sessions already running go on. Closing a closed plan changes nothing."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.MANAGE)
     return PlanOut.of(await call.app.tracker.close_plan(plan_id, call.principal.actor, reason))
 

@@ -15,8 +15,8 @@ from taskgate.domain.access import Capability
 from taskgate.domain.bounds import IDS, OFFSETS, PAGE_SIZES, ROW_LIMITS
 from taskgate.domain.errors import InvalidInput
 from taskgate.domain.states import SessionState
+from taskgate.entrypoints.mcp.calls import ProjectRef, call_of, parse_when, session_out, tool_errors
 from taskgate.entrypoints.mcp.models import SessionOut
-from taskgate.entrypoints.mcp.tools import ProjectRef, _call, _session_out, _timestamp, tool_errors
 
 
 class SessionList(BaseModel):
@@ -53,13 +53,13 @@ async def session_list(
 ) -> SessionList:
     """Sessions, newest first, filtered by project, plan, state and operator, a page at a time; each with its
     agents and workflow as session_status shows them."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
     found = await call.app.tracker.resolve_project(project) if project is not None else None
     states = {_state(s) for s in state} if state else None
     query = SessionPage(found.id if found else None, plan_id, states, operator, limit, offset)
     sessions, total = await call.app.sessions.page(query)
-    out = [await _session_out(call, s) for s in sessions]
+    out = [await session_out(call, s) for s in sessions]
     shown = f"{offset + 1}-{offset + len(out)} of {total}" if out else f"none of {total}"
     return SessionList(summary=f"sessions {shown}", total=total, offset=offset, sessions=out)
 
@@ -80,10 +80,10 @@ async def events_list(
 ) -> EventList:
     """Events, the record every write appends (transitions, decisions, agents, tracker write-backs that failed,
     plans reopened, ...), filtered by session, kind and time; oldest first."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.AUDIT)
     sid = await call.app.sessions.resolve_id(session_id) if session_id else None
-    rows = await call.app.audit.events(EventQuery(sid, kind, _timestamp(since), _timestamp(until), limit))
+    rows = await call.app.audit.events(EventQuery(sid, kind, parse_when(since), parse_when(until), limit))
     events = [EventOut(**{k: row[k] for k in ("id", "kind", "at", "session_id", "payload")}) for row in rows]
     return EventList(summary=f"{len(events)} event(s)", events=events)
 

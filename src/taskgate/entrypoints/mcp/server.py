@@ -30,8 +30,9 @@ from taskgate.domain.access import Principal
 from taskgate.domain.errors import Unauthenticated
 from taskgate.entrypoints.mcp import session_items
 from taskgate.entrypoints.mcp.annotations import AGENT_TOOLS, annotated, visible_to_operator
+from taskgate.entrypoints.mcp.calls import PRINCIPAL_SCOPE_KEY, Runtime
 from taskgate.entrypoints.mcp.names import ToolNames, canonical, renamed, tool_name
-from taskgate.entrypoints.mcp.tools import PRINCIPAL_SCOPE_KEY, TOOLS, Runtime
+from taskgate.entrypoints.mcp.tools import TOOLS
 
 INSTRUCTIONS = """taskgate runs AI coding agents in guarded, audited sessions, one per task.
 Typical flow: project_init (once) → plan_add → task_add → project_ready_tasks → project_session_start(task_id)

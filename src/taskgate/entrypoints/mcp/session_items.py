@@ -13,8 +13,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 
 from taskgate.domain.errors import TaskgateError
+from taskgate.entrypoints.mcp.calls import call_of, session_id_of
 from taskgate.entrypoints.mcp.names import renamed
-from taskgate.entrypoints.mcp.tools import _call, _session_id
 
 SESSION_URI = "taskgate://sessions/{session_id}"
 
@@ -35,16 +35,16 @@ def resource_errors(fn: Callable[..., Awaitable[str]]) -> Callable[..., Awaitabl
 @resource_errors
 async def session_diff(session_id: str, ctx: Context) -> str:
     """The session's changes against its base, as a unified diff (capped like session_review's patch)."""
-    call = _call(ctx)
-    review = await call.app.workspaces.review(await _session_id(call, session_id))
+    call = call_of(ctx)
+    review = await call.app.workspaces.review(await session_id_of(call, session_id))
     return review.patch + ("\n(patch truncated)\n" if review.patch_truncated else "")
 
 
 @resource_errors
 async def session_log(session_id: str, ctx: Context) -> str:
     """The session's transition log, applied and blocked rows, oldest first: one line each."""
-    call = _call(ctx)
-    sid = await _session_id(call, session_id)
+    call = call_of(ctx)
+    sid = await session_id_of(call, session_id)
     lines = []
     for r in await call.app.sessions.history(sid, 1000):
         refused = "; ".join(g["policy"] for g in r.guard_results if not g.get("passed"))
@@ -60,8 +60,8 @@ async def session_log(session_id: str, ctx: Context) -> str:
 @resource_errors
 async def session_manifest(session_id: str, ctx: Context) -> str:
     """The session folder's manifest.json: the files agents and operators saved, with sizes and hashes."""
-    call = _call(ctx)
-    sid = await _session_id(call, session_id)
+    call = call_of(ctx)
+    sid = await session_id_of(call, session_id)
     manifest: dict[str, Any] = await call.app.outputs.manifest(sid) if call.app.outputs is not None else {}
     return json.dumps(manifest, indent=2, ensure_ascii=True)
 
@@ -69,8 +69,8 @@ async def session_manifest(session_id: str, ctx: Context) -> str:
 @resource_errors
 async def review_session(session_id: str, ctx: Context) -> str:
     """Review a taskgate session and decide on it: its task, state, diff stat, commits and the approve policies."""
-    call = _call(ctx)
-    sid = await _session_id(call, session_id)
+    call = call_of(ctx)
+    sid = await session_id_of(call, session_id)
     session = await call.app.sessions.get(sid)
     task = await call.app.tracker.task(session.task_id)
     review = await call.app.workspaces.review(sid)

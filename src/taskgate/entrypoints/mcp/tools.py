@@ -3,42 +3,48 @@
 The caller is the token's principal over HTTP and the configured local operator over stdio; it is never a
 tool parameter. A refused or invalid call raises `ToolError` with what was wrong and what to do next, and
 writes nothing (the use cases guarantee it). No annotation here may be a string: the SDK reads them at runtime.
+This module holds the project, task, session and review tools and assembles `TOOLS`, every tool the server
+offers; the workflow, browsing, tracker and admin tools live in modules of their own, and what they all share
+(the caller, `tool_errors`, the parameter types) in `calls.py`.
 """
 
-import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from taskgate.application.decisions import Decide
 from taskgate.application.outputs import SaveOutput
 from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import FireTrigger, StartTask, parse_trigger
-from taskgate.application.timestamps import parse_timestamp
 from taskgate.application.tracker import AddTask
-from taskgate.application.workflow_engine import WorkflowEngine
-from taskgate.application.workflow_views import StackView
-from taskgate.bootstrap import App
 from taskgate.domain.access import (
-    AGENT_TRIGGERS,
     DECISION_TRIGGERS,
     Capability,
-    Principal,
-    authorize,
     check_operator_param,
 )
-from taskgate.domain.bounds import IDS, PRIORITIES, VERSIONS, IntRange
-from taskgate.domain.entities import Agent, Session
-from taskgate.domain.errors import InvalidInput, PolicyViolation, StorageError, TaskgateError, Unauthenticated
-from taskgate.domain.states import Trigger
-from taskgate.domain.workflow_visibility import Viewer, allows
+from taskgate.domain.bounds import PRIORITIES, VERSIONS
+from taskgate.domain.errors import InvalidInput, StorageError
+from taskgate.entrypoints.mcp.admin_tools import ADMIN_TOOLS
+from taskgate.entrypoints.mcp.browse_tools import BROWSE_TOOLS
+from taskgate.entrypoints.mcp.calls import (
+    Call,
+    PlanId,
+    ProjectRef,
+    Reason,
+    SessionRef,
+    Timestamp,
+    call_of,
+    parse_when,
+    session_id_of,
+    session_out,
+    tool_errors,
+    viewer_of,
+    within,
+    workflows_of,
+)
 from taskgate.entrypoints.mcp.models import (
-    ChecklistList,
     CheckpointOut,
     ContextOut,
     DecisionOut,
@@ -57,132 +63,9 @@ from taskgate.entrypoints.mcp.models import (
     TaskList,
     TaskOut,
     TransitionList,
-    WorkflowList,
-    WorkflowStackOut,
 )
-
-PRINCIPAL_SCOPE_KEY = "taskgate.principal"
-
-
-@dataclass
-class Runtime:
-    """What the server's lifespan opened: the services, and who the caller is when no token says otherwise."""
-
-    app: App
-    local_principal: Principal | None
-
-
-@dataclass
-class Call:
-    app: App
-    principal: Principal
-
-
-def _call(ctx: Context) -> Call:
-    runtime: Runtime = ctx.request_context.lifespan_context
-    scope = getattr(ctx.request_context.request, "scope", None)
-    principal = scope.get(PRINCIPAL_SCOPE_KEY) if isinstance(scope, dict) else None
-    principal = principal or runtime.local_principal
-    if principal is None:
-        raise Unauthenticated("no principal for this call; HTTP callers need a bearer token")
-    return Call(runtime.app, principal)
-
-
-def _hint(exc: TaskgateError) -> str:
-    if isinstance(exc, PolicyViolation) and exc.session_id:
-        return " The refused transition changed nothing; it is logged as blocked in the session's history."
-    return " Nothing was changed."
-
-
-def _refuse_nul(arguments: dict[str, Any]) -> None:
-    """NUL is valid JSON but not valid text for PostgreSQL (and never meaningful here): refuse it by name."""
-    for name, value in arguments.items():
-        values = value if isinstance(value, list) else [value]
-        if any(isinstance(v, str) and "\x00" in v for v in values):
-            raise InvalidInput(f"parameter '{name}' contains a NUL character")
-
-
-def tool_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """Turn taskgate errors into tool errors that say what was wrong; anything else stays an internal error."""
-
-    @functools.wraps(fn)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            _refuse_nul(kwargs)
-            return await fn(*args, **kwargs)
-        except TaskgateError as exc:
-            raise ToolError(f"{type(exc).__name__}: {exc}.{_hint(exc)}") from exc
-
-    return wrapper
-
-
-ProjectRef = Annotated[
-    str | None,
-    Field(description="Project id, name or key; omit when only one project exists.", max_length=200),
-]
-SessionRef = Annotated[
-    str, Field(description="Session id, or a unique prefix of at least 4 characters.", min_length=1, max_length=64)
-]
-Reason = Annotated[str | None, Field(description="Why; recorded in the transition log.", max_length=2000)]
-Timestamp = Annotated[str, Field(description="ISO 8601, e.g. 2026-11-21T10:00:00Z; no zone means UTC.", max_length=64)]
-WorkflowName = Annotated[str, Field(description="A workflow id (see query_workflows).", min_length=1, max_length=100)]
-ChecklistName = Annotated[
-    str, Field(description="A checklist id (see query_checklists).", min_length=1, max_length=100)
-]
-Pattern = Annotated[
-    str | None,
-    Field(description="A glob on the id (feature-*), or text found in the id or description.", max_length=200),
-]
-
-
-def _within(bounds: IntRange) -> dict[str, int]:
-    """The schema's bounds of an integer parameter, from domain/bounds.py: a client sees the range, and an
-    argument outside it is refused as invalid arguments before the tool runs (the use case checks again)."""
-    return {"ge": bounds.low, "le": bounds.high}
-
-
-PlanId = Annotated[int | None, Field(description="A plan id (see plan_list).", **_within(IDS))]
-
-
-def _timestamp(text: str | None) -> datetime | None:
-    return None if text is None else parse_timestamp(text)
-
-
-async def _session_id(call: Call, ref: str, capability: Capability = Capability.READ_SESSION, trigger=None) -> str:
-    own = call.principal.session_id
-    if own is not None:  # an agent: never resolve (and so never confirm or reveal) another session's id
-        wanted = ref.strip().lower()
-        reached = own if len(wanted) >= 4 and own.startswith(wanted) else None
-        authorize(call.principal, capability, session_id=reached, trigger=trigger)
-        return own
-    session_id = await call.app.sessions.resolve_id(ref)
-    await call.app.operators.authorize(call.principal, capability, session_id=session_id, trigger=trigger)
-    return session_id
-
-
-async def _viewer(call: Call) -> Viewer:
-    """Who names a workflow, for its `visible_to`: the calling operator, or the calling agent by its type."""
-    if call.principal.operator_id is not None:
-        return Viewer.operator(call.principal.operator_id)
-    return Viewer.agent(await call.app.access.agent_type(call.principal))
-
-
-def _workflows(call: Call) -> WorkflowEngine:
-    if call.app.workflows is None:
-        raise InvalidInput("this server runs no workflow runtime; workflows are not available here")
-    return call.app.workflows
-
-
-async def _session_out(call: Call, session: Session, agents: list[Agent] | None = None) -> SessionOut:
-    """The session with its agents and, when it runs one, its workflow stack; an agent is shown only the triggers
-    it may fire (plan_complete, work_complete, fail)."""
-    if agents is None:
-        agents = await call.app.agents.agents(session.id) if call.app.agents is not None else []
-    engine = call.app.workflows
-    out = SessionOut.of(session, agents, engine.view(session) if engine and session.workflow_stack else None)
-    if call.principal.operator_id is None:
-        out.allowed_triggers = [t for t in out.allowed_triggers if Trigger(t) in AGENT_TRIGGERS]
-    return out
+from taskgate.entrypoints.mcp.tracker_tools import TRACKER_TOOLS
+from taskgate.entrypoints.mcp.workflow_tools import WORKFLOW_TOOLS
 
 
 @tool_errors
@@ -202,7 +85,7 @@ async def project_init(
     """Register a git repository as a taskgate project (and make sure the calling operator exists).
 
     Task ids of the project will be KEY-1, KEY-2, ... where KEY comes from the name."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.MANAGE)
     project = await call.app.tracker.init_project(path, name, call.principal.actor)
     if call.principal.operator_id:
@@ -217,7 +100,7 @@ async def plan_add(
     project: ProjectRef = None,
 ) -> PlanOut:
     """Add a plan (a phase of work) to a project. Tasks are grouped in plans; the WIP limit is per plan."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.MANAGE)
     found = await call.app.tracker.resolve_project(project)
     return PlanOut.of(await call.app.tracker.add_plan(found.id, name, call.principal.actor))
@@ -226,7 +109,7 @@ async def plan_add(
 @tool_errors
 async def plan_list(ctx: Context, project: ProjectRef = None) -> PlanList:
     """List the plans of a project with their status (open, in_progress, closed)."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
     found = await call.app.tracker.resolve_project(project)
     plans = [PlanOut.of(p) for p in await call.app.tracker.list_plans(found.id)]
@@ -239,7 +122,7 @@ async def task_add(
     ctx: Context,
     description: Annotated[str, Field(description="Details for the agents.", max_length=20000)] = "",
     plan_id: PlanId = None,
-    priority: Annotated[int, Field(description="0 (most urgent) to 4.", **_within(PRIORITIES))] = 2,
+    priority: Annotated[int, Field(description="0 (most urgent) to 4.", **within(PRIORITIES))] = 2,
     blocked_by: Annotated[
         list[Annotated[str, Field(max_length=64)]],
         Field(description="Ids of tasks that must complete first.", max_length=100),
@@ -252,7 +135,7 @@ async def task_add(
 ) -> TaskOut:
     """Add a task to the built-in tracker. A task with unfinished blockers cannot be started. A closed plan (its
     tasks all completed) is reopened by the task; `plan_reopened` says so."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.MANAGE)
     found = await call.app.tracker.resolve_project(project)
     command = AddTask(found.id, title, description, plan_id, priority, list(blocked_by), call.principal.actor,
@@ -271,7 +154,7 @@ async def task_list(
     ] = None,
 ) -> TaskList:
     """List tasks of a project, oldest first."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
     found = await call.app.tracker.resolve_project(project)
     return TaskList.of(await call.app.tracker.list_tasks(found.id, plan_id, status))
@@ -285,7 +168,7 @@ async def project_ready_tasks(
 ) -> TaskList:
     """Tasks that can start now: open, no active session, every blocker completed, plan not closed; most urgent
     first. With a Beads tracker, bd ready's own list."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
     found = await call.app.tracker.resolve_project(project)
     return TaskList.of(await call.app.tracker.ready_tasks(found.id, limit), "ready task(s)")
@@ -316,16 +199,16 @@ async def project_session_start(
     and leaves the session `ready` to start later. With `workflow` (or a configured default) the workflow is
     pushed as the session's root frame and runs once session_execute moves it to executing; an unknown
     workflow is refused before anything is written."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.START)
     operator = check_operator_param(call.principal, operator_id)
-    engine = _workflows(call) if workflow is not None else call.app.workflows
-    chosen = engine.chosen(workflow, await _viewer(call)) if engine is not None else None
+    engine = workflows_of(call) if workflow is not None else call.app.workflows
+    chosen = engine.chosen(workflow, await viewer_of(call)) if engine is not None else None
     await call.app.tracker.prepare_start(task_id)
     session = (await call.app.sessions.start_task(StartTask(task_id, call.principal.actor, operator))).session
     if engine is not None and await engine.attach(session.id, chosen, call.principal.actor) is not None:
         session = await call.app.sessions.get(session.id)  # the push moved its version on
-    return await _session_out(call, session, [])
+    return await session_out(call, session, [])
 
 
 @tool_errors
@@ -335,7 +218,7 @@ async def project_sessions_ready(ctx: Context, project: ProjectRef = None) -> Re
     commits, the stored test result of its head, the approve policies as the caller would meet them (a dry run;
     tests are not run here) and the approvals counted so far. Sessions whose workflow waits on an approval step
     (state `executing`) are listed too, with `approval_step` and its `message`; project_decide answers them."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
     found = await call.app.tracker.resolve_project(project)
     return ReadyList.of(await call.app.review_queue.waiting(found.id, call.principal.actor))
@@ -370,7 +253,7 @@ async def project_decide(
         Field(
             description="The session version you decided on (from session_status or project_sessions_ready). "
             "Recommended: a resent decision is then recognised even after the session moved on to its next gate.",
-            **_within(VERSIONS),
+            **within(VERSIONS),
         ),
     ] = None,
 ) -> DecisionOut:
@@ -380,8 +263,8 @@ async def project_decide(
     same decision sent again returns the first result and writes nothing; a different decision on an
     already-decided verification or step is refused, naming it. Needs the approve permission
     (override_policies and approve_and_merge also need override)."""
-    call = _call(ctx)
-    sid = await _session_id(call, session_id, Capability.DECIDE)
+    call = call_of(ctx)
+    sid = await session_id_of(call, session_id, Capability.DECIDE)
     assert call.principal.operator_id is not None  # agents were refused DECIDE above
     cmd = Decide(
         sid, call.principal.operator_id, decision, reason, instructions, tuple(override_policies), compensation,
@@ -397,9 +280,9 @@ async def session_status(session_id: SessionRef, ctx: Context) -> SessionOut:
     (status, exit code, start/end, heartbeat, output file and tail, and `report`: what its CLI said of its run,
     its final message, turns, tokens and cost) and its workflow stack (depth, breadcrumb,
     frames, and what a person must do: an approval or checklist items), when it runs one."""
-    call = _call(ctx)
-    sid = await _session_id(call, session_id)
-    return await _session_out(call, await call.app.sessions.get(sid))
+    call = call_of(ctx)
+    sid = await session_id_of(call, session_id)
+    return await session_out(call, await call.app.sessions.get(sid))
 
 
 @tool_errors
@@ -418,12 +301,12 @@ async def session_execute(
     scoped to the session). They run supervised: when all have ended the session moves to verifying by itself
     (a failed agent fails it for the operator). A session running a workflow, with no agents named, lets its
     workflow launch the agents step by step. Follow them with session_status."""
-    call = _call(ctx)
-    sid = await _session_id(call, session_id, Capability.START)
+    call = call_of(ctx)
+    sid = await session_id_of(call, session_id, Capability.START)
     if call.app.agents is None:
         raise InvalidInput("this server runs no agent supervisor")
     launched = await call.app.agents.execute(sid, call.principal.actor, list(agents))
-    return await _session_out(call, launched.session, launched.agents)
+    return await session_out(call, launched.session, launched.agents)
 
 
 @tool_errors
@@ -433,17 +316,17 @@ async def session_history(
     limit: Annotated[int, Field(description="Newest N rows.", ge=1, le=10000)] = 100,
 ) -> TransitionList:
     """The session's transition log, applied and blocked rows, oldest first, with guard results and actors."""
-    call = _call(ctx)
-    sid = await _session_id(call, session_id)
+    call = call_of(ctx)
+    sid = await session_id_of(call, session_id)
     return TransitionList.of(await call.app.sessions.history(sid, limit))
 
 
 @tool_errors
 async def session_state_at(session_id: SessionRef, timestamp: Timestamp, ctx: Context) -> StateAtOut:
     """The state the session was in at a moment, rebuilt by replaying its log."""
-    call = _call(ctx)
-    sid = await _session_id(call, session_id)
-    at = _timestamp(timestamp)
+    call = call_of(ctx)
+    sid = await session_id_of(call, session_id)
+    at = parse_when(timestamp)
     assert at is not None
     state = await call.app.sessions.state_at(sid, at)
     return StateAtOut(
@@ -454,8 +337,8 @@ async def session_state_at(session_id: SessionRef, timestamp: Timestamp, ctx: Co
 async def _fire(
     ctx: Context, session_id: str, trigger: str, reason: str | None, expected_version: int | None = None
 ) -> FireOut:
-    call = _call(ctx)
-    sid = await _session_id(call, session_id, Capability.FIRE, parse_trigger(trigger))
+    call = call_of(ctx)
+    sid = await session_id_of(call, session_id, Capability.FIRE, parse_trigger(trigger))
     operator = call.principal.operator_id
     if trigger in DECISION_TRIGGERS and operator is not None:  # one way to decide: the decision path records it
         result = await call.app.decisions.fire(sid, trigger, operator, reason=reason, expected_version=expected_version)
@@ -481,7 +364,7 @@ async def session_fire(
         int | None,
         Field(
             description="Refuse if the session is no longer at this version (optimistic concurrency).",
-            **_within(VERSIONS),
+            **within(VERSIONS),
         ),
     ] = None,
 ) -> FireOut:
@@ -524,10 +407,10 @@ async def audit_query(
     limit: Annotated[int, Field(description="At most this many rows.", ge=1, le=10000)] = 1000,
 ) -> TransitionList:
     """Who moved which session where, when, and what the guards said: the transition log, filtered, oldest first."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.AUDIT)
     sid = await call.app.sessions.resolve_id(session_id) if session_id else None
-    query = TransitionQuery(sid, actor, state, outcome, _timestamp(since), _timestamp(until), limit)
+    query = TransitionQuery(sid, actor, state, outcome, parse_when(since), parse_when(until), limit)
     return TransitionList.of(await call.app.audit.transitions(query))
 
 
@@ -547,8 +430,8 @@ async def session_review(
 ) -> ReviewOut:
     """What a session changed: diff against its base (stat, and the patch if asked), its commits, and dirty,
     untracked or conflicted files in its worktree. Reads only."""
-    call = _call(ctx)
-    sid = await _session_id(call, session_id)
+    call = call_of(ctx)
+    sid = await session_id_of(call, session_id)
     return ReviewOut.of(sid, await call.app.workspaces.review(sid), with_patch=patch)
 
 
@@ -559,8 +442,8 @@ async def session_review_checkpoint(
     note: Annotated[str, Field(description="What you checked and concluded.", max_length=5000)] = "",
 ) -> CheckpointOut:
     """Record the session's current review (diff stat, commits, worktree state) with a note, for the audit trail."""
-    call = _call(ctx)
-    sid = await _session_id(call, session_id, Capability.DECIDE)
+    call = call_of(ctx)
+    sid = await session_id_of(call, session_id, Capability.DECIDE)
     snapshot = await call.app.workspaces.checkpoint(sid, note, call.principal.actor)
     return CheckpointOut.of(snapshot, await call.app.workspaces.review(sid))
 
@@ -574,7 +457,7 @@ async def context_discover(
     """The project's git context (branch, clean or not, staged/unstaged/untracked/conflicted counts, rebase or
     merge in progress, recent commits, worktrees) and tracker context (open, in progress, ready, blocked, current
     plan progress), with the snapshot's age. An agent gets its own session's project."""
-    call = _call(ctx)
+    call = call_of(ctx)
     if call.principal.session_id is not None:
         await call.app.operators.authorize(
             call.principal, Capability.READ_SESSION, session_id=call.principal.session_id
@@ -591,7 +474,7 @@ async def policies_list(ctx: Context, project: ProjectRef = None) -> PolicyList:
     """The policies guarding a project's transitions: name, description, priority, severity, triggers, enabled
     and settings, as configured (global [policies.*] with the project's own overrides). Without `project`: the
     only project's, or the global set when there are several or none."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
     name = (await call.app.tracker.resolve_project(project)).name if project else await _only_project(call)
     return PolicyList.of(name, call.app.sessions.policies(name), call.app.sessions.test_command(name))
@@ -614,8 +497,8 @@ async def policies_check(
     """Dry run: what firing `trigger` on the session now would meet, policy by policy, with every violation and
     suggestion. Writes nothing (a test run it needs runs but is not stored; the output says whether a stored run
     was reused). An operator checking approve counts their own approval. Agents: their own session only."""
-    call = _call(ctx)
-    sid = await _session_id(call, session_id)
+    call = call_of(ctx)
+    sid = await session_id_of(call, session_id)
     check = await call.app.sessions.check(sid, trigger, actor=call.principal.actor, run_tests=run_tests)
     return PolicyCheckOut.of(check)
 
@@ -649,135 +532,16 @@ async def save_output(
     manifest.json; an earlier file of the same path is replaced. Every write stays inside the folder: '..',
     absolute paths, NUL and control characters and symbolic links are refused. Agents: their own session only
     (session_id may be left out)."""
-    call = _call(ctx)
+    call = call_of(ctx)
     if session_id is None:
         if call.principal.session_id is None:
             raise InvalidInput("session_id is required (only an agent, whose token names its session, may omit it)")
         session_id = call.principal.session_id
-    sid = await _session_id(call, session_id, Capability.SAVE_OUTPUT)
+    sid = await session_id_of(call, session_id, Capability.SAVE_OUTPUT)
     if call.app.outputs is None:
         raise StorageError("this server has no session folders configured")
     record = await call.app.outputs.save_output(SaveOutput(sid, path, content, encoding, call.principal.actor))
     return OutputOut.of(sid, record)
-
-
-@tool_errors
-async def query_workflows(
-    ctx: Context,
-    pattern: Pattern = None,
-    category: Annotated[
-        str | None, Field(description="Only this category (the folder under workflows/).", max_length=100)
-    ] = None,
-) -> WorkflowList:
-    """The valid workflows of the catalogue (built-in and the project's own) the caller may run (a workflow's
-    `visible_to`), by category then id: id, description, category, steps and the loop guard. Files are read again
-    on every call."""
-    call = _call(ctx)
-    await call.app.operators.authorize(call.principal, Capability.READ)
-    viewer = await _viewer(call)
-    found = [w for w in _workflows(call).query_workflows(pattern, category) if allows(w.visible_to, viewer)]
-    return WorkflowList.of(found, pattern, category)
-
-
-@tool_errors
-async def query_checklists(ctx: Context, pattern: Pattern = None) -> ChecklistList:
-    """The valid checklists of the catalogue (built-in and the project's own), by id, with their items."""
-    call = _call(ctx)
-    await call.app.operators.authorize(call.principal, Capability.READ)
-    return ChecklistList.of(_workflows(call).query_checklists(pattern), pattern)
-
-
-async def _edit_stack(
-    ctx: Context, session_id: str, edit: Callable[[WorkflowEngine, str, str], Awaitable[StackView]], done: str
-) -> WorkflowStackOut:
-    """Stack edits (and checklist ticks) need STEER, which operators hold with `write` and agents on their own
-    session only."""
-    call = _call(ctx)
-    sid = await _session_id(call, session_id, Capability.STEER)
-    engine = _workflows(call)
-    return WorkflowStackOut.of(await edit(engine, sid, call.principal.actor), done)
-
-
-@tool_errors
-async def add_workflow_to_session(
-    session_id: SessionRef, workflow_name: WorkflowName, ctx: Context
-) -> WorkflowStackOut:
-    """Push a workflow onto the session's stack (its root frame when the stack is empty). The top frame runs
-    while the session is executing; when it finishes, the frame below goes on. Refused past executing, when
-    the workflow is already on the stack, at the depth limit, or when the workflow's `visible_to` does not name
-    the caller (an operator, or an agent by its type). Agents: their own session only."""
-    viewer = await _viewer(_call(ctx))
-    return await _edit_stack(
-        ctx,
-        session_id,
-        lambda e, sid, actor: e.add_workflow(sid, workflow_name, actor, viewer),
-        f"pushed workflow {workflow_name}",
-    )
-
-
-@tool_errors
-async def add_checklist_to_session(
-    session_id: SessionRef, checklist_name: ChecklistName, ctx: Context
-) -> WorkflowStackOut:
-    """Push a checklist onto the session's stack: the workflow below waits until its required items are
-    ticked with checklist_check. Agents: their own session only."""
-    return await _edit_stack(
-        ctx,
-        session_id,
-        lambda e, sid, actor: e.add_checklist(sid, checklist_name, actor),
-        f"pushed checklist {checklist_name}",
-    )
-
-
-@tool_errors
-async def checklist_check(
-    session_id: SessionRef,
-    item: Annotated[str, Field(description="The item's id (see waiting.items).", min_length=1, max_length=100)],
-    ctx: Context,
-) -> WorkflowStackOut:
-    """Tick an item of the checklist the session's top frame waits on; ticking it again changes nothing.
-    When every required item is ticked the workflow goes on. Agents: their own session only."""
-    return await _edit_stack(ctx, session_id, lambda e, sid, actor: e.check_item(sid, item, actor), f"ticked {item}")
-
-
-@tool_errors
-async def workflow_advance(session_id: SessionRef, ctx: Context) -> WorkflowStackOut:
-    """Move the top frame past its current step by hand (recorded as skipped, routed as a success). Refused on
-    an approval step (answer it with project_decide) and while required checklist items are missing. Agents:
-    their own session only."""
-    return await _edit_stack(ctx, session_id, lambda e, sid, actor: e.advance(sid, actor), "advanced")
-
-
-@tool_errors
-async def workflow_back(session_id: SessionRef, ctx: Context) -> WorkflowStackOut:
-    """Return the top frame to the step it ran before the current one (that step runs again). Agents: their
-    own session only."""
-    return await _edit_stack(ctx, session_id, lambda e, sid, actor: e.back(sid, actor), "went back")
-
-
-@tool_errors
-async def workflow_break(session_id: SessionRef, ctx: Context) -> WorkflowStackOut:
-    """Leave the nested top frame and return to the one below (the step that pushed it counts as skipped).
-    Refused at depth 1: the root workflow is left by finishing it, or by cancelling the session. Agents: their
-    own session only."""
-    return await _edit_stack(ctx, session_id, lambda e, sid, actor: e.break_frame(sid, actor), "left the top frame")
-
-
-@tool_errors
-async def workflow_continue(session_id: SessionRef, ctx: Context) -> WorkflowStackOut:
-    """End the nested top frame early as a success and return to the one below: the step that pushed it succeeds
-    with what the frame did so far (its structured result: children, summary, files changed, usage), and the
-    frame below goes on along its success route. Refused at depth 1. Agents: their own session only."""
-    return await _edit_stack(
-        ctx, session_id, lambda e, sid, actor: e.continue_frame(sid, actor), "ended the top frame early"
-    )
-
-
-@tool_errors
-async def workflow_restart(session_id: SessionRef, ctx: Context) -> WorkflowStackOut:
-    """Run the top frame again from its first step, with its results and ticked items cleared. Agents: their
-    own session only."""
-    return await _edit_stack(ctx, session_id, lambda e, sid, actor: e.restart(sid, actor), "restarted the top frame")
 
 
 TOOLS: list[Callable[..., Awaitable[Any]]] = [
@@ -807,22 +571,8 @@ TOOLS: list[Callable[..., Awaitable[Any]]] = [
     policies_list,
     policies_check,
     save_output,
-    query_workflows,
-    query_checklists,
-    add_workflow_to_session,
-    add_checklist_to_session,
-    checklist_check,
-    workflow_advance,
-    workflow_back,
-    workflow_break,
-    workflow_continue,
-    workflow_restart,
+    *WORKFLOW_TOOLS,
+    *BROWSE_TOOLS,
+    *TRACKER_TOOLS,
+    *ADMIN_TOOLS,
 ]
-
-# The browsing, tracker and admin tools live in their own modules, which need `_call` and `tool_errors` from this
-# one: imported here, once both exist, so TOOLS stays the one list of every tool the server offers.
-from taskgate.entrypoints.mcp.admin_tools import ADMIN_TOOLS  # noqa: E402
-from taskgate.entrypoints.mcp.browse_tools import BROWSE_TOOLS  # noqa: E402
-from taskgate.entrypoints.mcp.tracker_tools import TRACKER_TOOLS  # noqa: E402
-
-TOOLS += BROWSE_TOOLS + TRACKER_TOOLS + ADMIN_TOOLS

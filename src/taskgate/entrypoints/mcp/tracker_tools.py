@@ -14,7 +14,7 @@ from taskgate.domain import writebacks as wb
 from taskgate.domain.access import Capability
 from taskgate.domain.bounds import IDS, ROW_LIMITS
 from taskgate.domain.writebacks import Writeback
-from taskgate.entrypoints.mcp.tools import _call, tool_errors
+from taskgate.entrypoints.mcp.calls import call_of, tool_errors
 
 WritebackId = Annotated[int, Field(description="The write-back's number.", ge=IDS.low, le=IDS.high)]
 
@@ -67,7 +67,7 @@ async def tracker_status(
 ) -> WritebackList:
     """Status writes owed to the external tracker (Beads), newest first, each with the tracker's own error: a
     failed one means the tracker still shows an older status than taskgate."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
     assert call.app.writebacks is not None
     rows = await call.app.writebacks.rows([state] if state else sorted(wb.OPEN_STATES), limit)
@@ -80,7 +80,7 @@ async def tracker_status(
 @tool_errors
 async def tracker_retry(ctx: Context, writeback_id: WritebackId) -> WritebackAttempt:
     """Try a pending or failed write-back again now, with a fresh series of retries; says whether it was written."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.FIRE)
     assert call.app.writebacks is not None
     attempt = await call.app.writebacks.retry(writeback_id, call.principal.actor)
@@ -98,7 +98,7 @@ async def tracker_dismiss(
     reason: Annotated[str, Field(description="Why it is no longer owed (recorded).", min_length=1, max_length=2000)],
 ) -> WritebackDismissed:
     """Stop owing a write-back (the tracker was put right by hand, say); recorded with who and why."""
-    call = _call(ctx)
+    call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.DECIDE)
     assert call.app.writebacks is not None
     row = await call.app.writebacks.dismiss(writeback_id, call.principal.actor, reason)

@@ -1,0 +1,156 @@
+"""What every MCP tool shares: the caller of a call (its principal and the services), the refusal wrapper that
+turns taskgate's errors into tool errors, the parameter types, and the lookups most tools start with.
+
+No annotation here may be a string: the SDK reads the tools' annotations at runtime.
+"""
+
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from taskgate.application.timestamps import parse_timestamp
+from taskgate.application.workflow_engine import WorkflowEngine
+from taskgate.bootstrap import App
+from taskgate.domain.access import (
+    AGENT_TRIGGERS,
+    Capability,
+    Principal,
+    authorize,
+)
+from taskgate.domain.bounds import IDS, IntRange
+from taskgate.domain.entities import Agent, Session
+from taskgate.domain.errors import InvalidInput, PolicyViolation, TaskgateError, Unauthenticated
+from taskgate.domain.states import Trigger
+from taskgate.domain.workflow_visibility import Viewer
+from taskgate.entrypoints.mcp.models import (
+    SessionOut,
+)
+
+PRINCIPAL_SCOPE_KEY = "taskgate.principal"
+
+
+@dataclass
+class Runtime:
+    """What the server's lifespan opened: the services, and who the caller is when no token says otherwise."""
+
+    app: App
+    local_principal: Principal | None
+
+
+@dataclass
+class Call:
+    app: App
+    principal: Principal
+
+
+def call_of(ctx: Context) -> Call:
+    runtime: Runtime = ctx.request_context.lifespan_context
+    scope = getattr(ctx.request_context.request, "scope", None)
+    principal = scope.get(PRINCIPAL_SCOPE_KEY) if isinstance(scope, dict) else None
+    principal = principal or runtime.local_principal
+    if principal is None:
+        raise Unauthenticated("no principal for this call; HTTP callers need a bearer token")
+    return Call(runtime.app, principal)
+
+
+def _hint(exc: TaskgateError) -> str:
+    if isinstance(exc, PolicyViolation) and exc.session_id:
+        return " The refused transition changed nothing; it is logged as blocked in the session's history."
+    return " Nothing was changed."
+
+
+def _refuse_nul(arguments: dict[str, Any]) -> None:
+    """NUL is valid JSON but not valid text for PostgreSQL (and never meaningful here): refuse it by name."""
+    for name, value in arguments.items():
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and "\x00" in v for v in values):
+            raise InvalidInput(f"parameter '{name}' contains a NUL character")
+
+
+def tool_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """Turn taskgate errors into tool errors that say what was wrong; anything else stays an internal error."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            _refuse_nul(kwargs)
+            return await fn(*args, **kwargs)
+        except TaskgateError as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}.{_hint(exc)}") from exc
+
+    return wrapper
+
+
+ProjectRef = Annotated[
+    str | None,
+    Field(description="Project id, name or key; omit when only one project exists.", max_length=200),
+]
+SessionRef = Annotated[
+    str, Field(description="Session id, or a unique prefix of at least 4 characters.", min_length=1, max_length=64)
+]
+Reason = Annotated[str | None, Field(description="Why; recorded in the transition log.", max_length=2000)]
+Timestamp = Annotated[str, Field(description="ISO 8601, e.g. 2026-11-21T10:00:00Z; no zone means UTC.", max_length=64)]
+WorkflowName = Annotated[str, Field(description="A workflow id (see query_workflows).", min_length=1, max_length=100)]
+ChecklistName = Annotated[
+    str, Field(description="A checklist id (see query_checklists).", min_length=1, max_length=100)
+]
+Pattern = Annotated[
+    str | None,
+    Field(description="A glob on the id (feature-*), or text found in the id or description.", max_length=200),
+]
+
+
+def within(bounds: IntRange) -> dict[str, int]:
+    """The schema's bounds of an integer parameter, from domain/bounds.py: a client sees the range, and an
+    argument outside it is refused as invalid arguments before the tool runs (the use case checks again)."""
+    return {"ge": bounds.low, "le": bounds.high}
+
+
+PlanId = Annotated[int | None, Field(description="A plan id (see plan_list).", **within(IDS))]
+
+
+def parse_when(text: str | None) -> datetime | None:
+    return None if text is None else parse_timestamp(text)
+
+
+async def session_id_of(call: Call, ref: str, capability: Capability = Capability.READ_SESSION, trigger=None) -> str:
+    own = call.principal.session_id
+    if own is not None:  # an agent: never resolve (and so never confirm or reveal) another session's id
+        wanted = ref.strip().lower()
+        reached = own if len(wanted) >= 4 and own.startswith(wanted) else None
+        authorize(call.principal, capability, session_id=reached, trigger=trigger)
+        return own
+    session_id = await call.app.sessions.resolve_id(ref)
+    await call.app.operators.authorize(call.principal, capability, session_id=session_id, trigger=trigger)
+    return session_id
+
+
+async def viewer_of(call: Call) -> Viewer:
+    """Who names a workflow, for its `visible_to`: the calling operator, or the calling agent by its type."""
+    if call.principal.operator_id is not None:
+        return Viewer.operator(call.principal.operator_id)
+    return Viewer.agent(await call.app.access.agent_type(call.principal))
+
+
+def workflows_of(call: Call) -> WorkflowEngine:
+    if call.app.workflows is None:
+        raise InvalidInput("this server runs no workflow runtime; workflows are not available here")
+    return call.app.workflows
+
+
+async def session_out(call: Call, session: Session, agents: list[Agent] | None = None) -> SessionOut:
+    """The session with its agents and, when it runs one, its workflow stack; an agent is shown only the triggers
+    it may fire (plan_complete, work_complete, fail)."""
+    if agents is None:
+        agents = await call.app.agents.agents(session.id) if call.app.agents is not None else []
+    engine = call.app.workflows
+    out = SessionOut.of(session, agents, engine.view(session) if engine and session.workflow_stack else None)
+    if call.principal.operator_id is None:
+        out.allowed_triggers = [t for t in out.allowed_triggers if Trigger(t) in AGENT_TRIGGERS]
+    return out
