@@ -30,7 +30,7 @@ from taskgate.domain.workflow_run import (
     load_stack,
     nested_result,
 )
-from taskgate.domain.workflow_validation import session_folder_path
+from taskgate.domain.workflow_variables import session_folder_path
 from taskgate.domain.workflow_visibility import Viewer, check_visible
 from taskgate.domain.workflows import Step, StepType, Workflow
 

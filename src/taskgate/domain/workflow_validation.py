@@ -6,7 +6,6 @@ domain/workflows.py), or into `WorkflowProblem`s. Nothing here reads a file. See
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -15,8 +14,15 @@ from taskgate.domain.expressions import ExpressionError, parse_condition
 from taskgate.domain.openagents import FORMATS, OPENAGENTS, from_openagents, reading
 from taskgate.domain.outputs import output_path
 from taskgate.domain.triggers import trigger_problem
-from taskgate.domain.variables import BUILTINS, VariableError, references, resolve, resolve_all
+from taskgate.domain.variables import BUILTINS, VariableError, resolve_all
 from taskgate.domain.variables import NAME as VARIABLE_NAME
+from taskgate.domain.workflow_variables import (
+    inherited_variables,
+    reserved_reason,
+    session_folder_path,
+    suggest,
+    unknown_references,
+)
 from taskgate.domain.workflow_visibility import agent_type_named, entry_problem
 from taskgate.domain.workflows import (
     ALL_STEP_KEYS,
@@ -49,11 +55,6 @@ from taskgate.domain.workflows import (
     step_routes,
     walk_steps,
 )
-
-
-def _suggest(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'?" if close else ""
 
 
 def _check_condition(text: str) -> tuple[str, int | None] | None:
@@ -104,7 +105,7 @@ class _Checker:
                     self.problem(
                         (*path, key),
                         f"{what}: unknown key '{key}'",
-                        _suggest(key, allowed) or f"known keys: {', '.join(allowed)}",
+                        suggest(key, allowed) or f"known keys: {', '.join(allowed)}",
                     )
 
     def text(self, data: dict[str, Any], key: str, path: Path, *, required: bool = False) -> str | None:
@@ -283,7 +284,7 @@ def parse_workflow(
 def _visible_to(c: _Checker, data: dict[str, Any]) -> tuple[str, ...]:
     """`visible_to:` (who may see and run the workflow; domain/workflow_visibility.py), and `format:`."""
     if data.get("format") is not None and data["format"] not in FORMATS:
-        hint = _suggest(str(data["format"]), FORMATS) or f"use one of {', '.join(FORMATS)}, or leave it out"
+        hint = suggest(str(data["format"]), FORMATS) or f"use one of {', '.join(FORMATS)}, or leave it out"
         c.problem(("format",), f"unknown format {data['format']!r}", hint)
     raw = c.listing(data, "visible_to", ())
     if raw is None:
@@ -296,7 +297,7 @@ def _visible_to(c: _Checker, data: dict[str, Any]) -> tuple[str, ...]:
         agent = agent_type_named(entry) if problem is None else None
         if problem is None and agent is not None and c.agent_types is not None and agent not in c.agent_types:
             problem = f"unknown agent type '{agent}'"
-            hint = _suggest(agent, c.agent_types) or f"configure [agents.{agent}] in taskgate.toml"
+            hint = suggest(agent, c.agent_types) or f"configure [agents.{agent}] in taskgate.toml"
         else:
             hint = "e.g. visible_to: ['*'], [plan, build] or ['operator:alice']"
         if problem is not None:
@@ -317,7 +318,7 @@ def _variables(c: _Checker, raw: object) -> dict[str, str]:
             c.problem(("variables", str(name)), f"variable {name!r}: names are identifiers, values are texts",
                       "e.g. docs_dir: '{project-root}/docs'")  # fmt: skip
             continue
-        if (why := _reserved(name)) is not None:
+        if (why := reserved_reason(name)) is not None:
             other = name.replace(".", "_")
             c.problem(("variables", name), f"variable '{name}' is reserved: {why}",
                       f"give it another name, e.g. {other}_file or my_{other}")  # fmt: skip
@@ -328,31 +329,6 @@ def _variables(c: _Checker, raw: object) -> dict[str, str]:
     except VariableError as exc:
         c.problem(("variables",), f"variables: {exc}", "break the cycle or shorten the values")
     return out
-
-
-RESERVED_VARIABLES = {
-    "input": "{{input}} is the output of the step's input: step (or the run's --input)",
-    "instructions": "{{instructions}} is the operator's instructions (request_changes, a rejection's reason)",
-}
-RESERVED_PREFIXES = {
-    "task.": "task.* are the task's fields",
-    "context.": "context.* are the run's --context",
-    "steps.": "steps.* are the results of the workflow's steps",
-    "load.": "load.* are the files of a step's load:",
-}
-
-
-def _reserved(name: str) -> str | None:
-    """Why a workflow may not declare variable `name` (a name taskgate fills in), or None."""
-    if name in RESERVED_VARIABLES or name in BUILTINS:
-        return RESERVED_VARIABLES.get(name, f"{{{name}}} is a built-in")
-    return next((why for prefix, why in RESERVED_PREFIXES.items() if name.startswith(prefix)), None)
-
-
-def session_folder_path(template: str, session_id: str, workflow: str, date: str, task_id: str) -> str:
-    """A `session_folder` template resolved (the engine's and validation's one rule). Raises: VariableError."""
-    builtins = {"session_id": session_id, "workflow": workflow, "date": date}
-    return resolve(template, builtins, {"task.id": task_id})
 
 
 def _session_folder(c: _Checker, raw: object) -> str | None:
@@ -392,7 +368,7 @@ def _check_loads(c: _Checker, steps: Sequence[Step], variables: Mapping[str, str
         for name in step.load:
             if name not in variables:
                 c.at(step.lines.get("load", step.line), f"step '{step.id}': load names '{name}', which is not one of "
-                     "the workflow's variables", _suggest(name, variables) or f"add it under variables: ({name}: "
+                     "the workflow's variables", suggest(name, variables) or f"add it under variables: ({name}: "
                      "'{installed_path}/file.md')")  # fmt: skip
 
 
@@ -453,7 +429,7 @@ def _parse_step_in(c: _Checker, data: Any, path: Path, all_ids: dict[str, int]) 
         c.problem(
             (*path, "type"),
             f"step '{name}': unknown type {raw_type!r}",
-            _suggest(str(raw_type), list(StepType)) or f"use one of {', '.join(StepType)}",
+            suggest(str(raw_type), list(StepType)) or f"use one of {', '.join(StepType)}",
         )
         return None
     c.owner = f"{kind.value} step '{name}'"
@@ -648,7 +624,7 @@ def _check_scope(c: _Checker, steps: Sequence[Step], visible: list[str], all_ids
                 c.at(
                     at,
                     f"step '{step.id}': {key} targets unknown step '{target}'",
-                    _suggest(target, [*ids, END]) or f"route to one of: {', '.join([*sorted(ids), END])}",
+                    suggest(target, [*ids, END]) or f"route to one of: {', '.join([*sorted(ids), END])}",
                 )
         if step.on_request_changes is not None:
             _check_changes_target(c, step, steps)
@@ -770,7 +746,7 @@ def validate_documents(
                 if name is not None and name not in all_ids[key]:
                     message = f"step '{step.id}': {label} '{name}' does not exist"
                     line = step.lines.get(key, step.line)
-                    problems.append(WorkflowProblem(workflow.file, line, message, _suggest(name, all_ids[key]) or hint))
+                    problems.append(WorkflowProblem(workflow.file, line, message, suggest(name, all_ids[key]) or hint))
                     broken.add(workflow.id)
     for cycle, step in _nesting_cycles(workflows):
         owner = workflows[cycle[0]]
@@ -784,9 +760,9 @@ def validate_documents(
             )
         )
         broken.update(cycle)
-    inherited = _inherited_variables(workflows)
+    inherited = inherited_variables(workflows)
     for workflow in workflows.values():
-        found = _unknown_references(workflow, inherited.get(workflow.id, frozenset()))
+        found = unknown_references(workflow, inherited.get(workflow.id, frozenset()))
         if found:
             problems.extend(found)
             broken.add(workflow.id)
@@ -800,72 +776,6 @@ def validate_documents(
             if first is not None:
                 invalid.setdefault(doc.declared_id, first)
     return Catalogue(dict(sorted(workflows.items())), dict(sorted(checklists.items())), tuple(problems), invalid)
-
-
-# What every prompt may use besides the workflow's own variables: the task's fields, the step's input, the operator's
-# instructions and the built-ins. `context.*` (a run's --context) is only known at run time, and `steps.<id>.*`
-# names the results of the workflow's own steps.
-RUN_VARIABLES = frozenset({"task.id", "task.title", "task.description", "task.priority", "input", "instructions"})
-RESULT_FIELDS = frozenset({"status", "output", "summary", "success", "attempts"})
-
-
-def _inherited_variables(workflows: Mapping[str, Workflow]) -> dict[str, frozenset[str]]:
-    """Per workflow, the variables it inherits when a workflow step of another one runs it (its frame starts with
-    the parent frame's variables); followed through nesting, bounded by the number of workflows."""
-    inherited: dict[str, set[str]] = {name: set() for name in workflows}
-    for _ in range(len(workflows)):
-        changed = False
-        for parent in workflows.values():
-            given = set(parent.variables) | inherited[parent.id]
-            for step in walk_steps(parent.steps):
-                child = step.workflow if step.type is StepType.workflow else None
-                if child in inherited and not given <= inherited[child]:
-                    inherited[child] |= given
-                    changed = True
-        if not changed:
-            break
-    return {name: frozenset(names) for name, names in inherited.items()}
-
-
-def _unknown_references(workflow: Workflow, inherited: frozenset[str]) -> list[WorkflowProblem]:
-    """Every `{{name}}` of the workflow's prompts and variables must be one a run can know: its variables, those it
-    inherits, `RUN_VARIABLES`, the built-ins, `context.*`, `load.<name>` of the step's own `load`, and
-    `steps.<id>.<field>` of its steps. Found now, not when the session reaches the step."""
-    step_ids = {s.id for s in walk_steps(workflow.steps)}
-    base = set(workflow.variables) | inherited | RUN_VARIABLES | set(BUILTINS)
-
-    def unknown(text: str, extra: set[str]) -> list[str]:
-        return [name for name in references(text) if name not in base | extra and not _dynamic(name, step_ids)]
-
-    problems: list[WorkflowProblem] = []
-    for name, value in workflow.variables.items():
-        for bad in unknown(value, set()):
-            problems.append(_unknown_problem(workflow, workflow.line, f"variable '{name}'", bad, base))
-    for step in walk_steps(workflow.steps):
-        loaded = {f"load.{name}" for name in step.load}
-        texts = [("prompt", step.prompt), *((("agents", a.prompt)) for a in step.agents)]
-        if isinstance(step.summarize, str):
-            texts.append(("summarize", step.summarize))
-        for key, text in texts:
-            for bad in unknown(text or "", loaded):
-                line = step.lines.get(key, step.line)
-                problems.append(_unknown_problem(workflow, line, f"step '{step.id}'", bad, base | loaded))
-    return problems
-
-
-def _dynamic(name: str, step_ids: set[str]) -> bool:
-    """`context.<key>` (given at run time) and `steps.<id>.<field>` of an existing step."""
-    if name.startswith("context.") and len(name) > len("context."):
-        return True
-    parts = name.split(".")
-    return len(parts) == 3 and parts[0] == "steps" and parts[1] in step_ids and parts[2] in RESULT_FIELDS
-
-
-def _unknown_problem(workflow: Workflow, line: int, where: str, name: str, known: set[str]) -> WorkflowProblem:
-    hint = _suggest(name, known) or (
-        "declare it under 'variables:', or use one of: " + ", ".join(sorted(n for n in known if "-" not in n))
-    )
-    return WorkflowProblem(workflow.file, line, f"{where}: unknown variable '{{{{{name}}}}}'", hint)
 
 
 def _nesting_cycles(workflows: Mapping[str, Workflow]) -> list[tuple[list[str], Step]]:
