@@ -62,7 +62,7 @@ class NoopRunner:
     def __init__(self) -> None:
         self._pids = itertools.count(10_000)
 
-    async def start(self, command, cwd, env, output_path) -> int:
+    async def start(self, command, cwd, env, output_path, inherit=()) -> int:
         return next(self._pids)
 
     async def wait(self, pid, *, output_path, timeout_s, max_output_bytes, stop, beat, beat_every_s) -> AgentExit:
@@ -76,6 +76,18 @@ class NoopRunner:
 
     def started(self, output_path: str | None) -> bool:
         return False
+
+    def locate(self, program: str) -> str | None:
+        return f"/usr/bin/{program}"
+
+    def has_credential(self, variables, logins) -> bool:
+        return True
+
+    def write_private(self, path: str, text: str) -> None:
+        return None
+
+    def read_log(self, output_path: str, max_bytes: int) -> str:
+        return "ok"
 
 
 class BareLauncher:
@@ -189,7 +201,14 @@ async def main(steps: int, runs: int, tmp: Path) -> None:
         await driver.wait(session.id)
         elapsed = (time.perf_counter() - started) * 1000
         state = (await sessions.get(session.id)).state
-        assert state == SessionState.VERIFYING, f"{kind}: ended {state}"
+        if state != SessionState.VERIFYING:
+            runs_ = await driver.step_runs(session.id)
+            async with uow(write=False) as u:
+                mine = await u.agents.of_session(session.id)
+            raise AssertionError(
+                f"{kind}: ended {state}; runs {[(r.step_id, r.status, r.error) for r in runs_][-3:]}; "
+                f"agents {[(a.status, a.error) for a in mine][-3:]}"
+            )
         return elapsed / steps
 
     print(f"workflow engine overhead: {steps} steps per workflow, {runs} runs, SQLite FULL at {tmp}")

@@ -26,6 +26,7 @@ those whose process is gone or never started) and waits out a retry's remaining 
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import suppress
@@ -110,6 +111,7 @@ from taskgate.domain.workflows import (
     retry_delay_ms,
 )
 
+_log = logging.getLogger(__name__)
 SYSTEM_ACTOR = "system"
 _CLOSE_ON = frozenset({SessionState.FAILED, SessionState.CANCELLED, SessionState.TIMED_OUT, SessionState.ABANDONED})
 _AGENT_STEPS = frozenset({StepType.agent, StepType.parallel})
@@ -344,7 +346,11 @@ class WorkflowEngine(StackEdits, NoEffects):
         async with self._lock(session_id):
             if queued:
                 self._queued.discard(session_id)
-            await self._drive_locked(session_id)
+            try:
+                await self._drive_locked(session_id)
+            except Exception:  # a driver runs as a background task: an unexpected error must not vanish with it
+                _log.exception("the workflow driver of session %s stopped on an unexpected error", session_id)
+                raise
 
     async def _drive_locked(self, session_id: str) -> None:
         self._written[session_id] = None  # each drive starts from what the database holds
