@@ -22,6 +22,7 @@ from taskgate.application.ports import (
     Delivery,
     FileStat,
     MergeOutcome,
+    NodeRecord,
     OutboxEvent,
     RepoContext,
     RepositoryInfo,
@@ -92,6 +93,7 @@ class InMemoryStore:
     deliveries: list[dict[str, Any]] = field(default_factory=list)
     step_runs: dict[int, StepRun] = field(default_factory=dict)
     writebacks: dict[int, Writeback] = field(default_factory=dict)
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
     next_id: dict[str, int] = field(default_factory=dict)
 
     def allocate(self, kind: str) -> int:
@@ -470,6 +472,21 @@ class InMemoryTokenRepository(_Repo):
         return len(doomed)
 
 
+class InMemoryNodeRepository(_Repo):
+    async def beat(self, node: NodeRecord) -> None:
+        self.store.nodes[node.id] = node
+
+    async def list(self) -> list[NodeRecord]:
+        return [self.store.nodes[k] for k in sorted(self.store.nodes)]
+
+    async def live_agents(self) -> dict[str | None, int]:
+        counts: dict[str | None, int] = {}
+        for agent in self.store.agents.values():
+            if agent.status.value in ("queued", "running"):
+                counts[agent.node_id] = counts.get(agent.node_id, 0) + 1
+        return counts
+
+
 class InMemoryWritebackRepository(_Repo):
     async def enqueue_for_task(self, task_id, sources, status, session_id, reason, now) -> None:
         task = self.store.tasks.get(task_id)
@@ -566,6 +583,7 @@ class InMemoryUnitOfWork:
         self.deliveries = InMemoryDeliveryRepository(store)
         self.step_runs = InMemoryStepRunRepository(store)
         self.writebacks = InMemoryWritebackRepository(store)
+        self.nodes = InMemoryNodeRepository(store)
         return self
 
     async def commit(self) -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from taskgate import __version__
 from taskgate.application.access import AccessService
 from taskgate.application.agents import AgentService, ExecutionOptions
 from taskgate.application.audit import AuditService
@@ -16,6 +19,7 @@ from taskgate.application.decisions import DecisionService
 from taskgate.application.dispatch import Dispatcher, DispatchOptions
 from taskgate.application.effects import CompositeEffects, SessionEffects
 from taskgate.application.guards import GuardEvaluator
+from taskgate.application.nodes import NodeIdentity, NodeService
 from taskgate.application.operators import OperatorService
 from taskgate.application.outbox import Subscriber, WebhookDispatcher
 from taskgate.application.outputs import ManifestEffect, OutputService
@@ -97,6 +101,7 @@ class App:
     outputs: OutputService | None = None  # the session folders (save_output, manifest.json)
     workflows: WorkflowEngine | None = None  # the workflow runtime (session stacks)
     recovery: Recovery | None = None  # start-up recovery (`serve` runs it before the first request)
+    nodes: NodeService | None = None  # this process's node: its heartbeat, and the list of every node
     writebacks: WritebackService | None = None  # status writes owed to the external tracker (durable outbox)
 
     async def close(self) -> None:
@@ -231,13 +236,20 @@ def agent_types(settings: Settings) -> dict[str, AgentType]:
     return types
 
 
+def node_service(settings: Settings, uow: UnitOfWorkFactory, clock: Clock) -> NodeService:
+    """This process's node (docs/nodes.md): its id from `[node]` or the host and data dir."""
+    identity = NodeIdentity(settings.resolved_node_id, socket.gethostname(), str(settings.data_dir.resolve()),
+                            os.getpid(), __version__)  # fmt: skip
+    return NodeService(uow, clock, identity, settings.node.heartbeat_s)
+
+
 def execution_options(settings: Settings) -> ExecutionOptions:
     cfg = settings.execution
     config_dir = str(settings.config_file.parent) if settings.config_file else str(Path.cwd() / "config")
     return ExecutionOptions(
         tuple(cfg.default_agents), cfg.max_agents_per_session, cfg.max_agents_total, cfg.on_agent_failure,
         cfg.heartbeat_interval_s, f"http://{settings.mcp.host}:{settings.mcp.port}/mcp", config_dir=config_dir,
-        catalogue_dir=str(BUILTIN_CATALOGUE),
+        catalogue_dir=str(BUILTIN_CATALOGUE), node_id=settings.resolved_node_id,
     )  # fmt: skip
 
 
@@ -353,6 +365,7 @@ async def bootstrap(
         decisions=people[1], options=workflow_options(settings), review_queue=queue, outputs=outputs,
         workspaces=extras[0],
     )  # fmt: skip
+    app.nodes = node_service(settings, uow, clock)
     app.recovery = Recovery(services[0], extras[0], services[3], agents, app.workflows)
     return app
 

@@ -539,3 +539,15 @@ async def test_http_a_revoked_token_stops_working_at_once(http_server: HttpServe
     assert raw_post(http_server, http_server.operator_token).status_code == 200  # only that token is gone
     listed = {t["id"]: t for t in http_server.cli_json("token", "list")}
     assert listed[issued["id"]]["revoked_at"] is not None and listed[issued["id"]]["token_hash"] is None
+
+
+async def test_http_the_serving_node_heartbeats_and_both_the_cli_and_nodes_list_show_it(http_server: HttpServer):
+    listed = http_server.cli_json("nodes")
+    (node,) = listed["nodes"]
+    assert node["alive"] and node["data_dir"].endswith("data") and node["live_agents"] == 0
+    assert node["id"] == listed["this_node"]  # the CLI of the same machine and data dir is the same node
+    async with connect(http_server, http_server.operator_token) as client:
+        over_mcp = await ok(client, "nodes_list")
+    assert [n["id"] for n in over_mcp["nodes"]] == [node["id"]] and over_mcp["summary"] == "1 node(s), 1 alive"
+    async with connect(http_server, http_server.agent_token) as client:  # agents do not see the nodes
+        assert "nodes_list" not in {t.name for t in (await client.list_tools()).tools}

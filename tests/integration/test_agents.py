@@ -290,3 +290,34 @@ async def test_an_agent_that_ended_while_no_service_watched_is_recorded_from_its
     [row] = await first.agents(session.id)
     assert (row.status, row.exit_code) == (AgentStatus.COMPLETED, 0)
     assert (await sql_services.sessions.get(session.id)).state == SessionState.VERIFYING
+
+
+async def test_recovery_touches_only_its_own_nodes_agents(sql_services, git_repo, tmp_path):
+    """Two machines on one database: node b restarting must not mark node a's healthy agent failed because the
+    pid is not alive on b; when node a restarts, it re-attaches its own agent."""
+    slow = agent_types(tmp_path, sleeper_timeout_s=600, sleeper="import time; time.sleep(1.5)")
+    node_a = supervisor(sql_services, tmp_path, slow, node_id="host-a-1111")
+    session = await planning_session(sql_services, git_repo)
+    [agent] = (await node_a.execute(session.id, ACTOR, ["sleeper"])).agents
+    for _ in range(200):
+        rows = await node_a.agents(session.id)
+        if rows[0].pid:
+            break
+        await asyncio.sleep(0.05)
+    assert rows[0].node_id == "host-a-1111"
+    for task in list(node_a._tasks[session.id]):  # node a's supervisor "dies"; its agent runs on
+        task.cancel()
+    await asyncio.gather(*node_a._tasks.get(session.id, ()), return_exceptions=True)
+
+    node_b = supervisor(sql_services, tmp_path, slow, node_id="host-b-2222")
+    node_b._runner.alive = lambda pid: False  # on machine b no such process exists
+    assert await node_b.recover() == [f"agent {agent.id} of session {session.id}: left to node host-a-1111"]
+    [row] = await node_b.agents(session.id)
+    assert row.status == AgentStatus.RUNNING and row.error is None  # untouched
+
+    restarted_a = supervisor(sql_services, tmp_path, slow, node_id="host-a-1111")
+    report = await restarted_a.recover()
+    assert report == [f"agent {agent.id} of session {session.id}: re-attached (pid {rows[0].pid})"]
+    await asyncio.wait_for(restarted_a.wait(session.id), 30)
+    [row] = await restarted_a.agents(session.id)
+    assert row.status == AgentStatus.COMPLETED

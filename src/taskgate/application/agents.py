@@ -62,6 +62,7 @@ class ExecutionOptions:
     config_dir: str = ""  # `{config_dir}` in agent commands: the loaded config's folder (.taskgate/agents/… resolve)
     catalogue_dir: str = ""  # `{catalogue_dir}`: the built-in catalogue (the scripted example agents live there)
     prompt: str = "Work on task {task_id}: {task_title}\n\n{task_description}\n\n{instructions}"
+    node_id: str | None = None  # this process's node (application/nodes.py), recorded with the agents it launches
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,11 +215,15 @@ class AgentService:
     async def recover(self) -> list[str]:
         """At start: re-attach to agents still running (their pid is alive), start the ones still queued that
         never started (no pid, no output: the crash came before their process), mark the others failed, and let
-        their sessions continue. Returns what it did, one line per agent."""
+        their sessions continue. Only this node's agents (see `_mine`): another node's are left to it. Returns what
+        it did, one line per agent."""
         report = []
         async with self._uow(write=False) as uow:
             active = await uow.agents.active()
         for agent in active:
+            if not self._mine(agent):  # another machine's process: its pid means nothing here
+                report.append(f"agent {agent.id} of session {agent.session_id}: left to node {agent.node_id}")
+                continue
             if agent.status == AgentStatus.QUEUED and not agent.pid and not self._runner.started(agent.output_path):
                 self._supervise(agent, self._type_or_default(agent.agent_type), reattach=False)
                 report.append(f"agent {agent.id} of session {agent.session_id}: started (it was queued)")
@@ -371,6 +376,7 @@ class AgentService:
             status=AgentStatus.QUEUED,
             output_path=str(PurePosixPath(folder, f"{agent_id}.log")),
             run=run,
+            node_id=self._options.node_id,
         )
 
     def _supervise(self, agent: Agent, kind: AgentType, *, reattach: bool) -> None:
@@ -538,6 +544,11 @@ class AgentService:
             agents = await uow.agents.of_session(session_id)
         run = max((a.run for a in agents), default=0)
         return [self._type_or_default(a.agent_type) for a in agents if a.run == run]
+
+    def _mine(self, agent: Agent) -> bool:
+        """Whether this process's node supervises `agent`: launched by it, or by no node (before nodes existed,
+        or with no node configured: one machine)."""
+        return agent.node_id is None or self._options.node_id is None or agent.node_id == self._options.node_id
 
     def _folder_of(self, session_id: str) -> str:
         """The session folder's path: where the session folders say (a workflow may have placed it), else the

@@ -286,6 +286,30 @@ class WritebackRepository(Protocol):
         """Open rows of the task older than `newest_id` become superseded; returns how many."""
 
 
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """A service process's node as it last heartbeat: `id` (stable per machine and data dir), where it runs."""
+
+    id: str
+    host: str
+    data_dir: str
+    pid: int
+    version: str
+    started_at: datetime
+    heartbeat_at: datetime
+
+
+class NodeRepository(Protocol):
+    async def beat(self, node: NodeRecord) -> None:
+        """Record the node's heartbeat (its row is created on the first one, replaced on the next)."""
+
+    async def list(self) -> list[NodeRecord]:
+        """Every node that ever beat, by id."""
+
+    async def live_agents(self) -> dict[str | None, int]:
+        """Queued and running agents per node id (None: agents recorded by no node)."""
+
+
 class UnitOfWork(Protocol):
     """One database transaction. Write units serialise against each other (see the adapter for how)."""
 
@@ -304,6 +328,7 @@ class UnitOfWork(Protocol):
     deliveries: DeliveryRepository
     step_runs: StepRunRepository
     writebacks: WritebackRepository
+    nodes: NodeRepository
 
     async def __aenter__(self) -> UnitOfWork: ...
     async def __aexit__(self, *exc_info: object) -> None:

@@ -131,6 +131,7 @@ class Agent:
     output_tail: str = ""
     error: str | None = None
     report: dict | None = None  # what the agent CLI said of its run (agent_reports.AgentReport.as_dict()), if it did
+    node_id: str | None = None  # the node (service process's machine and data dir) that launched and supervises it
 
 
 class StepStatus(StrEnum):

@@ -11,8 +11,10 @@ was loaded; an explicit `TASKGATE_CONFIG` that does not exist is an error.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import socket
 from pathlib import Path
 from typing import Any, Literal
 
@@ -179,6 +181,16 @@ class ContextSettings(BaseModel):
     ttl_seconds: float = Field(default=30.0, ge=0, le=86_400)
 
 
+class NodeSettings(BaseModel):
+    """`[node]`: this service process's node (docs/nodes.md). `id` names it in the database; unset, it is the host
+    name and a hash of the data dir's absolute path, stable across restarts of the same machine and data dir."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+    heartbeat_s: float = Field(default=10.0, gt=0, le=3600)
+
+
 class SweeperSettings(BaseModel):
     """The sweeper's intervals (see docs/sweeper.md); `taskgate serve` sweeps every `interval_s` when enabled."""
 
@@ -343,6 +355,7 @@ class Settings(BaseSettings):
     webhooks: list[WebhookSettings] = []
     sweeper: SweeperSettings = SweeperSettings()
     escalation: EscalationSettings = EscalationSettings()
+    node: NodeSettings = NodeSettings()
     outputs: OutputsSettings = OutputsSettings()
     config_file: Path | None = Field(default=None, exclude=True)
 
@@ -377,6 +390,15 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings)
+
+    @property
+    def resolved_node_id(self) -> str:
+        """`[node] id`, else `<host>-<8 hex of sha256(the data dir's absolute path)>`: one id per machine and data
+        dir, the same after a restart."""
+        if self.node.id:
+            return self.node.id
+        digest = hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:8]
+        return f"{socket.gethostname()[:180]}-{digest}"
 
     @property
     def resolved_database_url(self) -> str:

@@ -138,6 +138,29 @@ def worktrees_reconcile(
             console.print(f"  {label}: {item}", highlight=False, markup=False)
 
 
+@app.command("nodes")
+def nodes(as_json: JsonOpt = False) -> None:
+    """The service processes sharing this database (docs/nodes.md): each node's id, host, data dir, last
+    heartbeat, whether it is alive (a heartbeat within three [node] heartbeat_s) and its live agents."""
+
+    async def work(services: App):
+        assert services.nodes is not None
+        return services.nodes.identity.id, await services.nodes.nodes()
+
+    mine, found = run(work)
+    if as_json:
+        render.print_json({"this_node": mine, "nodes": found})
+        return
+    rows = [(n.id + (" (this one)" if n.this else ""), n.host, n.data_dir, n.pid, n.version,
+             n.heartbeat_at.isoformat(timespec="seconds"), "yes" if n.alive else "no", n.live_agents)
+            for n in found]  # fmt: skip
+    columns = ["node", "host", "data dir", "pid", "version", "last heartbeat", "alive", "live agents"]
+    console.print(render.table("Nodes", columns, rows, markup=False))
+    if not found:
+        console.print(f"no node has beaten yet: `taskgate serve` heartbeats as node {mine}", highlight=False,
+                      markup=False)  # fmt: skip
+
+
 @app.command("sweep")
 def sweep(as_json: JsonOpt = False) -> None:
     """Run the sweeper once (what `taskgate serve` does every [sweeper] interval_s): time out sessions past their

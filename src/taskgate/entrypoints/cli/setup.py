@@ -100,7 +100,7 @@ def _say_what_init_did(layout, project, created: bool, operator, settings) -> No
 @app.command()
 def info(as_json: JsonOpt = False) -> None:
     """Say where everything is: config file, data directory, database (and its schema revision), session folders,
-    worktrees, the built-in catalogue and the project's own workflows, checklists and agents."""
+    worktrees, the built-in catalogue and the project's own workflows, checklists and agents, and this node's id."""
 
     async def work(services: App) -> dict[str, object]:
         settings = services.settings
@@ -117,6 +117,7 @@ def info(as_json: JsonOpt = False) -> None:
             "project_agents": str(config_dir(settings) / "agents"),
             "default_operator": settings.operator.default,
             "wip_limit": settings.policies.wip_limit.limit,
+            "node_id": settings.resolved_node_id,
         }
 
     report = run(work)

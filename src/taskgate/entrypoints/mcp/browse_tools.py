@@ -1,5 +1,6 @@
-"""MCP tools that list what is there: sessions (the CLI's `session list`) and events (the outbox every write
-appends to: transitions, decisions, agents, tracker write-backs). A session has one shape everywhere: `SessionOut`."""
+"""MCP tools that list what is there: sessions (the CLI's `session list`), events (the outbox every write appends
+to: transitions, decisions, agents, tracker write-backs) and nodes (`taskgate nodes`). A session has one shape
+everywhere: `SessionOut`."""
 
 from __future__ import annotations
 
@@ -88,6 +89,38 @@ async def events_list(
     return EventList(summary=f"{len(events)} event(s)", events=events)
 
 
+class NodeOut(BaseModel):
+    id: str = Field(description="The node id: [node] id, or the host and a hash of the data dir.")
+    host: str
+    data_dir: str
+    pid: int
+    version: str
+    started_at: datetime
+    heartbeat_at: datetime
+    alive: bool = Field(description="Its last heartbeat is within three [node] heartbeat_s.")
+    live_agents: int = Field(description="Its queued and running agents.")
+    this: bool = Field(description="The node serving this call.")
+
+
+class NodeList(BaseModel):
+    summary: str
+    nodes: list[NodeOut]
+
+
+@tool_errors
+async def nodes_list(ctx: Context) -> NodeList:
+    """The service processes sharing this database (docs/nodes.md), by id: each one's host, data dir, last
+    heartbeat, whether it is alive and its live agents."""
+    call = call_of(ctx)
+    await call.app.operators.authorize(call.principal, Capability.READ)
+    if call.app.nodes is None:
+        raise InvalidInput("this server keeps no node record")
+    found = await call.app.nodes.nodes()
+    alive = sum(1 for n in found if n.alive)
+    nodes = [NodeOut(**{k: getattr(n, k) for k in NodeOut.model_fields}) for n in found]
+    return NodeList(summary=f"{len(found)} node(s), {alive} alive", nodes=nodes)
+
+
 def _state(value: str) -> SessionState:
     try:
         return SessionState(value)
@@ -95,4 +128,4 @@ def _state(value: str) -> SessionState:
         raise InvalidInput(f"unknown state {value[:40]!r}; valid: {', '.join(s.value for s in SessionState)}") from None
 
 
-BROWSE_TOOLS = [session_list, events_list]
+BROWSE_TOOLS = [session_list, events_list, nodes_list]

@@ -40,6 +40,7 @@ COLON: dict[str, str] = {
     "context_discover": "context:discover",
     "audit_query": "audit:query",
     "events_list": "events:list",
+    "nodes_list": "nodes:list",
     "policies_list": "policies:list",
     "policies_check": "policies:check",
     "checklist_check": "checklist:check",

@@ -38,6 +38,7 @@ class _OpenApp:
             serve_agents_locally(app)
         await _recover(app)
         self.app = app
+        beating = await _start_heartbeat(app)
         sweeping = _start_sweeper(self.settings, app)
         delivering = None
         try:
@@ -47,6 +48,7 @@ class _OpenApp:
             self.app = None
             await _stop_webhooks(delivering)
             await _stop_sweeper(sweeping)
+            await _stop_sweeper(beating)
             await app.close()
 
 
@@ -60,6 +62,14 @@ async def _recover(app: App) -> None:
         log.warning("start-up recovery: %s", line)
     if report.lines:
         log.warning("start-up recovery: done in %.2f s (%d session(s) resumed)", report.seconds, len(report.resumed))
+
+
+async def _start_heartbeat(app: App) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    """This node's heartbeat (docs/nodes.md): one beat before the first request, then every `[node] heartbeat_s`."""
+    assert app.nodes is not None
+    await app.nodes.beat()
+    stop = asyncio.Event()
+    return stop, asyncio.create_task(app.nodes.run(stop), name="taskgate-node-heartbeat")
 
 
 def _start_sweeper(settings: Settings, app: App) -> tuple[asyncio.Event, asyncio.Task[None]] | None:

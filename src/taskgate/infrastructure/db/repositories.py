@@ -15,7 +15,7 @@ from sqlalchemy import Integer, Select, String, Text, and_, exists, func, insert
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
-from taskgate.application.ports import Delivery, OutboxEvent, TransitionQuery
+from taskgate.application.ports import Delivery, NodeRecord, OutboxEvent, TransitionQuery
 from taskgate.domain import writebacks as wb
 from taskgate.domain.beads import WAITS_FOR_ANY
 from taskgate.domain.entities import (
@@ -643,6 +643,27 @@ class SqlAlchemyAgentRepository(_Repository):
         last_seen = func.coalesce(c.heartbeat_at, c.started_at)
         stmt = select(t.agents).where(c.status == AgentStatus.RUNNING.value, last_seen < before)
         return [_agent(r) for r in await self._all(stmt.order_by(c.session_id, c.id))]
+
+
+class SqlAlchemyNodeRepository(_Repository):
+    async def beat(self, node: NodeRecord) -> None:
+        values = {f.name: getattr(node, f.name) for f in fields(NodeRecord)}
+        # one statement, INSERT … ON CONFLICT DO UPDATE: two processes of one node id (the same machine and data
+        # dir, e.g. `serve` and a CLI that launches agents) beating at once leave one row, the later beat
+        dialect_insert = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
+        stmt = dialect_insert(t.nodes).values(values)
+        changed = {k: v for k, v in values.items() if k != "id"}
+        await self._conn.execute(stmt.on_conflict_do_update(index_elements=[t.nodes.c.id], set_=changed))
+
+    async def list(self) -> list[NodeRecord]:
+        rows = await self._all(select(t.nodes).order_by(t.nodes.c.id))
+        return [NodeRecord(**{f.name: r[f.name] for f in fields(NodeRecord)}) for r in rows]
+
+    async def live_agents(self) -> dict[str | None, int]:
+        c = t.agents.c
+        live = (AgentStatus.QUEUED.value, AgentStatus.RUNNING.value)
+        stmt = select(c.node_id, func.count()).where(c.status.in_(live)).group_by(c.node_id)
+        return {row[0]: row[1] for row in (await self._conn.execute(stmt)).all()}
 
 
 _DELIVERY_MARKERS = ("skipped", "start")

@@ -218,7 +218,20 @@ agents = Table(
     Column("output_tail", Text, nullable=False, server_default=text("''")),
     Column("error", Text, nullable=True),
     Column("report", JSON(none_as_null=True), nullable=True),  # the agent CLI's account of its run (AgentReport)
+    Column("node_id", String(200), nullable=True),  # the node that launched it and supervises it (None: before 0012)
     Index("ix_agents_status", "status"),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("id", String(200), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("data_dir", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("version", String(50), nullable=False),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("heartbeat_at", UtcDateTime, nullable=False),
 )
 
 events = Table(
@@ -347,4 +360,5 @@ ALL_TABLES = [
     test_runs,
     step_runs,
     tracker_writebacks,
+    nodes,
 ]

@@ -13,6 +13,7 @@ from taskgate.infrastructure.db.repositories import (
     SqlAlchemyDecisionRepository,
     SqlAlchemyDeliveryRepository,
     SqlAlchemyEventLog,
+    SqlAlchemyNodeRepository,
     SqlAlchemyOperatorRepository,
     SqlAlchemyPlanRepository,
     SqlAlchemyProjectRepository,
@@ -68,6 +69,7 @@ class SqlAlchemyUnitOfWork:
         self.deliveries = SqlAlchemyDeliveryRepository(conn, dialect)
         self.step_runs = SqlAlchemyStepRunRepository(conn, dialect)
         self.writebacks = SqlAlchemyWritebackRepository(conn, dialect)
+        self.nodes = SqlAlchemyNodeRepository(conn, dialect)
 
     async def commit(self) -> None:
         assert self._conn is not None
