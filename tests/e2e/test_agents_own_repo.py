@@ -42,7 +42,11 @@ def test_serve_http_says_where_it_listens_and_a_taken_port_is_one_line(tmp_path:
     server = subprocess.Popen([TASKGATE, "serve", "--http", "--port", str(port)], cwd=user.repo, env=user.env,
                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)  # fmt: skip
     try:
-        line = server.stderr.readline() if server.stderr else ""
+        assert server.stderr is not None
+        seen = []  # start-up notes (whether dispatch is on) come before the line that says where it listens
+        while len(seen) < 10 and not any("listening on" in x for x in seen):
+            seen.append(server.stderr.readline())
+        line = next((x for x in seen if "listening on" in x), "".join(seen))
         assert f"taskgate MCP server listening on http://127.0.0.1:{port}/mcp" in line
         assert "taskgate token create --operator" in line and ".taskgate/taskgate.toml" in line
         error = user.fails("serve", "--http", "--port", str(port))

@@ -290,14 +290,14 @@ async def connect(svc: Service) -> AsyncIterator[Client]:
 
 
 async def token_works(svc: Service, token: str) -> bool:
-    """Whether the server takes `token` (an MCP initialize answered 200) or refuses it (401)."""
+    """Whether the server takes `token` (an MCP initialize answered 200) or refuses it (403, see docs/mcp.md)."""
     assert token.startswith("tg_"), f"not a token: {token!r}"
     request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
                "capabilities": {}, "clientInfo": {"name": "crash-test", "version": "1"}}}  # fmt: skip
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
     async with httpx2.AsyncClient(timeout=30) as http:
         answer = await http.post(svc.url, json=request, headers=headers)
-    assert answer.status_code in (200, 401), answer.text
+    assert answer.status_code in (200, 403), answer.text
     return answer.status_code == 200
 
 
