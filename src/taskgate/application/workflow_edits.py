@@ -21,14 +21,10 @@ from taskgate.domain.workflow_run import (
     Frame,
     FrameKind,
     FrameStatus,
-    add_usage,
     breadcrumb,
-    changed_files,
     child_results,
     enter,
-    last_output,
     load_stack,
-    nested_result,
 )
 from taskgate.domain.workflow_variables import session_folder_path
 from taskgate.domain.workflow_visibility import Viewer, check_visible
@@ -54,7 +50,7 @@ class StackEdits(StepRecords):
     _options: Any
     _outputs: Any  # OutputService | None
     # and, from WorkflowEngine: workflow, checklist, view, waiting, _lock, _kick_if_executing, _find, _now,
-    # _workflow_frame, _steps, _changes
+    # _workflow_frame, _steps, _hand_back
 
     async def add_workflow(
         self, session_id: str, name: str, actor: str, viewer: Viewer | None = None, *,
@@ -203,13 +199,7 @@ class StackEdits(StepRecords):
         """Leave the nested top frame (only when depth > 1); the step that pushed it counts as skipped."""
 
         async def leave(session: Session, stack: list[Frame]) -> list[StepEvent]:
-            if len(stack) < 2:
-                raise InvalidInput(
-                    f"workflow_break leaves a nested frame; session {session_id} is at depth {len(stack)}"
-                )
-            child = stack[-1]
-            await self._abandon_step(session, child, StepStatus.CANCELLED, f"workflow_break by {actor}")
-            stack.pop()
+            child = await self._leave_nested(session, stack, "workflow_break leaves", actor)
             parent = stack[-1]
             if child.parent_step is not None and parent.step == child.parent_step:
                 await self._close_run(parent.run_id, StepStatus.SKIPPED, f"left by workflow_break ({actor})")
@@ -224,27 +214,25 @@ class StackEdits(StepRecords):
         so the frame below goes on along that step's success route. `break_frame` is the other way out."""
 
         async def finish_early(session: Session, stack: list[Frame]) -> list[StepEvent]:
-            if len(stack) < 2:
-                raise InvalidInput(
-                    f"workflow_continue ends a nested frame; session {session_id} is at depth {len(stack)}"
-                )
-            child = stack[-1]
-            await self._abandon_step(session, child, StepStatus.CANCELLED, f"workflow_continue by {actor}")
-            stack.pop()
+            child = await self._leave_nested(session, stack, "workflow_continue ends", actor)
             parent = stack[-1]
             if child.parent_step is not None and parent.step == child.parent_step:
-                output = last_output(child)
-                after = await self._changes(session) if child.baseline is not None else None
-                nested = nested_result(child, self._steps(child), StepStatus.SUCCEEDED,
-                                       changed_files(child.baseline, after))  # fmt: skip
                 note = f"ended early by workflow_continue ({actor})"
                 await self._close_run(parent.run_id, StepStatus.SUCCEEDED, note)
-                parent.usage = add_usage(parent.usage, child.usage)
-                parent.status = FrameStatus.done
-                parent.outcome = {"status": StepStatus.SUCCEEDED.value, "output": output, "nested": nested}
+                await self._hand_back(session, parent, child, StepStatus.SUCCEEDED, "")
             return [("workflow.continue", {"actor": actor, "left": child.label})]
 
         return await self._edit(session_id, "workflow_continue", finish_early)
+
+    async def _leave_nested(self, session: Session, stack: list[Frame], what: str, actor: str) -> Frame:
+        """The first half of break and continue: refuse at depth 1 (`what` says which, e.g. "workflow_break
+        leaves"), stop the nested top frame's current step, and pop it. Returns the frame left."""
+        if len(stack) < 2:
+            raise InvalidInput(f"{what} a nested frame; session {session.id} is at depth {len(stack)}")
+        child = stack[-1]
+        await self._abandon_step(session, child, StepStatus.CANCELLED, f"{what.split()[0]} by {actor}")
+        stack.pop()
+        return child
 
     async def restart(self, session_id: str, actor: str) -> StackView:
         """Run the top frame again from its first step, with its results cleared."""

@@ -655,20 +655,26 @@ class WorkflowEngine(StackEdits, NoEffects):
         events = [("workflow.popped", {"frame": child.label, "status": status.value, "depth": len(stack)})]
         finish = []
         if stack and child.parent_step is not None and stack[-1].step == child.parent_step:
-            parent = stack[-1]
-            merge_back(parent, child)
-            steps = self._steps(child)
-            if child.kind is FrameKind.group and child.summarize:
-                output = summary(child, steps)
-            elif status is StepStatus.SUCCEEDED:
-                output = last_output(child)
-            files = changed_files(child.baseline, await self._changes(session)) if child.baseline is not None else None
-            nested = nested_result(child, steps, status, files)
-            parent.usage = add_usage(parent.usage, child.usage)
-            parent.status = FrameStatus.done
-            parent.outcome = {"status": status.value, "output": output[-OUTPUT_LIMIT:], "nested": nested}
-            finish.append((parent.run_id, status, output, output if status is StepStatus.FAILED else None))
+            output = await self._hand_back(session, stack[-1], child, status, output)
+            finish.append((stack[-1].run_id, status, output, output if status is StepStatus.FAILED else None))
         await self._save(session, stack, finish=finish, events=events, carry=carry)
+
+    async def _hand_back(self, session: Session, parent: Frame, child: Frame, status: StepStatus, output: str) -> str:
+        """A child frame that ended (or was ended early by workflow_continue) gives the step that pushed it its
+        outcome: shared results merged back, the output (a summary, else the child's last output on success),
+        the structured result and the usage. Returns the output."""
+        merge_back(parent, child)
+        steps = self._steps(child)
+        if child.kind is FrameKind.group and child.summarize:
+            output = summary(child, steps)
+        elif status is StepStatus.SUCCEEDED:
+            output = last_output(child)
+        files = changed_files(child.baseline, await self._changes(session)) if child.baseline is not None else None
+        parent.usage = add_usage(parent.usage, child.usage)
+        parent.status = FrameStatus.done
+        parent.outcome = {"status": status.value, "output": output[-OUTPUT_LIMIT:],
+                          "nested": nested_result(child, steps, status, files)}  # fmt: skip
+        return output
 
     def _outcome(self, top: Frame, status: StepStatus, output: str) -> Carry:
         """Record the outcome of the top frame's current step in the frame; its run row and event ride along
