@@ -143,6 +143,7 @@ async def node_main(spec: dict[str, Any]) -> int:
             "errors": dict(cycler.errors),
         }
         print(json.dumps({"report": report}), flush=True)
+        await asyncio.to_thread(sys.stdin.readline)  # `exit`: the parent has read the server's CPU meanwhile
         return 0
     finally:
         stop.set()
@@ -203,6 +204,7 @@ class Outcome:
     setup_s: float
     load: tuple[float, float]
     checked_rows: int
+    cpu: str  # the machine's CPU share and the server's CPU per transition during the window
 
 
 class Worker:
@@ -301,11 +303,14 @@ async def measure(bench: Bench, nodes: int, run: int) -> Outcome:
         load_before = os.getloadavg()[0]
         start = time.time() + 0.5
         for worker in workers:
-            assert worker.proc.stdin is not None
-            worker.proc.stdin.write(f"go {start!r}\n".encode())
-            await worker.proc.stdin.drain()
+            await tell(worker, f"go {start!r}")
+        await asyncio.sleep(max(0.0, start - time.time()))
+        cpu_before = cpu_snapshot(make_url(bench.url).database)
         reports = [(await w.line("report", bench.duration + 120))["report"] for w in workers]
+        cpu_after = cpu_snapshot(make_url(bench.url).database)  # before the nodes close their connections
         load_after = os.getloadavg()[0]
+        for worker in workers:
+            await tell(worker, "exit")
         for worker in workers:
             if await asyncio.wait_for(worker.proc.wait(), 60) != 0:
                 raise RuntimeError(f"node {worker.node_id} exited {worker.proc.returncode}:\n{worker.stderr_tail()}")
@@ -333,7 +338,54 @@ async def measure(bench: Bench, nodes: int, run: int) -> Outcome:
             report["owned"] += f" ({held[None]} recorded with no node)"
     total_elapsed = max(max(r["last_done"] for r in reports) - start, bench.duration)
     rate = sum(r["applied"] for r in reports) / total_elapsed
-    return Outcome(nodes, rate, reports, max(r["setup_s"] for r in ready), (load_before, load_after), checked)
+    applied = sum(r["applied"] for r in reports)
+    cpu = cpu_use(cpu_before, cpu_after, applied)
+    return Outcome(nodes, rate, reports, max(r["setup_s"] for r in ready), (load_before, load_after), checked, cpu)
+
+
+async def tell(worker: Worker, line: str) -> None:
+    """One protocol line to a node."""
+    assert worker.proc.stdin is not None
+    worker.proc.stdin.write(f"{line}\n".encode())
+    await worker.proc.stdin.drain()
+
+
+def cpu_snapshot(database: str | None) -> tuple[int, int, int, int]:
+    """(busy, total) jiffies of the whole machine (/proc/stat), the jiffies the server's backends of `database`
+    used so far and how many there are (found by their process title; 0 when the server is not on this machine).
+    Zeros where /proc is missing."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except OSError:
+        return 0, 0, 0, 0
+    total, idle = sum(fields[:8]), fields[3] + fields[4]  # user..steal; idle + iowait
+    backends = jiffies = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            title = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if not title.startswith("postgres: ") or f" {database} " not in title:
+                continue
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        backends += 1
+        jiffies += int(stat[11]) + int(stat[12])  # utime, stime (fields 14 and 15 of stat)
+    return total - idle, total, jiffies, backends
+
+
+def cpu_use(before: tuple[int, int, int, int], after: tuple[int, int, int, int], applied: int) -> str:
+    """The machine's CPU busy share over the window and the server's CPU per transition, as one phrase."""
+    busy, total = after[0] - before[0], after[1] - before[1]
+    if total <= 0:
+        return "CPU not measured (no /proc)"
+    cores = os.cpu_count() or 1
+    found = f"machine CPU {100 * busy / total:.0f}% busy ({cores} cores)"
+    if after[3] and applied:
+        per_tx = (after[2] - before[2]) / os.sysconf("SC_CLK_TCK") / applied * 1000
+        found += f", PostgreSQL {per_tx:.2f} ms CPU per transition ({after[3]} backends)"
+    return found
 
 
 def print_outcome(outcome: Outcome, baseline: float | None) -> None:
@@ -344,6 +396,7 @@ def print_outcome(outcome: Outcome, baseline: float | None) -> None:
         f"  {label}: {outcome.rate:7.1f} transitions/s{ratio}   (load {outcome.load[0]:.2f} → {outcome.load[1]:.2f}; "
         f"{outcome.checked_rows} applied rows checked in transition_log; set-up {outcome.setup_s:.1f} s)"
     )
+    print(f"      {outcome.cpu}")
     for r in outcome.reports:
         per_tx = r["cpu_s"] / r["applied"] * 1000 if r["applied"] else float("nan")
         print(
