@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/recovery.py
 	$(BIN)/python benchmarks/console.py
 	$(BIN)/python benchmarks/beads_import.py
+	$(BIN)/python benchmarks/node_throughput.py
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .ruff_cache .hypothesis
