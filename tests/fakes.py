@@ -21,6 +21,7 @@ from taskgate.application.ports import (
     CommitInfo,
     Delivery,
     FileStat,
+    Lease,
     MergeOutcome,
     NodeRecord,
     OutboxEvent,
@@ -94,6 +95,7 @@ class InMemoryStore:
     step_runs: dict[int, StepRun] = field(default_factory=dict)
     writebacks: dict[int, Writeback] = field(default_factory=dict)
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    leases: dict[str, Lease] = field(default_factory=dict)
     next_id: dict[str, int] = field(default_factory=dict)
 
     def allocate(self, kind: str) -> int:
@@ -325,6 +327,10 @@ class InMemorySessionRepository(_Repo):
     async def active_for_task(self, task_id: str) -> list[str]:
         return [s.id for s in self.store.sessions.values() if s.task_id == task_id and s.state not in TERMINAL_STATES]
 
+    async def active_of_node(self, node_id: str) -> list[str]:
+        found = [s for s in self.store.sessions.values() if s.node_id == node_id and s.state not in TERMINAL_STATES]
+        return [s.id for s in sorted(found, key=lambda s: (s.created_at, s.id))]
+
     async def ids_with_prefix(self, prefix: str, limit: int) -> list[str]:
         return sorted(i for i in self.store.sessions if i.startswith(prefix))[:limit]
 
@@ -474,7 +480,10 @@ class InMemoryTokenRepository(_Repo):
 
 class InMemoryNodeRepository(_Repo):
     async def beat(self, node: NodeRecord) -> None:
-        self.store.nodes[node.id] = node
+        self.store.nodes[node.id] = replace(node, down_at=None)
+
+    async def get(self, node_id: str) -> NodeRecord | None:
+        return self.store.nodes.get(node_id)
 
     async def list(self) -> list[NodeRecord]:
         return [self.store.nodes[k] for k in sorted(self.store.nodes)]
@@ -485,6 +494,33 @@ class InMemoryNodeRepository(_Repo):
             if agent.status.value in ("queued", "running"):
                 counts[agent.node_id] = counts.get(agent.node_id, 0) + 1
         return counts
+
+    async def live_sessions(self) -> dict[str | None, int]:
+        counts: dict[str | None, int] = {}
+        for session in self.store.sessions.values():
+            if session.state not in TERMINAL_STATES:
+                counts[session.node_id] = counts.get(session.node_id, 0) + 1
+        return counts
+
+    async def mark_down(self, node_id: str, beat_before: datetime, at: datetime) -> bool:
+        node = self.store.nodes.get(node_id)
+        if node is None or node.down_at is not None or node.heartbeat_at >= beat_before:
+            return False
+        self.store.nodes[node_id] = replace(node, down_at=at)
+        return True
+
+
+class InMemoryLeaseRepository(_Repo):
+    async def acquire(self, name: str, holder: str, node_id: str, now: datetime, until: datetime) -> Lease:
+        held = self.store.leases.get(name)
+        if held is None or held.holder == holder or held.expires_at < now:
+            acquired = held.acquired_at if held is not None and held.holder == holder else now
+            self.store.leases[name] = Lease(name, holder, node_id, acquired, until)
+        return self.store.leases[name]
+
+    async def release(self, name: str, holder: str) -> None:
+        if name in self.store.leases and self.store.leases[name].holder == holder:
+            del self.store.leases[name]
 
 
 class InMemoryWritebackRepository(_Repo):
@@ -584,6 +620,7 @@ class InMemoryUnitOfWork:
         self.step_runs = InMemoryStepRunRepository(store)
         self.writebacks = InMemoryWritebackRepository(store)
         self.nodes = InMemoryNodeRepository(store)
+        self.leases = InMemoryLeaseRepository(store)
         return self
 
     async def commit(self) -> None:
@@ -996,6 +1033,10 @@ class InMemoryAgentRepository(_Repo):
     async def active(self) -> list[Agent]:
         live = (AgentStatus.QUEUED, AgentStatus.RUNNING)
         return [copy.deepcopy(a) for a in sorted(self.store.agents.values(), key=lambda a: a.id) if a.status in live]
+
+    async def of_node(self, node_id: str, statuses: frozenset[AgentStatus]) -> list[Agent]:
+        found = [a for a in self.store.agents.values() if a.node_id == node_id and a.status in statuses]
+        return [copy.deepcopy(a) for a in sorted(found, key=lambda a: (a.session_id, a.id))]
 
     async def stale(self, before: datetime) -> list[Agent]:
         def last_seen(a: Agent) -> datetime | None:

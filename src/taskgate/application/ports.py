@@ -139,6 +139,9 @@ class SessionRepository(Protocol):
         self, *, project_id: int | None = None, plan_id: int | None = None, states: set[SessionState] | None = None
     ) -> list[Session]: ...
     async def active_for_task(self, task_id: str) -> list[str]: ...
+    async def active_of_node(self, node_id: str) -> list[str]:
+        """Ids of the node's sessions that are not in a terminal state."""
+
     async def ids_with_prefix(self, prefix: str, limit: int) -> list[str]: ...
     async def count_in_states(self, plan_id: int, states: frozenset[SessionState]) -> int: ...
     async def count_of_operator(self, operator_id: str, states: frozenset[SessionState]) -> int:
@@ -288,7 +291,8 @@ class WritebackRepository(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class NodeRecord:
-    """A service process's node as it last heartbeat: `id` (stable per machine and data dir), where it runs."""
+    """A service process's node as it last heartbeat: `id` (stable per machine and data dir), where it runs, where
+    it serves MCP over HTTP (if it does) and when a surviving node found its heartbeat lapsed (None: not found)."""
 
     id: str
     host: str
@@ -297,17 +301,50 @@ class NodeRecord:
     version: str
     started_at: datetime
     heartbeat_at: datetime
+    url: str | None = None
+    down_at: datetime | None = None
 
 
 class NodeRepository(Protocol):
     async def beat(self, node: NodeRecord) -> None:
-        """Record the node's heartbeat (its row is created on the first one, replaced on the next)."""
+        """Record the node's heartbeat (its row is created on the first one, replaced on the next; a beat clears
+        `down_at`)."""
+
+    async def get(self, node_id: str) -> NodeRecord | None:
+        """The node's row, or None when it never beat."""
 
     async def list(self) -> list[NodeRecord]:
         """Every node that ever beat, by id."""
 
     async def live_agents(self) -> dict[str | None, int]:
         """Queued and running agents per node id (None: agents recorded by no node)."""
+
+    async def live_sessions(self) -> dict[str | None, int]:
+        """Sessions not in a terminal state per node id (None: sessions recorded by no node)."""
+
+    async def mark_down(self, node_id: str, beat_before: datetime, at: datetime) -> bool:
+        """Compare-and-swap: set `down_at = at` when the node is not marked down yet and its last heartbeat is older
+        than `beat_before`. True for the one caller that marked it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who holds a named lease and until when."""
+
+    name: str
+    holder: str
+    node_id: str
+    acquired_at: datetime
+    expires_at: datetime
+
+
+class LeaseRepository(Protocol):
+    async def acquire(self, name: str, holder: str, node_id: str, now: datetime, until: datetime) -> Lease:
+        """Take or renew the lease in one statement: it becomes `holder`'s until `until` when it is free, already
+        `holder`'s, or expired at `now`. Returns the lease as it stands after (someone else's when refused)."""
+
+    async def release(self, name: str, holder: str) -> None:
+        """Give the lease up, if `holder` holds it."""
 
 
 class UnitOfWork(Protocol):
@@ -329,6 +366,7 @@ class UnitOfWork(Protocol):
     step_runs: StepRunRepository
     writebacks: WritebackRepository
     nodes: NodeRepository
+    leases: LeaseRepository
 
     async def __aenter__(self) -> UnitOfWork: ...
     async def __aexit__(self, *exc_info: object) -> None:
@@ -589,6 +627,9 @@ class AgentRepository(Protocol):
 
     async def active(self) -> list[Agent]:
         """Agents queued or running, of every session (what a restarted service must re-attach or fail)."""
+
+    async def of_node(self, node_id: str, statuses: frozenset[AgentStatus]) -> list[Agent]:
+        """The node's agents in these statuses, by session then id."""
 
     async def stale(self, before: datetime) -> list[Agent]:
         """Running agents whose last sign of life (heartbeat_at, else started_at) is older than `before`, by

@@ -36,6 +36,9 @@ class AgentStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Its node stopped beating (docs/nodes.md): a surviving node cannot see the process, so it is neither running
+    # nor ended as far as anyone knows. The node, when it comes back, finds it running, ended or gone.
+    LOST = "lost"
 
 
 class Role(StrEnum):
@@ -195,6 +198,7 @@ class Session:
     started_at: datetime | None = None
     completed_at: datetime | None = None
     deadline: datetime | None = None
+    node_id: str | None = None  # the node holding its worktree, which alone changes it (None: before migration 0013)
 
     @property
     def escalated_at(self) -> datetime | None:

@@ -11,11 +11,26 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Integer, Select, String, Text, and_, exists, func, insert, literal, or_, select, update
+from sqlalchemy import (
+    Integer,
+    Select,
+    String,
+    Text,
+    and_,
+    case,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
-from taskgate.application.ports import Delivery, NodeRecord, OutboxEvent, TransitionQuery
+from taskgate.application.ports import Delivery, Lease, NodeRecord, OutboxEvent, TransitionQuery
 from taskgate.domain import writebacks as wb
 from taskgate.domain.beads import WAITS_FOR_ANY
 from taskgate.domain.entities import (
@@ -351,6 +366,11 @@ class SqlAlchemySessionRepository(_Repository):
         rows = await self._all(sql.ACTIVE_SESSIONS_OF_TASK, {"task_id": task_id, "terminal": _TERMINAL})
         return [r["id"] for r in rows]
 
+    async def active_of_node(self, node_id: str) -> list[str]:
+        c = t.sessions.c
+        stmt = select(c.id).where(c.node_id == node_id, c.state.not_in(_TERMINAL)).order_by(c.created_at, c.id)
+        return [r["id"] for r in await self._all(stmt)]
+
     async def ids_with_prefix(self, prefix: str, limit: int) -> list[str]:
         c = t.sessions.c
         upper = prefix + "\uffff"  # a range scan on the primary key instead of LIKE (no wildcard escaping)
@@ -551,6 +571,7 @@ _SESSION_FIELDS = (
     "updated_at",
     "completed_at",
     "deadline",
+    "node_id",
 )
 
 
@@ -638,6 +659,11 @@ class SqlAlchemyAgentRepository(_Repository):
         live = (AgentStatus.QUEUED.value, AgentStatus.RUNNING.value)
         return [_agent(r) for r in await self._all(select(t.agents).where(c.status.in_(live)).order_by(c.id))]
 
+    async def of_node(self, node_id: str, statuses: frozenset[AgentStatus]) -> list[Agent]:
+        c = t.agents.c
+        stmt = select(t.agents).where(c.node_id == node_id, c.status.in_([s.value for s in statuses]))
+        return [_agent(r) for r in await self._all(stmt.order_by(c.session_id, c.id))]
+
     async def stale(self, before: datetime) -> list[Agent]:
         c = t.agents.c
         last_seen = func.coalesce(c.heartbeat_at, c.started_at)
@@ -648,22 +674,74 @@ class SqlAlchemyAgentRepository(_Repository):
 class SqlAlchemyNodeRepository(_Repository):
     async def beat(self, node: NodeRecord) -> None:
         values = {f.name: getattr(node, f.name) for f in fields(NodeRecord)}
+        values["down_at"] = None  # a node that beats is not down, whatever a survivor found meanwhile
         # one statement, INSERT … ON CONFLICT DO UPDATE: two processes of one node id (the same machine and data
         # dir, e.g. `serve` and a CLI that launches agents) beating at once leave one row, the later beat
-        dialect_insert = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
-        stmt = dialect_insert(t.nodes).values(values)
+        stmt = _dialect_insert(self._dialect)(t.nodes).values(values)
         changed = {k: v for k, v in values.items() if k != "id"}
         await self._conn.execute(stmt.on_conflict_do_update(index_elements=[t.nodes.c.id], set_=changed))
 
+    async def get(self, node_id: str) -> NodeRecord | None:
+        rows = await self._all(select(t.nodes).where(t.nodes.c.id == node_id))
+        return _node(rows[0]) if rows else None
+
     async def list(self) -> list[NodeRecord]:
-        rows = await self._all(select(t.nodes).order_by(t.nodes.c.id))
-        return [NodeRecord(**{f.name: r[f.name] for f in fields(NodeRecord)}) for r in rows]
+        return [_node(r) for r in await self._all(select(t.nodes).order_by(t.nodes.c.id))]
 
     async def live_agents(self) -> dict[str | None, int]:
         c = t.agents.c
         live = (AgentStatus.QUEUED.value, AgentStatus.RUNNING.value)
         stmt = select(c.node_id, func.count()).where(c.status.in_(live)).group_by(c.node_id)
         return {row[0]: row[1] for row in (await self._conn.execute(stmt)).all()}
+
+    async def live_sessions(self) -> dict[str | None, int]:
+        c = t.sessions.c
+        stmt = select(c.node_id, func.count()).where(c.state.not_in(_TERMINAL)).group_by(c.node_id)
+        return {row[0]: row[1] for row in (await self._conn.execute(stmt)).all()}
+
+    async def mark_down(self, node_id: str, beat_before: datetime, at: datetime) -> bool:
+        c = t.nodes.c
+        # the compare-and-swap: of several survivors finding the same lapse, one updates the row, the rest 0 rows
+        stmt = (
+            update(t.nodes).where(c.id == node_id, c.down_at.is_(None), c.heartbeat_at < beat_before).values(down_at=at)
+        )
+        return (await self._conn.execute(stmt)).rowcount == 1
+
+
+def _node(row: Any) -> NodeRecord:
+    return NodeRecord(**{f.name: row[f.name] for f in fields(NodeRecord)})
+
+
+def _dialect_insert(dialect: str) -> Any:
+    return postgresql.insert if dialect == "postgresql" else sqlite.insert
+
+
+class SqlAlchemyLeaseRepository(_Repository):
+    async def acquire(self, name: str, holder: str, node_id: str, now: datetime, until: datetime) -> Lease:
+        c = t.leases.c
+        stmt = _dialect_insert(self._dialect)(t.leases).values(
+            name=name, holder=holder, node_id=node_id, acquired_at=now, expires_at=until
+        )
+        # One statement decides: the row is created, or updated only when it is the holder's own (a renewal) or
+        # has expired. PostgreSQL locks the conflicting row and re-checks the WHERE against its latest committed
+        # version, SQLite runs write transactions one at a time: two nodes never both take it.
+        taken = stmt.on_conflict_do_update(
+            index_elements=[c.name],
+            set_={
+                "holder": stmt.excluded.holder,
+                "node_id": stmt.excluded.node_id,
+                "acquired_at": case((c.holder == stmt.excluded.holder, c.acquired_at), else_=stmt.excluded.acquired_at),
+                "expires_at": stmt.excluded.expires_at,
+            },
+            where=or_(c.holder == stmt.excluded.holder, c.expires_at < now),
+        )
+        await self._conn.execute(taken)
+        row = (await self._all(select(t.leases).where(c.name == name)))[0]
+        return Lease(row["name"], row["holder"], row["node_id"], row["acquired_at"], row["expires_at"])
+
+    async def release(self, name: str, holder: str) -> None:
+        c = t.leases.c
+        await self._conn.execute(delete(t.leases).where(c.name == name, c.holder == holder))
 
 
 _DELIVERY_MARKERS = ("skipped", "start")

@@ -147,6 +147,7 @@ sessions = Table(
     Column("updated_at", UtcDateTime, nullable=False),
     Column("completed_at", UtcDateTime, nullable=True),
     Column("deadline", UtcDateTime, nullable=True),
+    Column("node_id", String(200), nullable=True),  # the node holding its worktree (None: before 0013)
     Index("ix_sessions_plan_state", "plan_id", "state"),
     Index("ix_sessions_task_id", "task_id"),
     # Backstop for "one active session per task": the guard reads under a lock, the index makes it impossible.
@@ -232,6 +233,20 @@ nodes = Table(
     Column("version", String(50), nullable=False),
     Column("started_at", UtcDateTime, nullable=False),
     Column("heartbeat_at", UtcDateTime, nullable=False),
+    Column("url", Text, nullable=True),  # where it serves MCP over HTTP, if it does (0013)
+    Column("down_at", UtcDateTime, nullable=True),  # when a surviving node found its lease expired (0013)
+)
+
+# Named leases (0013): the work one node at a time does for all (the sweeper's turn). `holder` is the process
+# (node id and pid); a lease is taken over only once `expires_at` has passed (docs/nodes.md).
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("holder", String(300), nullable=False),
+    Column("node_id", String(200), nullable=False),
+    Column("acquired_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
 )
 
 events = Table(
@@ -361,4 +376,5 @@ ALL_TABLES = [
     step_runs,
     tracker_writebacks,
     nodes,
+    leases,
 ]

@@ -13,6 +13,7 @@ from taskgate.infrastructure.db.repositories import (
     SqlAlchemyDecisionRepository,
     SqlAlchemyDeliveryRepository,
     SqlAlchemyEventLog,
+    SqlAlchemyLeaseRepository,
     SqlAlchemyNodeRepository,
     SqlAlchemyOperatorRepository,
     SqlAlchemyPlanRepository,
@@ -70,6 +71,7 @@ class SqlAlchemyUnitOfWork:
         self.step_runs = SqlAlchemyStepRunRepository(conn, dialect)
         self.writebacks = SqlAlchemyWritebackRepository(conn, dialect)
         self.nodes = SqlAlchemyNodeRepository(conn, dialect)
+        self.leases = SqlAlchemyLeaseRepository(conn, dialect)
 
     async def commit(self) -> None:
         assert self._conn is not None
