@@ -212,31 +212,45 @@ class AgentService:
             else:  # queued, or owned by no task of this process: nothing to wait for
                 await self._finish(agent, AgentExit(None, "cancelled", ""), notify=False)
 
+    def process_alive(self, pid: int) -> bool:
+        """Whether a process with this pid runs on this host (session adoption asks it of a down node's agents)."""
+        return self._runner.alive(pid)
+
     async def recover(self) -> list[str]:
         """At start: re-attach to agents still running (their pid is alive), start the ones still queued that
         never started (no pid, no output: the crash came before their process), mark the others failed, and let
-        their sessions continue. Only this node's agents (see `_mine`): another node's are left to it. Returns what
+        their sessions continue. Only this node's agents (see `_mine`): another node's are left to it. Agents a
+        surviving node marked `lost` while this node was down are this node's to settle the same way. Returns what
         it did, one line per agent."""
         report = []
         async with self._uow(write=False) as uow:
             active = await uow.agents.active()
+            if self._options.node_id is not None:
+                active += await uow.agents.of_node(self._options.node_id, frozenset({AgentStatus.LOST}))
         for agent in active:
             if not self._mine(agent):  # another machine's process: its pid means nothing here
                 report.append(f"agent {agent.id} of session {agent.session_id}: left to node {agent.node_id}")
                 continue
-            if agent.status == AgentStatus.QUEUED and not agent.pid and not self._runner.started(agent.output_path):
-                self._supervise(agent, self._type_or_default(agent.agent_type), reattach=False)
-                report.append(f"agent {agent.id} of session {agent.session_id}: started (it was queued)")
-            elif agent.status == AgentStatus.RUNNING and agent.pid and self._runner.alive(agent.pid):
-                self._supervise(agent, self._type_or_default(agent.agent_type), reattach=True)
-                report.append(f"agent {agent.id} of session {agent.session_id}: re-attached (pid {agent.pid})")
-            elif agent.output_path and (ended := self._runner.ended(agent.output_path)) is not None:
-                await self._finish(agent, ended, notify=True)  # it ended while no service watched it
-                report.append(f"agent {agent.id} of session {agent.session_id}: ended meanwhile ({_describe(ended)})")
-            else:
-                await self._finish(agent, AgentExit(None, "lost", ""), notify=True, error="lost at restart")
-                report.append(f"agent {agent.id} of session {agent.session_id}: marked failed (process gone)")
+            report.append(f"agent {agent.id} of session {agent.session_id}: {await self._recover_one(agent)}")
         return report
+
+    async def _recover_one(self, agent: Agent) -> str:
+        """Settle one of this node's agents that no supervisor watches; says what it did."""
+        was = " (it was lost)" if agent.status == AgentStatus.LOST else ""
+        if agent.status == AgentStatus.QUEUED and not agent.pid and not self._runner.started(agent.output_path):
+            self._supervise(agent, self._type_or_default(agent.agent_type), reattach=False)
+            return "started (it was queued)"
+        if agent.status in (AgentStatus.RUNNING, AgentStatus.LOST) and agent.pid and self._runner.alive(agent.pid):
+            if agent.status == AgentStatus.LOST:  # found again: running, under this node's supervision
+                agent = replace(agent, status=AgentStatus.RUNNING, completed_at=None, error=None)
+                await self._save(agent, {"to": AgentStatus.RUNNING.value, "pid": agent.pid, "found": True})
+            self._supervise(agent, self._type_or_default(agent.agent_type), reattach=True)
+            return f"re-attached (pid {agent.pid}){was}"
+        if agent.output_path and (ended := self._runner.ended(agent.output_path)) is not None:
+            await self._finish(agent, ended, notify=True)  # it ended while no service watched it
+            return f"ended meanwhile ({_describe(ended)}){was}"
+        await self._finish(agent, AgentExit(None, "lost", ""), notify=True, error="lost at restart")
+        return f"marked failed (process gone){was}"
 
     # -- session effects ---------------------------------------------------------------------------------------
 
@@ -330,6 +344,8 @@ class AgentService:
     ) -> list[Agent]:
         if not session.worktree_path:
             raise InvalidInput(f"session {session.id} has no worktree to run agents in")
+        if not self._sessions.holds(session):  # its worktree is on another node's disk (application/affinity.py)
+            await self._sessions.refuse_unless_held(session.id)
         async with self._uow(write=True) as uow:
             run = run or await uow.agents.last_run(session.id) + 1
             given = prompts if prompts is not None else [None] * len(kinds)

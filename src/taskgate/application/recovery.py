@@ -12,6 +12,9 @@ Run once when `taskgate serve` starts, before the first request, in this order (
    (docs/failure-model.md lists every such state); each resumed session gets a `session.resumed` event;
 5. **workflows**: every executing session with a workflow stack is driven again.
 
+Each step touches only what this node holds (docs/nodes.md): its own agents, and sessions whose worktree it holds
+(or that no node holds); another node's are left to it.
+
 Nothing here is fatal: an error on one session is reported and the others go on.
 """
 
@@ -93,6 +96,9 @@ class Recovery:
     async def _resume_sessions(self, report: RecoveryReport) -> None:
         for session in await self._sessions.active_sessions():
             if session.id in report.resumed or not owes_work(session):
+                continue
+            if not self._sessions.holds(session):  # its worktree is another node's: that node carries it on
+                report.lines.append(f"session {session.id}: left to node {session.node_id}")
                 continue
             try:
                 done = await self._sessions.resume(session.id)

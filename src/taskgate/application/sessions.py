@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from taskgate.application import crashpoints
+from taskgate.application.affinity import held_here, refuse_unless_held
 from taskgate.application.effects import Aftermath, NoEffects, SessionEffects
 from taskgate.application.guards import GuardEvaluator, PolicyCheck
 from taskgate.application.policy_config import PolicyEntry
@@ -189,6 +190,7 @@ class SessionService:
         self._session_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._project_names: dict[int, str] = {}  # for per-project policies; project names never change
         self._write_back_to: tuple[str, ...] = ()  # task sources whose tracker is owed status changes
+        self.node_id: str | None = None  # this process's node: it holds the sessions it creates (affinity.py)
 
     @property
     def effects(self) -> SessionEffects:
@@ -197,6 +199,21 @@ class SessionService:
     def use_effects(self, effects: SessionEffects) -> None:
         """Attach the effects (the composition root does this once; effects need the service themselves)."""
         self._effects = effects
+
+    def on_node(self, node_id: str | None) -> None:
+        """Record `node_id` on the sessions created from now on, and change only sessions it holds."""
+        self.node_id = node_id
+
+    def holds(self, session: Session) -> bool:
+        """Whether this process's node may change `session` (application/affinity.py)."""
+        return held_here(session, self.node_id)
+
+    async def refuse_unless_held(self, session_id: str) -> Session:
+        """The session, when this node holds it. Raises: SessionNotFound, WrongNode (naming the holder)."""
+        async with self._uow(write=False) as uow:
+            session = await uow.sessions.get(session_id)
+            await refuse_unless_held(uow, session, self.node_id)
+        return session
 
     def owe_write_backs(self, sources: tuple[str, ...]) -> None:
         """Status changes of tasks from these trackers (`beads`) are owed to them (see application/writebacks.py)."""
@@ -252,10 +269,11 @@ class SessionService:
         fires the start itself). Returns what was done, one line each, also recorded as a `session.resumed`
         event.
 
-        Raises: SessionNotFound, and what the resumed transitions raise (the session stays where it got to).
+        Raises: SessionNotFound, WrongNode, and what the resumed transitions raise (the session stays where it
+        got to).
         """
         async with self._lock(session_id):
-            done = await self._resume_effects(await self.get(session_id))
+            done = await self._resume_effects(await self.refuse_unless_held(session_id))
             session = await self.get(session_id)
             if start and session.state == SessionState.READY and session.state_data.get(START_REQUESTED):
                 done.append(await self._resume_start(session))
@@ -342,7 +360,7 @@ class SessionService:
         )
 
     async def _run_before(self, trigger: Trigger, cmd: FireTrigger) -> FireTrigger:
-        session = await self.get(cmd.session_id)
+        session = await self.refuse_unless_held(cmd.session_id)  # before any outside work (a merge)
         self._select_row(session, trigger, cmd.expected_version)  # refuse before doing any outside work
         try:
             return await self._effects.before(session, cmd)
@@ -377,6 +395,7 @@ class SessionService:
             prepared = (await self._prepare(cmd.session_id, trigger, cmd.expected_version)).slow
         async with self._uow(write=True) as uow:
             session = await uow.sessions.get(cmd.session_id, lock=True)
+            await refuse_unless_held(uow, session, self.node_id)
             row = self._select_row(session, trigger, cmd.expected_version)
             if cmd.decision is not None:  # one decision at a time per operator, across processes too
                 await uow.operators.lock(cmd.decision.operator_id)
@@ -666,6 +685,7 @@ class SessionService:
             version=1,
             created_at=now,
             updated_at=now,
+            node_id=self.node_id,
         )
 
     async def _log_blocked(

@@ -19,6 +19,12 @@ auto_start` is on, dispatch: sessions started on ready tasks that a workflow's t
 dispatch.py). The sweep is where it runs because it is taskgate's one periodic loop, in every `serve` process,
 with a one-shot form (`taskgate sweep`), and it has just refreshed the ready list dispatch reads.
 
+Nodes (docs/nodes.md). Each node sweeps the sessions it holds (their worktrees and agents are on its disk) and
+their silent agents. What is done once for all nodes (marking lapsed nodes down, the tracker's chores, dispatch) is
+done by the holder of the `sweeper` lease only: each sweep takes or renews it for `[node] lease_s + interval_s`,
+one compare-and-swap statement, so at most one process does that work at a time; when its holder dies, another
+node takes the lease over once it has expired.
+
 Races. Every transition is fired with the version the sweep read, so a session that moved meanwhile (an operator,
 another sweeper) raises ConcurrentModification or InvalidTransition, and is reported as skipped. Escalation
 re-reads the session under the row lock before marking it. Concurrent sweeps therefore never act twice.
@@ -35,6 +41,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from taskgate.application.dispatch import DispatchAction, Dispatcher
+from taskgate.application.nodes import SWEEPER_LEASE, NodeService
 from taskgate.application.ports import Clock, TransitionQuery, UnitOfWorkFactory
 from taskgate.application.sessions import SYSTEM_ACTOR, FireTrigger, SessionService
 from taskgate.application.tracker import TrackerService
@@ -94,6 +101,8 @@ class SweepReport:
     silent_agents: list[str] = field(default_factory=list)  # agents marked failed for missing heartbeats
     writebacks: list[str] = field(default_factory=list)  # tracker write-backs tried, one line each
     dispatched: list[DispatchAction] = field(default_factory=list)  # what dispatch did, one per task it took up
+    turn: str = "held"  # the sweeper lease: "held" by this process, else who holds it and until when
+    nodes_down: list[str] = field(default_factory=list)  # nodes this sweep found down, one line each
 
     def count(self, action: str) -> int:
         return sum(1 for a in self.actions if a.action == action)
@@ -110,7 +119,10 @@ class SweepReport:
         tail = f"; {len(self.skipped)} skipped" if self.skipped else ""
         tail += f"; {len(self.writebacks)} tracker write-backs tried" if self.writebacks else ""
         tail += f"; {self.dispatch_summary()}" if self.dispatched else ""
+        tail += f"; {len(self.nodes_down)} node(s) found down" if self.nodes_down else ""
         tail += f"; {len(self.errors)} errors" if self.errors else ""
+        if self.turn != "held":
+            tail += f"; the sweeper's turn is {self.turn}: no dispatch, tracker or node checks here"
         return f"swept {self.examined} sessions: {done}{tail}"
 
 
@@ -138,8 +150,10 @@ class Sweeper:
         writebacks: WritebackService | None = None,
         tracker: TrackerService | None = None,
         dispatcher: Dispatcher | None = None,
+        nodes: NodeService | None = None,
     ) -> None:
         self._uow, self._sessions, self._clock = uow, sessions, clock
+        self._nodes = nodes  # None: no lease, this process does the once-for-all work (tests, one machine)
         self.options = options or SweeperOptions()
         self._on_sweep = on_sweep
         self._writebacks, self._tracker = writebacks, tracker  # the tracker's chores: owed writes, live ready
@@ -147,24 +161,39 @@ class Sweeper:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sweep, then wait `interval_s` (or until `stop` is set), until `stop` is set. A failed sweep (say the
-        database is briefly unreachable) is logged and the loop carries on."""
-        while not stop.is_set():
-            try:
-                report = await self.sweep_once()
-            except Exception:  # a background loop must outlive one bad sweep; CancelledError still ends it
-                _log.exception("sweep failed")
-            else:
-                if report.actions or report.errors:
-                    _log.warning("%s", report.summary())
-                for error in report.errors:
-                    _log.warning("sweep: %s", error)
-                for done in report.dispatched:
-                    if done.outcome in ("started", "error"):  # a wait is logged once, when it begins
-                        _log.warning("dispatch: %s", done.line())
-                if self._on_sweep is not None:
-                    self._on_sweep(report)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.options.interval_s)
+        database is briefly unreachable) is logged and the loop carries on. Stopping (or being cancelled) gives the
+        sweeper's turn up at once; a crash leaves it to expire."""
+        try:
+            while not stop.is_set():
+                await self._sweep_logged()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.options.interval_s)
+        finally:
+            with contextlib.suppress(TaskgateError):
+                await self.release_turn()
+
+    async def _sweep_logged(self) -> None:
+        try:
+            report = await self.sweep_once()
+        except Exception:  # a background loop must outlive one bad sweep; CancelledError still ends it
+            _log.exception("sweep failed")
+            return
+        if report.actions or report.errors or report.nodes_down:
+            _log.warning("%s", report.summary())
+        for line in report.nodes_down:
+            _log.warning("nodes: %s", line)
+        for error in report.errors:
+            _log.warning("sweep: %s", error)
+        for done in report.dispatched:
+            if done.outcome in ("started", "error"):  # a wait is logged once, when it begins
+                _log.warning("dispatch: %s", done.line())
+        if self._on_sweep is not None:
+            self._on_sweep(report)
+
+    async def release_turn(self) -> None:
+        """Give up the sweeper lease if this process holds it."""
+        if self._nodes is not None:
+            await self._nodes.release(SWEEPER_LEASE)
 
     async def sweep_once(self) -> SweepReport:
         """One pass over the sessions: decide from one read, then act on each session separately."""
@@ -188,6 +217,8 @@ class Sweeper:
         leftovers = tuple(a for sid, agents in stale.items() if sid not in scanned for a in agents)
         if leftovers:
             await self._mark_silent(leftovers, now, report)
+        if not await self._take_turn(report):
+            return report
         await self._tracker_chores(report)
         if self._dispatcher is not None:
             try:
@@ -195,6 +226,17 @@ class Sweeper:
             except TaskgateError as exc:  # say a live tracker's ready list cannot be read: the next sweep tries again
                 report.errors.append(f"dispatch: {exc}")
         return report
+
+    async def _take_turn(self, report: SweepReport) -> bool:
+        """Take or renew the sweeper lease; holding it, mark lapsed nodes down. False when another holds it."""
+        if self._nodes is None:
+            return True
+        lease = await self._nodes.hold(SWEEPER_LEASE, self._nodes.lease_s + self.options.interval_s)
+        if lease.holder != self._nodes.holder:
+            report.turn = f"held by {lease.holder} until {_iso(lease.expires_at)}"
+            return False
+        report.nodes_down = await self._nodes.reap()
+        return True
 
     async def _tracker_chores(self, report: SweepReport) -> None:
         """Write-backs due for a retry, then the live tracker's ready list mirrored for the board."""
@@ -212,7 +254,8 @@ class Sweeper:
 
     async def _scan(self, now: datetime) -> tuple[list[Session], dict[str, datetime], dict[str, tuple[Agent, ...]]]:
         async with self._uow(write=False) as uow:
-            sessions = await uow.sessions.list(states=set(_SWEPT))
+            # this node's sessions only: another node's are its own sweeper's (their worktrees are on its disk)
+            sessions = [s for s in await uow.sessions.list(states=set(_SWEPT)) if self._sessions.holds(s)]
             waiting: dict[str, datetime] = {}
             for s in sessions:
                 if s.state == SessionState.VERIFYING:
@@ -221,8 +264,13 @@ class Sweeper:
                     waiting[s.id] = rows[-1].at if rows else s.updated_at
             stale: dict[str, list[Agent]] = {}
             for agent in await uow.agents.stale(now - self.options.heartbeat_timeout):
-                stale.setdefault(agent.session_id, []).append(agent)
+                if self._supervised_here(agent):
+                    stale.setdefault(agent.session_id, []).append(agent)
         return sessions, waiting, {k: tuple(v) for k, v in stale.items()}
+
+    def _supervised_here(self, agent: Agent) -> bool:
+        here = self._sessions.node_id
+        return here is None or agent.node_id is None or agent.node_id == here
 
     def _decide(
         self, session: Session, now: datetime, waiting_since: datetime | None, stale: tuple[Agent, ...]

@@ -372,11 +372,11 @@ class WorkflowEngine(StackEdits, NoEffects):
         self.kick(session_id)
 
     async def recover(self) -> list[str]:
-        """At start: drive every executing session that has a stack (after AgentService.recover)."""
+        """At start: drive every executing session with a stack that this node holds (after AgentService.recover)."""
         sessions = await self._sessions.list_sessions(states={SessionState.EXECUTING})
         report = []
         for session in sessions:
-            if session.workflow_stack:
+            if session.workflow_stack and self._sessions.holds(session):
                 self.kick(session.id)
                 report.append(
                     f"session {session.id}: workflow resumed at {breadcrumb(load_stack(session.workflow_stack))}"

@@ -194,9 +194,12 @@ class WorkspaceService:
     async def review(self, session_id: str) -> WorkspaceContext:
         """Diff against base (stat and patch), commits, dirty/untracked files and conflicts of a session.
 
-        Raises: SessionNotFound; VcsError when the session has no worktree yet or its branch is gone.
+        Raises: SessionNotFound; WrongNode (another node holds it); VcsError when the session has no worktree yet
+        or its branch is gone.
         """
         session, project = await self._load(session_id)
+        if self._sessions is not None and not self._sessions.holds(session):
+            await self._sessions.refuse_unless_held(session_id)  # its worktree is another node's
         if not session.branch_name or not session.worktree_path:
             raise VcsError(f"session {session.id} has no worktree yet (state '{session.state.value}')")
         return await self._vcs.workspace_context(
@@ -206,6 +209,19 @@ class WorkspaceService:
             str(session.state_data.get("base_ref") or self._base(session)),  # origin/main when branched from it
             max_patch_bytes=self._options.max_patch_bytes,
         )
+
+    async def worktree_problem(self, session: Session) -> str | None:
+        """Why the session's worktree is not usable from this process (missing, another checkout, branch gone),
+        or None when it is, or when the session has none yet. Reads only."""
+        if not session.branch_name or not session.worktree_path:
+            return None
+        project = await self._project(session.project_id)
+        base = str(session.state_data.get("base_ref") or self._base(session))
+        try:
+            await self._vcs.worktree_state(project.root_path, session.worktree_path, session.branch_name, base)
+        except VcsError as exc:
+            return str(exc)
+        return None
 
     async def checkpoint(self, session_id: str, note: str, actor: str) -> SessionSnapshot:
         """Record the session's review context with a note, for the audit trail. Raises: as `review`."""
@@ -414,8 +430,9 @@ class WorkspaceService:
         report.orphan_branches += branches
         if report.pruned:
             await self._prune(project, orphans, branches)
-        for session in sessions:
-            await self._check_session(project, session, live, report)
+        for session in sessions:  # all sessions own their worktrees above (none is an orphan); this node checks its own
+            if self._sessions is None or self._sessions.holds(session):
+                await self._check_session(project, session, live, report)
 
     async def _prune(self, project: Project, orphans: list[WorktreeEntry], branches: list[str]) -> None:
         for entry in orphans:

@@ -185,3 +185,14 @@ class ClaimRefused(TrackerError):
     def __init__(self, issue_id: str, said: str) -> None:
         super().__init__(f"cannot claim {issue_id} in the tracker: {said}")
         self.issue_id = issue_id
+
+
+class WrongNode(ConflictError):
+    """The session's worktree is held by another node (docs/nodes.md): what needs it runs there, not here."""
+
+    def __init__(self, session_id: str, holder: str, here: str, detail: str) -> None:
+        self.session_id, self.holder, self.here = session_id, holder, here
+        super().__init__(
+            f"session {session_id} is held by node {holder}, not this node ({here}): its worktree is on that node's "
+            f"disk, so nothing was done here. {detail}"
+        )

@@ -189,6 +189,15 @@ class NodeSettings(BaseModel):
 
     id: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
     heartbeat_s: float = Field(default=10.0, gt=0, le=3600)
+    # How long a heartbeat holds the node's lease: once its last beat is older, a surviving node marks it down.
+    # Unset: three heartbeats.
+    lease_s: float | None = Field(default=None, gt=0, le=86_400)
+
+    @model_validator(mode="after")
+    def _lease_outlasts_beat(self) -> NodeSettings:
+        if self.lease_s is not None and self.lease_s <= self.heartbeat_s:
+            raise ValueError("lease_s must be longer than heartbeat_s, or every node would be found down between beats")
+        return self
 
 
 class SweeperSettings(BaseModel):

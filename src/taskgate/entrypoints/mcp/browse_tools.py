@@ -95,10 +95,13 @@ class NodeOut(BaseModel):
     data_dir: str
     pid: int
     version: str
+    url: str | None = Field(description="Where it serves MCP over HTTP, when it does.")
     started_at: datetime
     heartbeat_at: datetime
-    alive: bool = Field(description="Its last heartbeat is within three [node] heartbeat_s.")
+    down_at: datetime | None = Field(description="When a surviving node found its lease lapsed (None: not down).")
+    alive: bool = Field(description="Its lease holds: not down, last heartbeat within [node] lease_s.")
     live_agents: int = Field(description="Its queued and running agents.")
+    live_sessions: int = Field(description="Its sessions not in a terminal state (it holds their worktrees).")
     this: bool = Field(description="The node serving this call.")
 
 
@@ -109,15 +112,15 @@ class NodeList(BaseModel):
 
 @tool_errors
 async def nodes_list(ctx: Context) -> NodeList:
-    """The service processes sharing this database (docs/nodes.md), by id: each one's host, data dir, last
-    heartbeat, whether it is alive and its live agents."""
+    """The service processes sharing this database (docs/nodes.md), by id: each one's host, data dir, MCP address,
+    last heartbeat, whether its lease holds (or when it was found down) and its live agents and sessions."""
     call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
     if call.app.nodes is None:
         raise InvalidInput("this server keeps no node record")
     found = await call.app.nodes.nodes()
     alive = sum(1 for n in found if n.alive)
-    nodes = [NodeOut(**{k: getattr(n, k) for k in NodeOut.model_fields}) for n in found]
+    nodes = [NodeOut(**n.as_dict()) for n in found]
     return NodeList(summary=f"{len(found)} node(s), {alive} alive", nodes=nodes)
 
 

@@ -132,7 +132,10 @@ class AgentReportOut(BaseModel):
 class AgentOut(BaseModel):
     id: str
     type: str
-    status: str = Field(description="queued, running, completed, failed or cancelled.")
+    status: str = Field(
+        description="queued, running, completed, failed or cancelled; lost while its node is down (docs/nodes.md)."
+    )
+    node: str | None = Field(default=None, description="The node that launched it and supervises it.")
     run: int = Field(description="1, then one more per request_changes relaunch.")
     exit_code: int | None
     started_at: datetime | None
@@ -151,7 +154,7 @@ class AgentOut(BaseModel):
             id=a.id, type=a.agent_type, status=a.status.value, run=a.run, exit_code=a.exit_code,
             started_at=a.started_at, completed_at=a.completed_at, heartbeat_at=a.heartbeat_at,
             output_path=a.output_path, error=a.error, output_tail=a.output_tail[-1000:],
-            report=AgentReportOut.of(a.report),
+            report=AgentReportOut.of(a.report), node=a.node_id,
         )  # fmt: skip
 
 
@@ -226,6 +229,9 @@ class SessionOut(BaseModel):
     completed_at: datetime | None
     branch: str | None = Field(default=None, description="The session's git branch.")
     worktree: str | None = Field(default=None, description="The session's worktree folder.")
+    node: str | None = Field(
+        default=None, description="The node holding its worktree: only that node changes it (docs/nodes.md)."
+    )
     workspace: dict[str, Any] = Field(
         default_factory=dict,
         description="Base branch and commit, the last merge, merge conflicts, and worktree_missing when the "
@@ -258,6 +264,7 @@ class SessionOut(BaseModel):
             f"next: {', '.join(nxt) or 'nothing, it is finished'}" + "".join(flags),
             branch=s.branch_name,
             worktree=s.worktree_path,
+            node=s.node_id,
             agents=[AgentOut.of(a) for a in agents],
             workflow=stack,
             workspace=dict(s.state_data),

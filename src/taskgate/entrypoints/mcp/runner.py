@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 import sys
@@ -38,6 +39,8 @@ class _OpenApp:
             serve_agents_locally(app)
         await _recover(app)
         self.app = app
+        if self.agent_url is not None and app.nodes is not None:  # other nodes' refusals name where this one serves
+            app.nodes.identity = dataclasses.replace(app.nodes.identity, url=self.agent_url)
         beating = await _start_heartbeat(app)
         sweeping = _start_sweeper(self.settings, app)
         delivering = None
