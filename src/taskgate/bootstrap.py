@@ -12,6 +12,7 @@ from pathlib import Path
 
 from taskgate import __version__
 from taskgate.application.access import AccessService
+from taskgate.application.adoption import SessionAdoption
 from taskgate.application.agents import AgentService, ExecutionOptions
 from taskgate.application.audit import AuditService
 from taskgate.application.context import ContextScout
@@ -102,6 +103,7 @@ class App:
     workflows: WorkflowEngine | None = None  # the workflow runtime (session stacks)
     recovery: Recovery | None = None  # start-up recovery (`serve` runs it before the first request)
     nodes: NodeService | None = None  # this process's node: its heartbeat, and the list of every node
+    adoption: SessionAdoption | None = None  # moving a down node's sessions here (docs/nodes.md)
     writebacks: WritebackService | None = None  # status writes owed to the external tracker (durable outbox)
 
     async def close(self) -> None:
@@ -240,7 +242,7 @@ def node_service(settings: Settings, uow: UnitOfWorkFactory, clock: Clock) -> No
     """This process's node (docs/nodes.md): its id from `[node]` or the host and data dir."""
     identity = NodeIdentity(settings.resolved_node_id, socket.gethostname(), str(settings.data_dir.resolve()),
                             os.getpid(), __version__)  # fmt: skip
-    return NodeService(uow, clock, identity, settings.node.heartbeat_s)
+    return NodeService(uow, clock, identity, settings.node.heartbeat_s, settings.node.lease_s)
 
 
 def execution_options(settings: Settings) -> ExecutionOptions:
@@ -339,6 +341,7 @@ async def bootstrap(
         policies=policies,
         configured_tokens=configured_tokens(settings),
     )
+    services[0].on_node(settings.resolved_node_id)  # it holds the sessions it creates (docs/nodes.md)
     extras = build_workspaces(
         services[0],
         uow,
@@ -366,6 +369,7 @@ async def bootstrap(
         workspaces=extras[0],
     )  # fmt: skip
     app.nodes = node_service(settings, uow, clock)
+    app.adoption = SessionAdoption(uow, services[0], extras[0], app.nodes, clock, agents.process_alive)
     app.recovery = Recovery(services[0], extras[0], services[3], agents, app.workflows)
     return app
 
@@ -403,7 +407,7 @@ def build_sweeper(settings: Settings, app: App) -> Sweeper:
     too when `[dispatch] auto_start` is on."""
     assert app.uow is not None and app.clock is not None, "the app was not built by bootstrap()"
     return Sweeper(app.uow, app.sessions, app.clock, sweeper_options(settings), writebacks=app.writebacks,
-                   tracker=app.tracker, dispatcher=build_dispatcher(settings, app))  # fmt: skip
+                   tracker=app.tracker, dispatcher=build_dispatcher(settings, app), nodes=app.nodes)  # fmt: skip
 
 
 def dispatch_options(settings: Settings) -> DispatchOptions | None:

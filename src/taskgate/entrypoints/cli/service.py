@@ -26,6 +26,7 @@ from taskgate.entrypoints.cli.common import (
 from taskgate.entrypoints.render import console, terminal_safe
 
 if TYPE_CHECKING:
+    from taskgate.application.nodes import NodeView
     from taskgate.application.outbox import SubscriberStatus
 
 
@@ -141,7 +142,8 @@ def worktrees_reconcile(
 @app.command("nodes")
 def nodes(as_json: JsonOpt = False) -> None:
     """The service processes sharing this database (docs/nodes.md): each node's id, host, data dir, last
-    heartbeat, whether it is alive (a heartbeat within three [node] heartbeat_s) and its live agents."""
+    heartbeat, whether it is alive (its lease holds: a heartbeat within [node] lease_s, not marked down) and its
+    live agents and sessions."""
 
     async def work(services: App):
         assert services.nodes is not None
@@ -149,16 +151,22 @@ def nodes(as_json: JsonOpt = False) -> None:
 
     mine, found = run(work)
     if as_json:
-        render.print_json({"this_node": mine, "nodes": found})
+        render.print_json({"this_node": mine, "nodes": [n.as_dict() for n in found]})
         return
-    rows = [(n.id + (" (this one)" if n.this else ""), n.host, n.data_dir, n.pid, n.version,
-             n.heartbeat_at.isoformat(timespec="seconds"), "yes" if n.alive else "no", n.live_agents)
+    rows = [(n.id + (" (this one)" if n.this else ""), n.record.host, n.record.data_dir, n.record.pid, n.record.version,
+             n.record.heartbeat_at.isoformat(timespec="seconds"), _alive(n), n.live_agents, n.live_sessions)
             for n in found]  # fmt: skip
-    columns = ["node", "host", "data dir", "pid", "version", "last heartbeat", "alive", "live agents"]
+    columns = ["node", "host", "data dir", "pid", "version", "last heartbeat", "alive", "live agents", "sessions"]
     console.print(render.table("Nodes", columns, rows, markup=False))
     if not found:
         console.print(f"no node has beaten yet: `taskgate serve` heartbeats as node {mine}", highlight=False,
                       markup=False)  # fmt: skip
+
+
+def _alive(node: NodeView) -> str:
+    if node.record.down_at is not None:
+        return f"no: down since {node.record.down_at.isoformat(timespec='seconds')}"
+    return "yes" if node.alive else "no"
 
 
 @app.command("sweep")
@@ -168,7 +176,14 @@ def sweep(as_json: JsonOpt = False) -> None:
     with [dispatch] auto_start on, start sessions on ready tasks that a workflow's trigger takes."""
     from taskgate.bootstrap import build_sweeper
 
-    report = run(lambda services: build_sweeper(services.settings or load_settings(), services).sweep_once())
+    async def work(services: App):
+        sweeper = build_sweeper(services.settings or load_settings(), services)
+        try:
+            return await sweeper.sweep_once()
+        finally:
+            await sweeper.release_turn()  # one sweep: the turn goes back at once
+
+    report = run(work)
     if as_json:
         render.print_json(report)
         return
@@ -187,6 +202,8 @@ def sweep(as_json: JsonOpt = False) -> None:
         console.print(f"  agent {agent_id} marked failed (no heartbeat)", highlight=False)
     for done in report.dispatched:
         console.print(f"  dispatch {terminal_safe(done.line())}", highlight=False, markup=False)
+    for line in report.nodes_down:
+        console.print(f"  {terminal_safe(line)}", highlight=False, markup=False)
     for error in report.errors:
         console.print(f"  error: {error}", highlight=False, markup=False)
 

@@ -320,6 +320,38 @@ def session_merge(
     session_fire(session_id, "merge", reason=reason, expected_version=None, operator=None, as_json=as_json)
 
 
+@session_app.command("adopt")
+def session_adopt(
+    session_id: Annotated[str, typer.Argument(help="Session id or a unique prefix of it.")],
+    without_worktree: Annotated[
+        bool, typer.Option("--without-worktree", help="Adopt even when its worktree is not usable here (to end it).")
+    ] = False,
+    operator: Annotated[str | None, typer.Option("--operator")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Move a down node's session to this node (docs/nodes.md): its node must be marked down, its worktree usable
+    here, and none of its agents still running on this host. An executing session is abandoned (its run died with
+    its node): `session fire ID resume` runs it again here."""
+
+    async def work(services: App):
+        assert services.adoption is not None
+        full_id = await services.sessions.resolve_id(session_id)
+        _, actor = _operator_actor(services, operator)
+        return await services.adoption.adopt(full_id, actor, without_worktree=without_worktree)
+
+    adopted = run(work)
+    if as_json:
+        render.print_json(adopted)
+        return
+    session = adopted.session
+    console.print(f"session {session.id[:8]} adopted from node {adopted.from_node} by node {session.node_id}; "
+                  f"now {session.state.value}", highlight=False, markup=False)  # fmt: skip
+    if adopted.agents_failed:
+        console.print(f"  agents lost with the node, now failed: {', '.join(adopted.agents_failed)}", highlight=False)
+    if adopted.worktree != "reachable":
+        console.print(f"  without its worktree: {terminal_safe(adopted.worktree)}", highlight=False, markup=False)
+
+
 @session_app.command("review")
 def session_review(
     session_id: Annotated[str, typer.Argument()],
