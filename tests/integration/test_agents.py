@@ -294,7 +294,8 @@ async def test_an_agent_that_ended_while_no_service_watched_is_recorded_from_its
 
 async def test_recovery_touches_only_its_own_nodes_agents(sql_services, git_repo, tmp_path):
     """Two machines on one database: node b restarting must not mark node a's healthy agent failed because the
-    pid is not alive on b; when node a restarts, it re-attaches its own agent."""
+    pid is not alive on b; when node a restarts, it re-attaches its own agent, also once a survivor marked it
+    lost."""
     slow = agent_types(tmp_path, sleeper_timeout_s=600, sleeper="import time; time.sleep(1.5)")
     node_a = supervisor(sql_services, tmp_path, slow, node_id="host-a-1111")
     session = await planning_session(sql_services, git_repo)
@@ -314,10 +315,16 @@ async def test_recovery_touches_only_its_own_nodes_agents(sql_services, git_repo
     assert await node_b.recover() == [f"agent {agent.id} of session {session.id}: left to node host-a-1111"]
     [row] = await node_b.agents(session.id)
     assert row.status == AgentStatus.RUNNING and row.error is None  # untouched
+    async with sql_services.uow(write=True) as uow:  # a survivor found node a's lease lapsed (NodeService.reap)
+        await uow.agents.set_status(agent.id, AgentStatus.LOST, row.started_at)
+        await uow.commit()
+    assert await node_b.recover() == []  # lost, and node a's: nothing of b's to settle
 
     restarted_a = supervisor(sql_services, tmp_path, slow, node_id="host-a-1111")
     report = await restarted_a.recover()
-    assert report == [f"agent {agent.id} of session {session.id}: re-attached (pid {rows[0].pid})"]
+    assert report == [f"agent {agent.id} of session {session.id}: re-attached (pid {rows[0].pid}) (it was lost)"]
+    [row] = await restarted_a.agents(session.id)
+    assert row.status == AgentStatus.RUNNING and row.completed_at is None  # found again, supervised here
     await asyncio.wait_for(restarted_a.wait(session.id), 30)
     [row] = await restarted_a.agents(session.id)
     assert row.status == AgentStatus.COMPLETED
