@@ -8,12 +8,15 @@ import contextlib
 import hashlib
 import hmac
 import json
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -27,6 +30,7 @@ from tests.conftest import open_database, wire
 from tests.fakes import FakeClock
 
 SECRET = "correct horse battery staple"
+TASKGATE = str(Path(sys.executable).with_name("taskgate"))
 
 
 @dataclass
@@ -507,3 +511,40 @@ async def test_dispatchers_that_see_a_new_subscriber_at_once_start_it_once_and_l
     assert len(log) == 17
     assert receiver.ids() == [i for i in log if i > 5]  # each later event once, in order; none of the 5 before
     assert await start_markers(sql_services, "late") == 1
+
+
+async def test_three_deliver_processes_send_each_event_once(sql_services, receiver, tmp_path):
+    """Three OS processes (`taskgate webhooks deliver --once`, three node ids) work on one database at the same
+    moment, for three subscribers: each delivery is claimed by one of them (a compare-and-swap on its attempts), so
+    every subscriber gets every event exactly once, in order, whoever sent it."""
+    clock = FakeClock()
+    await append(sql_services, clock, *["work"] * 30)
+    receiver.plan = lambda event_id, nth: (200, 0.02)  # slow enough that the three processes' rounds overlap
+    config = tmp_path / "taskgate.toml"
+    config.write_text("".join(f'[[webhooks]]\nname = "{name}"\nurl = "{receiver.url}/{name}"\nsecret = "{SECRET}"\n'
+                              f'backfill = "all"\n\n' for name in ("a", "b", "c")))  # fmt: skip
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TASKGATE_")}
+    base |= {"TASKGATE_CONFIG": str(config), "TASKGATE_DATABASE_URL": str(sql_services.url)}
+    runs = [
+        await asyncio.create_subprocess_exec(
+            TASKGATE,
+            "webhooks",
+            "deliver",
+            "--once",
+            cwd=tmp_path,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=base | {"TASKGATE_DATA_DIR": str(tmp_path / f"data-{n}"), "TASKGATE_NODE__ID": f"node-{n}"},
+        )
+        for n in range(3)
+    ]
+    outputs = [await asyncio.wait_for(run.communicate(), 120) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0, 0], [err.decode() for _, err in outputs]
+
+    async with sql_services.uow(write=False) as uow:
+        log = [e["id"] for e in await uow.events.list(limit=1000)]
+    assert len(log) == 30
+    for name in ("a", "b", "c"):  # every event once, in order, to each subscriber
+        assert [r.event["id"] for r in receiver.received if r.path.endswith(f"/{name}")] == log
+    sent = [int(out.decode().rsplit("delivered ", 1)[1].split(",")[0]) for out, _ in outputs]
+    assert sum(sent) == 90, sent  # what each process says it sent adds up: none sent twice
