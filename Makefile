@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/console.py
 	$(BIN)/python benchmarks/beads_import.py
 	$(BIN)/python benchmarks/node_throughput.py
+	$(BIN)/python benchmarks/failover.py
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .ruff_cache .hypothesis
