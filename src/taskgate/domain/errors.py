@@ -194,5 +194,5 @@ class WrongNode(ConflictError):
         self.session_id, self.holder, self.here = session_id, holder, here
         super().__init__(
             f"session {session_id} is held by node {holder}, not this node ({here}): its worktree is on that node's "
-            f"disk, so nothing was done here. {detail}"
+            f"disk. Nothing was changed. {detail}"
         )
