@@ -138,11 +138,13 @@ async def test_a_lapsed_node_is_marked_down_once_its_agents_lost_its_sessions_wa
         "host-a-1111": (True, 1, 1), "host-b-2222": (False, 0, 1)}  # fmt: skip
     assert await a.reap() == []  # marked once
 
-    await b.beat()  # b comes back: the mark is cleared and its return recorded, for it and the session that waited
+    await b.beat()  # b was only slow: the mark is cleared, its return recorded, and the agent it still runs is back
     async with services.uow(write=False) as uow:
         back = await uow.nodes.get("host-b-2222")
         events = await uow.events.list(limit=500)
+        [again, _] = await uow.agents.of_session(theirs.id)
     assert back is not None and back.down_at is None
+    assert again.status == AgentStatus.RUNNING and again.completed_at is None
     kinds = [(e["kind"], e["session_id"]) for e in events if e["kind"] in ("node.back", "session.node_back")]
     assert sorted(kinds, key=str) == sorted([("node.back", None), ("session.node_back", theirs.id)], key=str)
 

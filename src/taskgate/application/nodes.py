@@ -13,8 +13,9 @@ its lease on that work: once the last beat is older than `lease_s`, the node is 
   `lost`, and its live sessions wait for it, each with an event, in the same transaction. Nothing of the node is
   taken over silently: its worktrees are on its disk (docs/nodes.md says why a session moves only when an
   operator adopts it).
-- **Coming back**: the first beat of a node marked down clears the mark and records `node.back` and a
-  `session.node_back` for each session that waited; its start-up recovery then settles its `lost` agents.
+- **Coming back**: a restarted node's start-up recovery settles its `lost` agents (re-attached, ended or failed);
+  then its first beat clears the mark and records `node.back` and a `session.node_back` for each session that
+  waited. A node that was only slow to beat still supervises its agents: that beat makes them running again.
 """
 
 from __future__ import annotations
@@ -103,6 +104,12 @@ class NodeService:
             await uow.commit()
 
     async def _record_back(self, uow: UnitOfWork, down_at: datetime, now: datetime) -> None:
+        # Agents still lost here were never settled by a restart's recovery (which runs before the first beat): this
+        # process was only slow to beat (a pause, a partition) and still supervises them, so they run again.
+        for agent in await uow.agents.of_node(self.identity.id, frozenset({AgentStatus.LOST})):
+            await uow.agents.set_status(agent.id, AgentStatus.RUNNING, now)
+            payload = {"agent": agent.id, "type": agent.agent_type, "to": AgentStatus.RUNNING.value, "found": True}
+            await uow.events.append("agent.status", now, payload, agent.session_id)
         sessions = await uow.sessions.active_of_node(self.identity.id)
         payload = {"node": self.identity.id, "down_at": down_at.isoformat(), "sessions": sessions}
         await uow.events.append("node.back", now, payload)

@@ -89,41 +89,6 @@ async def events_list(
     return EventList(summary=f"{len(events)} event(s)", events=events)
 
 
-class NodeOut(BaseModel):
-    id: str = Field(description="The node id: [node] id, or the host and a hash of the data dir.")
-    host: str
-    data_dir: str
-    pid: int
-    version: str
-    url: str | None = Field(description="Where it serves MCP over HTTP, when it does.")
-    started_at: datetime
-    heartbeat_at: datetime
-    down_at: datetime | None = Field(description="When a surviving node found its lease lapsed (None: not down).")
-    alive: bool = Field(description="Its lease holds: not down, last heartbeat within [node] lease_s.")
-    live_agents: int = Field(description="Its queued and running agents.")
-    live_sessions: int = Field(description="Its sessions not in a terminal state (it holds their worktrees).")
-    this: bool = Field(description="The node serving this call.")
-
-
-class NodeList(BaseModel):
-    summary: str
-    nodes: list[NodeOut]
-
-
-@tool_errors
-async def nodes_list(ctx: Context) -> NodeList:
-    """The service processes sharing this database (docs/nodes.md), by id: each one's host, data dir, MCP address,
-    last heartbeat, whether its lease holds (or when it was found down) and its live agents and sessions."""
-    call = call_of(ctx)
-    await call.app.operators.authorize(call.principal, Capability.READ)
-    if call.app.nodes is None:
-        raise InvalidInput("this server keeps no node record")
-    found = await call.app.nodes.nodes()
-    alive = sum(1 for n in found if n.alive)
-    nodes = [NodeOut(**n.as_dict()) for n in found]
-    return NodeList(summary=f"{len(found)} node(s), {alive} alive", nodes=nodes)
-
-
 def _state(value: str) -> SessionState:
     try:
         return SessionState(value)
@@ -131,4 +96,4 @@ def _state(value: str) -> SessionState:
         raise InvalidInput(f"unknown state {value[:40]!r}; valid: {', '.join(s.value for s in SessionState)}") from None
 
 
-BROWSE_TOOLS = [session_list, events_list, nodes_list]
+BROWSE_TOOLS = [session_list, events_list]

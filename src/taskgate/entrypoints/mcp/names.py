@@ -41,6 +41,7 @@ COLON: dict[str, str] = {
     "audit_query": "audit:query",
     "events_list": "events:list",
     "nodes_list": "nodes:list",
+    "session_adopt": "session:adopt",
     "policies_list": "policies:list",
     "policies_check": "policies:check",
     "checklist_check": "checklist:check",

@@ -64,6 +64,7 @@ from taskgate.entrypoints.mcp.models import (
     TaskOut,
     TransitionList,
 )
+from taskgate.entrypoints.mcp.node_tools import NODE_TOOLS
 from taskgate.entrypoints.mcp.tracker_tools import TRACKER_TOOLS
 from taskgate.entrypoints.mcp.workflow_tools import WORKFLOW_TOOLS
 
@@ -573,6 +574,7 @@ TOOLS: list[Callable[..., Awaitable[Any]]] = [
     save_output,
     *WORKFLOW_TOOLS,
     *BROWSE_TOOLS,
+    *NODE_TOOLS,
     *TRACKER_TOOLS,
     *ADMIN_TOOLS,
 ]
