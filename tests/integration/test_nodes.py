@@ -232,3 +232,17 @@ async def test_a_down_nodes_session_is_adopted_only_when_safe_and_then_runs_here
     assert resumed.session.state.value == "ready"
     with pytest.raises(InvalidInput, match="held by this node"):
         await adoption(services, clock, a).adopt(session.id, "operator:alice")
+
+
+async def test_a_session_of_a_node_that_never_beat_is_not_adopted(services, git_repo):
+    clock = FakeClock()
+    seeded = await seed(services, git_repo, tasks=1)
+    services.sessions.on_node("host-b-2222")  # a CLI-only node: it never ran serve, so it never beat
+    session = await start(services, seeded.tasks[0])
+    services.sessions.on_node("host-a-1111")
+    here = node(services, clock, "host-a-1111")
+    await here.beat()
+    before = await services.snapshot()
+    with pytest.raises(ConflictError, match="never recorded a heartbeat"):
+        await adoption(services, clock, here).adopt(session.id, "operator:alice")
+    assert await services.snapshot() == before

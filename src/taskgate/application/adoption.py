@@ -86,26 +86,29 @@ class SessionAdoption:
             adopted = (await self._sessions.fire(FireTrigger(session_id, Trigger.ABANDON.value, actor, reason))).session
         return Adopted(adopted, held_by, failed, worktree or "reachable")
 
-    async def _require_down(self, session_id: str, held_by: str) -> NodeRecord | None:
+    async def _require_down(self, session_id: str, held_by: str) -> NodeRecord:
         node = await self._nodes.node(held_by)
-        if node is not None and node.down_at is None:
+        if node is None:  # a CLI-only node: no heartbeat ever said whether it is alive
+            raise ConflictError(
+                f"node {held_by} holding session {session_id} never recorded a heartbeat (it never ran `taskgate "
+                f"serve`), so nothing shows that it is down: change the session there. Nothing was changed"
+            )
+        if node.down_at is None:
             raise ConflictError(
                 f"node {held_by} holding session {session_id} is not down (last heartbeat "
                 f"{node.heartbeat_at.isoformat(timespec='seconds')}): change the session there. A node is marked "
-                f"down once its heartbeat is older than its lease ([node] lease_s); nothing was changed"
+                f"down once its heartbeat is older than its lease ([node] lease_s). Nothing was changed"
             )
-        return node  # None: it never beat (a process that created sessions without serving)
+        return node
 
-    async def _take(
-        self, session: Session, node: NodeRecord | None, here: str, actor: str, worktree: str
-    ) -> tuple[str, ...]:
+    async def _take(self, session: Session, node: NodeRecord, here: str, actor: str, worktree: str) -> tuple[str, ...]:
         held_by, now = str(session.node_id), self._clock.now()
         async with self._uow(write=True) as uow:
             current = await uow.sessions.get(session.id, lock=True)
             if current.node_id != held_by:  # another node adopted it meanwhile
                 raise ConcurrentModification(f"session {session.id} moved to node {current.node_id} meanwhile")
             agents = [a for a in await uow.agents.of_session(session.id) if a.status in _UNSETTLED]
-            if node is not None and node.host == self._nodes.identity.host:  # its pids are this host's pids
+            if node.host == self._nodes.identity.host:  # its pids are this host's pids
                 self._refuse_live_processes(session.id, held_by, agents)
             await uow.sessions.update(replace(current, node_id=here), expected_version=current.version)
             why = f"lost with node {held_by}; session adopted by node {here}"
