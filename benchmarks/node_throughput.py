@@ -401,7 +401,8 @@ def print_outcome(outcome: Outcome, baseline: float | None) -> None:
         per_tx = r["cpu_s"] / r["applied"] * 1000 if r["applied"] else float("nan")
         print(
             f"      {r['node']}: {r['applied'] / r['elapsed_s']:7.1f} tx/s ({r['applied']} in {r['elapsed_s']:.2f} s), "
-            f"fire p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms, node CPU {per_tx:.2f} ms per transition, "
+            f"fire p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms, node CPU {per_tx:.2f} ms per transition "
+            f"({r['cpu_s'] / r['elapsed_s']:.2f} of a core), "
             f"sessions recorded as its own {r['owned']}"
         )
 
