@@ -5,8 +5,8 @@ Self-contained on purpose: it imports only `taskgate`, never the `tests` package
 argv[1] is a JSON spec {"url", "node", "seconds", "ttl_s", "seed"}. The worker prints `ready`, waits for one line on
 stdin (so that all workers start together), then for `seconds` tries to take or renew the lease every 20 ms. Now and
 then (by its seed) it stops renewing for a while, or releases the lease, so that the lease changes hands. It prints
-one JSON line: the spans during which it held the lease, each [taken (when the statement that took it returned), the last expiry
-the database granted it, or the moment before it released it].
+one JSON line: the spans during which it held the lease, each [taken (when the statement that took it returned),
+the last expiry the database granted it, or the moment before it released it].
 """
 
 from __future__ import annotations
