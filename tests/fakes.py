@@ -458,7 +458,7 @@ class InMemoryTokenRepository(_Repo):
         return self._revoke_where(lambda tok: tok.session_id == session_id, at)
 
     async def revoke_dangling(self, at: datetime) -> list[str]:
-        live = {a.id for a in self.store.agents.values() if a.status.value in ("queued", "running")}
+        live = {a.id for a in self.store.agents.values() if a.status.value in ("queued", "running", "lost")}
         ended = {s.id for s in self.store.sessions.values() if s.state.value in ("completed", "cancelled")}
         doomed = [
             tok.id

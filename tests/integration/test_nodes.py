@@ -246,3 +246,24 @@ async def test_a_session_of_a_node_that_never_beat_is_not_adopted(services, git_
     with pytest.raises(ConflictError, match="never recorded a heartbeat"):
         await adoption(services, clock, here).adopt(session.id, "operator:alice")
     assert await services.snapshot() == before
+
+
+async def test_a_lost_agent_keeps_its_token_when_another_node_restarts(services, git_repo):
+    """A lost agent may still run on its down node's machine: a survivor's start-up revocation leaves its token."""
+    clock = FakeClock()
+    seeded = await seed(services, git_repo, tasks=1)
+    services.sessions.on_node("host-b-2222")
+    session = await start(services, seeded.tasks[0])
+    await _agents_of(services, session.id, ("host-b-2222", AgentStatus.RUNNING), ("host-b-2222", AgentStatus.RUNNING))
+    [lost, ended] = [f"{session.id[:8]}-0", f"{session.id[:8]}-1"]
+    tokens = {a: await services.access.create_agent_token(session.id, a, agent_id=a) for a in (lost, ended)}
+    b = node(services, clock, "host-b-2222")
+    await b.beat()
+    clock.advance(seconds=31)
+    assert len(await node(services, clock, "host-a-1111").reap()) == 1
+    async with services.uow(write=True) as uow:
+        await uow.agents.set_status(ended, AgentStatus.FAILED, clock.now())
+        await uow.commit()
+    revoked = await services.access.revoke_dangling()  # node a restarts
+    assert revoked == [tokens[ended].token.id]
+    assert (await services.access.authenticate(tokens[lost].secret)).session_id == session.id

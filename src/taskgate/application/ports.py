@@ -216,8 +216,8 @@ class TokenRepository(Protocol):
         """Revoke every live token scoped to the session (its agents' and any issued for it); how many."""
 
     async def revoke_dangling(self, at: datetime) -> list[str]:
-        """Revoke live agent tokens whose agent is neither queued nor running (or is gone), or whose session
-        ended (completed, cancelled); the ids revoked. Start-up runs it for agents that ended while no
+        """Revoke live agent tokens whose agent is neither queued, running nor lost (or is gone), or whose
+        session ended (completed, cancelled); the ids revoked. Start-up runs it for agents that ended while no
         service watched."""
 
 

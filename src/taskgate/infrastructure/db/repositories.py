@@ -526,7 +526,8 @@ class SqlAlchemyTokenRepository(_Repository):
 
     async def revoke_dangling(self, at: datetime) -> list[str]:
         c, a, s = t.api_tokens.c, t.agents.c, t.sessions.c
-        live_agents = select(a.id).where(a.status.in_(("queued", "running")))
+        # a lost agent (its node is down) may still run on its machine: its token lives until its node settles it
+        live_agents = select(a.id).where(a.status.in_(("queued", "running", "lost")))
         ended_sessions = select(s.id).where(s.state.in_(("completed", "cancelled")))
         dangling = and_(
             c.kind == "agent",
