@@ -3,7 +3,12 @@
 `backend` parametrises a test over the in-memory fakes, a real SQLite file and the real PostgreSQL server.
 PostgreSQL is required, never skipped: an unreachable server fails the run (see `pg_url`).
 Schemas always come from the Alembic migrations: SQLite migrates once into a template file that each test
-copies; PostgreSQL migrates once per run and each test truncates the tables.
+copies; PostgreSQL migrates once per test process and each test truncates the tables.
+
+Parallel runs (pytest-xdist, `make test`): each worker is a process of its own, with its own session fixtures, so
+its own SQLite template and its own PostgreSQL database (named after the worker, see `pg_url`), created and
+migrated by that worker. The one throwaway PostgreSQL server, when the run needs one, is started by the
+controlling process before the workers and stopped after them (`pytest_configure`, `pytest_unconfigure`).
 """
 
 from __future__ import annotations
@@ -46,10 +51,36 @@ from taskgate.infrastructure.git import GitPythonVcs
 from taskgate.infrastructure.session_folder import SessionFolderStore
 from taskgate.infrastructure.system import SystemClock, UuidGenerator
 from tests.fakes import InMemoryDatabase
+from tests.support import pg_server
 from tests.support.pg_server import server_url
 
 BACKENDS = ["memory", "sqlite", "postgresql"]
 SQL_BACKENDS = ["sqlite", "postgresql"]
+
+_SHARED_PG = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller of a parallel run starts the throwaway PostgreSQL server, if the run needs one, once for
+    all its workers (they inherit its URL in TASKGATE_TEST_PG_URL) instead of each worker starting its own."""
+    controller = not hasattr(config, "workerinput")
+    distributed = config.getoption("dist", "no") != "no" and bool(config.getoption("tx", None))
+    if controller and distributed and not config.getoption("collectonly"):
+        url = pg_server.start_for_workers()
+        if url is not None:
+            config.stash[_SHARED_PG] = url
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """After the last worker has exited: stop and delete the server `pytest_configure` started."""
+    url = config.stash.get(_SHARED_PG, None)
+    if url is not None:
+        pg_server.stop_for_workers(url)
+
+
+def worker_name() -> str:
+    """This test process's name in database names: its pytest-xdist worker id (gw0, gw1, …) or `main`."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 @dataclass
@@ -122,13 +153,14 @@ def pg_database_url(name: str) -> str:
 
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
-    """A throwaway PostgreSQL database for this test run, migrated once, dropped at the end.
+    """A throwaway PostgreSQL database for this test process, migrated once, dropped at the end.
 
-    Each run gets its own database so concurrent runs (developers, CI) never truncate each other's tables.
+    Each run, and each worker of a parallel run, gets its own database (named after the worker, its pid and a
+    random suffix) so concurrent runs (developers, CI) and workers never truncate each other's tables.
     The server: tests/support/pg_server.py (TASKGATE_TEST_PG_URL, the local default, or a throwaway one). Fails,
     never skips, when no server can be had: PostgreSQL is required.
     """
-    name = f"taskgate_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    name = f"taskgate_test_{worker_name()}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     try:
         url = pg_database_url(name)
     except RuntimeError as exc:

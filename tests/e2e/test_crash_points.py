@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from taskgate.application.crashpoints import ENV, POINTS
-from tests.conftest import pg_admin, pg_database_url
+from tests.conftest import pg_admin, pg_database_url, worker_name
 from tests.e2e.test_crash_recovery import (
     Service,
     abandon,
@@ -118,7 +118,7 @@ class CrashService(Service):
 
 def _pg_database() -> Iterator[str]:
     """A database of its own on the PostgreSQL server (the suite's other tests truncate theirs)."""
-    name = f"taskgate_crash_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    name = f"taskgate_crash_{worker_name()}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     pg_admin(f'CREATE DATABASE "{name}"')
     try:
         yield pg_database_url(name)

