@@ -63,12 +63,36 @@ _SHARED_PG = pytest.StashKey[str]()
 def pytest_configure(config: pytest.Config) -> None:
     """The controller of a parallel run starts the throwaway PostgreSQL server, if the run needs one, once for
     all its workers (they inherit its URL in TASKGATE_TEST_PG_URL) instead of each worker starting its own."""
+    _as_in_a_serial_run(config)
     controller = not hasattr(config, "workerinput")
     distributed = config.getoption("dist", "no") != "no" and bool(config.getoption("tx", None))
     if controller and distributed and not config.getoption("collectonly"):
         url = pg_server.start_for_workers()
         if url is not None:
             config.stash[_SHARED_PG] = url
+
+
+# pytest imports readline at start (capture's readline workaround), and GNU readline exports COLUMNS=80 and LINES=24
+# into the process's C environment, which os.environ does not show but child processes inherit: so xdist's workers
+# would start with COLUMNS=80 in os.environ where a serial run has none, and every CLI a test runs with a copy of
+# os.environ would wrap its rich output at 80 columns instead of taskgate's 120 for pipes. The controller's
+# os.environ (read before readline came) is what a serial run sees; the workers are given it for these two.
+_TERMINAL_SIZE = {name: os.environ.get(name) for name in ("COLUMNS", "LINES")}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """(pytest-xdist, in the controller) What the worker's COLUMNS and LINES must be: see _TERMINAL_SIZE."""
+    node.workerinput["taskgate_terminal_size"] = _TERMINAL_SIZE
+
+
+def _as_in_a_serial_run(config: pytest.Config) -> None:
+    """In an xdist worker: COLUMNS and LINES as the controller's os.environ has them (see _TERMINAL_SIZE)."""
+    for name, value in getattr(config, "workerinput", {}).get("taskgate_terminal_size", {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
