@@ -105,7 +105,10 @@ async def test_script_and_escapes_in_a_title_render_as_text(site: ConsoleSite, b
 async def test_keyboard_only_sign_in_and_navigation(site: ConsoleSite, browser: Browser) -> None:
     page = await browser.new_page(viewport={"width": 1280, "height": 900})
     await page.goto(f"{site.url}/")
-    await page.keyboard.type(site.tokens["alice"])  # the token field has focus on arrival
+    # the token field has focus on arrival; Chromium applies autofocus at its next rendering step, which can come
+    # after `goto` returns on a loaded machine, and keys typed before it would go nowhere: wait for the focus
+    await expect(page.get_by_label("Operator token")).to_be_focused()
+    await page.keyboard.type(site.tokens["alice"])
     await page.keyboard.press("Enter")
     await expect(page.get_by_role("heading", name=re.compile("^Board"))).to_be_visible()
     target = card(page, "verifying", "SHOP-1").get_by_role("link")
