@@ -19,6 +19,8 @@ from taskgate.domain.entities import Agent, AgentStatus
 from taskgate.domain.errors import ConflictError, InvalidInput, WrongNode
 from tests.builders import fire, seed, start
 from tests.fakes import FakeClock
+from tests.integration.test_workflow_engine import LINEAR
+from tests.workflow_support import planning_with, rig
 
 
 def node(services, clock, node_id: str, pid: int = 1) -> NodeService:
@@ -267,3 +269,21 @@ async def test_a_lost_agent_keeps_its_token_when_another_node_restarts(services,
     revoked = await services.access.revoke_dangling()  # node a restarts
     assert revoked == [tokens[ended].token.id]
     assert (await services.access.authenticate(tokens[lost].secret)).session_id == session.id
+
+
+async def test_another_nodes_workflow_stack_and_agents_are_not_changed_here(services, git_repo, tmp_path):
+    services.sessions.on_node("host-a-1111")
+    r = rig(
+        services, tmp_path, {"dev/linear.yaml": LINEAR, "dev/again.yaml": LINEAR.replace("id: linear", "id: again")}
+    )
+    session = await planning_with(services, git_repo, r, "linear")  # on node a, with a workflow on its stack
+    await node(services, FakeClock(), "host-a-1111").beat()
+    services.sessions.on_node("host-b-2222")
+    before = await services.snapshot()
+    with pytest.raises(WrongNode):
+        await r.engine.add_workflow(session.id, "again", "alice")
+    with pytest.raises(WrongNode):
+        await r.engine.advance(session.id, "alice")
+    with pytest.raises(WrongNode):
+        await r.agents.execute(session.id, "alice", ["ok"])
+    assert await services.snapshot() == before

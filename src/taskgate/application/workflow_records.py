@@ -8,8 +8,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from taskgate.application.affinity import refuse_unless_held
 from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
-from taskgate.application.sessions import FireTrigger
+from taskgate.application.sessions import FireTrigger, SessionService
 from taskgate.domain.agents import why_stopped
 from taskgate.domain.entities import Session, StepRun, StepStatus
 from taskgate.domain.errors import ConcurrentModification
@@ -51,6 +52,7 @@ class StepRecords:
     _clock: Clock
     _written: dict[str, Session | None]
     _launcher: Any
+    _sessions: SessionService
 
     async def _save(
         self,
@@ -88,6 +90,8 @@ class StepRecords:
         if carry is not None:
             runs, finish, events = [*carry.runs, *runs], [*carry.finish, *finish], [*carry.events, *events]
         current = await uow.sessions.get(session.id, lock=True)
+        # a stack edit on another node's session would drive its steps here, away from its worktree
+        await refuse_unless_held(uow, current, self._sessions.node_id)
         if current.version != session.version:
             raise ConcurrentModification(session.id, session.version, current.version)
         now = self._clock.now()

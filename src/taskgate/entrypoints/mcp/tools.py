@@ -541,6 +541,7 @@ async def save_output(
     sid = await session_id_of(call, session_id, Capability.SAVE_OUTPUT)
     if call.app.outputs is None:
         raise StorageError("this server has no session folders configured")
+    await call.app.sessions.refuse_unless_held(sid)  # the folder is on the disk of the node holding the session
     record = await call.app.outputs.save_output(SaveOutput(sid, path, content, encoding, call.principal.actor))
     return OutputOut.of(sid, record)
 
