@@ -33,7 +33,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -109,6 +109,16 @@ exec 'REAL' "$@"
 """
 
 
+def seed_demo(cli: Callable[..., str], titles: Sequence[str]) -> str:
+    """Through `cli`: project demo on ./repo, plan 1 with one task per title (DEMO-1, ...); returns an operator
+    token for alice."""
+    cli("init", "repo", "--name", "demo")
+    cli("plan", "add", "Phase 1")
+    for title in titles:
+        cli("task", "add", title, "--plan", "1")
+    return json.loads(cli("token", "create", "--operator", "alice", "--json"))["token"]
+
+
 class Service:
     """One deployment (repository, config, data dir) whose `taskgate serve --http` is started, crashed and
     restarted; the database is only ever read here (agent pids, to check processes)."""
@@ -157,12 +167,7 @@ class Service:
         return done.stdout
 
     def seed(self, *titles: str) -> None:
-        """Project demo, plan 1 with one task per title (DEMO-1, ...), an operator token for alice."""
-        self.cli("init", "repo", "--name", "demo")
-        self.cli("plan", "add", "Phase 1")
-        for title in titles:
-            self.cli("task", "add", title, "--plan", "1")
-        self.token = json.loads(self.cli("token", "create", "--operator", "alice", "--json"))["token"]
+        self.token = seed_demo(self.cli, titles)
 
     def start(self) -> None:
         assert self.process is None

@@ -27,8 +27,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import make_git_repo
 from tests.e2e.test_crash_points import _pg_database
-from tests.e2e.test_crash_recovery import AGENT, agents_running, wait_for_session
-from tests.e2e.test_mcp_transports import TASKGATE, _free_port, _wait_until_listening, ok
+from tests.e2e.test_crash_recovery import AGENT, agents_running, seed_demo, wait_for_session
+from tests.e2e.test_mcp_transports import TASKGATE, _free_port, _wait_until_listening, ok, stop_server
 
 # A lease of five beats: on a loaded two-core machine (parallel test workers, three servers, agents) a live node's
 # beat may come late, and a shorter lease would mark it down (its agents lost) though it is alive.
@@ -79,11 +79,7 @@ class Cluster:
         return done.stdout
 
     def seed(self, *titles: str) -> None:
-        self.cli("init", "repo", "--name", "demo")
-        self.cli("plan", "add", "Phase 1")
-        for title in titles:
-            self.cli("task", "add", title, "--plan", "1")
-        self.token = json.loads(self.cli("token", "create", "--operator", "alice", "--json"))["token"]
+        self.token = seed_demo(self.cli, titles)
 
     def start(self, n: int) -> None:
         assert self.processes[n] is None
@@ -106,14 +102,8 @@ class Cluster:
 
     def stop(self, n: int) -> None:
         process, self.processes[n] = self.processes[n], None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        if process is not None:
+            stop_server(process)
 
     def log(self, n: int) -> str:
         return self.logs[n][-1].read_text()

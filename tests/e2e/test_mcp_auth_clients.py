@@ -32,7 +32,14 @@ from mcp.shared.exceptions import MCPError
 
 from taskgate.entrypoints.mcp.tools import TOOLS
 from tests.conftest import make_git_repo
-from tests.e2e.test_mcp_transports import TASKGATE, _free_port, _wait_until_listening, run_cli, taskgate_env
+from tests.e2e.test_mcp_transports import (
+    TASKGATE,
+    _free_port,
+    _wait_until_listening,
+    run_cli,
+    stop_server,
+    taskgate_env,
+)
 from tests.support.agent_clis import require_inspector
 
 MISSING = "a bearer token issued by `taskgate token create` is required"
@@ -71,12 +78,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         assert process.poll() is None, f"the server died: {log.read_text()}"
         assert "Traceback" not in log.read_text(), log.read_text()
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_server(process)
 
 
 # -- the MCP Inspector CLI (TypeScript SDK) ---------------------------------------------------------------------

@@ -337,6 +337,16 @@ def _wait_until_listening(process: subprocess.Popen, port: int, log: Path, timeo
     pytest.fail(f"taskgate serve --http did not listen on port {port} within {timeout:.0f}s: {log.read_text()}")
 
 
+def stop_server(process: subprocess.Popen) -> None:
+    """Stop a `taskgate serve` process: SIGTERM, then SIGKILL if it has not exited within 10 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
 @pytest.fixture(scope="module")
 def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
     """`taskgate serve --http` over a data dir prepared with the CLI: project demo, plan 1, DEMO-1..3, sessions
@@ -384,12 +394,7 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer
         assert process.poll() is None, f"the server died: {log.read_text()}"
         assert "Traceback" not in log.read_text(), log.read_text()
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_server(process)
 
 
 @asynccontextmanager
