@@ -99,9 +99,9 @@ class AccessService:
         async with self._uow(write=True) as uow:
             if not await uow.tokens.revoke(token_id, self._clock.now()):
                 raise InvalidInput(f"token {token_id} not found")
-            await uow.commit()
             revoked = await uow.tokens.get(token_id)  # by id: revoking must not cost a read of every token
             assert revoked is not None
+            await uow.commit()
             return revoked
 
     @staticmethod

@@ -102,8 +102,9 @@ class WritebackService:
                                    "retried or dismissed")  # fmt: skip
             payload = {"actor": actor, "writeback": writeback_id, "task": row.task_id, "status": row.status, **extra}
             await uow.events.append(event, now, payload, row.session_id)
+            changed = await uow.writebacks.get(writeback_id)
             await uow.commit()
-            return await uow.writebacks.get(writeback_id)
+            return changed
 
     async def _attempt(self, row: Writeback) -> Attempt | None:
         """Claim the row, run the tracker's command outside any transaction, record the outcome."""
@@ -142,8 +143,9 @@ class WritebackService:
                 payload = {"tracker": row.tracker, "task": row.task_id, "status": row.status, "error": error,
                            "writeback": row.id, "attempts": attempts, "state": state}  # fmt: skip
                 await uow.events.append("tracker.writeback_failed", now, payload, row.session_id)
+            finished = await uow.writebacks.get(row.id)
             await uow.commit()
-            return await uow.writebacks.get(row.id)
+            return finished
 
 
 class TrackerWriteBack(NoEffects):

@@ -9,8 +9,9 @@ are in-process and short; the only long waits are for another process's write lo
 without blocking the loop (below). PostgreSQL runs on asyncpg through SQLAlchemy's async engine.
 
 How writes are serialised (DESIGN §3):
-- SQLite allows one writer. A write unit of work first takes an in-process `asyncio.Lock` (coroutines queue
-  in FIFO order), then a connection, then `BEGIN IMMEDIATE`, which takes the database's write lock at once:
+- SQLite allows one writer. A write unit of work first takes its process's writer turn (coroutines queue
+  in FIFO order; concurrent writers share one COMMIT, see commit_group.py), then a connection, then
+  `BEGIN IMMEDIATE`, which takes the database's write lock at once:
   a DEFERRED transaction that upgrades from read to write can fail with SQLITE_BUSY mid-way; IMMEDIATE
   cannot. Connections run with `busy_timeout=0`, so a lock held by another OS process makes BEGIN fail at
   once; it is retried with `asyncio.sleep` backoff until `sqlite.busy_timeout_ms`, so the loop never blocks.
@@ -33,6 +34,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from taskgate.domain.errors import ConcurrentModification, InvalidInput
+from taskgate.infrastructure.db.commit_group import MAX_MEMBERS, CommitGroups
 
 SUPPORTED = {
     "sqlite": "sqlite",
@@ -96,6 +98,7 @@ class Database:
         synchronous: str = "FULL",
         pool_size: int = 10,
         max_overflow: int = 20,
+        group_commit_max: int = MAX_MEMBERS,
     ) -> None:
         parsed = make_url(url)
         self.dialect = SUPPORTED.get(parsed.drivername)
@@ -106,9 +109,11 @@ class Database:
             )
         self.url = url
         self.lock_timeout = busy_timeout_ms / 1000
-        self._write_lock = asyncio.Lock() if self.is_sqlite else None
+        # SQLite's writers of this process queue for one turn and share COMMITs (commit_group.py)
+        self.groups: CommitGroups | None = None
         if self.is_sqlite:
             self.engine: Engine | AsyncEngine = _sqlite_engine(parsed.set(drivername="sqlite+pysqlite"), synchronous)
+            self.groups = CommitGroups(self._open_sqlite_writer, max_members=group_commit_max)
         else:
             self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=max_overflow)
 
@@ -161,13 +166,15 @@ class Database:
         return InlineConnection(self.engine.connect())
 
     async def acquire_writer(self) -> None:
-        """Queue behind other writers of this process (SQLite only; PostgreSQL locks rows instead)."""
-        if self._write_lock is not None:
-            await self._write_lock.acquire()
+        """Queue behind other writers of this process and have a transaction of one's own (SQLite only:
+        the open commit group is committed first; PostgreSQL locks rows instead). For migrations."""
+        if self.groups is not None:
+            await self.groups.exclusive()
 
     def release_writer(self) -> None:
-        if self._write_lock is not None and self._write_lock.locked():
-            self._write_lock.release()
+        """Give back the turn `acquire_writer` took."""
+        if self.groups is not None:
+            self.groups.release_exclusive()
 
     async def dispose(self) -> None:
         if isinstance(self.engine, AsyncEngine):

@@ -7,6 +7,7 @@ from types import TracebackType
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from taskgate.domain.errors import ConcurrentModification, StorageError
+from taskgate.infrastructure.db.commit_group import Member
 from taskgate.infrastructure.db.engine import AnyConnection, Database
 from taskgate.infrastructure.db.repositories import (
     SqlAlchemyAgentRepository,
@@ -32,24 +33,28 @@ _CONFLICT_SQLSTATES = {"40001", "40P01", "55P03"}  # serialization failure, dead
 
 
 class SqlAlchemyUnitOfWork:
-    """A transaction on `db`. Uncommitted work is rolled back on exit; database errors become taskgate errors."""
+    """A transaction on `db`. Uncommitted work is rolled back on exit; database errors become taskgate errors.
+
+    A SQLite write unit of work is a member of its process's commit group (commit_group.py): it runs on the
+    group's connection, inside a savepoint of its own, and `commit()` returns once the shared COMMIT has.
+    """
 
     def __init__(self, db: Database, *, write: bool) -> None:
         self._db, self._write = db, write
         self._conn: AnyConnection | None = None
+        self._member: Member | None = None
         self._committed = False
 
     async def __aenter__(self) -> SqlAlchemyUnitOfWork:
-        if self._write:
-            await self._db.acquire_writer()
+        groups = self._db.groups if self._write else None
         try:
+            if groups is not None:
+                self._member = await groups.join()
+                self._bind(self._member.conn)
+                return self
             self._conn = await self._db.open(write=self._write)
         except DBAPIError as exc:
-            self._release()
             raise _translate(exc) from exc
-        except BaseException:
-            self._release()
-            raise
         self._bind(self._conn)
         return self
 
@@ -74,9 +79,15 @@ class SqlAlchemyUnitOfWork:
         self.leases = SqlAlchemyLeaseRepository(conn, dialect)
 
     async def commit(self) -> None:
-        assert self._conn is not None
+        """Make the work durable; returns once it is (for a group member: once the group's COMMIT returned)."""
+        member, self._member = self._member, None  # whatever happens, this member is done with the group
         try:
-            await self._conn.commit()
+            if member is not None:
+                assert self._db.groups is not None
+                await self._db.groups.commit(member)
+            else:
+                assert self._conn is not None
+                await self._conn.commit()
         except DBAPIError as exc:
             raise _translate(exc) from exc
         self._committed = True
@@ -84,20 +95,19 @@ class SqlAlchemyUnitOfWork:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        member, self._member = self._member, None
         try:
-            if self._conn is not None:
+            if member is not None:  # left without committing: only this member's work is undone
+                assert self._db.groups is not None
+                await self._db.groups.rollback(member)
+            elif self._conn is not None:
                 if not self._committed and self._conn.in_transaction():
                     await self._conn.rollback()
                 await self._conn.close()
         finally:
             self._conn = None
-            self._release()
         if isinstance(exc, DBAPIError):
             raise _translate(exc) from exc
-
-    def _release(self) -> None:
-        if self._write:
-            self._db.release_writer()
 
 
 def _translate(exc: BaseException) -> Exception:
