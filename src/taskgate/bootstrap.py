@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from taskgate import __version__
 from taskgate.application.access import AccessService
@@ -54,9 +55,6 @@ from taskgate.domain.workflow_run import LoopLimits
 from taskgate.domain.workflows import Catalogue
 from taskgate.infrastructure import project_layout
 from taskgate.infrastructure.agent_runner import SubprocessAgentRunner
-from taskgate.infrastructure.db import migrations
-from taskgate.infrastructure.db.engine import Database, redact
-from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 from taskgate.infrastructure.git import GitPythonVcs
 from taskgate.infrastructure.project_files import ProjectFileReader
 from taskgate.infrastructure.session_folder import SessionFolderStore
@@ -66,6 +64,10 @@ from taskgate.infrastructure.test_runner import SubprocessTestRunner
 from taskgate.infrastructure.trackers import BeadsTracker
 from taskgate.infrastructure.webhooks import HttpWebhookSender
 from taskgate.infrastructure.workflow_files import BUILTIN_CATALOGUE, LayeredCatalogue
+
+if TYPE_CHECKING:  # the database layer (SQLAlchemy) loads when a database is opened: see `bootstrap`
+    from taskgate.infrastructure.db.engine import Database
+    from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 
 __all__ = [
     "BUILTIN_CATALOGUE",
@@ -317,6 +319,12 @@ async def bootstrap(
 
     Raises: InvalidInput for an unsupported URL; StorageError when the database cannot be reached or migrated.
     """
+    # Imported here, not at the top: commands that open no database (`workflow validate`, `agents list`) build
+    # their part of taskgate from this module without loading SQLAlchemy (docs/decisions.md, fast CLI start-up).
+    from taskgate.infrastructure.db import migrations
+    from taskgate.infrastructure.db.engine import Database
+    from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
+
     policies = policy_book(settings)  # a configuration error fails the start before the database is touched
     url = settings.resolved_database_url
     if url.startswith("sqlite"):
@@ -374,6 +382,13 @@ async def bootstrap(
     return app
 
 
+def redact(url: str) -> str:
+    """The database URL with its password hidden, for messages and `taskgate info`."""
+    from taskgate.infrastructure.db.engine import redact as redacted
+
+    return redacted(url)
+
+
 def session_folders(settings: Settings) -> SessionFolderStore:
     """The session folders under `<data_dir>/agent-outputs`, with the `[outputs]` limits."""
     return SessionFolderStore(settings.data_dir / "agent-outputs", OutputLimits(**settings.outputs.model_dump()))
@@ -381,6 +396,8 @@ def session_folders(settings: Settings) -> SessionFolderStore:
 
 async def database_report(app: App) -> dict[str, object]:
     """What `taskgate info` shows about the database: redacted URL, dialect, schema revision against head."""
+    from taskgate.infrastructure.db import migrations
+
     assert app.database is not None and app.settings is not None
     return {
         "database_url": redact(app.database.url),

@@ -1,27 +1,51 @@
 """The `taskgate` command line (Typer + Rich), one module per concept. Every command exits non-zero with a
-one-line reason on error. Importing the modules registers their commands on `app`."""
+one-line reason on error.
+
+`main()` loads only what the command line needs. The top-level help (`taskgate`, `--help`, `-h`) is printed from
+`commands.py` without Typer (`help_page.py`); a command loads Typer and the module(s) that define it
+(`commands.modules_for`), not the others; and the database layer and the MCP SDK load only when a command opens
+taskgate (`common.run`) or serves. `app`, the Typer app with every command registered, loads on first use."""
 
 from __future__ import annotations
 
-from taskgate.entrypoints.cli import (  # noqa: F401
-    access,
-    agents,
-    audit,
-    doctor,
-    logs,
-    projects,
-    service,
-    sessions,
-    setup,
-    tracker,
-    workflows,
-)
-from taskgate.entrypoints.cli.common import app
+import os
+import sys
+from importlib import import_module
+
+from taskgate.entrypoints.cli import commands, help_page
 
 
 def main() -> None:
     """Console-script entry point."""
+    argv = sys.argv[1:]
+    if help_page.asks_for_help(argv):
+        text = help_page.page(os.path.basename(sys.argv[0]), help_page.width())
+        if commands.command_in(argv)[0] is None:  # no command at all: as Typer does, the page on stderr, exit 2
+            sys.stderr.write(text)
+            raise SystemExit(2)
+        sys.stdout.write(text)
+        return
+    _load(commands.modules_for(commands.command_in(argv)[0]))
+    from taskgate.entrypoints.cli.common import app
+
     app()
+
+
+def _load(modules: tuple[str, ...]) -> None:
+    """Import the command modules `modules` (their import registers their commands on the Typer app)."""
+    for module in modules:
+        import_module(f"{__name__}.{module}")
+
+
+def __getattr__(name: str) -> object:
+    """`app`: the Typer app (`typer.Typer`), every command module loaded. (Not annotated as such: `typing` and
+    Typer are what `main()` avoids loading for the top-level help.)"""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _load(commands.ALL_MODULES)
+    from taskgate.entrypoints.cli.common import app
+
+    return app
 
 
 __all__ = ["app", "main"]

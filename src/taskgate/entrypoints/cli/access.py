@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from taskgate.application.operators import AddOperator
-from taskgate.bootstrap import App
 from taskgate.domain.access import Capability, Principal
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import (
@@ -25,6 +24,9 @@ from taskgate.entrypoints.cli.common import (
     token_app,
 )
 from taskgate.entrypoints.render import console
+
+if TYPE_CHECKING:
+    from taskgate.bootstrap import App
 
 
 @token_app.command("create")

@@ -17,11 +17,10 @@ from taskgate.domain.agent_presets import PRESETS
 from taskgate.domain.agents import AgentType
 from taskgate.domain.errors import TaskgateError
 from taskgate.entrypoints import render
-from taskgate.entrypoints.cli.common import JsonOpt, app, emit, fail
+from taskgate.entrypoints.cli.common import JsonOpt, emit, fail, group
 from taskgate.entrypoints.render import console
 
-agents_app = typer.Typer(help="Agent types: built-in presets and [agents.NAME] entries.", no_args_is_help=True)
-app.add_typer(agents_app, name="agents")
+agents_app = group("agents", no_args_is_help=True)
 
 
 @dataclass(frozen=True)

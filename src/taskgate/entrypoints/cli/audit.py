@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from taskgate.application.ports import TransitionQuery
-from taskgate.bootstrap import App
 from taskgate.domain import session_fsm
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import (
     JsonOpt,
     _timestamp_or_fail,
-    app,
     audit_app,
+    command,
     run,
 )
 from taskgate.entrypoints.render import console
+
+if TYPE_CHECKING:
+    from taskgate.bootstrap import App
 
 
 class AuditFormat(StrEnum):
@@ -63,7 +65,7 @@ class FsmFormat(StrEnum):
     json = "json"
 
 
-@app.command()
+@command("fsm")
 def fsm(fmt: Annotated[FsmFormat, typer.Option("--format")] = FsmFormat.table) -> None:
     """The session state machine, generated from the transition table."""
     if fmt == FsmFormat.mermaid:

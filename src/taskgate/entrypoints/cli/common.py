@@ -1,4 +1,7 @@
-"""What every command shares: the Typer app and its groups, one-line errors, opening taskgate, printing."""
+"""What every command shares: the Typer app and its groups, one-line errors, opening taskgate, printing.
+
+Nothing here loads the database layer or the MCP SDK: `run` imports `bootstrap` when a command opens taskgate,
+so commands that do not (`fsm`, `workflow validate`, any `--help`) start without them."""
 
 from __future__ import annotations
 
@@ -7,51 +10,71 @@ import os
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from taskgate.application.timestamps import parse_timestamp
-from taskgate.bootstrap import App, bootstrap, load_settings
 from taskgate.domain.entities import Project
 from taskgate.domain.errors import InvalidInput, TaskgateError
 from taskgate.entrypoints import render
+from taskgate.entrypoints.cli import commands
 from taskgate.entrypoints.render import console, err_console, terminal_safe
+
+if TYPE_CHECKING:
+    from taskgate.bootstrap import App
 
 T = TypeVar("T")
 
+
+class ListedGroup(TyperGroup):
+    """The top-level group: lists its commands in `commands.COMMANDS`' order, whichever module registered first."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """The registered commands' names, in the order of `commands.COMMANDS` (any other name last)."""
+        order = {command.name: index for index, command in enumerate(commands.COMMANDS)}
+        return sorted(super().list_commands(ctx), key=lambda name: order.get(name, len(order)))
+
+
 # Help is plain text (Typer passes rich_markup_mode down to every sub-command): under Rich markup, help that names
-# config tables (`[agents.NAME]`, `[[mcp.tokens]]`, `[sweeper]`) lost them.
+# config tables (`[agents.NAME]`, `[[mcp.tokens]]`, `[sweeper]`) lost them. `help_page.py` prints the top-level
+# help the same way without loading Typer; it relies on these settings (plain text, 120 columns at most).
 app = typer.Typer(
-    help="taskgate: run AI coding agents in guarded, audited sessions.",
+    cls=ListedGroup,
+    help=commands.PROGRAM_HELP,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
     rich_markup_mode=None,
-    context_settings={"max_content_width": 120},
+    context_settings={"max_content_width": 120, "help_option_names": list(commands.HELP_OPTIONS)},
 )
-plan_app = typer.Typer(help="Plans (phases) of a project.", no_args_is_help=True)
-task_app = typer.Typer(help="Tasks of the built-in tracker.", no_args_is_help=True)
-session_app = typer.Typer(help="Sessions: one guarded state machine per task.", no_args_is_help=True)
-audit_app = typer.Typer(help="Audit queries over the transition log.", no_args_is_help=True)
-project_app = typer.Typer(help="Registered projects.", no_args_is_help=True)
-token_app = typer.Typer(help="Bearer tokens for the MCP HTTP transport.", no_args_is_help=True)
-worktrees_app = typer.Typer(help="Session worktrees on disk: list them, reconcile them with the sessions.")
-operator_app = typer.Typer(help="Operators, their roles and permissions (admins only).", no_args_is_help=True)
-policies_app = typer.Typer(help="Policies that guard transitions: list them, dry-run them.", no_args_is_help=True)
-for sub, name in (
-    (operator_app, "operator"),
-    (policies_app, "policies"),
-    (worktrees_app, "worktrees"),
-    (token_app, "token"),
-    (project_app, "project"),
-    (plan_app, "plan"),
-    (task_app, "task"),
-    (session_app, "session"),
-    (audit_app, "audit"),
-):
+
+
+def command(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a top-level command `name` (listed in `commands.py`, whose one-line help it shows in `taskgate
+    --help`); its docstring is its own `--help`."""
+    return app.command(name, short_help=commands.summary(name))
+
+
+def group(name: str, help: str | None = None, **settings: Any) -> typer.Typer:
+    """A top-level group `name` (listed in `commands.py`), added to `app`; `help` (default: the one-line help of
+    `commands.py`) heads its own `--help`."""
+    sub = typer.Typer(help=help or commands.summary(name), short_help=commands.summary(name), **settings)
     app.add_typer(sub, name=name)
+    return sub
+
+
+operator_app = group("operator", no_args_is_help=True)
+policies_app = group("policies", no_args_is_help=True)
+worktrees_app = group("worktrees")
+token_app = group("token", no_args_is_help=True)
+project_app = group("project", no_args_is_help=True)
+plan_app = group("plan", no_args_is_help=True)
+task_app = group("task", no_args_is_help=True)
+session_app = group("session", no_args_is_help=True)
+audit_app = group("audit", no_args_is_help=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 ProjectOpt = Annotated[str | None, typer.Option("--project", "-p", help="Project id, name or key.")]
@@ -75,7 +98,8 @@ def run(work: Callable[[App], Awaitable[T]]) -> T:
     """Open taskgate (settings, database, migrations), run `work`, close. Errors become one line and exit 1."""
 
     async def main() -> T:
-        from taskgate.entrypoints.mcp.agent_endpoint import serve_agents_locally  # only commands that open taskgate
+        from taskgate.bootstrap import bootstrap, load_settings  # only commands that open taskgate load these
+        from taskgate.entrypoints.mcp.agent_endpoint import serve_agents_locally
 
         services = await bootstrap(load_settings())
         serve_agents_locally(services)  # agents this command launches reach taskgate's MCP tools through it
@@ -122,11 +146,12 @@ def _timestamp_or_fail(text: str | None) -> datetime | None:
     raise AssertionError("unreachable")
 
 
+_CONFIG = commands.ROOT_OPTIONS[0]
+
+
 @app.callback()
 def _root(
-    config: Annotated[
-        Path | None, typer.Option("--config", help="Config file (else $TASKGATE_CONFIG, else ./config/taskgate.toml).")
-    ] = None,
+    config: Annotated[Path | None, typer.Option(_CONFIG.flag, metavar=_CONFIG.metavar, help=_CONFIG.help)] = None,
 ) -> None:
     if config is not None:
         os.environ["TASKGATE_CONFIG"] = str(config)

@@ -23,7 +23,7 @@ from taskgate.bootstrap import (
 from taskgate.domain.errors import TaskgateError
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.agents import readiness
-from taskgate.entrypoints.cli.common import JsonOpt, app
+from taskgate.entrypoints.cli.common import JsonOpt, command
 from taskgate.entrypoints.render import console
 
 _MARK = {"ok": "[green]ok  [/green]", "warn": "[yellow]warn[/yellow]", "fail": "[red]FAIL[/red]"}
@@ -37,7 +37,7 @@ class Check:
     fix: str = ""
 
 
-@app.command()
+@command("doctor")
 def doctor(as_json: JsonOpt = False) -> None:
     """Check this set-up: git and its identity, the config file, the database, the project, every agent type in
     use (its CLI, version, credentials), and the MCP endpoint agents call back to. Exit 1 if a check fails."""

@@ -5,18 +5,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from taskgate.application.sessions import FireTrigger
 from taskgate.application.workflow_engine import WorkflowEngine
 from taskgate.application.workflow_views import StackView
-from taskgate.bootstrap import App
 from taskgate.domain.entities import Outcome, Session
 from taskgate.domain.errors import InvalidInput
 from taskgate.domain.states import SessionState
 from taskgate.entrypoints import render
+
+if TYPE_CHECKING:
+    from taskgate.bootstrap import App
 
 # -- running workflows on sessions ------------------------------------------------------------------------------
 

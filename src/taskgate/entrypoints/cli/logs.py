@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from taskgate.bootstrap import App
 from taskgate.domain.entities import Agent, AgentStatus
 from taskgate.domain.errors import InvalidInput
 from taskgate.entrypoints.cli.common import run, session_app
 from taskgate.entrypoints.render import TerminalSafeStream, console
+
+if TYPE_CHECKING:
+    from taskgate.bootstrap import App
 
 POLL_S = 0.2  # how often --follow looks at the logs and at the agents' status
 _READ = 256 * 1024  # bytes read at a time

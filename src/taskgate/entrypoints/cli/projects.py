@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -11,14 +11,13 @@ from rich.markup import escape
 from taskgate import __version__
 from taskgate.application.beads_import import BeadsImporter, ImportBeads, ImportReport
 from taskgate.application.tracker import AddTask
-from taskgate.bootstrap import App
 from taskgate.domain.entities import Project
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import (
     JsonOpt,
     ProjectOpt,
     _local_actor,
-    app,
+    command,
     emit,
     fail,
     plan_app,
@@ -29,8 +28,11 @@ from taskgate.entrypoints.cli.common import (
 )
 from taskgate.entrypoints.render import console, terminal_safe
 
+if TYPE_CHECKING:
+    from taskgate.bootstrap import App
 
-@app.command()
+
+@command("version")
 def version() -> None:
     """Print taskgate's version."""
     print(__version__)

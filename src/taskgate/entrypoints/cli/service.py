@@ -16,9 +16,10 @@ from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import (
     JsonOpt,
     ProjectOpt,
-    app,
+    command,
     emit,
     fail,
+    group,
     run,
     run_in_project,
     worktrees_app,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from taskgate.application.outbox import SubscriberStatus
 
 
-@app.command()
+@command("demo")
 def demo(
     workdir: Annotated[Path | None, typer.Option(help="Where to put the scratch repo and database.")] = None,
 ) -> None:
@@ -43,7 +44,7 @@ def demo(
         fail(str(exc))
 
 
-@app.command()
+@command("serve")
 def serve(
     http: Annotated[bool, typer.Option("--http", help="Streamable HTTP (bearer tokens) instead of stdio.")] = False,
     host: Annotated[str | None, typer.Option(help="HTTP host (default: mcp.host, 127.0.0.1).")] = None,
@@ -62,7 +63,7 @@ def serve(
         fail(str(exc))
 
 
-@app.command("console")
+@command("console")
 def console_command(
     host: Annotated[str | None, typer.Option(help="HTTP host (default: mcp.host, 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="HTTP port (default: mcp.port, 8765).")] = None,
@@ -80,7 +81,7 @@ def console_command(
         fail(str(exc))
 
 
-@app.command("context")
+@command("context")
 def context(
     project: ProjectOpt = None,
     refresh: Annotated[bool, typer.Option("--refresh", help="Ignore the cached snapshot.")] = False,
@@ -139,7 +140,7 @@ def worktrees_reconcile(
             console.print(f"  {label}: {item}", highlight=False, markup=False)
 
 
-@app.command("nodes")
+@command("nodes")
 def nodes(as_json: JsonOpt = False) -> None:
     """The service processes sharing this database (docs/nodes.md): each node's id, host, data dir, last
     heartbeat, whether it is alive (its lease holds: a heartbeat within [node] lease_s, not marked down) and its
@@ -169,7 +170,7 @@ def _alive(node: NodeView) -> str:
     return "yes" if node.alive else "no"
 
 
-@app.command("sweep")
+@command("sweep")
 def sweep(as_json: JsonOpt = False) -> None:
     """Run the sweeper once (what `taskgate serve` does every [sweeper] interval_s): time out sessions past their
     deadline, escalate or fail verifications waiting for a decision, abandon sessions whose agents went silent;
@@ -208,8 +209,7 @@ def sweep(as_json: JsonOpt = False) -> None:
         console.print(f"  error: {error}", highlight=False, markup=False)
 
 
-webhooks_app = typer.Typer(help="Webhook deliveries of the events log (see docs/events.md).", no_args_is_help=True)
-app.add_typer(webhooks_app, name="webhooks")
+webhooks_app = group("webhooks", no_args_is_help=True)
 
 
 def _dispatcher(services: App):

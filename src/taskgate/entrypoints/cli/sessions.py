@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -11,7 +11,6 @@ from rich.markup import escape
 from taskgate.application.decisions import Decide
 from taskgate.application.sessions import FireTrigger, StartTask
 from taskgate.application.workflow_views import stack_view_json
-from taskgate.bootstrap import App
 from taskgate.domain import session_fsm
 from taskgate.domain.access import DECISION_TRIGGERS
 from taskgate.domain.entities import Project
@@ -40,6 +39,9 @@ from taskgate.entrypoints.cli.driving import (
 )
 from taskgate.entrypoints.cli.logs import latest_run
 from taskgate.entrypoints.render import console, err_console, terminal_safe
+
+if TYPE_CHECKING:
+    from taskgate.bootstrap import App
 
 WorkflowOpt = Annotated[
     str | None, typer.Option("--workflow", "-w", help="The workflow the session runs (default: [workflows] default).")

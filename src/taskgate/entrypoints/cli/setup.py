@@ -22,7 +22,7 @@ from taskgate.bootstrap import (
 )
 from taskgate.domain.errors import TaskgateError
 from taskgate.entrypoints import render
-from taskgate.entrypoints.cli.common import JsonOpt, _local_actor, app, fail, run
+from taskgate.entrypoints.cli.common import JsonOpt, _local_actor, command, fail, run
 from taskgate.entrypoints.render import console
 
 _WHAT = {
@@ -34,7 +34,7 @@ _WHAT = {
 }
 
 
-@app.command()
+@command("init")
 def init(
     path: Annotated[Path, typer.Argument(help="A folder inside the git repository to set up.")] = Path("."),
     name: Annotated[str | None, typer.Option(help="Project name (default: the repository folder's name).")] = None,
@@ -97,7 +97,7 @@ def _say_what_init_did(layout, project, created: bool, operator, settings) -> No
         )
 
 
-@app.command()
+@command("info")
 def info(as_json: JsonOpt = False) -> None:
     """Say where everything is: config file, data directory, database (and its schema revision), session folders,
     worktrees, the built-in catalogue and the project's own workflows, checklists and agents, and this node's id."""

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from taskgate.application.writebacks import Attempt
-from taskgate.bootstrap import App
 from taskgate.domain import writebacks as wb
 from taskgate.domain.writebacks import Writeback
 from taskgate.entrypoints import render
-from taskgate.entrypoints.cli.common import JsonOpt, _local_actor, app, emit, fail, run
+from taskgate.entrypoints.cli.common import JsonOpt, _local_actor, emit, fail, group, run
 from taskgate.entrypoints.render import console, terminal_safe
 
-tracker_app = typer.Typer(
-    help="Write-backs to the external tracker (Beads): see, retry, dismiss.", no_args_is_help=True
-)
-app.add_typer(tracker_app, name="tracker")
+if TYPE_CHECKING:
+    from taskgate.bootstrap import App
+
+tracker_app = group("tracker", no_args_is_help=True)
 
 
 def _writebacks(services: App):

@@ -26,9 +26,9 @@ from taskgate.entrypoints.cli.common import (
     _local_actor,
     _operator_actor,
     _or_fail,
-    app,
     emit,
     fail,
+    group,
     run,
     say,
 )
@@ -44,17 +44,18 @@ from taskgate.entrypoints.cli.driving import (
 )
 from taskgate.entrypoints.render import console, err_console
 
-workflow_app = typer.Typer(
+workflow_app = group(
+    "workflow",
     help="Workflows (built-in, and the project's own in .taskgate/workflows): list, show, validate, graph, create; "
     "run them on sessions and edit their "
     "stacks (push, advance, back, break, restart); their step runs.",
     no_args_is_help=True,
 )
-checklist_app = typer.Typer(
-    help="Checklists (built-in, and .taskgate/checklists); push them onto sessions, tick items.", no_args_is_help=True
+checklist_app = group(
+    "checklist",
+    help="Checklists (built-in, and .taskgate/checklists); push them onto sessions, tick items.",
+    no_args_is_help=True,
 )
-app.add_typer(workflow_app, name="workflow")
-app.add_typer(checklist_app, name="checklist")
 
 
 def _workflows() -> WorkflowService:
