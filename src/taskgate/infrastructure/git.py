@@ -41,8 +41,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from git import Git, InvalidGitRepositoryError, NoSuchPathError, Repo, SymbolicReference
-
 from taskgate.application.ports import (
     CommitInfo,
     FileStat,
@@ -84,6 +82,8 @@ _ENV = {
 def _run(cwd: str | Path, args: tuple[str, ...], env: dict[str, str] = _ENV) -> tuple[int, str, str]:
     """(status, stdout, stderr) of `git -C cwd args…`. `-C` makes git fail on a missing folder, where
     GitPython would run it in the process's own working directory."""
+    from git import Git  # GitPython (~40 ms to import) loads at the first git call, not with taskgate
+
     return Git(str(cwd)).execute(
         ["git", "-C", str(cwd), *args],
         with_extended_output=True,
@@ -136,6 +136,8 @@ def _rev(cwd: str | Path, ref: str) -> str:
 
 def _resolve_in_process(repo_root: str, ref: str) -> tuple[str | None, bool]:
     """(commit of `ref` or None, whether an `origin` remote exists), read by GitPython without running git."""
+    from git import Repo, SymbolicReference
+
     repo = Repo(repo_root)
     try:
         has_origin = any(r.name == "origin" for r in repo.remotes)
@@ -338,6 +340,8 @@ def _locked(repo_root: str, action):
 
 
 def _inspect(path: str) -> RepositoryInfo:
+    from git import InvalidGitRepositoryError, NoSuchPathError, Repo
+
     try:
         target = Path(path).expanduser().resolve()
         if not target.exists():
@@ -598,6 +602,8 @@ def _split_status(worktree: _Checkout) -> tuple[list[str], list[str], list[str]]
 
 
 def _repo_context(repo_root: str, recent: int) -> RepoContext:
+    from git import Repo
+
     entries = _status_entries(repo_root)
     repo = Repo(repo_root)
     try:

@@ -8,7 +8,6 @@ import dataclasses
 import logging
 import socket
 import sys
-import webbrowser
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,7 +17,6 @@ import anyio
 from taskgate.bootstrap import App, Settings, bootstrap, build_outbox, build_sweeper, dispatch_report, redact
 from taskgate.domain.access import Principal
 from taskgate.domain.errors import InvalidInput
-from taskgate.entrypoints.console.app import beside_mcp, console_app
 from taskgate.entrypoints.mcp.agent_endpoint import FixedEndpoint, serve_agents_locally
 from taskgate.entrypoints.mcp.server import build_server, http_app
 from taskgate.entrypoints.mcp.stdio import run_stdio
@@ -148,7 +146,11 @@ def serve_http(
     console at http://HOST:PORT/. Says on stderr where it listens once it does; with `sign_in_link`, also a
     one-time link that signs the local operator in (`taskgate console`), opened in a browser with `open_browser`.
     Raises: InvalidInput when the port is taken."""
+    import webbrowser
+
     import uvicorn
+
+    from taskgate.entrypoints.console.app import beside_mcp, console_app  # HTTP only: stdio serves no console
 
     _plain_logging()
     _port_free(host, port)
