@@ -27,6 +27,7 @@ from taskgate.application.ports import (
     OutboxEvent,
     RepoContext,
     RepositoryInfo,
+    TaskFacts,
     TestOutcome,
     TransitionQuery,
     WorkspaceContext,
@@ -206,6 +207,13 @@ class InMemoryTaskRepository(_Repo):
         done = {b for b in task.blockers if self.store.tasks[b].status == TaskStatus.COMPLETED}
         gate_open = any(types.get((task.id, b)) == WAITS_FOR_ANY for b in done)
         return any(b not in done and (types.get((task.id, b)) != WAITS_FOR_ANY or not gate_open) for b in task.blockers)
+
+    async def facts(self, task_id: str, plan_id: int | None, states: frozenset[SessionState]) -> TaskFacts:
+        task = await self.get(task_id, with_blockers=False)
+        in_states = sum(1 for s in self.store.sessions.values() if plan_id is not None and s.plan_id == plan_id
+                        and s.state in states)  # fmt: skip
+        project = copy.deepcopy(self.store.projects[task.project_id])
+        return TaskFacts(task, project, tuple(await self.blockers_of(task_id)), in_states)
 
     async def blockers_of(self, task_id: str) -> list[BlockerFact]:
         task = self.store.tasks[task_id]

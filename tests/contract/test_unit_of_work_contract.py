@@ -110,6 +110,33 @@ async def test_ready_tasks_exclude_blocked_and_busy_ones_and_sort_by_priority(se
         assert await uow.tasks.count_unfinished(plan_id) == 3
 
 
+async def test_task_facts_give_the_task_its_project_its_blockers_and_the_plans_wip_count_in_one_call(services):
+    async with services.uow(write=True) as uow:
+        pid, plan_id = await seed(uow)
+        other = await uow.plans.add(pid, "Phase 2", T0)
+        await uow.tasks.add(task("D-1", pid, plan_id))
+        await uow.tasks.add(task("D-2", pid, plan_id))
+        await uow.tasks.add(task("D-3", pid, plan_id, blockers=["D-2", "D-1"]))
+        await uow.tasks.add(task("D-4", pid, None))
+        await uow.tasks.add(task("D-5", pid, other.id))
+        await uow.tasks.set_status("D-1", TaskStatus.COMPLETED)
+        await uow.sessions.add(session("s-1", "D-1", pid, plan_id, SessionState.EXECUTING))
+        await uow.sessions.add(session("s-2", "D-2", pid, plan_id, SessionState.PLANNING))
+        await uow.sessions.add(session("s-5", "D-5", pid, other.id, SessionState.EXECUTING))
+        await uow.commit()
+    async with services.uow(write=False) as uow:
+        facts = await uow.tasks.facts("D-3", plan_id, WIP_STATES)
+        assert facts.task == replace(await uow.tasks.get("D-3"), blockers=[])
+        assert facts.project == await uow.projects.get(pid)
+        assert facts.blockers == (BlockerFact("D-1", TaskStatus.COMPLETED), BlockerFact("D-2", TaskStatus.OPEN))
+        assert facts.plan_sessions_in == 2  # s-1 and s-2; s-5 is another plan's
+        assert (await uow.tasks.facts("D-3", plan_id, frozenset({SessionState.PLANNING}))).plan_sessions_in == 1
+        alone = await uow.tasks.facts("D-4", None, WIP_STATES)  # no plan, no blockers
+        assert (alone.task.id, alone.blockers, alone.plan_sessions_in) == ("D-4", (), 0)
+        with pytest.raises(TaskNotFound):
+            await uow.tasks.facts("D-404", plan_id, WIP_STATES)
+
+
 async def test_ready_tasks_leave_out_the_tasks_of_a_closed_plan(services):
     async with services.uow(write=True) as uow:
         pid, plan_id = await seed(uow)

@@ -71,8 +71,22 @@ class PlanRepository(Protocol):
     async def set_status(self, plan_id: int, status: PlanStatus) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class TaskFacts:
+    """A task (its `blockers` list left empty) with what the guards ask about it, read in one query."""
+
+    task: Task
+    project: Project
+    blockers: tuple[BlockerFact, ...]  # by blocker id
+    plan_sessions_in: int  # sessions of the plan asked about in the states asked about (0 without a plan)
+
+
 class TaskRepository(Protocol):
     async def add(self, task: Task) -> None: ...
+    async def facts(self, task_id: str, plan_id: int | None, states: frozenset[SessionState]) -> TaskFacts:
+        """The task, its project, its blockers with their status, and the count of `plan_id`'s sessions in
+        `states`: the guard facts of a transition, in one round trip. Raises: TaskNotFound."""
+
     async def get(self, task_id: str, *, lock: bool = False, with_blockers: bool = True) -> Task:
         """Raises: TaskNotFound. `with_blockers=False` skips loading the blocker ids (one query less)."""
 

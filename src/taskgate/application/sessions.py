@@ -566,8 +566,8 @@ class SessionService:
     ) -> GuardFacts:
         if plan is None and session.plan_id is not None:  # not locked for this trigger: a plain read will do
             plan = await uow.plans.get(session.plan_id)
-        task = await uow.tasks.get(session.task_id, with_blockers=False)  # blockers come with their status below
-        wip = await uow.sessions.count_in_states(plan.id, WIP_STATES) if plan is not None else 0
+        # the task, its project, its blockers and the plan's WIP count: one statement
+        known = await uow.tasks.facts(session.task_id, plan.id if plan is not None else None, WIP_STATES)
         operator, operator_wip = None, 0
         if NEEDS_OPERATOR in needs and session.operator_id is not None:
             operator = await uow.operators.find(session.operator_id)
@@ -582,12 +582,12 @@ class SessionService:
             approvals = tuple(sorted({*stored, *_pending_approver(cmd, row)}))
         return GuardFacts(
             transition=row,
-            task=task,
+            task=known.task,
             plan=plan,
-            project=await uow.projects.get(session.project_id),
+            project=known.project,
             session=session,
-            blockers=tuple(await uow.tasks.blockers_of(task.id)),
-            plan_sessions_in_wip=wip,
+            blockers=known.blockers,
+            plan_sessions_in_wip=known.plan_sessions_in,
             actor=cmd.actor,
             operator=operator,
             operator_sessions_in_wip=operator_wip,

@@ -5,19 +5,22 @@ SQLite has one writer, so a process's write transactions run one after the other
 transition). Under load most of that wait is spent while other writers queue behind it. Group commit lets
 them share it:
 
-- A write unit of work *joins* the open group, or opens one (a pooled connection, `BEGIN IMMEDIATE`). The
+- A write unit of work *joins* the open group, or opens one (`BEGIN IMMEDIATE` on the process's writer
+  connection, which stays open). The
   group's connection runs one member at a time: a member holds the group's **turn** (a FIFO `asyncio.Lock`,
   the same queue the writers stood in before) from joining until its commit or rollback.
 - Every member after the first runs inside its own `SAVEPOINT`, so a refused guard or an error rolls back
   only its own part (`ROLLBACK TO`). The first member needs none: nothing else is in the transaction yet, so
   its failure rolls the whole transaction back and the group is gone.
-- A member's `commit()` releases its savepoint; its work is now part of the group, **not yet durable**. If
-  nobody is queued for the turn, or the group is full (`max_members`) or old (`max_open_s`), the member
-  commits the group at once. Otherwise it hands the turn to the next writer and waits for the group's COMMIT.
+- A member's `commit()` releases its savepoint; its work is now part of the group, **not yet durable**. When
+  nobody is queued it first lets the loop run once: SQLite statements never yield, so concurrent writers
+  reach their `join` only then. If still nobody is queued, or the group is full (`max_members`) or old
+  (`max_open_s`), the member commits the group. Otherwise it hands the turn to the next writer and waits for
+  the group's COMMIT.
   `commit()` returns only after the shared COMMIT has returned, so nothing is acknowledged before it is
   durable; if the COMMIT fails, every member of the group gets the error (none was acknowledged).
-- A lone writer therefore pays exactly what it paid before (BEGIN IMMEDIATE, its statements, COMMIT): the
-  group grows only while writers are queued anyway.
+- A lone writer therefore pays what it paid before (BEGIN IMMEDIATE, its statements, COMMIT) plus one pass
+  of the event loop; the group grows only with writers that were ready to run anyway.
 
 Why it cannot hang: the group is committed by whichever member finishes last, and "last" is decided while
 holding the turn (no writer queued). A queued writer that is cancelled before its turn comes leaves the count
@@ -69,7 +72,8 @@ class Member:
 class CommitGroups:
     """The open group of one SQLite database handle, and the turn its writers take.
 
-    `open_transaction` opens a pooled connection in `BEGIN IMMEDIATE` (it waits out other processes' locks).
+    `open_transaction` gives the process's writer connection in `BEGIN IMMEDIATE` (it waits out other
+    processes' locks); the database handle owns that connection, so a group never closes it.
     """
 
     def __init__(
@@ -120,11 +124,22 @@ class CommitGroups:
         except BaseException:
             await self.rollback(member)
             raise
+        if self._queued == 0 and group.members < self.max_members:
+            # SQLite statements do not yield, so writers that are ready to run have not queued yet: let them
+            # run up to their `join` (one pass of the loop) and they join this group instead of paying a COMMIT.
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                self._close_or_hand_on(group)
+                raise
+        self._close_or_hand_on(group)
+        # shield: a cancelled caller stops waiting, the group still commits (its work may be in it)
+        await asyncio.shield(group.durable)
+
+    def _close_or_hand_on(self, group: _Group) -> None:
         if self._closes_now(group):
             self._close(group)
         self._finish_turn()
-        # shield: a cancelled caller stops waiting, the group still commits (its work may be in it)
-        await asyncio.shield(group.durable)
 
     async def rollback(self, member: Member) -> None:
         """Undo the member's own work (the group's other members keep theirs) and give up the turn."""
@@ -158,7 +173,6 @@ class CommitGroups:
         try:
             await group.conn.rollback()
         finally:
-            await group.conn.close()
             group.durable.cancel()
 
     def _closes_now(self, group: _Group) -> bool:
@@ -181,8 +195,6 @@ class CommitGroups:
             _quietly_rollback(group.conn)
         else:
             _settle(group.durable, None)
-        finally:
-            group.conn.sync_connection.close()
 
     async def _take_turn(self) -> None:
         self._queued += 1
@@ -222,5 +234,11 @@ def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
 
 
 def _quietly_rollback(conn: InlineConnection) -> None:
+    """End the transaction a failed COMMIT left open (SQLite keeps it open, e.g. after a deferred foreign key
+    failed), at the driver too: SQLAlchemy already counts its transaction as over, so its rollback alone would
+    leave the writer connection inside the failed transaction."""
     with contextlib.suppress(Exception):  # the COMMIT's own error is what the members get
         conn.sync_connection.rollback()
+    dbapi = conn.sync_connection.connection.dbapi_connection
+    if dbapi is not None and dbapi.in_transaction:
+        dbapi.rollback()

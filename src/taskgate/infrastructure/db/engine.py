@@ -111,9 +111,10 @@ class Database:
         self.lock_timeout = busy_timeout_ms / 1000
         # SQLite's writers of this process queue for one turn and share COMMITs (commit_group.py)
         self.groups: CommitGroups | None = None
+        self._writer: InlineConnection | None = None  # the commit groups' connection, kept open (_begin_group)
         if self.is_sqlite:
             self.engine: Engine | AsyncEngine = _sqlite_engine(parsed.set(drivername="sqlite+pysqlite"), synchronous)
-            self.groups = CommitGroups(self._open_sqlite_writer, max_members=group_commit_max)
+            self.groups = CommitGroups(self._begin_group, max_members=group_commit_max)
         else:
             self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=max_overflow)
 
@@ -160,6 +161,31 @@ class Database:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
 
+    async def _begin_group(self) -> InlineConnection:
+        """The process's SQLite writer connection in `BEGIN IMMEDIATE`, for a commit group.
+
+        The connection stays open for the life of the handle: a pool checkout and return (with its reset
+        ROLLBACK) per write transaction cost more than a transition's statements. Only the writer turn's holder
+        uses it (commit_group.py). Raises: ConcurrentModification as `open`.
+        """
+        if self._writer is None:
+            self._writer = await self._checkout()
+        conn = self._writer
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + self.lock_timeout, 0.001
+        while True:
+            conn.sync_connection.info[_BEGIN_KEY] = "BEGIN IMMEDIATE"
+            try:
+                await conn.begin()
+                return conn
+            except OperationalError as exc:
+                if "locked" not in str(exc) or loop.time() + delay > deadline:
+                    raise ConcurrentModification(
+                        f"the SQLite database stayed locked by another process for {self.lock_timeout:g} s; retry"
+                    ) from exc
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
     async def _checkout(self) -> Any:
         if isinstance(self.engine, AsyncEngine):
             return await self.engine.connect()
@@ -177,6 +203,10 @@ class Database:
             self.groups.release_exclusive()
 
     async def dispose(self) -> None:
+        """Close every connection (the writer's too); the handle reconnects if used again."""
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            writer.sync_connection.close()
         if isinstance(self.engine, AsyncEngine):
             await self.engine.dispose()
         else:

@@ -30,7 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
-from taskgate.application.ports import Delivery, Lease, NodeRecord, OutboxEvent, TransitionQuery
+from taskgate.application.ports import Delivery, Lease, NodeRecord, OutboxEvent, TaskFacts, TransitionQuery
 from taskgate.domain import writebacks as wb
 from taskgate.domain.beads import WAITS_FOR_ANY
 from taskgate.domain.entities import (
@@ -225,6 +225,19 @@ class SqlAlchemyTaskRepository(_Repository):
         if limit is not None:
             stmt = stmt.limit(limit)  # a top-N sort in the database: the first page of 80,000 issues stays fast
         return await self._with_blockers(await self._all(stmt))
+
+    async def facts(self, task_id: str, plan_id: int | None, states: frozenset[SessionState]) -> TaskFacts:
+        params = {"task_id": task_id, "plan_id": plan_id, "states": [s.value for s in states]}
+        rows = await self._all(sql.TASK_FACTS, params)
+        if not rows:
+            raise TaskNotFound(task_id)
+        first = rows[0]
+        task = _task({name: first[name] for name in _TASK_COLUMNS}, [])
+        project = _project({name: first[f"p_{name}"] for name in (*_PROJECT_FIELDS, "config")})
+        blockers = tuple(
+            BlockerFact(r["blocker_id"], TaskStatus(r["blocker_status"])) for r in rows if r["blocker_id"] is not None
+        )
+        return TaskFacts(task, project, blockers, first["plan_sessions_in"] if plan_id is not None else 0)
 
     async def blockers_of(self, task_id: str) -> list[BlockerFact]:
         rows = await self._all(sql.BLOCKERS_WITH_STATUS, {"task_id": task_id})
