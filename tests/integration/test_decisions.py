@@ -248,33 +248,44 @@ async def test_a_decision_overtaken_by_something_else_than_a_decision_still_says
     assert await decisions_of(services, session.id) == []
 
 
-class ReadsDecidedFirst:
-    """A unit-of-work factory whose `nth` unit of work starts only once `first` (another process's decision)
-    committed: the window between a decision's read of the session and its look for an earlier decision."""
+class DecidedBeforeTheLookup:
+    """A unit-of-work factory whose first look for decisions runs only once `first` (another process's decision)
+    committed: the window, inside the decision's one read transaction, between its read of the session and its
+    look for an earlier decision. On PostgreSQL (READ COMMITTED) the look sees that decision; on SQLite (and the
+    in-memory fake) the read transaction keeps the snapshot it started with, so the decision's own write finds
+    the session moved on and replays the winner's from there."""
 
-    def __init__(self, uow, first, nth: int) -> None:
-        self._uow, self._first, self._left = uow, first, nth
+    def __init__(self, uow, first) -> None:
+        self._uow, self._first = uow, first
 
     def __call__(self, *, write: bool):
-        self._left -= 1
-        return self._after_first(write) if self._left == 0 else self._uow(write=write)
+        return self._opened(write)
 
     @asynccontextmanager
-    async def _after_first(self, write: bool):
-        await self._first()
+    async def _opened(self, write: bool):
         async with self._uow(write=write) as uow:
+            lookup = uow.decisions.for_verification
+
+            async def after_first(*args, **kwargs):
+                if self._first is not None:
+                    first, self._first = self._first, None
+                    await first()
+                return await lookup(*args, **kwargs)
+
+            uow.decisions.for_verification = after_first
             yield uow
 
 
 async def test_a_replay_found_after_another_process_decided_shows_the_session_as_decided(services, git_repo):
     [session] = await verifying(services, git_repo)
     winner = lambda: services.decisions.decide(Decide(session.id, OPERATOR, "approve"))  # noqa: E731
-    # the second process read the session verifying (1st unit of work), the first one decides, then the second
-    # looks for an earlier decision (2nd unit of work) and finds it
-    late = DecisionService(ReadsDecidedFirst(services.uow, winner, nth=2), services.sessions, SystemClock())
+    # the second process read the session verifying, the first one decides, then the second looks for an
+    # earlier decision (or, where its snapshot does not show it, loses the write) and replays it
+    late = DecisionService(DecidedBeforeTheLookup(services.uow, winner), services.sessions, SystemClock())
     replay = await late.decide(Decide(session.id, OPERATOR, "approve"))
     assert replay.replayed and replay.session.state == SessionState.AWAITING_MERGE
     assert replay.session.version == session.version + 1
+    assert len(await decisions_of(services, session.id)) == 1
 
 
 async def test_one_operator_approving_many_sessions_at_once_applies_each_without_deadlock(sql_services, git_repo):

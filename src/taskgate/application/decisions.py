@@ -29,10 +29,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from taskgate.application import crashpoints
-from taskgate.application.ports import Clock, UnitOfWorkFactory
+from taskgate.application.operators import authorize_in
+from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.sessions import MERGE_REQUESTED, FireResult, FireTrigger, SessionService
 from taskgate.application.workflow_engine import WorkflowEngine
-from taskgate.domain.access import Capability, authorize_operator
+from taskgate.domain.access import Capability, Principal, authorize_operator
 from taskgate.domain.bounds import VERSIONS
 from taskgate.domain.entities import (
     Compensation,
@@ -46,6 +47,7 @@ from taskgate.domain.errors import (
     AlreadyExists,
     ConcurrentModification,
     ConflictError,
+    Forbidden,
     InvalidInput,
     InvalidTransition,
     PolicyViolation,
@@ -117,26 +119,42 @@ class DecisionService:
         """Answer workflow approval steps through `workflows` (the composition root attaches it)."""
         self._workflows = workflows
 
-    async def decide(self, cmd: Decide) -> DecisionResult:
+    async def decide(self, cmd: Decide, *, principal: Principal | None = None) -> DecisionResult:
         """Record and apply one decision (on a verification, or on the workflow approval step a session
-        waits on). Raises: InvalidInput, SessionNotFound, OperatorNotFound, Forbidden,
+        waits on).
+
+        `principal` (the MCP caller, whose operator is `cmd.operator_id`) is authorised for decide inside the
+        decision's first read transaction, with the same refusals as `OperatorService.authorize`, instead of in
+        a transaction of its own before it. Raises: InvalidInput, SessionNotFound, OperatorNotFound, Forbidden,
         InvalidTransition (not waiting for a decision), ConflictError (a different decision already taken),
         PolicyViolation (guards refused; logged as blocked, nothing else written)."""
-        kind, compensation = _validated(cmd)
+        if principal is not None and principal.operator_id != cmd.operator_id:
+            raise Forbidden(f"operator {principal.operator_id} cannot decide as {cmd.operator_id}")
+        try:
+            kind, compensation = _validated(cmd)
+        except InvalidInput:
+            if principal is not None:  # a caller who may not decide at all hears that first, as from any tool
+                async with self._uow(write=False) as uow:
+                    await authorize_in(uow, principal, Capability.DECIDE)
+            raise
         lock = self._operator_locks.get(cmd.operator_id)
         if lock is None:
             lock = self._operator_locks[cmd.operator_id] = asyncio.Lock()
         async with lock:
-            operator, session = await self._load(cmd)
-            _authorize(operator, kind, compensation, cmd)
-            if cmd.expected_version is not None and cmd.expected_version != session.version:
-                replay = await self._decided_at(session.id, cmd.operator_id, kind, cmd.expected_version)
-                if replay is None:
-                    raise ConflictError(f"session {session.id} is at version {session.version}, not "
-                                        f"{cmd.expected_version}: it moved on; read it again")  # fmt: skip
-                return replay
-            step = self._workflows.approval_step(session) if self._workflows is not None else None
-            earlier = await self._earlier(session, cmd.operator_id, kind, waiting=step is not None)
+            # Who decides, on what, and what they decided before: one read transaction. On SQLite it is one
+            # snapshot; on PostgreSQL (READ COMMITTED) each statement sees what was committed before it, as the
+            # separate transactions did.
+            async with self._uow(write=False) as uow:
+                operator, session = await self._load(uow, cmd, principal)
+                _authorize(operator, kind, compensation, cmd)
+                if cmd.expected_version is not None and cmd.expected_version != session.version:
+                    replay = await self._decided_in(uow, session.id, cmd.operator_id, kind, cmd.expected_version)
+                    if replay is None:
+                        raise ConflictError(f"session {session.id} is at version {session.version}, not "
+                                            f"{cmd.expected_version}: it moved on; read it again")  # fmt: skip
+                    return replay
+                step = self._workflows.approval_step(session) if self._workflows is not None else None
+                earlier = await self._earlier(uow, session, cmd.operator_id, kind, waiting=step is not None)
             if earlier is not None:
                 return earlier
             # a reject with a compensation rejects the session even where the step routes rejects elsewhere
@@ -190,22 +208,23 @@ class DecisionService:
 
         Raises: ConflictError when a different decision (or another operator's) settled it; `lost` (the
         error the write met) when no decision did, i.e. the session moved on for another reason."""
-        replay = await self._decided_at(session.id, operator_id, kind, session.version)
+        async with self._uow(write=False) as uow:
+            replay = await self._decided_in(uow, session.id, operator_id, kind, session.version)
         if replay is None:
             raise lost
         return replay
 
-    async def _decided_at(
-        self, session_id: str, operator_id: str, kind: DecisionKind, version: int
+    @staticmethod
+    async def _decided_in(
+        uow: UnitOfWork, session_id: str, operator_id: str, kind: DecisionKind, version: int
     ) -> DecisionResult | None:
         """The operator's decision taken on the session at `version` (a resent decision, or the one that won a
         race), as a replay showing the session as it is now; None when no decision settled that version.
 
         Raises: ConflictError when the operator decided differently there, or another operator's decision
         settled it."""
-        async with self._uow(write=False) as uow:
-            taken = await uow.decisions.for_verification(session_id, version)
-            session = await uow.sessions.get(session_id)  # after the decisions: never older than they are
+        taken = await uow.decisions.for_verification(session_id, version)
+        session = await uow.sessions.get(session_id)  # after the decisions: never older than they are
         mine = [d for d in taken if d.operator_id == operator_id]
         first = mine[0] if mine else next((d for d in taken if d.outcome == "applied"), None)
         if first is None:
@@ -236,14 +255,20 @@ class DecisionService:
         stored = next(d for d in taken if d.operator_id == operator.id)
         return DecisionResult(stored, updated)
 
-    async def _load(self, cmd: Decide) -> tuple[Operator, Session]:
-        async with self._uow(write=False) as uow:
+    @staticmethod
+    async def _load(uow: UnitOfWork, cmd: Decide, principal: Principal | None) -> tuple[Operator, Session]:
+        """The deciding operator (read afresh: a permission taken away is refused at once) and the session.
+        With a principal, its refusals come first and read as every tool's (Forbidden, "not registered")."""
+        if principal is not None:
+            operator = await authorize_in(uow, principal, Capability.DECIDE)
+            if operator is None:  # only agents get None for DECIDE, and they are refused above it
+                raise Forbidden("only a registered operator decides")
+        else:
             operator = await uow.operators.get(cmd.operator_id)
-            session = await uow.sessions.get(cmd.session_id)
-        return operator, session
+        return operator, await uow.sessions.get(cmd.session_id)
 
     async def _earlier(
-        self, session: Session, operator_id: str, kind: DecisionKind, *, waiting: bool = False
+        self, uow: UnitOfWork, session: Session, operator_id: str, kind: DecisionKind, *, waiting: bool = False
     ) -> DecisionResult | None:
         """The operator's earlier decision on the current (or just decided) verification, if any. `waiting`:
         the session waits on a workflow approval step, which is decided like a verification (at its version).
@@ -255,15 +280,14 @@ class DecisionService:
 
         Raises: ConflictError when it differs from `kind`; InvalidTransition when `kind` cannot be decided now.
         """
-        async with self._uow(write=False) as uow:
-            if session.state == SessionState.VERIFYING or waiting:
-                taken = await uow.decisions.for_verification(session.id, session.version)
-                mine = [d for d in taken if d.operator_id == operator_id]
-            else:
-                mine = await self._this_rounds(uow, session)
-            # read after the decisions: a replay shows the session as that decision left it (or later), never
-            # the verifying row another process decided between our two reads
-            current = await uow.sessions.get(session.id) if mine else session
+        if session.state == SessionState.VERIFYING or waiting:
+            taken = await uow.decisions.for_verification(session.id, session.version)
+            mine = [d for d in taken if d.operator_id == operator_id]
+        else:
+            mine = await self._this_rounds(uow, session)
+        # read after the decisions: a replay shows the session as that decision left it (or later), never
+        # the verifying row another process decided between our two reads
+        current = await uow.sessions.get(session.id) if mine else session
         if not mine:
             allowed = allowed_triggers(session.state, session.prior_state)
             if session.state != SessionState.VERIFYING and not waiting and kind.value not in allowed:

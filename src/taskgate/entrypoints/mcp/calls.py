@@ -120,15 +120,29 @@ def parse_when(text: str | None) -> datetime | None:
 
 
 async def session_id_of(call: Call, ref: str, capability: Capability = Capability.READ_SESSION, trigger=None) -> str:
+    """The full id of the session `ref` names, once the caller is authorised for `capability` on it.
+
+    Raises: Forbidden, InvalidInput (a prefix too short or ambiguous), SessionNotFound (an unknown prefix)."""
+    session_id = await resolved_session_id(call, ref, capability, trigger)
+    if call.principal.session_id is None:  # an operator, by its roles (an agent was held to its scope above)
+        await call.app.operators.authorize(call.principal, capability, session_id=session_id, trigger=trigger)
+    return session_id
+
+
+async def resolved_session_id(
+    call: Call, ref: str, capability: Capability = Capability.READ_SESSION, trigger=None
+) -> str:
+    """The full id of the session `ref` names, with an agent already held to its token's scope (no I/O) and an
+    operator NOT yet authorised: for a tool whose use case authorises the operator inside its own unit of work
+    (`OperatorService.read_session`, `DecisionService.decide` given the principal). Every other tool calls
+    `session_id_of`."""
     own = call.principal.session_id
     if own is not None:  # an agent: never resolve (and so never confirm or reveal) another session's id
         wanted = ref.strip().lower()
         reached = own if len(wanted) >= 4 and own.startswith(wanted) else None
         authorize(call.principal, capability, session_id=reached, trigger=trigger)
         return own
-    session_id = await call.app.sessions.resolve_id(ref)
-    await call.app.operators.authorize(call.principal, capability, session_id=session_id, trigger=trigger)
-    return session_id
+    return await call.app.sessions.resolve_id(ref)
 
 
 async def viewer_of(call: Call) -> Viewer:

@@ -37,6 +37,7 @@ from taskgate.entrypoints.mcp.calls import (
     Timestamp,
     call_of,
     parse_when,
+    resolved_session_id,
     session_id_of,
     session_out,
     tool_errors,
@@ -265,13 +266,14 @@ async def project_decide(
     already-decided verification or step is refused, naming it. Needs the approve permission
     (override_policies and approve_and_merge also need override)."""
     call = call_of(ctx)
-    sid = await session_id_of(call, session_id, Capability.DECIDE)
+    sid = await resolved_session_id(call, session_id, Capability.DECIDE)
     assert call.principal.operator_id is not None  # agents were refused DECIDE above
     cmd = Decide(
         sid, call.principal.operator_id, decision, reason, instructions, tuple(override_policies), compensation,
         expected_version,
     )  # fmt: skip
-    return DecisionOut.of(await call.app.decisions.decide(cmd))
+    # the operator is authorised inside the decision's own first read transaction, not in one of its own
+    return DecisionOut.of(await call.app.decisions.decide(cmd, principal=call.principal))
 
 
 @tool_errors
@@ -282,8 +284,11 @@ async def session_status(session_id: SessionRef, ctx: Context) -> SessionOut:
     its final message, turns, tokens and cost) and its workflow stack (depth, breadcrumb,
     frames, and what a person must do: an approval or checklist items), when it runs one."""
     call = call_of(ctx)
-    sid = await session_id_of(call, session_id)
-    return await session_out(call, await call.app.sessions.get(sid))
+    sid = await resolved_session_id(call, session_id)
+    # the caller's authorisation, the session and its agents: one read transaction
+    with_agents = call.app.agents is not None
+    session, agents = await call.app.operators.read_session(call.principal, sid, with_agents=with_agents)
+    return await session_out(call, session, agents)
 
 
 @tool_errors

@@ -325,7 +325,7 @@ class SqlAlchemyOperatorRepository(_Repository):
         return found
 
     async def find(self, operator_id: str) -> Operator | None:
-        row = await self._one(select(t.operators).where(t.operators.c.id == operator_id))
+        row = await self._one(sql.OPERATOR_BY_ID, {"id": operator_id})
         return Operator(**dict(row)) if row else None
 
     async def list(self) -> list[Operator]:
@@ -337,8 +337,7 @@ class SqlAlchemyOperatorRepository(_Repository):
 
     async def lock(self, operator_id: str) -> None:
         """Hold the operator's row until the unit of work ends (one decision at a time per operator)."""
-        stmt = select(t.operators.c.id).where(t.operators.c.id == operator_id).with_for_update()
-        if await self._one(stmt) is None:
+        if await self._one(sql.OPERATOR_ID_FOR_UPDATE, {"id": operator_id}) is None:
             raise OperatorNotFound(operator_id)
 
 
@@ -469,9 +468,8 @@ class SqlAlchemyDecisionRepository(_Repository):
             ) from exc
 
     async def for_verification(self, session_id: str, session_version: int) -> list[Decision]:
-        c = t.decisions.c
-        stmt = select(t.decisions).where(c.session_id == session_id, c.session_version == session_version)
-        return [_decision(r) for r in await self._all(stmt.order_by(c.id))]
+        params = {"session_id": session_id, "session_version": session_version}
+        return [_decision(r) for r in await self._all(sql.DECISIONS_OF_VERIFICATION, params)]
 
     async def of_session(self, session_id: str, limit: int = 100) -> list[Decision]:
         c = t.decisions.c
@@ -512,11 +510,11 @@ class SqlAlchemyTokenRepository(_Repository):
         await self._conn.execute(insert(t.api_tokens), {f.name: getattr(token, f.name) for f in fields(token)})
 
     async def find_by_hash(self, token_hash: str) -> ApiToken | None:
-        row = await self._one(select(t.api_tokens).where(t.api_tokens.c.token_hash == token_hash))
+        row = await self._one(sql.TOKEN_BY_HASH, {"token_hash": token_hash})
         return ApiToken(**row) if row else None
 
     async def get(self, token_id: str) -> ApiToken | None:
-        row = await self._one(select(t.api_tokens).where(t.api_tokens.c.id == token_id))
+        row = await self._one(sql.TOKEN_BY_ID, {"id": token_id})
         return ApiToken(**row) if row else None
 
     async def list(self) -> list[ApiToken]:

@@ -74,3 +74,19 @@ APPLIED_UNTIL = (
     .where(_log.session_id == bindparam("session_id"), _log.at <= bindparam("at"), _log.outcome == "applied")
     .order_by(_log.seq)
 )
+
+# -- The MCP call path: authorisation, tokens, decisions (issue 20) ------------------------------------------------
+# Every MCP call reads its operator's row to authorise it, every HTTP request its token, every decision the
+# decisions of its verification: prebuilt like the statements above so that none of them is rebuilt per call.
+
+_op, _tok, _dec = t.operators.c, t.api_tokens.c, t.decisions.c
+
+OPERATOR_BY_ID = select(t.operators).where(_op.id == bindparam("id"))
+OPERATOR_ID_FOR_UPDATE = select(_op.id).where(_op.id == bindparam("id")).with_for_update()
+TOKEN_BY_HASH = select(t.api_tokens).where(_tok.token_hash == bindparam("token_hash"))
+TOKEN_BY_ID = select(t.api_tokens).where(_tok.id == bindparam("id"))
+DECISIONS_OF_VERIFICATION = (
+    select(t.decisions)
+    .where(_dec.session_id == bindparam("session_id"), _dec.session_version == bindparam("session_version"))
+    .order_by(_dec.id)
+)
