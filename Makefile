@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/beads_import.py
 	$(BIN)/python benchmarks/node_throughput.py
 	$(BIN)/python benchmarks/failover.py
+	$(BIN)/python benchmarks/cli_startup.py
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .ruff_cache .hypothesis
