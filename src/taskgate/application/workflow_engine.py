@@ -19,7 +19,7 @@ step, that step's claim and its agents' rows join it. An agent step therefore co
 own (benchmarks/workflow_overhead.py), plus whatever the agent supervisor records while its agents run.
 
 Where it lives, by concept: this module (the engine, its driver loop and the session effect), the pass
-(workflow_passes.py: what the stack needs next), starting steps
+(workflow_passes.py: what a pass reads, in one read transaction, and what it does next), starting steps
 (workflow_steps.py), outcomes and routing (workflow_routing.py), the end of a workflow (workflow_completion.py),
 cut-off steps and restart (workflow_interruptions.py), the writes (workflow_records.py), hand edits and
 approvals (workflow_edits.py), the catalogue (workflow_catalogue.py), the view (workflow_views.py) and what the
@@ -46,7 +46,7 @@ from taskgate.application.workflow_catalogue import CatalogueLookup
 from taskgate.application.workflow_completion import Completion
 from taskgate.application.workflow_edits import StackEdits
 from taskgate.application.workflow_interruptions import Interruptions
-from taskgate.application.workflow_passes import DriverPasses
+from taskgate.application.workflow_passes import DriverPasses, PassReads
 from taskgate.application.workflow_ports import (
     SYSTEM_ACTOR,
     StepLauncher,
@@ -100,6 +100,7 @@ class WorkflowEngine(
         # else makes the next save fail with ConcurrentModification, after which the driver reads afresh.
         # (a key is present only while its session's drive runs; stack edits outside a drive record nothing)
         self._written: dict[str, Session | None] = {}
+        self._reads: dict[str, PassReads] = {}  # what the current pass of each drive read (workflow_passes.py)
         self._roots: dict[int, str] = {}  # project id → root path (immutable), for `{project-root}`
         self._decisions: VerificationDecider | None = None
 
@@ -178,6 +179,7 @@ class WorkflowEngine(
                     return
         finally:
             del self._written[session_id]
+            self._reads.pop(session_id, None)
 
     async def agents_ended(self, session_id: str) -> None:
         """AgentService calls this when an agent of a workflow session ended."""

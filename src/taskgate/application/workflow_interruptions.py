@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskgate.application.workflow_passes import AGENT_STEPS, LIVE
+from taskgate.application.workflow_passes import AGENT_STEPS, LIVE, PassReads
 from taskgate.domain.entities import OPEN_STEP_STATUSES, Agent, Session, StepRun, StepStatus
 from taskgate.domain.states import SessionState
 from taskgate.domain.workflow_run import Frame, FrameStatus, breadcrumb, load_stack, record
@@ -17,7 +17,7 @@ class Interruptions:
 
     _sessions: Any  # SessionService
     _launcher: Any  # StepLauncher | None
-    _uow: Any  # UnitOfWorkFactory
+    _reads: dict[str, PassReads]
 
     async def recover(self) -> list[str]:
         """At start: drive every executing session with a stack that this node holds (after AgentService.recover,
@@ -33,14 +33,19 @@ class Interruptions:
                 )
         return report
 
-    async def _closed_run(self, top: Frame) -> tuple[bool, StepRun | None]:
+    def _closed_run(self, session_id: str, top: Frame) -> tuple[bool, StepRun | None]:
         """Whether the top frame's current run is closed (or missing) although the frame still runs or waits on
-        it, i.e. the session left executing meanwhile (`_close_open_runs`); and the run."""
+        it, i.e. the session left executing meanwhile (`_close_open_runs`); and the run.
+
+        Decided from the pass's reads. A pass that follows the driver's own write did not read the run: that
+        write left it open, and whatever closes it since (a transition out of executing, a stack edit) bumps the
+        session's version, so the driver's next save fails and the pass after it reads the run afresh."""
         if top.run_id is None:
             return True, None
-        async with self._uow(write=False) as uow:
-            run = await uow.step_runs.get(top.run_id)
-        return run.status not in OPEN_STEP_STATUSES, run
+        reads = self._reads[session_id]
+        if not reads.fresh or reads.run is None:
+            return False, None
+        return reads.run.status not in OPEN_STEP_STATUSES, reads.run
 
     async def _interrupted(
         self, session: Session, stack: list[Frame], top: Frame, step: Step, steps, closed: StepRun | None

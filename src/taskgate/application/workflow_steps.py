@@ -168,8 +168,7 @@ class StepStarts:
 
     async def _context(self, session: Session, top: Frame) -> dict[str, Any]:
         """What a condition sees: the frame's results and variables, the task, the session."""
-        async with self._uow(write=False) as uow:
-            task = await uow.tasks.get(session.task_id, with_blockers=False)
+        task = await self._task(session)
         facts = {"id": task.id, "title": task.title, "description": task.description, "priority": task.priority,
                  "labels": list(getattr(task, "labels", ()) or ())}  # fmt: skip
         return frame_context(top, facts, {"id": session.id, "state": session.state.value})
@@ -177,8 +176,7 @@ class StepStarts:
     async def _agent_specs(self, session: Session, top: Frame, step: Step) -> list[tuple[str, str]]:
         """(agent type, prompt) per agent of the step (workflow_prompts.py); what they were given is recorded in
         the session's manifest as its inputs."""
-        async with self._uow(write=False) as uow:
-            task = await uow.tasks.get(session.task_id, with_blockers=False)
+        task = await self._task(session)
         root = await self._root(session.project_id)
         folder = self._outputs.folder(session.id) if self._outputs is not None else ""
         task_facts = {"id": task.id, "title": task.title, "description": task.description, "priority": task.priority}
