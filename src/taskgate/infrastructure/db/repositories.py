@@ -916,6 +916,7 @@ def _test_run(row: Any) -> TestRun:
 
 
 _STEP_RUN_CHANGES = ("status", "ended_at", "output_summary", "agent_ids", "error")  # what `update` overwrites
+_OPEN_STEP_STATUSES = [s.value for s in OPEN_STEP_STATUSES]
 
 
 class SqlAlchemyStepRunRepository(_Repository):
@@ -926,9 +927,8 @@ class SqlAlchemyStepRunRepository(_Repository):
 
         Raises: SessionNotFound when `run.session_id` names no session."""
         values = {f.name: getattr(run, f.name) for f in fields(run) if f.name != "id"}
-        stmt = insert(t.step_runs).returning(t.step_runs.c.id)
         try:
-            return int((await self._conn.execute(stmt, _step_run_values(values))).scalar_one())
+            return int((await self._conn.execute(sql.INSERT_STEP_RUN, _step_run_values(values))).scalar_one())
         except IntegrityError as exc:
             if _foreign_key_failed(exc):
                 raise SessionNotFound(run.session_id) from exc
@@ -943,7 +943,7 @@ class SqlAlchemyStepRunRepository(_Repository):
             raise StepRunNotFound(run.id)
 
     async def get(self, run_id: int) -> StepRun:
-        row = await self._one(select(t.step_runs).where(t.step_runs.c.id == run_id)) if _storable(run_id) else None
+        row = await self._one(sql.STEP_RUN_BY_ID, {"id": run_id}) if _storable(run_id) else None
         if row is None:
             raise StepRunNotFound(run_id)
         return _step_run(row)
@@ -951,14 +951,9 @@ class SqlAlchemyStepRunRepository(_Repository):
     async def finish(self, run_id: int, status: StepStatus, ended_at: datetime, output: str, error: str | None) -> bool:
         if not _storable(run_id):
             return False
-        c = t.step_runs.c
-        still_open = [s.value for s in OPEN_STEP_STATUSES]
-        stmt = (
-            update(t.step_runs)
-            .where(c.id == run_id, c.status.in_(still_open))
-            .values(status=StepStatus(status).value, ended_at=ended_at, output_summary=output, error=error)
-        )
-        return (await self._conn.execute(stmt)).rowcount == 1
+        params = {"match_id": run_id, "open_statuses": _OPEN_STEP_STATUSES, "status": StepStatus(status).value,
+                  "ended_at": ended_at, "output_summary": output, "error": error}  # fmt: skip
+        return (await self._conn.execute(sql.FINISH_OPEN_STEP_RUN, params)).rowcount == 1
 
     async def of_session(self, session_id: str, limit: int = 200) -> list[StepRun]:
         c = t.step_runs.c

@@ -90,3 +90,17 @@ DECISIONS_OF_VERIFICATION = (
     .where(_dec.session_id == bindparam("session_id"), _dec.session_version == bindparam("session_version"))
     .order_by(_dec.id)
 )
+
+# -- The workflow engine's step runs (issue 20) ---------------------------------------------------------------------
+# An agent step closes its run and opens the next one's in the same claim transaction, and a driver pass that read
+# its session afresh reads the current run: prebuilt like the statements above, so none of them is rebuilt per step.
+
+_run = t.step_runs.c
+
+STEP_RUN_BY_ID = select(t.step_runs).where(_run.id == bindparam("id"))
+INSERT_STEP_RUN = insert(t.step_runs).returning(_run.id)
+# Closes a run only while it is open (running or waiting): a run closed already keeps its first outcome. The SET
+# values are the other parameter keys (status, ended_at, output_summary, error).
+FINISH_OPEN_STEP_RUN = update(t.step_runs).where(
+    _run.id == bindparam("match_id"), _run.status.in_(bindparam("open_statuses", expanding=True))
+)
