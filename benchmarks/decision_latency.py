@@ -4,9 +4,12 @@ A scratch repository and data directory are set up through the real CLI (`taskga
 operator's capacity raised), then `taskgate serve` is spawned and driven by the SDK client over stdio. For
 each of N tasks, untimed: `task_add`, `project_session_start` (worktree created), `plan_complete`,
 `work_complete`; then timed, one after the other: `session_status` and `project_decide(approve)` on that
-session. A decision is: authorisation by role, the idempotency lookup, the guarded `approve` transition with
-the decision row written in its transaction (the operator's row locked), and the events. Prints median and
-p99 of both and the ratio. The WIP limit is raised so the sessions can wait in verifying together.
+session. A decision is: authorisation by role, the idempotency lookup (both in one read transaction), the
+guarded `approve` transition with the decision row written in its transaction (the operator's row locked), and
+the events; the transition reads the session's worktree with git twice (its guards' worktree state before it,
+and the head and change the approval records), which is most of its time. Prints median and
+p99 of both, the ratio, and whether it meets issue 20's goal (≤ 2× session_status at the median); the load
+average before and after. The WIP limit is raised so the sessions can wait in verifying together.
 
 Run:  .venv/bin/python benchmarks/decision_latency.py [--n 100] [--warmup 10] [--synchronous FULL|NORMAL]
       (~1 min at n=100 on a 2-vCPU machine)
@@ -24,6 +27,7 @@ from pathlib import Path
 
 from mcp import Client
 from mcp_latency import (
+    GOAL_RATIO,
     OPERATOR,
     TASKGATE,
     Workspace,
@@ -62,11 +66,15 @@ async def measure(client: Client, plan_id: int, n: int, warmup: int) -> dict[str
 
 
 def report(samples: dict[str, list[int]]) -> None:
+    """Median and p99 of both tools, the ratio to session_status, and whether the goal was met."""
     base = median_ms(samples["session_status"])
     print(f"\n{'tool':<16} {'n':>4} {'median':>9} {'p99':>9} {'median/status':>14}")
     for name, values in samples.items():
         med = median_ms(values)
         print(f"{name:<16} {len(values):>4} {med:>7.2f}ms {percentile_ms(values, 99):>7.2f}ms {med / base:>13.2f}×")
+    ratio = median_ms(samples["project_decide"]) / base
+    verdict = "met" if ratio <= GOAL_RATIO else "missed"
+    print(f"goal (issue 20): project_decide ≤ {GOAL_RATIO:g}× session_status (median): {ratio:.2f}×, {verdict}")
 
 
 async def bench(workspace: Workspace, plan_id: int, n: int, warmup: int) -> None:
@@ -94,7 +102,8 @@ def main() -> None:
         plan = workspace.cli_json("plan", "add", "Phase 1")
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; synchronous={args.synchronous}")
         asyncio.run(bench(workspace, plan["id"], args.n, args.warmup))
-    print(f"\ntotal {time.monotonic() - started:.1f} s")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"\nload average after: {load}; total {time.monotonic() - started:.1f} s")
 
 
 if __name__ == "__main__":

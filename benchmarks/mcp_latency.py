@@ -11,7 +11,8 @@ On each, call by call in rotation (so all three see the same machine noise): `pi
 of the protocol, the transport and the SDK), `session_status` (one read: resolve the id, load the session)
 and a state change, `session_suspend` and `session_resume` alternating on the one session (one guarded,
 logged transaction each; `resume` takes the plan lock and checks the WIP limit). It prints median and p99
-(nearest rank) of each and the ratios tool / ping; the goal is ≤ 2× the empty tool at the median.
+(nearest rank) of each and the ratios tool / ping; the goal (issue 20) is a state change ≤ 2× the empty tool at
+the median, and each state-change row says whether it was met. The load average is printed before and after.
 
 The servers run with the product defaults (SQLite `synchronous=FULL`: every commit is fsynced; `--synchronous
 NORMAL` to compare), in a temporary directory with no config file. Subprocesses are cleaned up on every path:
@@ -54,6 +55,8 @@ STARTUP_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 10
 SERIES = ("ping", "session_status", "suspend/resume", "session_suspend", "session_resume")
 """`suspend/resume` is every state change; `session_suspend` and `session_resume` are its two halves."""
+GOAL_SERIES = ("suspend/resume", "session_suspend", "session_resume")
+"""The rows issue 20's goal is about (a state-changing tool ≤ 2× ping); session_status is shown, with no goal."""
 
 
 # -- statistics ----------------------------------------------------------------------------------------------
@@ -238,11 +241,11 @@ def report(transport: str, samples: dict[str, list[int]]) -> None:
     ping_median, ping_p99 = median_ms(samples["ping"]), percentile_ms(samples["ping"], 99)
     print(f"\n{transport}")
     header = f"{'tool':<16} {'n':>4} {'median':>9} {'p99':>9} {'median/ping':>12} {'p99/ping':>9}"
-    print(f"  {header}  goal ≤ {GOAL_RATIO:g}× (median)")
+    print(f"  {header}  goal: a state change ≤ {GOAL_RATIO:g}× ping (median)")
     for name in SERIES:
         med, p99 = median_ms(samples[name]), percentile_ms(samples[name], 99)
         ratio = med / ping_median
-        verdict = "" if name == "ping" else ("met" if ratio <= GOAL_RATIO else "missed")
+        verdict = ("met" if ratio <= GOAL_RATIO else "missed") if name in GOAL_SERIES else ""
         n = len(samples[name])
         print(f"  {name:<16} {n:>4} {med:>7.2f}ms {p99:>7.2f}ms {ratio:>11.2f}× {p99 / ping_p99:>8.2f}×  {verdict}")
 
@@ -294,7 +297,8 @@ def main() -> None:
             asyncio.run(bench_stdio(workspace, args.n, args.warmup))
         if not args.skip_http:
             asyncio.run(bench_http(workspace, args.n, args.warmup))
-    print(f"\ntotal {time.monotonic() - started:.1f} s")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"\nload average after: {load}; total {time.monotonic() - started:.1f} s")
 
 
 if __name__ == "__main__":
