@@ -171,18 +171,45 @@ def describe_sql(statement: str) -> str:
 
 @contextmanager
 def statement_log(database: Database) -> Iterator[list[str]]:
-    """Collect the SQL statements sent to the driver while the block runs (first words only)."""
-    seen: list[str] = []
+    """Collect the SQL statements sent to the driver while the block runs (first words only).
 
-    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+    On SQLite, sqlite3's own trace callback sees every statement, the hot ones taskgate runs on the driver
+    directly and BEGIN/COMMIT included; on PostgreSQL, SQLAlchemy's `before_cursor_execute` (COMMIT is not a
+    cursor statement there: the caller adds it).
+    """
+    seen: list[str] = []
+    engine = getattr(database.engine, "sync_engine", database.engine)  # async (PostgreSQL) or inline (SQLite)
+    if not database.is_sqlite:
+
+        def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            seen.append(describe_sql(statement))
+
+        event.listen(engine, "before_cursor_execute", record)
+        try:
+            yield seen
+        finally:
+            event.remove(engine, "before_cursor_execute", record)
+        return
+
+    def trace(statement: str) -> None:
         seen.append(describe_sql(statement))
 
-    engine = getattr(database.engine, "sync_engine", database.engine)  # async (PostgreSQL) or inline (SQLite)
-    event.listen(engine, "before_cursor_execute", record)
+    traced: list[Any] = []
+
+    def on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        dbapi_connection.set_trace_callback(trace)
+        traced.append(dbapi_connection)
+
+    writer = database._writer  # the commit groups' connection stays checked out
+    if writer is not None:
+        on_checkout(writer.sync_connection.connection.dbapi_connection, None, None)
+    event.listen(engine, "checkout", on_checkout)
     try:
         yield seen
     finally:
-        event.remove(engine, "before_cursor_execute", record)
+        event.remove(engine, "checkout", on_checkout)
+        for dbapi_connection in traced:
+            dbapi_connection.set_trace_callback(None)
 
 
 # -- bare-driver baseline -----------------------------------------------------------------------------------
@@ -388,7 +415,7 @@ async def count_statements(stack: Stack, session_id: str) -> dict[str, tuple[lis
     for trigger in ("start", "plan_complete"):
         with statement_log(stack.database) as seen, round_trips() as trips:
             await fire(stack, session_id, trigger)()
-        found[trigger] = ([*seen, "COMMIT"], trips)
+        found[trigger] = (seen if stack.database.is_sqlite else [*seen, "COMMIT"], trips)
     return found
 
 

@@ -35,6 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from taskgate.domain.errors import ConcurrentModification, InvalidInput
 from taskgate.infrastructure.db.commit_group import MAX_MEMBERS, CommitGroups
+from taskgate.infrastructure.db.driver_statements import DriverStatements
 
 SUPPORTED = {
     "sqlite": "sqlite",
@@ -51,12 +52,20 @@ def redact(url: str) -> str:
 
 
 class InlineConnection:
-    """A synchronous SQLAlchemy connection with the awaitable surface of `AsyncConnection`."""
+    """A synchronous SQLAlchemy connection with the awaitable surface of `AsyncConnection`.
 
-    def __init__(self, sync_connection: Connection) -> None:
+    Inside a transaction, the hot statements (`statements.HOT`) run on the sqlite3 driver directly
+    (driver_statements.py); everything else, and anything outside a transaction, through SQLAlchemy.
+    """
+
+    def __init__(self, sync_connection: Connection, driver: DriverStatements | None = None) -> None:
         self.sync_connection = sync_connection
+        self._driver = driver
 
     async def execute(self, statement: Any, parameters: Any = None) -> Any:
+        driver = self._driver
+        if driver is not None and driver.runs(statement, parameters) and self.sync_connection.in_transaction():
+            return driver.execute(self.sync_connection.connection.dbapi_connection, statement, parameters)
         return self.sync_connection.execute(statement, parameters)
 
     async def exec_driver_sql(self, statement: str, parameters: Any = None) -> Any:
@@ -112,9 +121,13 @@ class Database:
         # SQLite's writers of this process queue for one turn and share COMMITs (commit_group.py)
         self.groups: CommitGroups | None = None
         self._writer: InlineConnection | None = None  # the commit groups' connection, kept open (_begin_group)
+        self._driver: DriverStatements | None = None  # SQLite's hot statements, run on the driver
         if self.is_sqlite:
             self.engine: Engine | AsyncEngine = _sqlite_engine(parsed.set(drivername="sqlite+pysqlite"), synchronous)
             self.groups = CommitGroups(self._begin_group, max_members=group_commit_max)
+            from taskgate.infrastructure.db.statements import HOT  # the tables' module: only for SQLite handles
+
+            self._driver = DriverStatements(self.engine.dialect, HOT)
         else:
             self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=max_overflow)
 
@@ -189,7 +202,7 @@ class Database:
     async def _checkout(self) -> Any:
         if isinstance(self.engine, AsyncEngine):
             return await self.engine.connect()
-        return InlineConnection(self.engine.connect())
+        return InlineConnection(self.engine.connect(), self._driver)
 
     async def acquire_writer(self) -> None:
         """Queue behind other writers of this process and have a transaction of one's own (SQLite only:

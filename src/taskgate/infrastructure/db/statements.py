@@ -104,3 +104,17 @@ INSERT_STEP_RUN = insert(t.step_runs).returning(_run.id)
 FINISH_OPEN_STEP_RUN = update(t.step_runs).where(
     _run.id == bindparam("match_id"), _run.status.in_(bindparam("open_statuses", expanding=True))
 )
+
+# Run on SQLite's driver directly inside a transaction (driver_statements.py): a transition's statements.
+HOT = (
+    SESSION_BY_ID,
+    UPDATE_SESSION,
+    COUNT_PLAN_SESSIONS_IN,
+    PLAN_BY_ID,
+    SET_PLAN_STATUS,
+    PROJECT_BY_ID,
+    SET_TASK_STATUS,
+    TASK_FACTS,
+    INSERT_TRANSITION,
+    INSERT_EVENT,
+)

@@ -1,0 +1,131 @@
+"""The hot statements run on SQLite's driver (infrastructure/db/driver_statements.py) read and write exactly what
+SQLAlchemy's own execution reads and writes: same rows, same converted values (aware datetimes, JSON), same
+counts, same error types. Each case runs the statement both ways on one connection and compares."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy.exc import IntegrityError
+
+from taskgate.domain.states import WIP_STATES
+from taskgate.infrastructure.db import statements as sql
+from taskgate.infrastructure.db.engine import Database, InlineConnection
+
+T0 = datetime(2026, 11, 25, 6, 30, 15, 123456, tzinfo=UTC)
+
+
+@pytest.fixture
+async def conn(sqlite_template: Path, tmp_path: Path):
+    target = tmp_path / "driver.db"
+    shutil.copy(sqlite_template, target)
+    db = Database(f"sqlite:///{target}")
+    connection = await db.open(write=True)
+    assert isinstance(connection, InlineConnection)
+    await seed(connection)
+    yield connection
+    await connection.rollback()
+    await connection.close()
+    await db.dispose()
+
+
+async def seed(conn: InlineConnection) -> None:
+    run = conn.sync_connection.exec_driver_sql
+    run(
+        "INSERT INTO projects (id, name, key, root_path, config, task_seq, created_at) "
+        """VALUES (1, 'demo', 'DEMO', '/tmp/demo', '{"a": [1, 2]}', 3, '2026-11-25 06:30:15.123456')"""
+    )
+    run(
+        "INSERT INTO plans (id, project_id, name, status, created_at) VALUES (1, 1, 'p', 'open', '2026-11-25 06:30:15')"
+    )
+    for tid, status in (("D-1", "completed"), ("D-2", "open"), ("D-3", "open")):
+        run(
+            "INSERT INTO tasks (id, project_id, plan_id, title, description, priority, status, created_at, labels) "
+            f"VALUES ('{tid}', 1, 1, 't', '', 2, '{status}', '2026-11-25 06:30:15', '[]')"
+        )
+    run("INSERT INTO task_dependencies (task_id, depends_on_id, type) VALUES ('D-3', 'D-2', 'blocks')")
+    run("INSERT INTO task_dependencies (task_id, depends_on_id, type) VALUES ('D-3', 'D-1', 'blocks')")
+    for sid, tid, state in (("s-1", "D-1", "executing"), ("s-2", "D-2", "planning")):
+        run(
+            "INSERT INTO sessions (id, task_id, project_id, plan_id, state, state_data, workflow_stack, version, "
+            f"created_at, updated_at) VALUES ('{sid}', '{tid}', 1, 1, '{state}', "
+            """'{"k": {"n": 1}}', '[]', 4, '2026-11-25 06:30:15.123456', '2026-11-25 06:30:16')"""
+        )
+
+
+def through_sqlalchemy(conn: InlineConnection, statement, params) -> list[dict]:
+    return [dict(r) for r in conn.sync_connection.execute(statement, params).mappings().all()]
+
+
+@pytest.mark.parametrize(
+    ("statement", "params"),
+    [
+        (sql.SESSION_BY_ID, {"id": "s-1"}),
+        (sql.SESSION_BY_ID, {"id": "nope"}),
+        (sql.PLAN_BY_ID, {"id": 1}),
+        (sql.PROJECT_BY_ID, {"id": 1}),
+        (sql.COUNT_PLAN_SESSIONS_IN, {"plan_id": 1, "states": [s.value for s in WIP_STATES]}),
+        (sql.TASK_FACTS, {"task_id": "D-3", "plan_id": 1, "states": [s.value for s in WIP_STATES]}),
+        (sql.TASK_FACTS, {"task_id": "D-1", "plan_id": 1, "states": ["planning"]}),
+    ],
+)
+async def test_a_hot_read_returns_what_sqlalchemy_returns(conn: InlineConnection, statement, params) -> None:
+    expected = through_sqlalchemy(conn, statement, params)
+    got = (await conn.execute(statement, params)).mappings().all()
+    assert got == expected
+    assert all(type(got_row[k]) is type(exp_row[k]) for got_row, exp_row in zip(got, expected, strict=True)
+               for k in exp_row)  # fmt: skip
+
+
+async def test_hot_writes_store_what_sqlalchemy_stores(conn: InlineConnection) -> None:
+    event = {"kind": "k", "at": T0, "payload": {"x": [1, {"y": None}]}, "session_id": "s-1"}
+    await conn.execute(sql.INSERT_EVENT, event)
+    conn.sync_connection.execute(sql.INSERT_EVENT, {**event, "kind": "k2"})
+    rows = conn.sync_connection.exec_driver_sql("SELECT kind, at, payload, session_id FROM events ORDER BY id").all()
+    assert [tuple(r[1:]) for r in rows] == [tuple(rows[1][1:])] * 2  # identical stored values, both ways
+    record = {
+        "session_id": "s-1", "trigger": "suspend", "from_state": "executing", "to_state": "suspended",
+        "outcome": "applied", "actor": "alice", "reason": None,
+        "guard_results": [{"policy": "wip_limit", "passed": True}], "session_version": 5, "at": T0,
+    }  # fmt: skip
+    first = await conn.execute(sql.INSERT_TRANSITION, record)
+    second = conn.sync_connection.execute(sql.INSERT_TRANSITION, record)
+    assert first.inserted_primary_key[0] + 1 == second.inserted_primary_key[0]
+    stored = conn.sync_connection.exec_driver_sql("SELECT * FROM transition_log ORDER BY seq").all()
+    assert tuple(stored[0])[1:] == tuple(stored[1])[1:]
+
+
+async def test_a_version_checked_update_counts_rows_as_sqlalchemy_does(conn: InlineConnection) -> None:
+    changes = {"state": "suspended", "version": 5, "updated_at": T0, "state_data": {"k": 1}}
+    stale = await conn.execute(sql.UPDATE_SESSION, {**changes, "match_id": "s-1", "match_version": 3})
+    assert stale.rowcount == 0
+    applied = await conn.execute(sql.UPDATE_SESSION, {**changes, "match_id": "s-1", "match_version": 4})
+    assert applied.rowcount == 1
+    row = through_sqlalchemy(conn, sql.SESSION_BY_ID, {"id": "s-1"})[0]
+    assert (row["state"], row["version"], row["updated_at"], row["state_data"]) == ("suspended", 5, T0, {"k": 1})
+
+
+async def test_a_driver_error_is_raised_as_sqlalchemy_raises_it(conn: InlineConnection) -> None:
+    record = {
+        "session_id": "no-such-session", "trigger": "start", "from_state": "ready", "to_state": "planning",
+        "outcome": "applied", "actor": "alice", "reason": None, "guard_results": [], "session_version": 2, "at": T0,
+    }  # fmt: skip
+    with pytest.raises(IntegrityError, match="FOREIGN KEY"):
+        await conn.execute(sql.INSERT_TRANSITION, record)
+
+
+async def test_outside_a_transaction_a_hot_statement_goes_through_sqlalchemy(sqlite_template, tmp_path) -> None:
+    """No transaction begun: the driver would autocommit a write, so SQLAlchemy (which autobegins) runs it."""
+    target = tmp_path / "plain.db"
+    shutil.copy(sqlite_template, target)
+    db = Database(f"sqlite:///{target}")
+    try:
+        async with db.connect() as plain:
+            assert not plain.in_transaction()
+            result = await plain.execute(sql.SESSION_BY_ID, {"id": "nope"})
+            assert type(result).__name__ == "CursorResult"
+    finally:
+        await db.dispose()
