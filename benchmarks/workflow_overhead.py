@@ -16,8 +16,11 @@ Four workflows of `--steps` steps each run to `verifying`, timed from entering `
 - **parallel**: three no-op agents per step through AgentService, joined with min_success 3.
 
 The baseline, measured in the same run on the same database: one bare session transition (`suspend` then
-`resume`, halved), the cheapest thing the engine persists. Prints per-step median and p95 over `--runs` runs and
-the ratio to the baseline.
+`resume`, halved), the cheapest thing the engine persists. Prints per-step median and p95 over `--runs` runs, the
+ratio to the baseline, and the goal each kind is held to: for the engine's own work (condition, bare) ≤ 2 ms per
+step and ≤ 1.2× the baseline (issue 20), for steps through the real supervisor the seeds' 100 ms bar. The
+machine's load average is printed first: wall times mean little on a loaded machine, so the CPU time of this
+process per step (and its ratio to the baseline's) is printed beside them; the goal is judged on wall time.
 
 Run:  .venv/bin/python benchmarks/workflow_overhead.py [--steps 40] [--runs 5] [--tmp DIR]
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import os
 import statistics
 import subprocess
 import tempfile
@@ -184,22 +188,22 @@ async def main(steps: int, runs: int, tmp: Path) -> None:
         task = await tracker.add_task(AddTask(project.id, "bench task", plan_id=plan.id))
         return (await sessions.start_task(StartTask(task.id, ACTOR, OPERATOR))).session
 
-    async def baseline() -> float:
+    async def baseline() -> tuple[float, float]:
         session = await planning_session()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for trigger in ("suspend", "resume") * 10:
             await sessions.transition(FireTrigger(session.id, trigger, ACTOR))
-        return (time.perf_counter() - started) * 1000 / 20
+        return (time.perf_counter() - started) * 1000 / 20, (time.process_time() - cpu) * 1000 / 20
 
-    async def run(kind: str) -> float:
+    async def run(kind: str) -> tuple[float, float]:
         session = await planning_session()
         driver = bare_engine if kind == "bare" else engine
         await driver.add_workflow(session.id, kind, ACTOR)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         await sessions.transition(FireTrigger(session.id, "plan_complete", ACTOR))  # no effects: we kick below
         driver.kick(session.id)
         await driver.wait(session.id)
-        elapsed = (time.perf_counter() - started) * 1000
+        elapsed, cpu_ms = (time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000
         state = (await sessions.get(session.id)).state
         if state != SessionState.VERIFYING:
             runs_ = await driver.step_runs(session.id)
@@ -209,23 +213,36 @@ async def main(steps: int, runs: int, tmp: Path) -> None:
                 f"{kind}: ended {state}; runs {[(r.step_id, r.status, r.error) for r in runs_][-3:]}; "
                 f"agents {[(a.status, a.error) for a in mine][-3:]}"
             )
-        return elapsed / steps
+        return elapsed / steps, cpu_ms / steps
 
-    print(f"workflow engine overhead: {steps} steps per workflow, {runs} runs, SQLite FULL at {tmp}")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"workflow engine overhead: {steps} steps per workflow, {runs} runs, SQLite FULL at {tmp}; load {load}")
     await run("condition")  # warm-up (imports, caches, the catalogue)
     base = [await baseline() for _ in range(runs)]
-    base_median = statistics.median(base)
-    print(f"  baseline: one bare transition            median {base_median:6.2f} ms")
+    base_median, base_cpu = (statistics.median(x) for x in zip(*base, strict=True))
+    print(f"  baseline: one bare transition            median {base_median:6.2f} ms  (CPU {base_cpu:5.2f} ms)")
     for kind in ("condition", "bare", "agent", "parallel"):
-        per_step = sorted([await run(kind) for _ in range(runs)])
+        walls, cpus = zip(*[await run(kind) for _ in range(runs)], strict=True)
+        per_step = sorted(walls)
         median, p95 = statistics.median(per_step), per_step[min(len(per_step) - 1, int(0.95 * len(per_step)))]
-        # the 2 ms goal is the engine's own work (condition, bare); the AgentService rows add the supervisor's
-        # bookkeeping per agent (token, status rows, manifest) and are held to the seeds' 100 ms bar
-        goal, what = (2.0, "the engine's 2 ms goal") if kind in ("condition", "bare") else (100.0, "the 100 ms bar")
-        verdict = "meets" if median <= goal else "misses"
+        ratio, cpu = median / base_median, statistics.median(cpus)
         print(f"  {kind:<9} per step: median {median:6.2f} ms  p95 {p95:6.2f} ms  "
-              f"ratio to baseline {median / base_median:4.1f}x  ({verdict} {what})")  # fmt: skip
+              f"ratio to baseline {ratio:4.2f}x  (CPU {cpu:5.2f} ms, {cpu / base_cpu:4.2f}x)  "
+              f"({_verdict(kind, median, ratio)})")  # fmt: skip
     await database.dispose()
+
+
+def _verdict(kind: str, median: float, ratio: float) -> str:
+    """The goal `kind` is held to, and whether it meets it. The engine's own work (condition, bare) has issue 20's
+    goal, ≤ 2 ms and ≤ 1.2× one bare transition; through AgentService the supervisor's bookkeeping per agent
+    (token, status rows, manifest) is added, held to the seeds' 100 ms bar."""
+    if kind not in ("condition", "bare"):
+        return f"{'meets' if median <= 100.0 else 'misses'} the 100 ms bar"
+    met = [what for what, ok in (("2 ms", median <= 2.0), ("1.2x", ratio <= 1.2)) if ok]
+    missed = [what for what in ("2 ms", "1.2x") if what not in met]
+    if not missed:
+        return "meets the goal: <= 2 ms and <= 1.2x the baseline"
+    return f"goal <= 2 ms and <= 1.2x: misses {' and '.join(missed)}"
 
 
 if __name__ == "__main__":
