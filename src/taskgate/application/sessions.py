@@ -1,12 +1,17 @@
 """Session use cases: create a session, fire triggers on it, and read its history back.
 
+A fire is one straight line (`_fire_with_effects`): outside any transaction, only when the trigger needs
+them, the session read once, the slow facts (git, tests) gathered once, a dry run of the guards and the
+effect's outside work; then one transaction (`_transact`); then the effects after it.
+
 How races are prevented. Every write runs in a write unit of work, which the adapters serialise:
-SQLite takes the database write lock up front (`BEGIN IMMEDIATE`, plus an in-process FIFO lock so
-coroutines queue instead of busy-polling); PostgreSQL locks rows with `SELECT … FOR UPDATE`. `fire`
-locks the session row first, then (only for transitions that enter the WIP window or complete a task)
-the plan row, always in that order, so concurrent `start`s of one plan count WIP one at a time and
-cannot deadlock. `create_session` locks the task row, and a partial unique index on
-`sessions(task_id) WHERE state NOT IN (completed, cancelled)` backs up "one active session per task".
+SQLite takes the database write lock up front (`BEGIN IMMEDIATE`, with an in-process FIFO turn so
+coroutines queue instead of busy-polling, and queued writers sharing one COMMIT); PostgreSQL locks rows
+with `SELECT … FOR UPDATE`. `_transact` locks the session row first, then the operator's row (decisions,
+starts), then (only for transitions that enter the WIP window or complete a task) the plan row, always in
+that order (`_lock_for`), so concurrent `start`s of one plan count WIP one at a time and cannot deadlock.
+`create_session` locks the task row, and a partial unique index on `sessions(task_id) WHERE state NOT IN
+(completed, cancelled)` backs up "one active session per task".
 """
 
 from __future__ import annotations
@@ -329,12 +334,12 @@ class SessionService:
             await uow.commit()
 
     async def _fire_with_effects(self, trigger: Trigger, cmd: FireTrigger) -> FireResult:
-        prepared = None
-        if self._effects.wants_before(trigger):
-            if "guarded" in self._guards.may_need(trigger):  # refuse before the effect's outside work (a merge)
-                prepared = await self._precheck(cmd, trigger)
-            cmd = await self._run_before(trigger, cmd)
-        result = await self.transition(cmd, prepared=prepared)
+        """One trigger, in one straight line: (1) outside any transaction, what is slow or has effects, each
+        once: the session read (held here, the trigger possible), the slow facts, a dry run of the guards and
+        the effect's outside work (a merge); (2) the transaction (`_transact`); (3) the effects after it and
+        any automatic follow-up."""
+        slow, cmd = await self._outside_work(trigger, cmd)
+        result = await self._transact(trigger, cmd, slow)
         aftermath = await self._effects.after(result, cmd)
         if aftermath.warning:
             result = replace(result, warnings=(*result.warnings, aftermath.warning))
@@ -343,6 +348,26 @@ class SessionService:
         if aftermath.error is not None:
             raise aftermath.error
         return result
+
+    async def _outside_work(self, trigger: Trigger, cmd: FireTrigger) -> tuple[SlowFacts | None, FireTrigger]:
+        """Step 1 of a fire; reads nothing for a trigger that has no effect before it and whose policies need
+        no slow fact (most triggers). A refusal here writes a blocked row before any outside work is done."""
+        wants_before, needs = self._effects.wants_before(trigger), self._guards.may_need(trigger)
+        if not wants_before and not needs & SLOW_NEEDS:
+            return None, cmd
+        prepared = await self._prepare(cmd.session_id, trigger, cmd.expected_version, held=True)
+        if not wants_before:
+            return prepared.slow, cmd
+        if "guarded" in needs:  # refuse now if the guards would refuse later: before the merge, not after
+            verdict = await self._dry_verdict(prepared, cmd)
+            if not verdict.allowed:
+                await self.log_refusal(replace(cmd, changes=None), verdict.violations, verdict)
+                raise PolicyViolation(trigger.value, verdict.blocking(), cmd.session_id)
+        try:
+            return prepared.slow, await self._effects.before(prepared.session, cmd)
+        except EffectRefused as refused:
+            await self.log_refusal(replace(cmd, changes=refused.changes), refused.violations)
+            raise refused.error from None
 
     async def _follow(self, result: FireResult, follow_up: FireTrigger, *, fatal: bool) -> FireResult:
         try:
@@ -359,53 +384,44 @@ class SessionService:
             (*result.warnings, *nxt.warnings),
         )
 
-    async def _run_before(self, trigger: Trigger, cmd: FireTrigger) -> FireTrigger:
-        session = await self.refuse_unless_held(cmd.session_id)  # before any outside work (a merge)
-        self._select_row(session, trigger, cmd.expected_version)  # refuse before doing any outside work
-        try:
-            return await self._effects.before(session, cmd)
-        except EffectRefused as refused:
-            await self.log_refusal(replace(cmd, changes=refused.changes), refused.violations)
-            raise refused.error from None
-
-    async def log_refusal(self, cmd: FireTrigger, violations: list[Violation]) -> None:
-        """Log a blocked row for a trigger that an effect refused (e.g. a merge conflict); nothing else changes."""
-        async with self._uow(write=True) as uow:
-            session = await uow.sessions.get(cmd.session_id, lock=True)
-            row = self._select_row(session, parse_trigger(cmd.trigger), None)
+    async def log_refusal(self, cmd: FireTrigger, violations: list[Violation], verdict: Verdict | None = None) -> None:
+        """Log a blocked row for a trigger refused before its transaction (by an effect, e.g. a merge conflict,
+        or by the guards' dry run: `verdict`); nothing else changes but `cmd.changes` (kept for the operator)."""
+        if verdict is None:
             verdict = Verdict(
                 results=[GuardResult(v.policy, False, v.severity.value, v.message, v.suggestion) for v in violations],
                 violations=list(violations),
             )
+        async with self._uow(write=True) as uow:
+            session = await uow.sessions.get(cmd.session_id, lock=True)
+            row = self._select_row(session, parse_trigger(cmd.trigger), None)
             if cmd.changes:  # e.g. the conflicting files, kept on the session for the operator
                 await uow.sessions.update(_with_changes(session, cmd.changes), expected_version=session.version)
             await self._log_blocked(uow, session, row, cmd, verdict)
 
     async def transition(self, cmd: FireTrigger, *, prepared: SlowFacts | None = None) -> FireResult:
-        """Fire one trigger as one transaction: lock, check version, guard, update, append to the log.
+        """Fire one trigger as one transaction, without effects: lock, check version, guard, update, append
+        to the log. Slow facts (git state, the test run) are gathered first, outside the transaction, when an
+        applicable policy needs them (`prepared` hands in ones gathered already).
 
-        No effects run. Slow facts (git state, the test run) are gathered first, outside the transaction, when
-        an applicable policy needs them (`prepared` hands in ones gathered already). A guard refusal is logged
-        as a blocked row and raised as PolicyViolation; overridden policies' violations are recorded, not
-        blocking.
-        Raises: InvalidInput, SessionNotFound, InvalidTransition, ConcurrentModification, PolicyViolation.
+        Raises: InvalidInput, SessionNotFound, WrongNode, InvalidTransition, ConcurrentModification,
+        PolicyViolation.
         """
         trigger = parse_trigger(cmd.trigger)
         if prepared is None and self._guards.may_need(trigger) & SLOW_NEEDS:
-            prepared = (await self._prepare(cmd.session_id, trigger, cmd.expected_version)).slow
+            prepared = (await self._prepare(cmd.session_id, trigger, cmd.expected_version, held=True)).slow
+        return await self._transact(trigger, cmd, prepared)
+
+    async def _transact(self, trigger: Trigger, cmd: FireTrigger, slow: SlowFacts | None) -> FireResult:
+        """Step 2 of a fire, one transaction: lock the session, check node and version, select the table row
+        once, take the locks it needs, evaluate the guards (their database facts read here, in one
+        statement), then apply and log, or log the refusal. A refused guard is logged as a blocked row and
+        raised as PolicyViolation; overridden policies' violations are recorded, not blocking."""
         async with self._uow(write=True) as uow:
             session = await uow.sessions.get(cmd.session_id, lock=True)
             await refuse_unless_held(uow, session, self.node_id)
             row = self._select_row(session, trigger, cmd.expected_version)
-            if cmd.decision is not None:  # one decision at a time per operator, across processes too
-                await uow.operators.lock(cmd.decision.operator_id)
-            elif row.trigger == Trigger.START and session.operator_id is not None:
-                # operator_capacity counts the operator's sessions in progress across plans: starts of one
-                # operator queue on its row (after the session's, before the plan's: one order, no deadlock)
-                await uow.operators.lock(session.operator_id)
-            plan = None
-            if _needs_plan_lock(row) and session.plan_id is not None:
-                plan = await uow.plans.get(session.plan_id, lock=True)
+            plan = await self._lock_for(uow, session, row, cmd)
             verdict = Verdict()
             project = await self._project_name(uow, session.project_id)
 
@@ -413,7 +429,7 @@ class SessionService:
                 nonlocal verdict
                 verdict = await self._guards.evaluate(
                     spec,
-                    lambda needs: self._fire_facts(uow, session, plan, spec, cmd, needs, prepared),
+                    lambda needs: self._fire_facts(uow, session, plan, spec, cmd, needs, slow),
                     project=project,
                     overrides=cmd.overrides,
                 )
@@ -424,6 +440,20 @@ class SessionService:
                 await self._log_blocked(uow, session, row, cmd, verdict)
                 raise PolicyViolation(row.trigger.value, verdict.blocking(), session.id)
             return await self._apply(uow, session, plan, row, new_state, cmd, verdict)
+
+    @staticmethod
+    async def _lock_for(uow: UnitOfWork, session: Session, row: TransitionSpec, cmd: FireTrigger) -> Plan | None:
+        """The row locks a transition takes after its session's, always in this order (session, operator,
+        plan), so that two transactions never wait on each other in a cycle. Returns the plan when locked."""
+        if cmd.decision is not None:  # one decision at a time per operator, across processes too
+            await uow.operators.lock(cmd.decision.operator_id)
+        elif row.trigger == Trigger.START and session.operator_id is not None:
+            # operator_capacity counts the operator's sessions in progress across plans: starts of one
+            # operator queue on its row (after the session's, before the plan's)
+            await uow.operators.lock(session.operator_id)
+        if _needs_plan_lock(row) and session.plan_id is not None:
+            return await uow.plans.get(session.plan_id, lock=True)
+        return None
 
     async def start_task(self, cmd: StartTask) -> FireResult:
         """What an operator means by "start this task": reuse its ready session or create one, then `start`.
@@ -606,14 +636,17 @@ class SessionService:
 
     async def _prepare(
         self, session_id: str, trigger: Trigger, expected_version: int | None, *, dry_run: bool = False,
-        run_tests: bool = True,
+        run_tests: bool = True, held: bool = False,
     ) -> _Prepared:  # fmt: skip
         """Read the session and gather the slow facts its policies need, outside any transaction (git, tests).
 
-        Refuses an impossible trigger first, so no test runs for a transition that cannot happen.
+        Refuses an impossible trigger first (and, `held`, a session another node holds), so no test runs for
+        a transition that cannot happen here.
         """
         async with self._uow(write=False) as uow:
             session = await uow.sessions.get(session_id)
+            if held:
+                await refuse_unless_held(uow, session, self.node_id)
             project = await uow.projects.get(session.project_id)
         row = self._select_row(session, trigger, expected_version)
         slow = await self._guards.prepare(row, session, project, dry_run=dry_run, run_tests=run_tests)
@@ -628,18 +661,6 @@ class SessionService:
                 project=prepared.project,
                 overrides=cmd.overrides,
             )
-
-    async def _precheck(self, cmd: FireTrigger, trigger: Trigger) -> SlowFacts:
-        """Before an effect's outside work (the git merge): refuse now if the policies would refuse later."""
-        prepared = await self._prepare(cmd.session_id, trigger, cmd.expected_version)
-        verdict = await self._dry_verdict(prepared, cmd)
-        if not verdict.allowed:
-            async with self._uow(write=True) as uow:
-                session = await uow.sessions.get(cmd.session_id, lock=True)
-                row = self._select_row(session, trigger, None)
-                await self._log_blocked(uow, session, row, cmd, verdict)
-            raise PolicyViolation(trigger.value, verdict.blocking(), cmd.session_id)
-        return prepared.slow
 
     def policies(self, project: str | None = None) -> list[PolicyEntry]:
         """Every policy configured for `project` (by name; None: the global set), enabled or not, by priority."""
