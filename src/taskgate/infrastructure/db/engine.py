@@ -26,16 +26,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from taskgate.domain.errors import ConcurrentModification, InvalidInput
 from taskgate.infrastructure.db.commit_group import MAX_MEMBERS, CommitGroups
 from taskgate.infrastructure.db.driver_statements import DriverStatements
+
+if TYPE_CHECKING:  # the asyncio extension (and the ORM it pulls in) loads only for PostgreSQL: ~70 ms of start-up
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 SUPPORTED = {
     "sqlite": "sqlite",
@@ -90,7 +92,7 @@ class InlineConnection:
         return self.sync_connection.in_transaction()
 
 
-AnyConnection = InlineConnection | AsyncConnection
+AnyConnection: TypeAlias = "InlineConnection | AsyncConnection"
 
 
 class Database:
@@ -129,6 +131,8 @@ class Database:
 
             self._driver = DriverStatements(self.engine.dialect, HOT)
         else:
+            from sqlalchemy.ext.asyncio import create_async_engine
+
             self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=max_overflow)
 
     @property
@@ -200,7 +204,7 @@ class Database:
             delay = min(delay * 2, 0.05)
 
     async def _checkout(self) -> Any:
-        if isinstance(self.engine, AsyncEngine):
+        if not self.is_sqlite:
             return await self.engine.connect()
         return InlineConnection(self.engine.connect(), self._driver)
 
@@ -220,7 +224,7 @@ class Database:
         if self._writer is not None:
             writer, self._writer = self._writer, None
             writer.sync_connection.close()
-        if isinstance(self.engine, AsyncEngine):
+        if not self.is_sqlite:
             await self.engine.dispose()
         else:
             self.engine.dispose()

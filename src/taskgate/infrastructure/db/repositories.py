@@ -27,7 +27,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
 from taskgate.application.ports import Delivery, Lease, NodeRecord, OutboxEvent, TaskFacts, TransitionQuery
@@ -724,10 +723,6 @@ def _node(row: Any) -> NodeRecord:
     return NodeRecord(**{f.name: row[f.name] for f in fields(NodeRecord)})
 
 
-def _dialect_insert(dialect: str) -> Any:
-    return postgresql.insert if dialect == "postgresql" else sqlite.insert
-
-
 class SqlAlchemyLeaseRepository(_Repository):
     async def acquire(self, name: str, holder: str, node_id: str, now: datetime, until: datetime) -> Lease:
         c = t.leases.c
@@ -810,7 +805,7 @@ class SqlAlchemyDeliveryRepository(_Repository):
 
     def _insert_new(self, rows: list[dict[str, Any]]) -> Any:
         """INSERT … ON CONFLICT DO NOTHING: a concurrent enqueuer may have added the same rows."""
-        dialect_insert = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
+        dialect_insert = _dialect_insert(self._dialect)
         return dialect_insert(t.webhook_deliveries).values(rows).on_conflict_do_nothing()
 
     async def head(self, subscriber: str) -> Delivery | None:
@@ -1060,3 +1055,14 @@ class SqlAlchemyWritebackRepository(_Repository):
             .values(state=wb.SUPERSEDED, updated_at=now, next_attempt_at=None)
         )
         return (await self._conn.execute(stmt)).rowcount
+
+
+def _dialect_insert(dialect: str) -> Any:
+    """The dialect's `insert` (with ON CONFLICT); PostgreSQL's dialect module loads only when it is used."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.insert
