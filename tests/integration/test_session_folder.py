@@ -397,3 +397,18 @@ async def test_an_operator_saves_into_any_session(seeded, root):
             "save_output", session_id=other.id[:8], path="notes.txt", content="aGk=", encoding="base64"
         )
     assert out["bytes"] == 2 and (root / other.id / "notes.txt").read_bytes() == b"hi"
+
+
+async def test_has_manifest_answers_from_a_stat_and_follows_the_recorded_place(store, root):
+    """The cheap check a transition's manifest effect makes: no folder, no manifest; a written one (at its
+    recorded place too) is seen; read_manifest stays the judge of what is there."""
+    assert not store.has_manifest(SID)  # no root, no folder
+    await save(store, "x")
+    assert store.has_manifest(SID) and await store.read_manifest(SID) is not None
+    placed = "6f1c0000-0000-4000-8000-000000000003"
+    await store.place(placed, f"runs/{placed}")
+    assert not store.has_manifest(placed)
+    await store.update_manifest(placed, lambda m: m)
+    assert (root / "runs" / placed / "manifest.json").is_file() and not (root / placed).exists()
+    assert store.has_manifest(placed)
+    assert not store.has_manifest(OTHER)

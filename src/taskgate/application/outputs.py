@@ -79,7 +79,9 @@ class OutputService:
         """Bring the manifest's description up to date: `execution` (status by the session's state, its times, the
         operator), `related_sessions`, `metadata`, and `workflow` when given ({name, description}). With
         `create=False` a session without a folder is left without one (returns None). Raises: SessionNotFound."""
-        if not create and await self._folders.read_manifest(session_id) is None:
+        if not create and (
+            not self._folders.has_manifest(session_id) or await self._folders.read_manifest(session_id) is None
+        ):
             return None
         current, task = await self._session(session_id)
         session = session or current

@@ -913,6 +913,10 @@ class SessionFolders(Protocol):
         with `task` if missing). Raises: InvalidInput for a bad path or a broken limit; Forbidden for a symlink
         or something that is not a regular file or folder on the way."""
 
+    def has_manifest(self, session_id: str) -> bool:
+        """Whether the session's folder has a manifest, from a stat or two on the calling thread: for skipping
+        work on the many sessions without a folder. A True answer is no promise; read_manifest decides."""
+
     async def read_manifest(self, session_id: str) -> dict[str, Any] | None:
         """The manifest, or None when the folder has none (or an unreadable one)."""
 

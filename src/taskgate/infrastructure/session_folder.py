@@ -101,6 +101,17 @@ class SessionFolderStore:
         async with self._lock(session_id):
             return await asyncio.to_thread(self._write_output, session_id, parts, data, at, by, task)
 
+    def has_manifest(self, session_id: str) -> bool:
+        """A `stat` of `<folder>/manifest.json` (symlinks not followed), on the loop: microseconds, where
+        `read_manifest`'s hop to a worker thread costs a quarter of a millisecond on every transition."""
+        try:
+            os.stat(
+                self.root.joinpath(*self._parts(check_session_id(session_id)), MANIFEST_NAME), follow_symlinks=False
+            )
+        except (OSError, Forbidden):
+            return False
+        return True
+
     async def read_manifest(self, session_id: str) -> dict[str, Any] | None:
         check_session_id(session_id)
         return await asyncio.to_thread(self._read_manifest, session_id)
