@@ -19,3 +19,30 @@ def git_repo(root: Path) -> Path:
     ):
         subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
     return repo
+
+
+def emit_row(name: str, ours: float, baseline: float, unit: str, goal: str) -> None:
+    """One machine-readable line for `benchmarks/hot_path.py`: a measure of issue 20's table, ours, the baseline
+    measured in the same run, and the goal (`≤ 1.5×`, `≥ 2×`, optionally `; ≤ 2 ms` on ours itself)."""
+    print(f"ROW|{name}|{ours:.4g}|{baseline:.4g}|{unit}|{ours / baseline:.3f}|{goal}", flush=True)
+
+
+PG_BENCH_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/taskgate_bench"
+"""The database the benchmarks reset and use on PostgreSQL (create it once: `createdb -h 127.0.0.1 -U postgres
+taskgate_bench`). Its schema `public` is dropped and recreated: never point it at a database you care about."""
+
+
+def reset_pg_schema(url: str) -> None:
+    """Drop and recreate schema `public` of `url` (a PostgreSQL URL), so taskgate migrates it from empty."""
+    import asyncio
+
+    import asyncpg
+
+    async def reset() -> None:
+        conn = await asyncpg.connect(url.replace("+asyncpg", ""))
+        try:
+            await conn.execute("DROP SCHEMA IF EXISTS public CASCADE; CREATE SCHEMA public")
+        finally:
+            await conn.close()
+
+    asyncio.run(reset())

@@ -35,6 +35,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench_support import emit_row
+
 TASKGATE = str(Path(sys.executable).with_name("taskgate"))
 PYTHON = sys.executable
 BARE_SERVER = '''"""A bare MCP server: one tool, stdio, the SDK's defaults."""
@@ -139,6 +141,9 @@ def pair(label: str, ours: Run, base: Run, n: int, rounds: int) -> None:
     goal = GOALS.get(label)
     verdict = "" if goal is None else f"  goal ≤ {goal}×: {'met' if ma / mb <= goal else 'not met'}"
     print(f"  {label:<32} median : " + _figures(ma, ca, mb, cb) + verdict)
+    if goal is not None:
+        emit_row(f"{label} vs {'a bare MCPServer' if 'serve' in label else 'python -c pass'}", ma * 1e3, mb * 1e3, "ms",
+                 f"≤ {goal}×")  # fmt: skip
     low, high = min(m[0] / m[2] for m in medians), max(m[0] / m[2] for m in medians)
     ROWS.append(
         f"| {label} | {ma * 1e3:.1f} ms ({ca * 1e3:.0f}) | {mb * 1e3:.1f} ms ({cb * 1e3:.0f}) "

@@ -35,6 +35,7 @@ from typing import Any
 import aiosqlite
 import aiosqlite.core
 import asyncpg
+from bench_support import emit_row
 from sqlalchemy import event, text
 
 from taskgate.application.sessions import FireTrigger, SessionService
@@ -82,11 +83,6 @@ def median_ms(samples: list[int]) -> float:
 def verdict(ratio: float, goal: float) -> str:
     """'met' or 'MISSED' against a goal ratio."""
     return "met" if ratio <= goal else "MISSED"
-
-
-def row(name: str, ours: float, baseline: float, unit: str, goal: str) -> None:
-    """One machine-readable line for benchmarks/hot_path.py: the measure, ours, its same-run baseline, ratio."""
-    print(f"ROW|{name}|{ours:.4g}|{baseline:.4g}|{unit}|{ours / baseline:.3f}|{goal}")
 
 
 async def timed(action: Callable[[], Awaitable[Any]]) -> int:
@@ -451,7 +447,7 @@ def report_latency(synchronous: str, result: Latency) -> None:
             f"{verdict(med / base_med, GOAL_RATIO)};  vs same rows {med / same_med:5.2f}× ({p99 / same_p99:5.2f}×)"
         )
         print(f"    baseline, same rows as {label.split()[0]}: {same_med:8.3f}ms {same_p99:8.3f}ms")
-        row(f"SQLite {synchronous}: {label.split()[0]}", med, base_med, "ms", f"≤ {GOAL_RATIO}×")
+        emit_row(f"SQLite {synchronous}: {label.split()[0]}", med, base_med, "ms", f"≤ {GOAL_RATIO}×")
     print(f"  {'baseline, minimal: UPDATE session+INSERT log':44} {base_med:8.3f}ms {base_p99:8.3f}ms")
     print("  where the time goes:")
     cpu = ", ".join(f"{name} {median_ms(samples):.3f} ms" for name, samples in result.cpu.items())
@@ -635,7 +631,7 @@ def report_pg_latency(result: Latency) -> None:
             f"  {label:44} {med:8.3f}ms {p99:8.3f}ms   vs minimal {med / base_med:5.2f}× ({p99 / base_p99:5.2f}×) "
             f"{verdict(med / base_med, GOAL_RATIO)}"
         )
-        row(f"PostgreSQL: {label.split()[0]}", med, base_med, "ms", f"≤ {GOAL_RATIO}×")
+        emit_row(f"PostgreSQL: {label.split()[0]}", med, base_med, "ms", f"≤ {GOAL_RATIO}×")
     print(f"  {'baseline, minimal (asyncpg): UPDATE session+INSERT log':44} {base_med:8.3f}ms {base_p99:8.3f}ms")
     cpu = ", ".join(f"{name} {median_ms(samples):.3f} ms" for name, samples in result.cpu.items())
     print(f"    median CPU of the event-loop thread per call: {cpu}")
@@ -676,7 +672,7 @@ def report_throughput(label: str, ours: float, base: float, failed: int, session
         f"  {label:28} ours {ours:7.0f} transitions/s   floor {base:7.0f} tx/s   "
         f"ours ÷ floor {ratio:5.2f}× (goal ≥ {THROUGHPUT_GOAL}×: {met})   failed walks {failed}/{sessions}"
     )
-    row(f"{sessions} concurrent sessions, {label}", ours, base, "tx/s", f"≥ {THROUGHPUT_GOAL}×")
+    emit_row(f"{sessions} concurrent sessions, {label}", ours, base, "tx/s", f"≥ {THROUGHPUT_GOAL}×")
 
 
 # -- main ---------------------------------------------------------------------------------------------------

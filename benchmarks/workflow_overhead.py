@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_support import PG_BENCH_URL, emit_row, reset_pg_schema
+
 from taskgate.application.agents import ExecutionOptions
 from taskgate.application.ports import AgentExit
 from taskgate.application.sessions import FireTrigger, StartTask
@@ -152,7 +154,7 @@ def make_repo(root: Path) -> Path:
     return repo
 
 
-async def main(steps: int, runs: int, tmp: Path) -> None:
+async def main(steps: int, runs: int, tmp: Path, postgres: str | None = None) -> None:
     config = tmp / "config"
     for kind, text in workflows(steps).items():
         (config / "workflows" / "bench").mkdir(parents=True, exist_ok=True)
@@ -160,7 +162,7 @@ async def main(steps: int, runs: int, tmp: Path) -> None:
     catalogue = WorkflowService(WorkflowFiles(config), {"noop"})
     assert catalogue.catalogue().ok, catalogue.catalogue().problems
 
-    database = Database(f"sqlite+aiosqlite:///{tmp / 'bench.db'}", synchronous=SYNC)
+    database = Database(postgres or f"sqlite:///{tmp / 'bench.db'}", synchronous=SYNC)
     await migrations.upgrade(database)
 
     def uow(*, write: bool) -> SqlAlchemyUnitOfWork:
@@ -216,7 +218,8 @@ async def main(steps: int, runs: int, tmp: Path) -> None:
         return elapsed / steps, cpu_ms / steps
 
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"workflow engine overhead: {steps} steps per workflow, {runs} runs, SQLite FULL at {tmp}; load {load}")
+    store = f"PostgreSQL {postgres}" if postgres else f"SQLite FULL at {tmp}"
+    print(f"workflow engine overhead: {steps} steps per workflow, {runs} runs, {store}; load {load}")
     await run("condition")  # warm-up (imports, caches, the catalogue)
     base = [await baseline() for _ in range(runs)]
     base_median, base_cpu = (statistics.median(x) for x in zip(*base, strict=True))
@@ -229,6 +232,10 @@ async def main(steps: int, runs: int, tmp: Path) -> None:
         print(f"  {kind:<9} per step: median {median:6.2f} ms  p95 {p95:6.2f} ms  "
               f"ratio to baseline {ratio:4.2f}x  (CPU {cpu:5.2f} ms, {cpu / base_cpu:4.2f}x)  "
               f"({_verdict(kind, median, ratio)})")  # fmt: skip
+        if kind == "bare":
+            store = "PostgreSQL" if postgres else "SQLite"
+            emit_row(f"workflow engine ({store}): bare agent step vs one transition", median, base_median, "ms",
+                     "≤ 1.2×; ≤ 2 ms")  # fmt: skip
     await database.dispose()
 
 
@@ -250,6 +257,12 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--tmp", type=Path, default=None, help="folder for the database (default: a temp dir)")
+    parser.add_argument(
+        "--postgres", nargs="?", const=PG_BENCH_URL, default=None, metavar="URL",
+        help=f"run on PostgreSQL (schema public reset first; default {PG_BENCH_URL})",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.postgres:
+        reset_pg_schema(args.postgres)
     with tempfile.TemporaryDirectory(dir=args.tmp) as folder:
-        asyncio.run(main(args.steps, args.runs, Path(folder)))
+        asyncio.run(main(args.steps, args.runs, Path(folder), args.postgres))
