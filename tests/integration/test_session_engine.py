@@ -8,12 +8,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from taskgate.application.effects import NoEffects
 from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions import CreateSession, FireTrigger, StartTask
 from taskgate.application.tracker import AddTask
 from taskgate.domain.entities import PlanStatus, TaskStatus
 from taskgate.domain.errors import (
     ConcurrentModification,
+    Forbidden,
     InvalidInput,
     InvalidTransition,
     OperatorNotFound,
@@ -23,7 +25,7 @@ from taskgate.domain.errors import (
     SessionNotFound,
     TaskNotFound,
 )
-from taskgate.domain.states import SessionState
+from taskgate.domain.states import SessionState, Trigger
 from tests.builders import ACTOR, HAPPY_PATH, OPERATOR, fire, seed, start
 
 
@@ -349,3 +351,47 @@ async def waiting_for_a_lock(services, adding: asyncio.Future) -> None:
             if waiting:
                 return
             await asyncio.sleep(0.01)
+
+
+class _RecordingBefore(NoEffects):
+    """An effect with outside work before `suspend`, recording whether it ran."""
+
+    def __init__(self) -> None:
+        self.ran = 0
+
+    def wants_before(self, trigger: Trigger) -> bool:
+        return trigger == Trigger.SUSPEND
+
+    async def before(self, session, cmd):
+        self.ran += 1
+        return cmd
+
+
+@pytest.mark.parametrize("outside_work", [False, True], ids=["transaction only", "with an effect before"])
+async def test_a_fire_authorises_its_caller_once_in_its_first_unit_of_work_and_a_refusal_writes_nothing(
+    services, git_repo, outside_work
+):
+    seeded = await seed(services, git_repo, tasks=1)
+    session = await start(services, seeded.tasks[0])
+    effect = _RecordingBefore()
+    if outside_work:
+        services.sessions.use_effects(effect)
+    before = await services.sessions.history(session.id)
+    seen: list[object] = []
+
+    async def refuse(uow) -> None:
+        seen.append(uow)
+        raise Forbidden("operator bob lacks fire")
+
+    with pytest.raises(Forbidden, match="bob"):
+        await services.sessions.fire(FireTrigger(session.id, "suspend", "operator:bob", authorize=refuse))
+    assert len(seen) == 1 and effect.ran == 0  # refused before the effect's outside work
+    assert await services.sessions.history(session.id) == before  # not even a blocked row
+    assert (await services.sessions.get(session.id)).version == session.version
+
+    async def allow(uow) -> None:
+        seen.append(uow)
+
+    moved = await services.sessions.fire(FireTrigger(session.id, "suspend", "operator:alice", authorize=allow))
+    assert moved.session.state == SessionState.SUSPENDED
+    assert len(seen) == 2 and effect.ran == (1 if outside_work else 0)  # once per fire, not again in the transaction

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import re
 import weakref
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -105,6 +105,10 @@ class FireTrigger:
     decision: Decision | None = None
     # Policies whose violations are recorded but do not block (an authorised operator's override).
     overrides: frozenset[str] = frozenset()
+    # Set by an entry point: the caller's authorisation, run first in the fire's first unit of work (the read
+    # before outside work, else the transaction), so it costs one statement, not a transaction of its own, and
+    # refuses before anything is read, done or written. Raises Forbidden.
+    authorize: Callable[[UnitOfWork], Awaitable[Any]] | None = None
 
     def __post_init__(self) -> None:
         """Raises: InvalidInput for a version out of its range (domain/bounds.py), before any I/O."""
@@ -355,7 +359,8 @@ class SessionService:
         wants_before, needs = self._effects.wants_before(trigger), self._guards.may_need(trigger)
         if not wants_before and not needs & SLOW_NEEDS:
             return None, cmd
-        prepared = await self._prepare(cmd.session_id, trigger, cmd.expected_version, held=True)
+        prepared = await self._prepare(cmd.session_id, trigger, cmd.expected_version, held=True, by=cmd.authorize)
+        cmd = replace(cmd, authorize=None)  # authorised in that read, before any outside work
         if not wants_before:
             return prepared.slow, cmd
         if "guarded" in needs:  # refuse now if the guards would refuse later: before the merge, not after
@@ -409,7 +414,8 @@ class SessionService:
         """
         trigger = parse_trigger(cmd.trigger)
         if prepared is None and self._guards.may_need(trigger) & SLOW_NEEDS:
-            prepared = (await self._prepare(cmd.session_id, trigger, cmd.expected_version, held=True)).slow
+            ready = await self._prepare(cmd.session_id, trigger, cmd.expected_version, held=True, by=cmd.authorize)
+            prepared, cmd = ready.slow, replace(cmd, authorize=None)
         return await self._transact(trigger, cmd, prepared)
 
     async def _transact(self, trigger: Trigger, cmd: FireTrigger, slow: SlowFacts | None) -> FireResult:
@@ -418,6 +424,8 @@ class SessionService:
         statement), then apply and log, or log the refusal. A refused guard is logged as a blocked row and
         raised as PolicyViolation; overridden policies' violations are recorded, not blocking."""
         async with self._uow(write=True) as uow:
+            if cmd.authorize is not None:
+                await cmd.authorize(uow)
             session = await uow.sessions.get(cmd.session_id, lock=True)
             await refuse_unless_held(uow, session, self.node_id)
             row = self._select_row(session, trigger, cmd.expected_version)
@@ -636,14 +644,16 @@ class SessionService:
 
     async def _prepare(
         self, session_id: str, trigger: Trigger, expected_version: int | None, *, dry_run: bool = False,
-        run_tests: bool = True, held: bool = False,
+        run_tests: bool = True, held: bool = False, by: Callable[[UnitOfWork], Awaitable[Any]] | None = None,
     ) -> _Prepared:  # fmt: skip
         """Read the session and gather the slow facts its policies need, outside any transaction (git, tests).
 
-        Refuses an impossible trigger first (and, `held`, a session another node holds), so no test runs for
-        a transition that cannot happen here.
+        Refuses a caller `by` does not authorise, an impossible trigger (and, `held`, a session another node
+        holds) first, so no test runs for a transition that cannot happen here.
         """
         async with self._uow(write=False) as uow:
+            if by is not None:
+                await by(uow)
             session = await uow.sessions.get(session_id)
             if held:
                 await refuse_unless_held(uow, session, self.node_id)

@@ -15,8 +15,9 @@ from mcp.server.mcpserver import Context
 from pydantic import Field
 
 from taskgate.application.decisions import Decide
+from taskgate.application.operators import authorize_in
 from taskgate.application.outputs import SaveOutput
-from taskgate.application.ports import TransitionQuery
+from taskgate.application.ports import TransitionQuery, UnitOfWork
 from taskgate.application.sessions import FireTrigger, StartTask, parse_trigger
 from taskgate.application.tracker import AddTask
 from taskgate.domain.access import (
@@ -344,12 +345,19 @@ async def _fire(
     ctx: Context, session_id: str, trigger: str, reason: str | None, expected_version: int | None = None
 ) -> FireOut:
     call = call_of(ctx)
-    sid = await session_id_of(call, session_id, Capability.FIRE, parse_trigger(trigger))
     operator = call.principal.operator_id
     if trigger in DECISION_TRIGGERS and operator is not None:  # one way to decide: the decision path records it
+        sid = await session_id_of(call, session_id, Capability.FIRE, parse_trigger(trigger))
         result = await call.app.decisions.fire(sid, trigger, operator, reason=reason, expected_version=expected_version)
-    else:
-        result = await call.app.sessions.fire(FireTrigger(sid, trigger, call.principal.actor, reason, expected_version))
+        return FireOut.of(result.session, result.record, result.follow_ups, result.warnings)
+    parsed = parse_trigger(trigger)
+    sid = await resolved_session_id(call, session_id, Capability.FIRE, parsed)  # an agent: held to its scope here
+
+    async def authorized(uow: UnitOfWork) -> None:  # an operator: by its roles, in the fire's first transaction
+        await authorize_in(uow, call.principal, Capability.FIRE, session_id=sid, trigger=parsed)
+
+    cmd = FireTrigger(sid, trigger, call.principal.actor, reason, expected_version, authorize=authorized)
+    result = await call.app.sessions.fire(cmd)
     return FireOut.of(result.session, result.record, result.follow_ups, result.warnings)
 
 
