@@ -643,7 +643,7 @@ class SqlAlchemyAgentRepository(_Repository):
     async def many(self, agent_ids: Sequence[str]) -> list[Agent]:
         if not agent_ids:
             return []
-        found = {r["id"]: _agent(r) for r in await self._all(select(t.agents).where(t.agents.c.id.in_(agent_ids)))}
+        found = {r["id"]: _agent(r) for r in await self._all(sql.AGENTS_BY_IDS, {"ids": list(agent_ids)})}
         return [found[i] for i in agent_ids if i in found]
 
     async def last_run(self, session_id: str) -> int:

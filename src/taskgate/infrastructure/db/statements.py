@@ -105,6 +105,8 @@ FINISH_OPEN_STEP_RUN = update(t.step_runs).where(
     _run.id == bindparam("match_id"), _run.status.in_(bindparam("open_statuses", expanding=True))
 )
 
+AGENTS_BY_IDS = select(t.agents).where(t.agents.c.id.in_(bindparam("ids", expanding=True)))  # a workflow step's
+
 # Run on SQLite's driver directly inside a transaction (driver_statements.py): a transition's statements.
 HOT = (
     SESSION_BY_ID,
@@ -117,4 +119,5 @@ HOT = (
     TASK_FACTS,
     INSERT_TRANSITION,
     INSERT_EVENT,
+    AGENTS_BY_IDS,
 )
