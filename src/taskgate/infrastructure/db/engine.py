@@ -161,22 +161,8 @@ class Database:
         return await self._open_sqlite_writer()
 
     async def _open_sqlite_writer(self) -> InlineConnection:
-        loop = asyncio.get_running_loop()
-        deadline, delay = loop.time() + self.lock_timeout, 0.001
-        while True:
-            conn = await self._checkout()
-            conn.sync_connection.info[_BEGIN_KEY] = "BEGIN IMMEDIATE"
-            try:
-                await conn.begin()
-                return conn
-            except OperationalError as exc:
-                await conn.close()
-                if "locked" not in str(exc) or loop.time() + delay > deadline:
-                    raise ConcurrentModification(
-                        f"the SQLite database stayed locked by another process for {self.lock_timeout:g} s; retry"
-                    ) from exc
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.05)
+        """A pooled connection of its own in `BEGIN IMMEDIATE` (a migration's). Raises: as `open`."""
+        return await self._begin_immediate(None)
 
     async def _begin_group(self) -> InlineConnection:
         """The process's SQLite writer connection in `BEGIN IMMEDIATE`, for a commit group.
@@ -187,15 +173,22 @@ class Database:
         """
         if self._writer is None:
             self._writer = await self._checkout()
-        conn = self._writer
+        return await self._begin_immediate(self._writer)
+
+    async def _begin_immediate(self, kept: InlineConnection | None) -> InlineConnection:
+        """`BEGIN IMMEDIATE` on `kept`, or on a fresh pooled connection (closed again if BEGIN fails), retried
+        with backoff while another process holds the lock, up to the busy timeout."""
         loop = asyncio.get_running_loop()
         deadline, delay = loop.time() + self.lock_timeout, 0.001
         while True:
+            conn = kept or await self._checkout()
             conn.sync_connection.info[_BEGIN_KEY] = "BEGIN IMMEDIATE"
             try:
                 await conn.begin()
                 return conn
             except OperationalError as exc:
+                if kept is None:
+                    await conn.close()
                 if "locked" not in str(exc) or loop.time() + delay > deadline:
                     raise ConcurrentModification(
                         f"the SQLite database stayed locked by another process for {self.lock_timeout:g} s; retry"
