@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from taskgate.application.ports import (
+    BranchChange,
     CommitInfo,
     Delivery,
     FileStat,
@@ -791,6 +792,12 @@ class FakeVcs:
     async def worktree_state(self, repo_root: str, path: str, branch: str, base: str) -> WorktreeState:
         ctx = await self.workspace_context(repo_root, path, branch, base)
         return WorktreeState(branch, ctx.head_commit, ctx.dirty, ctx.untracked, ctx.conflicts, ctx.commits)
+
+    async def branch_change(
+        self, repo_root: str, path: str, branch: str, base: str, *, max_patch_bytes: int = 200_000
+    ) -> BranchChange:
+        ctx = await self.workspace_context(repo_root, path, branch, base, max_patch_bytes=max_patch_bytes)
+        return BranchChange(ctx.head_commit, ctx.diff_stat, ctx.patch, ctx.patch_truncated)
 
     async def workspace_context(
         self, repo_root: str, path: str, branch: str, base: str, *, max_patch_bytes: int = 200_000

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.ports import VcsProvider
+from taskgate.application.ports import BranchChange, VcsProvider, WorkspaceContext
+from taskgate.application.workspaces import change_id
 from taskgate.domain.errors import BranchGone, VcsError, WorktreeMismatch
 from taskgate.infrastructure.git import GitPythonVcs
 from tests.conftest import make_git_repo
@@ -341,6 +342,40 @@ async def test_merge_recreates_a_worktree_folder_deleted_by_hand(driver: Driver)
     assert (await listed(driver))[driver.path("s1")] == (BRANCH, False)
 
 
+def change_of(found: WorkspaceContext | BranchChange) -> tuple:
+    return (found.head_commit, found.diff_stat, found.patch, found.patch_truncated)
+
+
+@pytest.mark.parametrize("max_patch", [200_000, 40], ids=["whole-patch", "truncated-patch"])
+async def test_branch_change_is_the_head_and_diff_of_the_review_context(driver: Driver, max_patch: int) -> None:
+    """What an approval records is read with `branch_change`; a merge compared it with the review context."""
+    await create(driver)
+    driver.commit(driver.path("s1"), ["src/feature.py", "docs/feature.md"], "feat: the feature")
+    driver.advance_base(["upstream.txt"], "meanwhile on main")  # the fork point is no longer base's head
+    driver.commit(driver.path("s1"), ["src/more.py"], "feat: more")
+    driver.make_dirty(driver.path("s1"), ["README.md"])
+    full = await driver.vcs.workspace_context(driver.root, driver.path("s1"), BRANCH, "main", max_patch_bytes=max_patch)
+    change = await driver.vcs.branch_change(driver.root, driver.path("s1"), BRANCH, "main", max_patch_bytes=max_patch)
+    assert change_of(change) == change_of(full)
+    assert change.head_commit == driver.head(BRANCH) and change.patch_truncated == (max_patch == 40)
+    assert change_id(change) == change_id(full)
+
+
+async def test_branch_change_of_a_worktree_folder_deleted_by_hand_reads_the_branch(driver: Driver) -> None:
+    await create(driver)
+    driver.commit(driver.path("s1"), ["feature.txt"], "feature")
+    driver.delete_folder(driver.path("s1"))
+    change = await driver.vcs.branch_change(driver.root, driver.path("s1"), BRANCH, "main")
+    assert change_of(change) == change_of(await context(driver)) and change.head_commit == driver.head(BRANCH)
+
+
+async def test_branch_change_refuses_a_missing_base_as_the_review_context_does(driver: Driver) -> None:
+    await create(driver)
+    for call in (driver.vcs.workspace_context, driver.vcs.branch_change):
+        with pytest.raises(VcsError, match="base 'gone' does not exist"):
+            await call(driver.root, driver.path("s1"), BRANCH, "gone")
+
+
 async def test_worktree_state_is_the_cheap_subset_of_the_review_context(driver: Driver) -> None:
     await create(driver)
     driver.commit(driver.path("s1"), ["work.txt"], "feat: work")
@@ -368,6 +403,7 @@ async def test_a_worktree_folder_emptied_by_hand_is_refused_by_every_call_and_no
         lambda: merge(driver),
         lambda: context(driver),
         lambda: driver.vcs.worktree_state(driver.root, driver.path("s1"), BRANCH, "main"),
+        lambda: driver.vcs.branch_change(driver.root, driver.path("s1"), BRANCH, "main"),
         lambda: driver.vcs.reset_worktree(driver.path("s1"), created.base_commit, repo_root=driver.root, branch=BRANCH),
         lambda: driver.vcs.reset_worktree(driver.path("s1"), created.base_commit),
     ):
@@ -381,7 +417,12 @@ async def test_a_worktree_folder_holding_another_branch_is_refused(driver: Drive
     await create(driver, "s2", BRANCH)
     driver.commit(driver.path("s2"), ["feature.txt"], "feature")
     base = driver.head("main")
-    for call in (lambda: context(driver, "s1"), lambda: merge(driver, "s1")):
+    for call in (
+        lambda: context(driver, "s1"),
+        lambda: merge(driver, "s1"),
+        lambda: driver.vcs.worktree_state(driver.root, driver.path("s1"), BRANCH, "main"),
+        lambda: driver.vcs.branch_change(driver.root, driver.path("s1"), BRANCH, "main"),
+    ):
         with pytest.raises(WorktreeMismatch, match=f"a worktree of branch '{OTHER}'"):
             await call()
     assert driver.head("main") == base
@@ -396,6 +437,7 @@ async def test_a_branch_deleted_by_hand_is_named_before_anything_looks_at_its_wo
         lambda: merge(driver),
         lambda: context(driver),
         lambda: driver.vcs.worktree_state(driver.root, driver.path("s1"), BRANCH, "main"),
+        lambda: driver.vcs.branch_change(driver.root, driver.path("s1"), BRANCH, "main"),
     ):
         with pytest.raises(BranchGone, match=f"branch '{BRANCH}' of the session at .* no longer exists"):
             await call()

@@ -462,6 +462,18 @@ class WorktreeState:
 
 
 @dataclass(frozen=True, slots=True)
+class BranchChange:
+    """What a branch changes against its fork point with base, at one head: the part of `workspace_context`
+    an approval records (the head, and the diff its change id is computed from), read with the same git commands
+    and the same truncation, so the values are the same."""
+
+    head_commit: str
+    diff_stat: list[FileStat]
+    patch: str
+    patch_truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
 class MergeOutcome:
     """A merge that happened (`merged`) or was refused with the conflicting files, leaving nothing changed."""
 
@@ -544,6 +556,15 @@ class VcsProvider(Protocol):
 
     async def worktree_state(self, repo_root: str, path: str, branch: str, base: str) -> WorktreeState:
         """The cheap subset of `workspace_context` that policies need (no diff). Raises: as workspace_context."""
+
+    async def branch_change(
+        self, repo_root: str, path: str, branch: str, base: str, *, max_patch_bytes: int = 200_000
+    ) -> BranchChange:
+        """The head, diff stat and patch of `workspace_context`, the same values, without the commits, counts and
+        worktree status (what an approval records). The worktree is still checked to be the session's.
+
+        Raises: as workspace_context.
+        """
 
     async def merge(
         self, repo_root: str, path: str, branch: str, base: str, *, strategy: str, mode: str

@@ -25,7 +25,14 @@ from typing import Any
 from taskgate.application import crashpoints
 from taskgate.application.context import ContextScout, jsonable
 from taskgate.application.effects import NOTHING, Aftermath
-from taskgate.application.ports import Clock, UnitOfWorkFactory, VcsProvider, WorkspaceContext, WorktreeEntry
+from taskgate.application.ports import (
+    BranchChange,
+    Clock,
+    UnitOfWorkFactory,
+    VcsProvider,
+    WorkspaceContext,
+    WorktreeEntry,
+)
 from taskgate.application.sessions import MERGE_REQUESTED, EffectRefused, FireResult, FireTrigger, SessionService
 from taskgate.domain.entities import Project, Session, SessionSnapshot
 from taskgate.domain.errors import (
@@ -340,11 +347,15 @@ class WorkspaceService:
 
     async def _record_approved(self, session: Session, cmd: FireTrigger) -> FireTrigger:
         """The approval is of this head and this change: recorded with it, so a merge can tell whether what it
-        lands is what was approved. A session without a branch yet is approved as it is."""
+        lands is what was approved. A session without a branch yet is approved as it is.
+
+        Read with `branch_change` (the head, and the diff the change id hashes, at that head), not the whole
+        review context: the same values, three git processes side by side instead of ten one after the other.
+        Raises: as `review` (a gone branch or a foreign worktree still refuses the approval)."""
         if not session.branch_name or not session.worktree_path:
             return cmd
-        context = await self.review(session.id)
-        approved = {"head": context.head_commit, "change": change_id(context)}
+        change = await self._branch_change(session)
+        approved = {"head": change.head_commit, "change": change_id(change)}
         changes = dict(cmd.changes or {})
         changes["state_data"] = {**dict(changes.get("state_data") or {}), APPROVED: approved}
         return replace(cmd, changes=changes)
@@ -357,18 +368,31 @@ class WorkspaceService:
         if not isinstance(approved, dict):
             return  # approved before approvals were recorded
         try:
-            context = await self.review(session.id)
+            change = await self._branch_change(session)
         except VcsError:
             return  # a branch or worktree that is gone or foreign: the merge itself refuses it, naming it
-        if context.head_commit == approved["head"] or change_id(context) == approved["change"]:
+        if change.head_commit == approved["head"] or change_id(change) == approved["change"]:
             return
         hint = "fire reverify to send it back to verifying for a new decision (MCP session_fire, CLI session fire)"
         message = (
             f"branch {session.branch_name} changed after it was approved (approved {approved['head'][:12]}, now "
-            f"{context.head_commit[:12]}): what would be merged is not what was reviewed"
+            f"{change.head_commit[:12]}): what would be merged is not what was reviewed"
         )
         violation = Violation("approved_head", message, suggestion=hint)
         raise EffectRefused(ConflictError(f"{message}; {hint}"), [violation])
+
+    async def _branch_change(self, session: Session) -> BranchChange:
+        """The head and change of the session's branch against the base `review` uses (the same values as its
+        context). Raises: as `review`; the caller (`fire`) has already refused a session this node does not hold."""
+        assert session.branch_name and session.worktree_path
+        project = await self._project(session.project_id)
+        return await self._vcs.branch_change(
+            project.root_path,
+            session.worktree_path,
+            session.branch_name,
+            str(session.state_data.get("base_ref") or self._base(session)),
+            max_patch_bytes=self._options.max_patch_bytes,
+        )
 
     async def _record_merge_request(self, session: Session, cmd: FireTrigger) -> None:
         """Write who asked for the merge onto the session before git moves anything, so that a crash anywhere
@@ -497,10 +521,11 @@ class WorkspaceService:
             return await uow.projects.get(project_id)
 
 
-def change_id(context: WorkspaceContext) -> str:
+def change_id(context: WorkspaceContext | BranchChange) -> str:
     """What a branch changes against its fork point, independent of where it sits: the diff's file headers and
     added/removed lines, without blob ids and line numbers (like `git patch-id`), hashed. A rebase that changes
-    none of the branch's lines keeps it; a conflict fixed by hand changes it."""
+    none of the branch's lines keeps it; a conflict fixed by hand changes it. The same value from a review
+    context and from `branch_change` (both carry the same numstat and patch, truncated alike)."""
     kept = [
         line
         for line in context.patch.splitlines()

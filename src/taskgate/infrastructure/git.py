@@ -18,11 +18,12 @@ on the enclosing one: an emptied session worktree would let a rebase, a `reset -
 project checkout. So no git command runs in a session worktree (or in the checkout that has the base branch)
 before `_checkout` has verified it: no symbolic link, git's top level there is the folder itself, its common
 git dir is the project's, it is listed by the project's `git worktree list`, and its HEAD is the expected
-branch. Later commands in it run with GIT_DIR and GIT_WORK_TREE pinned to what was verified, so a folder
-emptied or deleted after the check still cannot lead git to another checkout (only a folder swapped for a
-symbolic link within those milliseconds, by hand, is beyond what a path can pin). Every command also gets an
-explicit `-C <folder>`: GitPython silently runs git in the process's own working directory when its folder
-does not exist.
+branch. In the usual case one `rev-parse` establishes all of it (`_linked_checkout_at_once`: the listing is
+read from the files `git worktree list` reads); anything unusual gets the full two-process check. Later
+commands in it run with GIT_DIR and GIT_WORK_TREE pinned to what was verified, so a folder emptied or deleted
+after the check still cannot lead git to another checkout (only a folder swapped for a symbolic link within
+those milliseconds, by hand, is beyond what a path can pin). Every command also gets an explicit `-C
+<folder>`: GitPython silently runs git in the process's own working directory when its folder does not exist.
 
 The base branch only moves forward: the merge builds the new commit first, checks that it descends from the
 base as read, then moves the base by a compare-and-swap (`update-ref <new> <old>`) or, when a checkout has the
@@ -42,6 +43,7 @@ from datetime import datetime
 from pathlib import Path
 
 from taskgate.application.ports import (
+    BranchChange,
     CommitInfo,
     FileStat,
     MergeOutcome,
@@ -58,6 +60,7 @@ GIT_TIMEOUT_S = 300
 _FALLBACK_IDENTITY = ("-c", "user.name=taskgate", "-c", "user.email=taskgate@localhost")
 _CONFLICT_CODES = {"DD", "AU", "UD", "UA", "DU", "AA", "UU"}
 _LOG_FORMAT = "--format=%H%x1f%s%x1f%an%x1f%aI"
+_HEX = "0123456789abcdef"
 _REPO_STATES = (
     ("rebase-merge", "rebasing"),
     ("rebase-apply", "rebasing"),
@@ -195,6 +198,8 @@ def _checkout(
 ) -> _Checkout:
     """`path` as a registered checkout of the project with `branch` checked out (or, with `rebasing`, being
     rebased). `linked` also refuses the project's main checkout. Raises: WorktreeMismatch naming what it is."""
+    if linked and (verified := _linked_checkout_at_once(repo_root, path, branch)) is not None:
+        return verified
     expected = f"the {'worktree' if linked else 'checkout'} of branch '{branch or '(any)'}' of {repo_root}"
 
     def refuse(found: str) -> VcsError:
@@ -206,6 +211,45 @@ def _checkout(
         raise refuse(f"a checkout that `git worktree list` of {repo_root} does not list")
     _check_head(entry, checkout.git_dir, branch, rebasing, refuse)
     return checkout
+
+
+def _linked_checkout_at_once(repo_root: str, path: str, branch: str | None) -> _Checkout | None:
+    """The usual case of `_checkout(linked=True)` in one git process instead of two: `path` is the project's
+    registered linked worktree with `refs/heads/<branch>` (any branch when None) checked out. The same checks as
+    the full path, read differently: git's own `rev-parse` (top level, git dir, common dir, and the branch HEAD
+    names) instead of `rev-parse` plus `git worktree list`, whose entry for the folder is read from the same
+    files git reads for it (`<common dir>/worktrees/<id>/gitdir`). None whenever anything is not exactly that
+    (a detached HEAD, a rebase in progress, an unborn branch, an odd path), and the full check then runs and
+    names what it found, so refusals and their messages are unchanged."""
+    where = Path(path)
+    if where.is_symlink() or not where.is_dir():
+        return None
+    status, out, _ = _run(path, ("rev-parse", "--path-format=absolute", "--show-toplevel", "--git-dir",
+                                 "--git-common-dir", "--symbolic-full-name", "HEAD"))  # fmt: skip
+    lines = out.splitlines()
+    if status != 0 or len(lines) != 4:
+        return None
+    top, git_dir, common, head_ref = lines
+    real, admin, common_dir = str(where.resolve()), Path(git_dir).resolve(), Path(common).resolve()
+    if str(Path(top).resolve()) != real or common_dir != _common_dir(repo_root).resolve():
+        return None
+    if admin.parent != common_dir / "worktrees" or not _admin_points_at(git_dir, real):
+        return None  # not linked, or not where `git worktree list` looks for the project's worktrees
+    if _listed_path(admin) != real:
+        return None
+    if not head_ref.startswith("refs/heads/") or branch not in (None, head_ref.removeprefix("refs/heads/")):
+        return None
+    return _Checkout(real, git_dir)
+
+
+def _listed_path(admin: Path) -> str | None:
+    """The folder `git worktree list` shows for the linked worktree whose admin folder is `admin`, resolved as
+    `_checkout` compares it: its `gitdir` file without the trailing `/.git`, relative to `admin` if relative."""
+    try:
+        recorded = (admin / "gitdir").read_text().rstrip().removesuffix("/.git")
+    except OSError:
+        return None
+    return str((admin / recorded).resolve()) if recorded else None
 
 
 def _own_checkout(repo_root: str, path: str, linked: bool, refuse: Callable[[str], VcsError]) -> _Checkout:
@@ -309,7 +353,41 @@ class GitPythonVcs:
         return await asyncio.to_thread(_workspace_context, repo_root, path, branch, base, max_patch_bytes)
 
     async def worktree_state(self, repo_root: str, path: str, branch: str, base: str) -> WorktreeState:
-        return await asyncio.to_thread(_worktree_state, repo_root, path, branch, base)
+        """Three git processes, two of them one after the other: the worktree check (one `rev-parse` in the
+        usual case) then its status, and beside them the log of the commits not on base, which reads only the
+        repository. The branch head is read in-process first (BranchGone before anything else)."""
+        head = await asyncio.to_thread(_branch_head, repo_root, branch, path)
+        (dirty, untracked, conflicts), commits = await asyncio.gather(
+            asyncio.to_thread(_worktree_status, repo_root, path, branch),
+            asyncio.to_thread(_commits, repo_root, f"{base}..{head}"),
+        )
+        return WorktreeState(branch, head, dirty, untracked, conflicts, commits)
+
+    async def branch_change(
+        self, repo_root: str, path: str, branch: str, base: str, *, max_patch_bytes: int = 200_000
+    ) -> BranchChange:
+        """`workspace_context`'s head, diff stat and patch: the head read in-process, then three git processes
+        side by side (the worktree check, the patch, the numstat), where `workspace_context` runs ten one after
+        the other. `<base>...<head>` is git's own `diff $(git merge-base <base> <head>) <head>` (the first merge
+        base when there are several, as `merge-base` prints), so the diff is that of the fork point. Errors come
+        in `workspace_context`'s order: BranchGone, WorktreeMismatch, then base missing or git's own."""
+        head = await asyncio.to_thread(_branch_head, repo_root, branch, path)
+        checked, patch, numstat = await asyncio.gather(
+            asyncio.to_thread(_session_worktree, repo_root, path, branch),
+            asyncio.to_thread(_run, repo_root, ("diff", "--no-color", "--no-ext-diff", f"{base}...{head}", "--")),
+            asyncio.to_thread(_run, repo_root, ("diff", "--numstat", "-z", "--no-renames", f"{base}...{head}", "--")),
+            return_exceptions=True,
+        )
+        for outcome in (checked, patch, numstat):
+            if isinstance(outcome, BaseException):
+                raise outcome
+        assert not isinstance(patch, BaseException) and not isinstance(numstat, BaseException)
+        if patch[0] != 0 or numstat[0] != 0:
+            await asyncio.to_thread(_fork_point, repo_root, base, head)  # raises what workspace_context would
+            failed = patch if patch[0] != 0 else numstat
+            raise VcsError(f"git diff failed: {(failed[2] or failed[1]).strip()[-600:] or f'exit {failed[0]}'}")
+        text = patch[1]
+        return BranchChange(head, _numstat(numstat[1]), text[:max_patch_bytes], len(text) > max_patch_bytes)
 
     async def merge(
         self, repo_root: str, path: str, branch: str, base: str, *, strategy: str, mode: str
@@ -516,10 +594,7 @@ def _disk_usage(path: str) -> int:
 def _workspace_context(repo_root: str, path: str, branch: str, base: str, max_patch: int) -> WorkspaceContext:
     head = _require_branch(repo_root, branch, path)
     dirty, untracked, conflicts = _worktree_status(repo_root, path, branch)
-    base_commit = _rev(repo_root, base)
-    if not base_commit:
-        raise VcsError(f"base '{base}' does not exist in {repo_root}")
-    fork = _git(repo_root, "merge-base", "--", base_commit, head).strip()
+    base_commit, fork = _fork_point(repo_root, base, head)
     behind, ahead = (
         int(n) for n in _git(repo_root, "rev-list", "--left-right", "--count", f"{base_commit}...{head}").split()
     )
@@ -541,14 +616,28 @@ def _workspace_context(repo_root: str, path: str, branch: str, base: str, max_pa
     )
 
 
-def _worktree_state(repo_root: str, path: str, branch: str, base: str) -> WorktreeState:
-    """Four git processes (the worktree check's two, status, log); the branch head is read in-process."""
-    head, _ = _resolve_in_process(repo_root, branch)
+def _fork_point(repo_root: str, base: str, head: str) -> tuple[str, str]:
+    """(base commit, merge base of it and `head`). Raises: VcsError when base is missing or they share none."""
+    base_commit = _rev(repo_root, base)
+    if not base_commit:
+        raise VcsError(f"base '{base}' does not exist in {repo_root}")
+    return base_commit, _git(repo_root, "merge-base", "--", base_commit, head).strip()
+
+
+def _branch_head(repo_root: str, branch: str, path: str) -> str:
+    """The commit of `branch`, read in-process (no git process): from its loose ref file when it holds an object
+    id (git reads that file first, and writes it by an atomic rename), else by GitPython (packed refs, a
+    symbolic ref). Raises: BranchGone."""
+    git_dir = Path(repo_root, ".git")
+    try:
+        head = Path(git_dir, "refs", "heads", branch).read_text().strip() if git_dir.is_dir() else ""
+    except OSError:
+        head = ""
+    if len(head) not in (40, 64) or head.strip(_HEX):
+        head = _resolve_in_process(repo_root, branch)[0] or ""
     if not head:
         raise BranchGone(branch, path, repo_root)
-    dirty, untracked, conflicts = _worktree_status(repo_root, path, branch)
-    commits = _commits(repo_root, f"{base}..{head}")
-    return WorktreeState(branch, head, dirty, untracked, conflicts, commits)
+    return head
 
 
 def _numstat(out: str) -> list[FileStat]:
