@@ -76,6 +76,7 @@ from taskgate.domain.errors import (
 from taskgate.domain.policies import BlockerFact, TestRun
 from taskgate.domain.states import TERMINAL_STATES, SessionState
 from taskgate.domain.writebacks import Writeback
+from taskgate.infrastructure.db.unit_of_work import REPOSITORIES, Committed
 
 
 @dataclass
@@ -636,6 +637,8 @@ class InMemoryUnitOfWork:
         if not self._write:
             raise InvalidInput("commit on a read-only unit of work")
         self._db.store = self._store
+        for name in REPOSITORIES:  # as the real unit of work: nothing goes through it after commit
+            setattr(self, name, Committed(name))
 
     async def __aexit__(self, *exc_info: object) -> None:
         if self._write:

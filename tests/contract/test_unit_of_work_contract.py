@@ -18,10 +18,12 @@ from taskgate.domain.errors import (
     ProjectNotFound,
     SessionAlreadyActive,
     SessionNotFound,
+    StorageError,
     TaskNotFound,
 )
 from taskgate.domain.policies import BlockerFact
 from taskgate.domain.states import WIP_STATES, SessionState
+from taskgate.infrastructure.db.unit_of_work import REPOSITORIES
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -245,3 +247,17 @@ def test_the_log_table_columns_are_in_transition_record_field_order():
     from taskgate.infrastructure.db.tables import transition_log
 
     assert [c.name for c in transition_log.columns] == [f.name for f in fields(TransitionRecord)]
+
+
+async def test_a_committed_unit_of_work_refuses_any_further_use_by_name(services):
+    """A SQLite member's connection belongs to the next member once it commits: every implementation refuses
+    a read or write through a committed unit of work, and the commit itself stands."""
+    async with services.uow(write=True) as uow:
+        pid, _plan_id = await seed(uow)
+        bound = {name for name in REPOSITORIES if hasattr(uow, name)}
+        assert bound == set(REPOSITORIES)  # the list names every repository a unit of work has
+        await uow.commit()
+        with pytest.raises(StorageError, match=r"uow\.projects\.get used after commit"):
+            await uow.projects.get(pid)
+    async with services.uow(write=False) as uow:
+        assert (await uow.projects.get(pid)).name == "demo"

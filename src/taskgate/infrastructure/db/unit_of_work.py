@@ -58,6 +58,12 @@ class SqlAlchemyUnitOfWork:
         self._bind(self._conn)
         return self
 
+    def _finish(self) -> None:
+        """After `commit()` nothing may go through this unit of work: a group member's connection is the next
+        member's by then. Every repository becomes a `Committed` that refuses any use by name."""
+        for name in REPOSITORIES:
+            setattr(self, name, Committed(name))
+
     def _bind(self, conn: AnyConnection) -> None:
         dialect = self._db.dialect or "sqlite"
         self.projects = SqlAlchemyProjectRepository(conn, dialect)
@@ -90,6 +96,8 @@ class SqlAlchemyUnitOfWork:
                 await self._conn.commit()
         except DBAPIError as exc:
             raise _translate(exc) from exc
+        finally:
+            self._finish()
         self._committed = True
 
     async def __aexit__(
@@ -108,6 +116,22 @@ class SqlAlchemyUnitOfWork:
             self._conn = None
         if isinstance(exc, DBAPIError):
             raise _translate(exc) from exc
+
+
+REPOSITORIES = (
+    "projects", "plans", "tasks", "operators", "sessions", "transitions", "events", "tokens", "snapshots",
+    "decisions", "test_runs", "agents", "deliveries", "step_runs", "writebacks", "nodes", "leases",
+)  # fmt: skip
+
+
+class Committed:
+    """Stands for a repository of a committed unit of work: any use is a programming error, named."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> None:
+        raise StorageError(f"uow.{self._name}.{attr} used after commit(); read before committing, or open a new unit")
 
 
 def _translate(exc: BaseException) -> Exception:
