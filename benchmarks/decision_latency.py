@@ -6,8 +6,9 @@ each of N tasks, untimed: `task_add`, `project_session_start` (worktree created)
 `work_complete`; then timed, one after the other: `session_status` and `project_decide(approve)` on that
 session. A decision is: authorisation by role, the idempotency lookup (both in one read transaction), the
 guarded `approve` transition with the decision row written in its transaction (the operator's row locked), and
-the events; the transition reads the session's worktree with git twice (its guards' worktree state before it,
-and the head and change the approval records), which is most of its time. Prints median and
+the events; the transition reads the session's worktree with git twice (its guards' worktree state before it:
+three git processes, two of them in a row; and the head and change the approval records: three side by side),
+which is most of its time. Prints median and
 p99 of both, the ratio, and whether it meets issue 20's goal (≤ 2× session_status at the median); the load
 average before and after. The WIP limit is raised so the sessions can wait in verifying together.
 
