@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_support import PG_BENCH_URL, emit_row, reset_pg_schema
 from mcp import Client
 from mcp_latency import (
     GOAL_RATIO,
@@ -66,7 +67,7 @@ async def measure(client: Client, plan_id: int, n: int, warmup: int) -> dict[str
     return samples
 
 
-def report(samples: dict[str, list[int]]) -> None:
+def report(samples: dict[str, list[int]], store: str = "SQLite") -> None:
     """Median and p99 of both tools, the ratio to session_status, and whether the goal was met."""
     base = median_ms(samples["session_status"])
     print(f"\n{'tool':<16} {'n':>4} {'median':>9} {'p99':>9} {'median/status':>14}")
@@ -76,12 +77,14 @@ def report(samples: dict[str, list[int]]) -> None:
     ratio = median_ms(samples["project_decide"]) / base
     verdict = "met" if ratio <= GOAL_RATIO else "missed"
     print(f"goal (issue 20): project_decide ≤ {GOAL_RATIO:g}× session_status (median): {ratio:.2f}×, {verdict}")
+    decide = median_ms(samples["project_decide"])
+    emit_row(f"project_decide vs session_status ({store})", decide, base, "ms", f"≤ {GOAL_RATIO:g}×")
 
 
 async def bench(workspace: Workspace, plan_id: int, n: int, warmup: int) -> None:
     with (workspace.root / "stdio-server.log").open("w") as errlog:
         async with stdio_connection(workspace, errlog) as client:
-            report(await measure(client, plan_id, n, warmup))
+            report(await measure(client, plan_id, n, warmup), workspace.store)
 
 
 def main() -> None:
@@ -89,6 +92,10 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
+    parser.add_argument(
+        "--postgres", nargs="?", const=PG_BENCH_URL, default=None, metavar="URL",
+        help=f"serve from PostgreSQL (schema public reset first; default {PG_BENCH_URL})",
+    )  # fmt: skip
     args = parser.parse_args()
     if not TASKGATE.exists():
         sys.exit(f"taskgate executable not found next to {sys.executable}")
@@ -98,6 +105,10 @@ def main() -> None:
         workspace.env = server_env(workspace.root / "data", args.synchronous) | {
             "TASKGATE_POLICIES__WIP_LIMIT__LIMIT": "1000"
         }
+        if args.postgres:
+            reset_pg_schema(args.postgres)
+            workspace.env["TASKGATE_DATABASE_URL"] = args.postgres
+            workspace.store = "PostgreSQL"
         workspace.cli("init", str(make_git_repo(workspace.root / "repo")), "--name", "bench")
         workspace.cli("operator", "grant", OPERATOR, "--max-active", "1000")
         plan = workspace.cli_json("plan", "add", "Phase 1")

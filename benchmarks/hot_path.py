@@ -10,7 +10,7 @@ Rows come on SQLite (the default) and on PostgreSQL where they apply (`--skip-pg
 | guarded `start`, `plan_complete` (SQLite FULL, PostgreSQL) vs a bare UPDATE+INSERT+COMMIT | transition_cost.py |
 | 200 concurrent sessions vs the floor of bare commits (SQLite, PostgreSQL) | transition_cost.py |
 | MCP stdio state change vs `ping` (SQLite, PostgreSQL) | mcp_latency.py |
-| `project_decide` vs `session_status` | decision_latency.py |
+| `project_decide` vs `session_status` (SQLite, PostgreSQL) | decision_latency.py |
 | workflow engine bare agent step vs one transition (SQLite, PostgreSQL) | workflow_overhead.py |
 | `taskgate --help` vs `python -c pass`; `serve` until `tools/list` vs a bare MCPServer | cli_startup.py |
 
@@ -57,6 +57,7 @@ def scripts(skip_pg: bool) -> list[list[str]]:
     if not skip_pg:
         found += [
             ["mcp_latency.py", "--n", "150", "--skip-http", "--postgres"],
+            ["decision_latency.py", "--n", "30", "--warmup", "5", "--postgres"],
             ["workflow_overhead.py", "--runs", "3", "--postgres"],
         ]
     return found
