@@ -48,6 +48,10 @@ async def seed(conn: InlineConnection) -> None:
         )
     run("INSERT INTO task_dependencies (task_id, depends_on_id, type) VALUES ('D-3', 'D-2', 'blocks')")
     run("INSERT INTO task_dependencies (task_id, depends_on_id, type) VALUES ('D-3', 'D-1', 'blocks')")
+    run(
+        "INSERT INTO operators (id, name, email, roles, permissions, max_active_sessions, created_at) VALUES "
+        """('alice', 'Alice', NULL, '["operator"]', '{"approve": true}', 3, '2026-11-25 06:30:15.5')"""
+    )
     for sid, tid, state in (("s-1", "D-1", "executing"), ("s-2", "D-2", "planning")):
         run(
             "INSERT INTO sessions (id, task_id, project_id, plan_id, state, state_data, workflow_stack, version, "
@@ -70,6 +74,8 @@ def through_sqlalchemy(conn: InlineConnection, statement, params) -> list[dict]:
         (sql.COUNT_PLAN_SESSIONS_IN, {"plan_id": 1, "states": [s.value for s in WIP_STATES]}),
         (sql.TASK_FACTS, {"task_id": "D-3", "plan_id": 1, "states": [s.value for s in WIP_STATES]}),
         (sql.TASK_FACTS, {"task_id": "D-1", "plan_id": 1, "states": ["planning"]}),
+        (sql.OPERATOR_BY_ID, {"id": "alice"}),
+        (sql.DECISIONS_OF_VERIFICATION, {"session_id": "s-1", "session_version": 4}),
     ],
 )
 async def test_a_hot_read_returns_what_sqlalchemy_returns(conn: InlineConnection, statement, params) -> None:

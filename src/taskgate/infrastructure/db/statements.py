@@ -120,4 +120,8 @@ HOT = (
     INSERT_TRANSITION,
     INSERT_EVENT,
     AGENTS_BY_IDS,
+    OPERATOR_BY_ID,  # every operator's call is authorised with it, in the call's own transaction
+    DECISIONS_OF_VERIFICATION,
+    STEP_RUN_BY_ID,
+    FINISH_OPEN_STEP_RUN,
 )
