@@ -66,23 +66,8 @@ class SqlAlchemyUnitOfWork:
 
     def _bind(self, conn: AnyConnection) -> None:
         dialect = self._db.dialect or "sqlite"
-        self.projects = SqlAlchemyProjectRepository(conn, dialect)
-        self.plans = SqlAlchemyPlanRepository(conn, dialect)
-        self.tasks = SqlAlchemyTaskRepository(conn, dialect)
-        self.operators = SqlAlchemyOperatorRepository(conn, dialect)
-        self.sessions = SqlAlchemySessionRepository(conn, dialect)
-        self.transitions = SqlAlchemyTransitionLog(conn, dialect)
-        self.events = SqlAlchemyEventLog(conn, dialect)
-        self.tokens = SqlAlchemyTokenRepository(conn, dialect)
-        self.snapshots = SqlAlchemySnapshotRepository(conn, dialect)
-        self.decisions = SqlAlchemyDecisionRepository(conn, dialect)
-        self.test_runs = SqlAlchemyTestRunRepository(conn, dialect)
-        self.agents = SqlAlchemyAgentRepository(conn, dialect)
-        self.deliveries = SqlAlchemyDeliveryRepository(conn, dialect)
-        self.step_runs = SqlAlchemyStepRunRepository(conn, dialect)
-        self.writebacks = SqlAlchemyWritebackRepository(conn, dialect)
-        self.nodes = SqlAlchemyNodeRepository(conn, dialect)
-        self.leases = SqlAlchemyLeaseRepository(conn, dialect)
+        for name, repository in _REPOSITORY_CLASSES.items():
+            setattr(self, name, repository(conn, dialect))
 
     async def commit(self) -> None:
         """Make the work durable; returns once it is (for a group member: once the group's COMMIT returned)."""
@@ -118,10 +103,26 @@ class SqlAlchemyUnitOfWork:
             raise _translate(exc) from exc
 
 
-REPOSITORIES = (
-    "projects", "plans", "tasks", "operators", "sessions", "transitions", "events", "tokens", "snapshots",
-    "decisions", "test_runs", "agents", "deliveries", "step_runs", "writebacks", "nodes", "leases",
-)  # fmt: skip
+_REPOSITORY_CLASSES: dict[str, type] = {
+    "projects": SqlAlchemyProjectRepository,
+    "plans": SqlAlchemyPlanRepository,
+    "tasks": SqlAlchemyTaskRepository,
+    "operators": SqlAlchemyOperatorRepository,
+    "sessions": SqlAlchemySessionRepository,
+    "transitions": SqlAlchemyTransitionLog,
+    "events": SqlAlchemyEventLog,
+    "tokens": SqlAlchemyTokenRepository,
+    "snapshots": SqlAlchemySnapshotRepository,
+    "decisions": SqlAlchemyDecisionRepository,
+    "test_runs": SqlAlchemyTestRunRepository,
+    "agents": SqlAlchemyAgentRepository,
+    "deliveries": SqlAlchemyDeliveryRepository,
+    "step_runs": SqlAlchemyStepRunRepository,
+    "writebacks": SqlAlchemyWritebackRepository,
+    "nodes": SqlAlchemyNodeRepository,
+    "leases": SqlAlchemyLeaseRepository,
+}
+REPOSITORIES = tuple(_REPOSITORY_CLASSES)  # the attributes a unit of work binds, and refuses after commit
 
 
 class Committed:
