@@ -127,9 +127,11 @@ class Database:
         if self.is_sqlite:
             self.engine: Engine | AsyncEngine = _sqlite_engine(parsed.set(drivername="sqlite+pysqlite"), synchronous)
             self.groups = CommitGroups(self._begin_group, max_members=group_commit_max)
-            from taskgate.infrastructure.db.statements import HOT  # the tables' module: only for SQLite handles
+            from taskgate.infrastructure.db.statements import (
+                hot_statements,  # the tables' module: only for SQLite handles
+            )
 
-            self._driver = DriverStatements(self.engine.dialect, HOT)
+            self._driver = DriverStatements(self.engine.dialect, hot_statements())
         else:
             from sqlalchemy.ext.asyncio import create_async_engine
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Integer,
@@ -62,6 +62,7 @@ from taskgate.domain.errors import (
     SessionAlreadyActive,
     SessionNotFound,
     StepRunNotFound,
+    StorageError,
     TaskNotFound,
     WritebackNotFound,
 )
@@ -71,6 +72,9 @@ from taskgate.domain.writebacks import Writeback
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.engine import AnyConnection
+
+if TYPE_CHECKING:
+    from taskgate.infrastructure.db.audit_trail import AuditTrail
 
 _TERMINAL = [s.value for s in TERMINAL_STATES]
 _INTEGER_IDS = range(-(2**31), 2**31)  # INTEGER id columns: 32-bit on PostgreSQL, 64-bit on SQLite
@@ -83,8 +87,14 @@ def _storable(ident: int) -> bool:
 
 
 class _Repository:
-    def __init__(self, conn: AnyConnection, dialect: str) -> None:
+    def __init__(self, conn: AnyConnection, dialect: str, trail: AuditTrail | None = None) -> None:
         self._conn, self._dialect = conn, dialect
+        self._trail = trail  # where an audited record goes to be chained at commit (audit_trail.py)
+
+    def _audited(self, table: str, record_id: int, values: dict[str, Any]) -> None:
+        if self._trail is None:
+            raise StorageError(f"{type(self).__name__} appends audited records: it needs its unit of work's trail")
+        self._trail.add(table, record_id, values)
 
     def _pick(self, plain: Select[Any], for_update: Select[Any], lock: bool) -> Select[Any]:
         return for_update if lock and self._dialect == "postgresql" else plain
@@ -400,8 +410,10 @@ class SqlAlchemySessionRepository(_Repository):
 
 class SqlAlchemyTransitionLog(_Repository):
     async def append(self, record: TransitionRecord) -> int:
-        result = await self._conn.execute(sql.INSERT_TRANSITION, _record_values(record))
-        return result.inserted_primary_key[0]
+        values = _record_values(record)
+        seq = (await self._conn.execute(sql.INSERT_TRANSITION, values)).inserted_primary_key[0]
+        self._audited("transition_log", seq, values)
+        return seq
 
     async def history(self, session_id: str, *, limit: int) -> list[TransitionRecord]:
         rows = (await self._conn.execute(sql.HISTORY, {"session_id": session_id, "limit": limit})).all()
@@ -430,9 +442,8 @@ class SqlAlchemyTransitionLog(_Repository):
 
 class SqlAlchemyEventLog(_Repository):
     async def append(self, kind: str, at: datetime, payload: dict[str, Any], session_id: str | None = None) -> None:
-        await self._conn.execute(
-            sql.INSERT_EVENT, {"kind": kind, "at": at, "payload": payload, "session_id": session_id}
-        )
+        values = {"kind": kind, "at": at, "payload": payload, "session_id": session_id}
+        self._audited("events", (await self._conn.execute(sql.INSERT_EVENT, values)).inserted_primary_key[0], values)
 
     async def list(self, session_id=None, limit=100, *, kind=None, since=None, until=None) -> list[dict[str, Any]]:
         c = t.events.c
@@ -459,12 +470,14 @@ class SqlAlchemyDecisionRepository(_Repository):
         values["compensation"] = decision.compensation.value if decision.compensation else None
         stmt = insert(t.decisions).returning(t.decisions.c.id)
         try:
-            return int((await self._conn.execute(stmt, values)).scalar_one())
+            decision_id = int((await self._conn.execute(stmt, values)).scalar_one())
         except IntegrityError as exc:
             raise AlreadyExists(
                 f"operator {decision.operator_id} already decided session {decision.session_id} "
                 f"at version {decision.session_version}"
             ) from exc
+        self._audited("decisions", decision_id, values)
+        return decision_id
 
     async def for_verification(self, session_id: str, session_version: int) -> list[Decision]:
         params = {"session_id": session_id, "session_version": session_version}
@@ -1057,12 +1070,4 @@ class SqlAlchemyWritebackRepository(_Repository):
         return (await self._conn.execute(stmt)).rowcount
 
 
-def _dialect_insert(dialect: str) -> Any:
-    """The dialect's `insert` (with ON CONFLICT); PostgreSQL's dialect module loads only when it is used."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects import postgresql
-
-        return postgresql.insert
-    from sqlalchemy.dialects import sqlite
-
-    return sqlite.insert
+_dialect_insert = sql.dialect_insert

@@ -7,8 +7,12 @@ Prebuilt statements with `bindparam` placeholders compile once and take their va
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, func, insert, select, update
+from functools import cache
+from typing import Any
 
+from sqlalchemy import bindparam, func, insert, literal, select, update
+
+from taskgate.domain.audit_chain import GENESIS
 from taskgate.infrastructure.db import tables as t
 
 _s, _p, _t, _log, _dep = t.sessions.c, t.plans.c, t.tasks.c, t.transition_log.c, t.task_dependencies.c
@@ -107,6 +111,36 @@ FINISH_OPEN_STEP_RUN = update(t.step_runs).where(
 
 AGENTS_BY_IDS = select(t.agents).where(t.agents.c.id.in_(bindparam("ids", expanding=True)))  # a workflow step's
 
+# -- The audit chains (issue 21): a unit of work that appended records locks each chain's head at commit, links
+# the records and advances the head (infrastructure/db/audit_trail.py).
+
+INSERT_LINK = insert(t.audit_links)
+ADVANCE_CHAIN = update(t.audit_chains).where(t.audit_chains.c.chain_id == bindparam("match_id"))
+
+
+def dialect_insert(dialect: str) -> Any:
+    """The dialect's `insert` (with ON CONFLICT); PostgreSQL's dialect module loads only when it is used."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.insert
+
+
+@cache
+def lock_chain(dialect: str) -> Any:
+    """Create-or-lock a chain's head row and return it: one statement. A chain's first appender creates it at the
+    genesis hash; on PostgreSQL the no-op update of ON CONFLICT locks the row until commit, so appenders of one
+    chain take turns (SQLite's writers already do)."""
+    c = t.audit_chains.c
+    stmt = dialect_insert(dialect)(t.audit_chains).values(
+        chain_id=bindparam("chain_id"), seq=literal(0), hash=literal(GENESIS), signed_seq=literal(0)
+    )
+    return stmt.on_conflict_do_update(index_elements=[c.chain_id], set_={"seq": c.seq}).returning(c.seq, c.hash)
+
+
 # Run on SQLite's driver directly inside a transaction (driver_statements.py): a transition's statements.
 HOT = (
     SESSION_BY_ID,
@@ -124,4 +158,11 @@ HOT = (
     DECISIONS_OF_VERIFICATION,
     STEP_RUN_BY_ID,
     FINISH_OPEN_STEP_RUN,
+    INSERT_LINK,
+    ADVANCE_CHAIN,
 )
+
+
+def hot_statements() -> tuple[Any, ...]:
+    """`HOT` and SQLite's chain lock (built on first use: it loads SQLite's dialect module)."""
+    return (*HOT, lock_chain("sqlite"))

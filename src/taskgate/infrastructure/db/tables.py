@@ -358,6 +358,41 @@ tracker_writebacks = Table(
     Index("ix_tracker_writebacks_task", "task_id", "id"),
 )
 
+# -- The audit chains (0014, docs/audit.md) ---------------------------------------------------------------------------
+# Each audited record (a row of transition_log, decisions or events) has one link: its place in its chain and its
+# link hash (domain/audit_chain.py). A chain's head row is what concurrent appenders to that chain lock and advance;
+# `signed_seq` is how far the newest checkpoint covers it.
+audit_links = Table(
+    "audit_links",
+    metadata,
+    Column("chain_id", String(120), primary_key=True),
+    Column("chain_seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("record_table", String(20), nullable=False),
+    Column("record_id", BigInteger, nullable=False),
+    Column("hash", String(64), nullable=False),
+    Index("uq_audit_links_record", "record_table", "record_id", unique=True),
+)
+
+audit_chains = Table(
+    "audit_chains",
+    metadata,
+    Column("chain_id", String(120), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("hash", String(64), nullable=False),
+    Column("signed_seq", BigInteger, nullable=False, server_default=text("0")),
+)
+
+audit_checkpoints = Table(
+    "audit_checkpoints",
+    metadata,
+    Column("number", Integer, primary_key=True, autoincrement=False),
+    Column("at", UtcDateTime, nullable=False),
+    Column("reason", String(20), nullable=False),
+    Column("body", Text, nullable=False),  # the canonical JSON that is hashed and signed (domain/audit_checkpoints.py)
+    Column("signature", Text, nullable=True),  # base64 Ed25519 over `body`
+    Column("key_id", String(64), nullable=False),
+)
+
 ALL_TABLES = [
     projects,
     plans,
@@ -377,4 +412,7 @@ ALL_TABLES = [
     tracker_writebacks,
     nodes,
     leases,
+    audit_links,
+    audit_chains,
+    audit_checkpoints,
 ]

@@ -7,6 +7,8 @@ from types import TracebackType
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from taskgate.domain.errors import ConcurrentModification, StorageError
+from taskgate.infrastructure.db.audit_store import SqlAlchemyAuditRepository
+from taskgate.infrastructure.db.audit_trail import AuditTrail
 from taskgate.infrastructure.db.commit_group import Member
 from taskgate.infrastructure.db.engine import AnyConnection, Database
 from taskgate.infrastructure.db.repositories import (
@@ -44,6 +46,7 @@ class SqlAlchemyUnitOfWork:
         self._conn: AnyConnection | None = None
         self._member: Member | None = None
         self._committed = False
+        self._trail: AuditTrail | None = None
 
     async def __aenter__(self) -> SqlAlchemyUnitOfWork:
         groups = self._db.groups if self._write else None
@@ -61,16 +64,22 @@ class SqlAlchemyUnitOfWork:
     def _finish(self) -> None:
         """After `commit()` nothing may go through this unit of work: a group member's connection is the next
         member's by then. Every repository becomes a `Committed` that refuses any use by name."""
-        for name in REPOSITORIES:
+        for name in _BOUND_CLASSES:
             setattr(self, name, Committed(name))
 
     def _bind(self, conn: AnyConnection) -> None:
         dialect = self._db.dialect or "sqlite"
-        for name, repository in _REPOSITORY_CLASSES.items():
-            setattr(self, name, repository(conn, dialect))
+        self._trail = AuditTrail(conn, dialect)
+        for name, repository in _BOUND_CLASSES.items():
+            setattr(self, name, repository(conn, dialect, self._trail))
 
     async def commit(self) -> None:
         """Make the work durable; returns once it is (for a group member: once the group's COMMIT returned)."""
+        if self._trail is not None:  # the audited records join their chains, in this same transaction; a failure
+            try:  # here leaves the unit open, and leaving it rolls it back
+                await self._trail.seal()
+            except DBAPIError as exc:
+                raise _translate(exc) from exc
         member, self._member = self._member, None  # whatever happens, this member is done with the group
         try:
             if member is not None:
@@ -122,7 +131,9 @@ _REPOSITORY_CLASSES: dict[str, type] = {
     "nodes": SqlAlchemyNodeRepository,
     "leases": SqlAlchemyLeaseRepository,
 }
-REPOSITORIES = tuple(_REPOSITORY_CLASSES)  # the attributes a unit of work binds, and refuses after commit
+REPOSITORIES = tuple(_REPOSITORY_CLASSES)  # the port's repositories (UnitOfWork): bound, and refused after commit
+# The AuditUnitOfWork port's one more (application/audit_ports.py): only the SQL units have the audit chains.
+_BOUND_CLASSES = {**_REPOSITORY_CLASSES, "audit": SqlAlchemyAuditRepository}
 
 
 class Committed:

@@ -1,0 +1,98 @@
+"""The audit log's hash chains: which chain a record belongs to, its canonical encoding and its link hash.
+
+Format `taskgate-audit-v1` (docs/audit.md): an audited record is one row of `transition_log`, `decisions` or
+`events`, given as the fields of `AUDITED_FIELDS` (its primary key included, so that swapping two rows' contents
+shows). Its *link hash* is the SHA-256 of the canonical JSON of
+`["taskgate-audit-v1", chain, seq, prev, table, fields]`: keys sorted, no spaces, UTF-8, datetimes as UTC ISO
+8601 with microseconds and `Z`. `prev` is the hash of the record before it in its chain (the genesis hash, 64
+zeros, for the first). Changing this encoding changes the format's name.
+
+Chains: a session's records form the chain `session:<id>`; a record of no session forms the chain of its event
+kind's noun (`global:operator`, `global:task`, …). Concurrent writers thus meet on a chain only when they write the
+same session, which they already serialise on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+FORMAT = "taskgate-audit-v1"
+GENESIS = "0" * 64
+
+AUDITED_FIELDS: dict[str, tuple[str, ...]] = {
+    "transition_log": (
+        "seq",
+        "session_id",
+        "trigger",
+        "from_state",
+        "to_state",
+        "outcome",
+        "actor",
+        "reason",
+        "guard_results",
+        "session_version",
+        "at",
+    ),
+    "decisions": (
+        "id",
+        "session_id",
+        "operator_id",
+        "decision",
+        "reason",
+        "instructions",
+        "override_policies",
+        "compensation",
+        "session_version",
+        "policy_results",
+        "at",
+        "outcome",
+        "to_state",
+    ),
+    "events": ("id", "session_id", "kind", "payload", "at"),
+}
+PRIMARY_KEYS = {"transition_log": "seq", "decisions": "id", "events": "id"}
+
+
+def chain_of(table: str, fields: Mapping[str, Any]) -> str:
+    """The chain a record of `table` with these fields belongs to."""
+    session_id = fields.get("session_id")
+    if session_id:
+        return f"session:{session_id}"
+    kind = str(fields.get("kind") or table)
+    return f"global:{kind.split('.', 1)[0]}"
+
+
+def session_chain(session_id: str) -> str:
+    """The chain of one session's records."""
+    return f"session:{session_id}"
+
+
+def canonical_value(value: Any) -> Any:
+    """A stored value as the chain encodes it: datetimes as UTC ISO 8601 text, enums as their value."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("a naive datetime cannot be chained: its instant is unknown")
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(value, Enum):
+        return value.value
+    return value
+
+
+def canonical_fields(table: str, row: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of `table`'s record `row` that the chain covers, canonical. Raises: KeyError for a missing one."""
+    return {name: canonical_value(row[name]) for name in AUDITED_FIELDS[table]}
+
+
+def encode(value: Any) -> bytes:
+    """The canonical JSON bytes of `value` (sorted keys, no spaces, UTF-8, no NaN)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def link_hash(chain: str, seq: int, prev: str, table: str, fields: Mapping[str, Any]) -> str:
+    """The hash of the record at `seq` of `chain`, after the record whose hash is `prev`; `fields` canonical."""
+    return hashlib.sha256(encode([FORMAT, chain, seq, prev, table, fields])).hexdigest()

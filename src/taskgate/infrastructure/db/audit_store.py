@@ -1,0 +1,152 @@
+"""The audit chains' storage: checkpoints, chain heads, and the links read back with their records to verify them.
+
+`links()` reads a batch of links in (chain, seq) order, each joined to its record (one LEFT JOIN per audited
+table, so a deleted record comes back as a link without fields) and to the link before it (so a window that
+starts mid-chain still has each record's predecessor hash). Batches are keyset-paged on (chain, seq), the
+primary key, so a verify of millions of rows holds one batch in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, delete, exists, func, insert, literal, select, tuple_, update
+
+from taskgate.application.audit_ports import LinkQuery, PrunePoint
+from taskgate.domain.audit_chain import AUDITED_FIELDS, PRIMARY_KEYS, canonical_fields, session_chain
+from taskgate.domain.audit_checkpoints import StoredCheckpoint, digest
+from taskgate.domain.audit_verify import LinkRow
+from taskgate.domain.states import SessionState
+from taskgate.infrastructure.db import statements as sql
+from taskgate.infrastructure.db import tables as t
+from taskgate.infrastructure.db.repositories import _Repository
+
+CHECKPOINT_CHAIN = "~checkpoints"  # its head row: the last checkpoint's number and body hash; never a record chain
+_TABLES = {"transition_log": t.transition_log, "decisions": t.decisions, "events": t.events}
+_PREFIX = {"transition_log": "tl_", "decisions": "d_", "events": "e_"}
+_links, _prev, _chains = t.audit_links, t.audit_links.alias("prev"), t.audit_chains
+
+
+def _joined() -> Any:
+    """Links, each with the link before it and its record's audited columns (prefixed per table)."""
+    columns = [_links.c.chain_id, _links.c.chain_seq, _links.c.record_table, _links.c.record_id, _links.c.hash,
+               _prev.c.hash.label("prev_hash")]  # fmt: skip
+    source = _links.outerjoin(_prev, and_(_prev.c.chain_id == _links.c.chain_id,
+                                          _prev.c.chain_seq == _links.c.chain_seq - 1))  # fmt: skip
+    for name, table in _TABLES.items():
+        key = table.c[PRIMARY_KEYS[name]]
+        columns += [table.c[f].label(_PREFIX[name] + f) for f in AUDITED_FIELDS[name]]
+        source = source.outerjoin(table, and_(_links.c.record_table == name, key == _links.c.record_id))
+    return select(*columns).select_from(source)
+
+
+_JOINED = _joined()
+_RECORD_AT = func.coalesce(*(table.c.at for table in _TABLES.values()))
+
+
+class SqlAlchemyAuditRepository(_Repository):
+    async def lock_checkpoints(self) -> tuple[int, str]:
+        row = (await self._conn.execute(sql.lock_chain(self._dialect), {"chain_id": CHECKPOINT_CHAIN})).mappings()
+        head = row.first()
+        return int(head["seq"]), str(head["hash"])
+
+    async def unsigned_heads(self) -> dict[str, tuple[int, str]]:
+        c = _chains.c
+        stmt = select(c.chain_id, c.seq, c.hash).where(c.seq > c.signed_seq, c.chain_id != CHECKPOINT_CHAIN)
+        return {r.chain_id: (int(r.seq), r.hash) for r in (await self._conn.execute(stmt.order_by(c.chain_id))).all()}
+
+    async def add_checkpoint(self, number: int, at: datetime, reason: str, body: bytes, signature: str, key_id: str,
+                             signed: dict[str, tuple[int, str]]) -> None:  # fmt: skip
+        row = {"number": number, "at": at, "reason": reason, "body": body.decode(), "signature": signature,
+               "key_id": key_id}  # fmt: skip
+        await self._conn.execute(insert(t.audit_checkpoints), row)
+        c = _chains.c
+        for chain, (seq, _hash) in signed.items():  # a concurrent appender may have moved on: only raise the mark
+            await self._conn.execute(
+                update(_chains).where(c.chain_id == chain, c.signed_seq < seq).values(signed_seq=seq)
+            )
+        await self._conn.execute(sql.ADVANCE_CHAIN, {"match_id": CHECKPOINT_CHAIN, "seq": number, "hash": digest(body)})
+
+    async def checkpoints(self) -> list[StoredCheckpoint]:
+        c = t.audit_checkpoints.c
+        rows = (await self._conn.execute(select(c.body, c.signature).order_by(c.number))).all()
+        return [StoredCheckpoint(r.body.encode(), r.signature) for r in rows]
+
+    async def last_checkpoint_at(self) -> datetime | None:
+        return (await self._conn.execute(select(func.max(t.audit_checkpoints.c.at)))).scalar()
+
+    async def stored_heads(self, chain: str | None = None) -> dict[str, tuple[int, str]]:
+        c = _chains.c
+        stmt = select(c.chain_id, c.seq, c.hash).where(c.chain_id != CHECKPOINT_CHAIN)
+        if chain is not None:
+            stmt = stmt.where(c.chain_id == chain)
+        return {r.chain_id: (int(r.seq), r.hash) for r in (await self._conn.execute(stmt)).all()}
+
+    async def links(self, query: LinkQuery) -> list[LinkRow]:
+        key = tuple_(_links.c.chain_id, _links.c.chain_seq)
+        stmt = _JOINED.where(key > tuple_(literal(query.after[0]), literal(query.after[1])))
+        if query.chain is not None:
+            stmt = stmt.where(_links.c.chain_id == query.chain)
+        if query.since is not None:
+            stmt = stmt.where(query.since <= _RECORD_AT)
+        stmt = stmt.order_by(_links.c.chain_id, _links.c.chain_seq).limit(query.limit)
+        return [_link_row(row) for row in (await self._conn.execute(stmt)).mappings().all()]
+
+    async def unlinked(self, chain: str | None, since: datetime | None, limit: int) -> list[tuple[str, int]]:
+        found: list[tuple[str, int]] = []
+        for name, table in _TABLES.items():
+            key = table.c[PRIMARY_KEYS[name]]
+            linked = exists().where(_links.c.record_table == name, _links.c.record_id == key)
+            stmt = select(key).where(~linked)
+            if chain is not None:
+                stmt = stmt.where(table.c.session_id == chain.removeprefix("session:"))
+            if since is not None:
+                stmt = stmt.where(table.c.at >= since)
+            rows = (await self._conn.execute(stmt.order_by(key).limit(limit - len(found)))).all()
+            found += [(name, int(r[0])) for r in rows]
+            if len(found) >= limit:
+                break
+        return found
+
+    async def sessions_in(self, states: Iterable[SessionState]) -> list[str]:
+        c = t.sessions.c
+        stmt = select(c.id).where(c.state.in_([s.value for s in states])).order_by(c.id)
+        return [r[0] for r in (await self._conn.execute(stmt)).all()]
+
+    async def prunable(self, before: datetime, sessions: Sequence[str]) -> list[PrunePoint]:
+        points = []
+        for session_id in sessions:
+            chain = session_chain(session_id)
+            stmt = select(func.max(_links.c.chain_seq), func.count()).select_from(
+                _JOINED.where(_links.c.chain_id == chain, before > _RECORD_AT).subquery()
+            )
+            upto, count = (await self._conn.execute(stmt)).one()
+            if upto:
+                link = select(_links.c.hash).where(_links.c.chain_id == chain, _links.c.chain_seq == upto)
+                points.append(PrunePoint(chain, int(upto), (await self._conn.execute(link)).scalar_one(), int(count)))
+        return points
+
+    async def prune(self, point: PrunePoint) -> dict[str, int]:
+        removed: dict[str, int] = {}
+        upto = and_(_links.c.chain_id == point.chain, _links.c.chain_seq <= point.seq)
+        for name, table in _TABLES.items():
+            ids = select(_links.c.record_id).where(upto, _links.c.record_table == name)
+            if name == "events":
+                deliveries = t.webhook_deliveries.c.event_id.in_(ids)
+                await self._conn.execute(delete(t.webhook_deliveries).where(deliveries))
+            result = await self._conn.execute(delete(table).where(table.c[PRIMARY_KEYS[name]].in_(ids)))
+            removed[name] = int(result.rowcount or 0)
+        await self._conn.execute(delete(_links).where(upto))
+        return removed
+
+
+def _link_row(row: Any) -> LinkRow:
+    table = row["record_table"]
+    prefix = _PREFIX.get(table)
+    fields = None
+    if prefix is not None and row[prefix + PRIMARY_KEYS[table]] is not None:
+        fields = canonical_fields(table, {f: row[prefix + f] for f in AUDITED_FIELDS[table]})
+    return LinkRow(row["chain_id"], int(row["chain_seq"]), table, int(row["record_id"]), row["hash"],
+                   row["prev_hash"], fields)  # fmt: skip

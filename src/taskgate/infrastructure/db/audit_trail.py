@@ -1,0 +1,67 @@
+"""`AuditTrail`: a unit of work's audited records, linked into their chains when it commits.
+
+The repositories that append audited records (transition rows, decisions, events) hand each one here with the
+values they inserted and the id the database gave it. `seal()` runs just before the commit: per chain, in sorted
+chain order, it locks the chain's head row (creating it at the genesis hash), links the records in the order they
+were appended and advances the head. So a link hash covers the record's primary key, known only after the insert.
+
+Why no deadlock: a chain head is locked only here, at the very end of a transaction, after every other lock it
+takes, and several chains are locked in sorted order; a transaction holding a chain head waits for no other kind
+of lock. Two transactions meet only on a chain both append to, which means the same session (or the same kind of
+global record), and take turns there. On SQLite the writers already take turns on the database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from taskgate.domain.audit_chain import PRIMARY_KEYS, canonical_fields, chain_of, link_hash
+from taskgate.infrastructure.db import statements as sql
+from taskgate.infrastructure.db.engine import AnyConnection
+
+
+class AuditTrail:
+    """The records one unit of work appended, in append order, waiting for `seal()`."""
+
+    __slots__ = ("_conn", "_dialect", "_pending")
+
+    def __init__(self, conn: AnyConnection, dialect: str) -> None:
+        self._conn, self._dialect = conn, dialect
+        self._pending: list[tuple[str, str, int, dict[str, Any]]] = []
+
+    def add(self, table: str, record_id: int, values: dict[str, Any]) -> None:
+        """Note a record just inserted into `table` with `values` (every audited field but its id).
+
+        Raises: KeyError naming a field the chain covers that `values` lacks (a programming error).
+        """
+        fields = canonical_fields(table, {**values, PRIMARY_KEYS[table]: record_id})
+        self._pending.append((chain_of(table, fields), table, record_id, fields))
+
+    async def seal(self) -> int:
+        """Link the pending records into their chains; returns how many. Runs inside the unit's transaction."""
+        if not self._pending:
+            return 0
+        by_chain: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
+        for chain, table, record_id, fields in self._pending:
+            by_chain.setdefault(chain, []).append((table, record_id, fields))
+        count, self._pending = len(self._pending), []
+        lock = sql.lock_chain(self._dialect)
+        for chain in sorted(by_chain):
+            head = (await self._conn.execute(lock, {"chain_id": chain})).mappings().first()
+            seq, prev = int(head["seq"]), head["hash"]
+            links = []
+            for table, record_id, fields in by_chain[chain]:
+                seq += 1
+                prev = link_hash(chain, seq, prev, table, fields)
+                links.append({"chain_id": chain, "chain_seq": seq, "record_table": table, "record_id": record_id,
+                              "hash": prev})  # fmt: skip
+            await self._insert(links)
+            await self._conn.execute(sql.ADVANCE_CHAIN, {"match_id": chain, "seq": seq, "hash": prev})
+        return count
+
+    async def _insert(self, links: list[dict[str, Any]]) -> None:
+        if self._dialect == "postgresql":  # one round trip for all of them
+            await self._conn.execute(sql.INSERT_LINK, links)
+        else:  # one driver call each (driver_statements.py): cheaper than SQLAlchemy's executemany for a few
+            for link in links:
+                await self._conn.execute(sql.INSERT_LINK, link)
