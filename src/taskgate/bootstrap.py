@@ -9,13 +9,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from taskgate import __version__
 from taskgate.application.access import AccessService
 from taskgate.application.adoption import SessionAdoption
 from taskgate.application.agents import AgentService, ExecutionOptions
 from taskgate.application.audit import AuditService
+from taskgate.application.audit_ledger import AuditLedger
 from taskgate.application.context import ContextScout
 from taskgate.application.decisions import DecisionService
 from taskgate.application.dispatch import Dispatcher, DispatchOptions
@@ -107,6 +108,7 @@ class App:
     nodes: NodeService | None = None  # this process's node: its heartbeat, and the list of every node
     adoption: SessionAdoption | None = None  # moving a down node's sessions here (docs/nodes.md)
     writebacks: WritebackService | None = None  # status writes owed to the external tracker (durable outbox)
+    ledger: AuditLedger | None = None  # the audit chains' checkpoints, verification and retention (docs/audit.md)
 
     async def close(self) -> None:
         """Run the closers (e.g. an agent endpoint), newest first, then release the database."""
@@ -379,7 +381,15 @@ async def bootstrap(
     app.nodes = node_service(settings, uow, clock)
     app.adoption = SessionAdoption(uow, services[0], extras[0], app.nodes, clock, agents.process_alive)
     app.recovery = Recovery(services[0], extras[0], services[3], agents, app.workflows)
+    app.ledger = audit_ledger(settings, uow, clock)
     return app
+
+
+def audit_ledger(settings: Settings, uow: Any, clock: Clock) -> AuditLedger:
+    """The ledger over this database, with the configured key files (read only when first needed)."""
+    from taskgate.infrastructure.audit_keys import FileKeyRing  # loads `cryptography`: only once a key is used
+
+    return AuditLedger(uow, clock, FileKeyRing(settings.resolved_audit_key))
 
 
 def redact(url: str) -> str:
@@ -423,8 +433,11 @@ def build_sweeper(settings: Settings, app: App) -> Sweeper:
     """The sweeper over the app's database, session engine and clock (run it with `Sweeper.run`); it dispatches
     too when `[dispatch] auto_start` is on."""
     assert app.uow is not None and app.clock is not None, "the app was not built by bootstrap()"
+    ledger, interval = app.ledger, settings.audit.checkpoint_interval_s
+    checkpoints = (lambda: ledger.checkpoint_if_due(interval)) if ledger is not None else None
     return Sweeper(app.uow, app.sessions, app.clock, sweeper_options(settings), writebacks=app.writebacks,
-                   tracker=app.tracker, dispatcher=build_dispatcher(settings, app), nodes=app.nodes)  # fmt: skip
+                   tracker=app.tracker, dispatcher=build_dispatcher(settings, app), nodes=app.nodes,
+                   checkpoints=checkpoints)  # fmt: skip
 
 
 def dispatch_options(settings: Settings) -> DispatchOptions | None:

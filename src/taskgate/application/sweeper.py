@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,6 +46,7 @@ from taskgate.application.ports import Clock, TransitionQuery, UnitOfWorkFactory
 from taskgate.application.sessions import SYSTEM_ACTOR, FireTrigger, SessionService
 from taskgate.application.tracker import TrackerService
 from taskgate.application.writebacks import WritebackService
+from taskgate.domain.audit_checkpoints import Checkpoint
 from taskgate.domain.entities import Agent, AgentStatus, Compensation, Session
 from taskgate.domain.errors import ConcurrentModification, InvalidTransition, SessionNotFound, TaskgateError
 from taskgate.domain.session_fsm import rows_for
@@ -103,6 +104,7 @@ class SweepReport:
     dispatched: list[DispatchAction] = field(default_factory=list)  # what dispatch did, one per task it took up
     turn: str = "held"  # the sweeper lease: "held" by this process, else who holds it and until when
     nodes_down: list[str] = field(default_factory=list)  # nodes this sweep found down, one line each
+    checkpoint: int | None = None  # the audit checkpoint this sweep signed, if one was due (docs/audit.md)
 
     def count(self, action: str) -> int:
         return sum(1 for a in self.actions if a.action == action)
@@ -120,6 +122,7 @@ class SweepReport:
         tail += f"; {len(self.writebacks)} tracker write-backs tried" if self.writebacks else ""
         tail += f"; {self.dispatch_summary()}" if self.dispatched else ""
         tail += f"; {len(self.nodes_down)} node(s) found down" if self.nodes_down else ""
+        tail += f"; signed audit checkpoint #{self.checkpoint}" if self.checkpoint else ""
         tail += f"; {len(self.errors)} errors" if self.errors else ""
         if self.turn != "held":
             tail += f"; the sweeper's turn is {self.turn}: no dispatch, tracker or node checks here"
@@ -151,8 +154,10 @@ class Sweeper:
         tracker: TrackerService | None = None,
         dispatcher: Dispatcher | None = None,
         nodes: NodeService | None = None,
+        checkpoints: Callable[[], Awaitable[Checkpoint | None]] | None = None,
     ) -> None:
         self._uow, self._sessions, self._clock = uow, sessions, clock
+        self._checkpoints = checkpoints  # the periodic audit checkpoint, signed by the turn's holder
         self._nodes = nodes  # None: no lease, this process does the once-for-all work (tests, one machine)
         self.options = options or SweeperOptions()
         self._on_sweep = on_sweep
@@ -220,6 +225,7 @@ class Sweeper:
         if not await self._take_turn(report):
             return report
         await self._tracker_chores(report)
+        await self._checkpoint(report)
         if self._dispatcher is not None:
             try:
                 report.dispatched = await self._dispatcher.dispatch_once()
@@ -237,6 +243,17 @@ class Sweeper:
             return False
         report.nodes_down = await self._nodes.reap()
         return True
+
+    async def _checkpoint(self, report: SweepReport) -> None:
+        """Sign an audit checkpoint when one is due; a failure is reported, and the next sweep tries again."""
+        if self._checkpoints is None:
+            return
+        try:
+            signed = await self._checkpoints()
+        except TaskgateError as exc:
+            report.errors.append(f"audit checkpoint: {exc}")
+            return
+        report.checkpoint = signed.number if signed is not None else None
 
     async def _tracker_chores(self, report: SweepReport) -> None:
         """Write-backs due for a retry, then the live tracker's ready list mirrored for the board."""

@@ -217,6 +217,18 @@ class SweeperSettings(BaseModel):
         return self
 
 
+class AuditSettings(BaseModel):
+    """`[audit]`: the audit log's signing key and checkpoints (docs/audit.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # The Ed25519 private key that signs checkpoints (its public half beside it, `.pub`). Unset:
+    # `<data_dir>/audit-key/signing-key.pem`. Keep it off the database's machine to make the signatures mean more.
+    key_file: Path | None = None
+    # How often the sweeper's turn signs a checkpoint over the chains that grew (0: only on demand).
+    checkpoint_interval_s: float = Field(default=300.0, ge=0, le=7 * 86_400)
+
+
 class OutputsSettings(BaseModel):
     """`[outputs]`: limits of the session folders (`<data_dir>/agent-outputs/<session id>/`, see docs/agents.md)."""
 
@@ -366,6 +378,7 @@ class Settings(BaseSettings):
     escalation: EscalationSettings = EscalationSettings()
     node: NodeSettings = NodeSettings()
     outputs: OutputsSettings = OutputsSettings()
+    audit: AuditSettings = AuditSettings()
     config_file: Path | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
@@ -408,6 +421,11 @@ class Settings(BaseSettings):
             return self.node.id
         digest = hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:8]
         return f"{socket.gethostname()[:180]}-{digest}"
+
+    @property
+    def resolved_audit_key(self) -> Path:
+        """`[audit] key_file`, else `<data_dir>/audit-key/signing-key.pem`."""
+        return self.audit.key_file or self.data_dir / "audit-key" / "signing-key.pem"
 
     @property
     def resolved_database_url(self) -> str:

@@ -1,0 +1,270 @@
+"""The audit ledger: signed checkpoints over the chains, verification, retention (docs/audit.md).
+
+Every audited record is chained as it is written (infrastructure/db/audit_trail.py). This service signs
+checkpoints over the chains' heads (on demand, and every `[audit] checkpoint_interval_s` from the sweeper's turn),
+re-computes the chains to verify them, and prunes finished sessions' old records behind a signed anchor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from taskgate.application.audit_ports import (
+    AuditUnitOfWork,
+    AuditUnitOfWorkFactory,
+    KeyRing,
+    LinkQuery,
+    PublicKey,
+    Signer,
+)
+from taskgate.application.ports import Clock
+from taskgate.domain.audit_chain import GENESIS, canonical_value, session_chain
+from taskgate.domain.audit_checkpoints import Checkpoint, CheckpointReport, verify_checkpoints
+from taskgate.domain.audit_verify import ChainWalk, Finding, LinkRow
+from taskgate.domain.errors import InvalidInput
+from taskgate.domain.states import TERMINAL_STATES
+
+VERIFIED_EVENT = "audit.verified"
+PRUNED_EVENT = "audit.pruned"
+_MAX_FINDINGS = 100
+_BATCH = 5000  # links per read: one batch in memory at a time
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What a verify or export covers: every chain, or one session's; every record, or those since a time."""
+
+    session_id: str | None = None
+    since: datetime | None = None
+
+    @property
+    def chain(self) -> str | None:
+        return session_chain(self.session_id) if self.session_id else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"session": self.session_id, "since": canonical_value(self.since) if self.since else None}
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    """The outcome of a verify: `ok` when nothing is broken; `findings` in the order met, the first one first."""
+
+    scope: Scope
+    key_id: str
+    records: int = 0
+    chains: int = 0
+    checkpoints: int = 0
+    unsigned: int = 0
+    last_checkpoint: dict[str, Any] | None = None
+    findings: list[Finding] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def as_dict(self) -> dict[str, Any]:
+        findings = [f.as_dict() for f in self.findings[:_MAX_FINDINGS]]
+        return {"ok": self.ok, "scope": self.scope.as_dict(), "key": self.key_id, "records": self.records,
+                "chains": self.chains, "checkpoints": self.checkpoints, "unsigned_records": self.unsigned,
+                "last_checkpoint": self.last_checkpoint, "findings": findings,
+                "seconds": round(self.seconds, 3)}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    before: datetime
+    sessions: int
+    records: dict[str, int]
+    checkpoint: int | None
+    dry_run: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"before": canonical_value(self.before), "sessions": self.sessions, "records": self.records,
+                "checkpoint": self.checkpoint, "dry_run": self.dry_run}  # fmt: skip
+
+
+def checkpoint_summary(cp: Checkpoint | None) -> dict[str, Any] | None:
+    """A checkpoint as the CLI, MCP and console show it."""
+    if cp is None:
+        return None
+    return {"number": cp.number, "at": cp.at, "reason": cp.reason, "key": cp.key, "chains": len(cp.heads),
+            "anchors": len(cp.anchors)}  # fmt: skip
+
+
+def walk_checkpoints(report: CheckpointReport, walk: ChainWalk, verify: VerifyReport) -> None:
+    """Put the checkpoint chain's problems first among the findings, and its totals into the report."""
+    verify.findings[:0] = [Finding(where, what) for where, what in report.problems]
+    verify.checkpoints = report.count
+    verify.last_checkpoint = checkpoint_summary(report.last)
+    verify.records, verify.chains, verify.unsigned = walk.records, walk.chains, walk.unsigned
+    verify.findings += walk.findings
+
+
+class AuditLedger:
+    """Checkpoints, verification and retention over the audit chains."""
+
+    def __init__(self, uow: AuditUnitOfWorkFactory, clock: Clock, keys: KeyRing) -> None:
+        self._uow, self._clock, self._keys = uow, clock, keys
+
+    @property
+    def can_sign(self) -> bool:
+        return self._keys.signer() is not None
+
+    @property
+    def public_key(self) -> PublicKey | None:
+        return self._keys.public()
+
+    async def checkpoint(self, reason: str = "demand", *, only_if_grown: bool = False) -> Checkpoint | None:
+        """Sign the heads of every chain that grew since it was last signed. `only_if_grown`: none if none grew.
+
+        Raises: InvalidInput when this process has no signing key.
+        """
+        async with self._uow(write=True) as uow:
+            cp = await self._checkpoint_in(uow, reason, {}, only_if_grown=only_if_grown)
+            if cp is not None:
+                await uow.commit()
+        return cp
+
+    async def seal_if_unsealed(self) -> Checkpoint | None:
+        """The first checkpoint, over records that no checkpoint covers yet because they were chained by the
+        migration to 0014 (or written before any key existed): made at start when this process has the key."""
+        if self._keys.signer() is None:
+            return None
+        async with self._uow(write=False) as uow:
+            if await uow.audit.last_checkpoint_at() is not None or not await uow.audit.unsigned_heads():
+                return None
+        return await self.checkpoint("migration", only_if_grown=True)
+
+    async def checkpoint_if_due(self, interval_s: float) -> Checkpoint | None:
+        """The periodic checkpoint: when the last one is `interval_s` old and a chain grew. None without a key."""
+        if self._keys.signer() is None or interval_s <= 0:
+            return None
+        async with self._uow(write=False) as uow:
+            last = await uow.audit.last_checkpoint_at()
+        if last is not None and self._clock.now() - last < timedelta(seconds=interval_s):
+            return None
+        return await self.checkpoint("interval", only_if_grown=True)
+
+    async def _checkpoint_in(self, uow: AuditUnitOfWork, reason: str, anchors: dict[str, tuple[int, str]], *,
+                             only_if_grown: bool) -> Checkpoint | None:  # fmt: skip
+        signer = self._require_signer()
+        number, prev = await uow.audit.lock_checkpoints()  # checkpoints take turns: each follows the one before
+        heads = await uow.audit.unsigned_heads()
+        if only_if_grown and not heads and not anchors:
+            return None
+        now = self._clock.now()
+        cp = Checkpoint(number + 1, canonical_value(now), prev if number else GENESIS, reason, signer.key_id, heads,
+                        anchors)  # fmt: skip
+        body = cp.body()
+        await uow.audit.add_checkpoint(cp.number, now, reason, body, signer.sign(body), signer.key_id, heads)
+        return cp
+
+    def _require_signer(self) -> Signer:
+        signer = self._keys.signer()
+        if signer is None:
+            raise InvalidInput("no audit signing key here: `taskgate init` creates one ([audit] key_file names it)")
+        return signer
+
+    async def verify(self, scope: Scope, public: PublicKey | None = None, *, record: bool = True) -> VerifyReport:
+        """Re-compute the chains in `scope` and check the checkpoints' signatures with `public` (default: the
+        configured public key). `record`: append an `audit.verified` event with the outcome.
+
+        Raises: InvalidInput when there is no public key to verify with.
+        """
+        key = public or self._keys.public()
+        if key is None:
+            raise InvalidInput("no public key to verify with: pass --public-key, or run `taskgate init` for one")
+        started, report = time.perf_counter(), VerifyReport(scope, key.key_id)
+        async with self._uow(write=False) as uow:
+            # Checkpoints and head rows first: a record appended while the links are read only extends a chain.
+            checks = verify_checkpoints(await uow.audit.checkpoints(), key.key_id, key.verifies)
+            walk = ChainWalk(_within(checks.heads, scope), checks.anchors, await uow.audit.stored_heads(scope.chain))
+            async for link in links_in(uow, scope):
+                walk.feed(link)
+            walk.finish(complete=scope.since is None)
+            unlinked = await uow.audit.unlinked(scope.chain, scope.since, _MAX_FINDINGS)
+        walk_checkpoints(checks, walk, report)
+        report.findings += [Finding(f"{table} {rid}", "has no link: it was added by hand, outside taskgate")
+                            for table, rid in unlinked]  # fmt: skip
+        report.seconds = time.perf_counter() - started
+        if record:
+            await self._record(VERIFIED_EVENT, {"ok": report.ok, "checkpoint": (report.last_checkpoint or {}).get(
+                "number"), "records": report.records, "findings": len(report.findings), "scope": scope.as_dict(),
+                "first": report.findings[0].describe() if report.findings else None})  # fmt: skip
+        return report
+
+    async def _record(self, kind: str, payload: dict[str, Any]) -> None:
+        async with self._uow(write=True) as uow:
+            await uow.events.append(kind, self._clock.now(), payload)
+            await uow.commit()
+
+    async def prune(self, before: datetime, *, dry_run: bool = False) -> PruneReport:
+        """Remove finished sessions' records written before `before`, behind a signed anchor per chain, in one
+        transaction with the checkpoint that signs the anchors.
+
+        Raises: InvalidInput for a naive time or a missing signing key.
+        """
+        if before.tzinfo is None:
+            raise InvalidInput("--before must carry a timezone")
+        self._require_signer()
+        async with self._uow(write=True) as uow:
+            finished = await uow.audit.sessions_in(TERMINAL_STATES)
+            points = await uow.audit.prunable(before, finished)
+            removed = {"transition_log": 0, "decisions": 0, "events": 0}
+            if dry_run or not points:
+                return PruneReport(before, len(points), {"total": sum(p.records for p in points)}, None, True)
+            for point in points:
+                for table, count in (await uow.audit.prune(point)).items():
+                    removed[table] += count
+            anchors = {p.chain: (p.seq, p.hash) for p in points}
+            cp = await self._checkpoint_in(uow, "prune", anchors, only_if_grown=False)
+            assert cp is not None
+            await uow.events.append(PRUNED_EVENT, self._clock.now(), {"before": canonical_value(before),
+                                    "sessions": len(points), "records": removed, "checkpoint": cp.number})  # fmt: skip
+            await uow.commit()
+        return PruneReport(before, len(points), removed, cp.number, False)
+
+    async def status(self) -> dict[str, Any]:
+        """The newest checkpoint, the last verification, and how many records no checkpoint covers yet."""
+        async with self._uow(write=False) as uow:
+            stored = await uow.audit.checkpoints()
+            heads = await uow.audit.stored_heads()
+            unsigned = await uow.audit.unsigned_heads()
+            verified = await uow.events.list(None, 1, kind=VERIFIED_EVENT)
+        last = Checkpoint.parse(stored[-1].body) if stored else None
+        signed = {c: last_seq for c, (last_seq, _h) in heads.items()}
+        return {
+            "key": key.key_id if (key := self._keys.public()) else None,
+            "can_sign": self.can_sign,
+            "checkpoints": len(stored),
+            "last_checkpoint": checkpoint_summary(last),
+            "chains": len(heads),
+            "records": sum(signed.values()),
+            "unsigned_chains": len(unsigned),
+            "last_verified": _verified(verified[-1]) if verified else None,
+        }
+
+
+def _verified(event: dict[str, Any]) -> dict[str, Any]:
+    return {"at": canonical_value(event["at"]), **event["payload"]}
+
+
+def _within(heads: dict[str, Any], scope: Scope) -> dict[str, Any]:
+    return heads if scope.chain is None else {c: p for c, p in heads.items() if c == scope.chain}
+
+
+async def links_in(uow: AuditUnitOfWork, scope: Scope) -> AsyncIterator[LinkRow]:
+    """Every link in scope, in (chain, seq) order, a batch at a time."""
+    after = ("", 0)
+    while True:
+        batch = await uow.audit.links(LinkQuery(after, scope.chain, scope.since, _BATCH))
+        for link in batch:
+            yield link
+        if len(batch) < _BATCH:
+            return
+        after = (batch[-1].chain, batch[-1].seq)

@@ -1,0 +1,230 @@
+"""The tamper-evident audit log on SQLite and PostgreSQL: every audited write is chained, checkpoints are signed,
+and `verify` names the first broken record for each way of editing the database by hand (issue 21)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import text
+
+from taskgate.application.audit_ledger import AuditLedger, Scope
+from taskgate.domain.audit_chain import session_chain
+from taskgate.infrastructure.audit_keys import create_key, load_public
+from taskgate.infrastructure.system import SystemClock
+from tests.builders import fire, seed, start
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture
+def key(tmp_path):
+    signer, _ = create_key(tmp_path / "keys" / "audit.pem")
+    return signer
+
+
+class Keys:
+    """A key ring holding one signer (and, unless given another, its own public half)."""
+
+    def __init__(self, signer, public=None) -> None:
+        self._signer, self._public = signer, public or signer.public
+
+    def signer(self):
+        return self._signer
+
+    def public(self):
+        return self._public
+
+
+def ledger_of(services, key) -> AuditLedger:
+    return AuditLedger(services.uow, SystemClock(), Keys(key))
+
+
+async def busy(services, git_repo, sessions: int = 2):
+    """A few sessions moved through some transitions: transitions, events and a blocked row to chain."""
+    seeded = await seed(services, git_repo, tasks=sessions)
+    made = []
+    for task in seeded.tasks:
+        session = await start(services, task)
+        made.append(await fire(services, session, "plan_complete", "suspend", "resume"))
+    return made
+
+
+async def raw(services, sql: str, **params) -> list:
+    async with services.database.connect() as conn:
+        await conn.begin()
+        result = await conn.execute(text(sql), params)
+        rows = result.all() if result.returns_rows else []
+        await conn.commit()
+    return rows
+
+
+async def test_a_busy_log_verifies_before_and_after_a_checkpoint(sql_services, git_repo, key):
+    sessions = await busy(sql_services, git_repo)
+    ledger = ledger_of(sql_services, key)
+    unsigned = await ledger.verify(Scope(), record=False)
+    assert unsigned.ok, [f.describe() for f in unsigned.findings]
+    assert unsigned.records > 10 and unsigned.unsigned == unsigned.records
+    cp = await ledger.checkpoint()
+    assert cp is not None and session_chain(sessions[0].id) in cp.heads
+    signed = await ledger.verify(Scope(), record=False)
+    assert signed.ok and signed.unsigned == 0 and signed.records == unsigned.records
+    assert signed.last_checkpoint["number"] == 1
+
+
+async def first_link(services, session_id: str, table: str, offset: int = 0) -> int:
+    rows = await raw(
+        services,
+        "SELECT record_id FROM audit_links WHERE chain_id = :c AND record_table = :t ORDER BY chain_seq",
+        c=session_chain(session_id),
+        t=table,
+    )
+    return rows[offset][0]
+
+
+async def test_changing_one_field_of_a_transition_row_is_named(sql_services, git_repo, key):
+    sessions = await busy(sql_services, git_repo)
+    ledger = ledger_of(sql_services, key)
+    await ledger.checkpoint()
+    seq = await first_link(sql_services, sessions[1].id, "transition_log", 1)
+    await raw(sql_services, "UPDATE transition_log SET actor = 'operator:mallory' WHERE seq = :s", s=seq)
+    report = await ledger.verify(Scope(), record=False)
+    assert not report.ok
+    assert report.findings[0].where == f"transition_log {seq}"
+    assert "does not hash to its link" in report.findings[0].problem
+
+
+async def test_deleting_a_row_in_the_middle_is_named(sql_services, git_repo, key):
+    sessions = await busy(sql_services, git_repo)
+    ledger = ledger_of(sql_services, key)
+    event = await first_link(sql_services, sessions[0].id, "events", 1)
+    await raw(sql_services, "DELETE FROM events WHERE id = :i", i=event)
+    report = await ledger.verify(Scope(), record=False)
+    assert report.findings[0].where == f"events {event}" and "is missing" in report.findings[0].problem
+    # the careful forger deletes the link too: the chain then has a gap, named at the record after it
+    await raw(sql_services, "DELETE FROM audit_links WHERE record_table = 'events' AND record_id = :i", i=event)
+    report = await ledger.verify(Scope(), record=False)
+    assert "follows no record" in report.findings[0].problem
+
+
+async def test_swapping_two_rows_is_named(sql_services, git_repo, key):
+    sessions = await busy(sql_services, git_repo)
+    ledger = ledger_of(sql_services, key)
+    a = await first_link(sql_services, sessions[0].id, "transition_log", 0)
+    b = await first_link(sql_services, sessions[0].id, "transition_log", 1)
+    columns = "trigger, from_state, to_state, outcome, actor, reason, session_version"
+    rows = await raw(sql_services, f"SELECT seq, {columns} FROM transition_log WHERE seq IN (:a, :b)", a=a, b=b)
+    one, two = sorted(rows)
+    for target, source in ((one, two), (two, one)):
+        await raw(
+            sql_services,
+            "UPDATE transition_log SET trigger = :tr, from_state = :fs, to_state = :ts, outcome = :o, actor = :ac, "
+            "reason = :r, session_version = :v WHERE seq = :s",
+            tr=source[1], fs=source[2], ts=source[3], o=source[4], ac=source[5], r=source[6], v=source[7], s=target[0],
+        )  # fmt: skip
+    report = await ledger.verify(Scope(), record=False)
+    assert report.findings[0].where == f"transition_log {a}"
+
+
+async def test_deleting_the_last_rows_is_caught_by_the_checkpoint(sql_services, git_repo, key):
+    sessions = await busy(sql_services, git_repo)
+    ledger = ledger_of(sql_services, key)
+    await ledger.checkpoint()
+    chain = session_chain(sessions[0].id)
+    tail = await raw(
+        sql_services,
+        "SELECT record_table, record_id, chain_seq FROM audit_links WHERE chain_id = :c "
+        "ORDER BY chain_seq DESC LIMIT 3",
+        c=chain,
+    )
+    for table, record_id, _seq in tail:  # the forger removes the records, their links, and rewinds the head row
+        pk = "seq" if table == "transition_log" else "id"
+        await raw(sql_services, f"DELETE FROM {table} WHERE {pk} = :i", i=record_id)
+        await raw(
+            sql_services, "DELETE FROM audit_links WHERE record_table = :t AND record_id = :i", t=table, i=record_id
+        )
+    last = await raw(
+        sql_services, "SELECT chain_seq, hash FROM audit_links WHERE chain_id = :c ORDER BY chain_seq DESC", c=chain
+    )
+    await raw(
+        sql_services,
+        "UPDATE audit_chains SET seq = :s, hash = :h WHERE chain_id = :c",
+        s=last[0][0],
+        h=last[0][1],
+        c=chain,
+    )
+    report = await ledger.verify(Scope(), record=False)
+    assert not report.ok
+    finding = report.findings[0]
+    assert finding.where == f"chain {chain}" and "checkpoint #1 signed" in finding.problem
+    assert "last 3 record(s) were removed" in finding.problem
+
+
+async def test_rewriting_a_whole_chain_consistently_is_caught_by_the_signature(sql_services, git_repo, key):
+    from taskgate.domain.audit_chain import GENESIS, canonical_fields, link_hash
+
+    sessions = await busy(sql_services, git_repo)
+    ledger = ledger_of(sql_services, key)
+    await ledger.checkpoint()
+    chain = session_chain(sessions[0].id)
+    await raw(
+        sql_services, "UPDATE transition_log SET actor = 'operator:mallory' WHERE session_id = :s", s=sessions[0].id
+    )
+    # the forger recomputes every link of the chain from the edited rows, and the head row
+    async with sql_services.uow(write=False) as uow:
+        links = [link async for link in _chain_links(uow, chain)]
+    prev = GENESIS
+    for link in links:
+        prev = link_hash(chain, link.seq, prev, link.table, canonical_fields(link.table, link.fields))
+        await raw(
+            sql_services,
+            "UPDATE audit_links SET hash = :h WHERE chain_id = :c AND chain_seq = :s",
+            h=prev,
+            c=chain,
+            s=link.seq,
+        )
+    await raw(sql_services, "UPDATE audit_chains SET hash = :h WHERE chain_id = :c", h=prev, c=chain)
+    report = await ledger.verify(Scope(), record=False)
+    assert not report.ok
+    assert "the chain was rewritten" in report.findings[0].problem and "checkpoint #1" in report.findings[0].problem
+
+
+async def _chain_links(uow, chain):
+    from taskgate.application.audit_ledger import links_in
+
+    async for link in links_in(uow, Scope()):
+        if link.chain == chain:
+            yield link
+
+
+async def test_a_replaced_public_key_fails_every_checkpoint(sql_services, git_repo, key, tmp_path):
+    await busy(sql_services, git_repo)
+    ledger = ledger_of(sql_services, key)
+    await ledger.checkpoint()
+    other, _ = create_key(tmp_path / "other" / "audit.pem")
+    pub = tmp_path / "keys" / "audit.pem.pub"
+    pub.write_text((tmp_path / "other" / "audit.pem.pub").read_text())  # the public key file is replaced
+    report = await ledger.verify(Scope(), load_public(pub), record=False)
+    assert not report.ok
+    assert report.findings[0].where == "checkpoint #1"
+    assert f"signed by key {key.key_id}, not by the verifying key {other.key_id}" in report.findings[0].problem
+
+
+async def test_a_forged_checkpoint_signed_with_another_key_fails(sql_services, git_repo, key, tmp_path):
+    await busy(sql_services, git_repo)
+    forger, _ = create_key(tmp_path / "forger" / "audit.pem")
+    await AuditLedger(sql_services.uow, SystemClock(), Keys(forger)).checkpoint()
+    report = await ledger_of(sql_services, key).verify(Scope(), record=False)
+    assert report.findings[0].where == "checkpoint #1" and "not by the verifying key" in report.findings[0].problem
+
+
+async def test_a_record_added_by_hand_is_named(sql_services, git_repo, key):
+    sessions = await busy(sql_services, git_repo)
+    await raw(
+        sql_services,
+        "INSERT INTO events (session_id, kind, payload, at) VALUES (:s, 'decision.recorded', '{}', :at)",
+        s=sessions[0].id,
+        at=(SystemClock().now() - timedelta(hours=1)).replace(tzinfo=None),
+    )
+    report = await ledger_of(sql_services, key).verify(Scope(), record=False)
+    assert not report.ok and "has no link" in report.findings[-1].problem
