@@ -101,6 +101,8 @@ class AccessService:
                 raise InvalidInput(f"token {token_id} not found")
             revoked = await uow.tokens.get(token_id)  # by id: revoking must not cost a read of every token
             assert revoked is not None
+            await uow.events.append("token.revoked", self._clock.now(), {"tokens": [token_id], "why": "revoked"},
+                                    revoked.session_id)  # fmt: skip
             await uow.commit()
             return revoked
 
@@ -123,5 +125,7 @@ class AccessService:
             **owner,
         )
         await uow.tokens.add(token)
+        issued = {"token": token.id, "kind": token.kind, "label": label, **owner}  # never the secret, nor its hash
+        await uow.events.append("token.issued", token.created_at, issued, owner.get("session_id"))
         await uow.commit()
         return IssuedToken(secret, token)

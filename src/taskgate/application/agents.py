@@ -543,8 +543,10 @@ class AgentService:
     async def _save(self, agent: Agent, change: dict[str, object]) -> None:
         async with self._uow(write=True) as uow:
             await uow.agents.update(agent)
-            if agent.status not in _LIVE:  # ended: its token stops working with the same commit
-                await uow.tokens.revoke_for_agent(agent.id, self._clock.now())
+            if agent.status not in _LIVE and await uow.tokens.revoke_for_agent(agent.id, self._clock.now()):
+                # ended: its token stops working with the same commit, and the audit log says so
+                revoked = {"agent": agent.id, "why": "agent ended"}
+                await uow.events.append("token.revoked", self._clock.now(), revoked, agent.session_id)
             payload = {"agent": agent.id, "type": agent.agent_type, **change}
             await uow.events.append("agent.status", self._clock.now(), payload, agent.session_id)
             await uow.commit()

@@ -761,8 +761,9 @@ class SessionService:
         await self._follow_task_and_plan(
             uow, session, updated, plan, f"taskgate session {session.id[:8]}: {row.trigger}"
         )
-        if new_state in TERMINAL_STATES:  # the session ended: every token scoped to it dies with this commit
-            await uow.tokens.revoke_for_session(session.id, now)
+        if new_state in TERMINAL_STATES and await uow.tokens.revoke_for_session(session.id, now):
+            # the session ended: every token scoped to it dies with this commit, and the audit log says so
+            await uow.events.append("token.revoked", now, {"why": "session ended"}, session.id)
         record = _record(updated, row, session.state, Outcome.APPLIED, cmd.actor, cmd.reason, verdict, at=now)
         record = replace(record, seq=await uow.transitions.append(record))
         moved = {"trigger": row.trigger.value, "from": session.state.value, "to": new_state.value}
