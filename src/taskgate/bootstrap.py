@@ -387,7 +387,7 @@ async def bootstrap(
 
 def audit_ledger(settings: Settings, uow: Any, clock: Clock) -> AuditLedger:
     """The ledger over this database, with the configured key files (read only when first needed)."""
-    from taskgate.infrastructure.audit_keys import FileKeyRing  # loads `cryptography`: only once a key is used
+    from taskgate.infrastructure.audit_keyring import FileKeyRing  # `cryptography` loads only once a key is used
 
     return AuditLedger(uow, clock, FileKeyRing(settings.resolved_audit_key))
 

@@ -131,30 +131,6 @@ def load_public(path: Path) -> AuditPublicKey:
     return AuditPublicKey.parse(text, str(path))
 
 
-class FileKeyRing:
-    """The key pair at `private` (and its `.pub`), each loaded on first use: a process that never signs or
-    verifies never reads them. `public` may name another public key file (an auditor's own copy)."""
+from taskgate.infrastructure.audit_keyring import FileKeyRing  # noqa: E402  (its home; named here for callers)
 
-    def __init__(self, private: Path, public: Path | None = None) -> None:
-        self._private, self._public_path = private, public or public_path(private)
-        self._signer: AuditSigner | None = None
-        self._public: AuditPublicKey | None = None
-
-    def signer(self) -> AuditSigner | None:
-        """The signing key, or None when this machine has no private key file. Raises: InvalidInput for a bad one."""
-        if self._signer is None and self._private.exists():
-            self._signer = load_signer(self._private)
-        return self._signer
-
-    def public(self) -> AuditPublicKey | None:
-        """The public key file's key (else the signing key's public half), or None when there is neither."""
-        if self._public is None:
-            if self._public_path.exists():
-                self._public = load_public(self._public_path)
-            elif (signer := self.signer()) is not None:
-                self._public = signer.public
-        return self._public
-
-    @property
-    def private_path(self) -> Path:
-        return self._private
+__all__ = ["AuditPublicKey", "AuditSigner", "FileKeyRing", "create_key", "load_public", "load_signer", "public_path"]
