@@ -228,3 +228,15 @@ async def test_a_record_added_by_hand_is_named(sql_services, git_repo, key):
     )
     report = await ledger_of(sql_services, key).verify(Scope(), record=False)
     assert not report.ok and "has no link" in report.findings[-1].problem
+
+
+async def test_prune_removes_a_finished_sessions_old_records_behind_a_signed_anchor(sql_services, git_repo, key):
+    sessions = await busy(sql_services, git_repo)
+    done = await fire(sql_services, sessions[0], "cancel")
+    ledger = ledger_of(sql_services, key)
+    pruned = await ledger.prune(SystemClock().now() + timedelta(seconds=1))
+    assert pruned.sessions == 1 and pruned.records["transition_log"] > 0 and pruned.checkpoint == 1
+    left = await raw(sql_services, "SELECT count(*) FROM transition_log WHERE session_id = :s", s=done.id)
+    assert left[0][0] == 0
+    report = await ledger.verify(Scope(), record=False)
+    assert report.ok, [f.describe() for f in report.findings]

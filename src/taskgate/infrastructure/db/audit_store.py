@@ -43,7 +43,7 @@ def _joined() -> Any:
 
 
 _JOINED = _joined()
-_RECORD_AT = func.coalesce(*(table.c.at for table in _TABLES.values()))
+_record_at = func.coalesce(*(table.c.at for table in _TABLES.values()))
 
 
 class SqlAlchemyAuditRepository(_Repository):
@@ -90,7 +90,7 @@ class SqlAlchemyAuditRepository(_Repository):
         if query.chain is not None:
             stmt = stmt.where(_links.c.chain_id == query.chain)
         if query.since is not None:
-            stmt = stmt.where(query.since <= _RECORD_AT)
+            stmt = stmt.where(query.since <= _record_at)
         stmt = stmt.order_by(_links.c.chain_id, _links.c.chain_seq).limit(query.limit)
         return [_link_row(row) for row in (await self._conn.execute(stmt)).mappings().all()]
 
@@ -119,9 +119,8 @@ class SqlAlchemyAuditRepository(_Repository):
         points = []
         for session_id in sessions:
             chain = session_chain(session_id)
-            stmt = select(func.max(_links.c.chain_seq), func.count()).select_from(
-                _JOINED.where(_links.c.chain_id == chain, before > _RECORD_AT).subquery()
-            )
+            before_time = _JOINED.where(_links.c.chain_id == chain, _record_at < before).subquery()
+            stmt = select(func.max(before_time.c.chain_seq), func.count()).select_from(before_time)
             upto, count = (await self._conn.execute(stmt)).one()
             if upto:
                 link = select(_links.c.hash).where(_links.c.chain_id == chain, _links.c.chain_seq == upto)
