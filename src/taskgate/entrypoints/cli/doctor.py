@@ -102,6 +102,7 @@ async def _service_checks(settings) -> list[Check]:
         except TaskgateError as exc:
             checks.append(Check("project", "warn", str(exc), "taskgate init (in your repository)"))
         checks.append(await _dispatch_check(settings, app_))
+        checks.append(await _audit_check(settings, app_))
         endpoint = LoopbackEndpoint(app_, settings.mcp.tool_names, grace_s=0)
         url = await endpoint.acquire()
         try:
@@ -134,6 +135,23 @@ async def _dispatch_check(settings, app_) -> Check:
         hint = "see docs/workflows.md#triggers-and-dispatch"
         return Check("dispatch", "warn", f"{line}; {'; '.join(problems)}", hint)
     return Check("dispatch", "ok", line)
+
+
+async def _audit_check(settings, app_) -> Check:
+    """The audit signing key (docs/audit.md): present and readable, and what the newest checkpoint is."""
+    path = settings.resolved_audit_key
+    try:
+        status = await app_.ledger.status()
+    except TaskgateError as exc:
+        return Check(
+            "audit key", "fail", f"{path}: {exc}", "restore the key file, or move it aside and run taskgate init"
+        )
+    last = status["last_checkpoint"]
+    newest = f"checkpoint #{last['number']} at {last['at']}" if last else "no checkpoint yet"
+    if not status["can_sign"]:
+        return Check("audit key", "warn", f"no signing key at {path}: checkpoints cannot be signed here ({newest})",
+                     "taskgate init (creates it), or set [audit] key_file")  # fmt: skip
+    return Check("audit key", "ok", f"key {status['key']} at {path}; {newest}")
 
 
 def _refuses_without_token(url: str) -> bool:
