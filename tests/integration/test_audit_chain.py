@@ -161,7 +161,7 @@ async def test_deleting_the_last_rows_is_caught_by_the_checkpoint(sql_services, 
 
 
 async def test_rewriting_a_whole_chain_consistently_is_caught_by_the_signature(sql_services, git_repo, key):
-    from taskgate.domain.audit_chain import GENESIS, canonical_fields, link_hash
+    from taskgate.domain.audit_chain import GENESIS, link_hash
 
     sessions = await busy(sql_services, git_repo)
     ledger = ledger_of(sql_services, key)
@@ -175,7 +175,7 @@ async def test_rewriting_a_whole_chain_consistently_is_caught_by_the_signature(s
         links = [link async for link in _chain_links(uow, chain)]
     prev = GENESIS
     for link in links:
-        prev = link_hash(chain, link.seq, prev, link.table, canonical_fields(link.table, link.fields))
+        prev = link_hash(chain, link.seq, prev, link.table, link.fields)  # read back canonical
         await raw(
             sql_services,
             "UPDATE audit_links SET hash = :h WHERE chain_id = :c AND chain_seq = :s",

@@ -3,9 +3,10 @@
 Format `taskgate-audit-v1` (docs/audit.md): an audited record is one row of `transition_log`, `decisions` or
 `events`, given as the fields of `AUDITED_FIELDS` (its primary key included, so that swapping two rows' contents
 shows). Its *link hash* is the SHA-256 of the canonical JSON of
-`["taskgate-audit-v1", chain, seq, prev, table, fields]`: keys sorted, no spaces, UTF-8, datetimes as UTC ISO
-8601 with microseconds and `Z`. `prev` is the hash of the record before it in its chain (the genesis hash, 64
-zeros, for the first). Changing this encoding changes the format's name.
+`["taskgate-audit-v1", chain, seq, prev, table, fields]`: keys sorted, no spaces, ASCII (other characters as
+JSON's backslash-u escapes), no NaN, datetimes as UTC ISO 8601 with microseconds and `Z`. `prev` is the hash of
+the record before it in its chain (the genesis hash, 64 zeros, for the first). Changing this encoding changes the
+format's name.
 
 Chains: a session's records form the chain `session:<id>`; a record of no session forms the chain of its event
 kind's noun (`global:operator`, `global:task`, …). Concurrent writers thus meet on a chain only when they write the
@@ -75,22 +76,39 @@ def session_chain(session_id: str) -> str:
 def canonical_value(value: Any) -> Any:
     """A stored value as the chain encodes it: datetimes as UTC ISO 8601 text, enums as their value."""
     if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise ValueError("a naive datetime cannot be chained: its instant is unknown")
-        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return canonical_time(value)
     if isinstance(value, Enum):
         return value.value
     return value
 
 
+def canonical_time(value: datetime) -> str:
+    """`2026-11-25T10:00:00.000000Z`. Raises: ValueError for a naive datetime (its instant is unknown)."""
+    if value.tzinfo is None:
+        raise ValueError("a naive datetime cannot be chained: its instant is unknown")
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
 def canonical_fields(table: str, row: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of `table`'s record `row` that the chain covers, canonical. Raises: KeyError for a missing one."""
-    return {name: canonical_value(row[name]) for name in AUDITED_FIELDS[table]}
+    """The fields of `table`'s record `row` that the chain covers, canonical. Raises: KeyError for a missing one.
+
+    `at` is each audited table's one timestamp; the other columns are text, numbers or JSON, which encode as they
+    are (a str or int enum encodes as its value, any other object fails the encoding, loudly).
+    """
+    fields = {name: row[name] for name in AUDITED_FIELDS[table]}
+    fields["at"] = canonical_time(fields["at"])
+    return fields
+
+
+# One encoder, built once: `json.dumps` with options builds a new one per call, which cost a third of a link.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
 def encode(value: Any) -> bytes:
-    """The canonical JSON bytes of `value` (sorted keys, no spaces, UTF-8, no NaN)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    """The canonical JSON bytes of `value` (sorted keys, no spaces, ASCII with backslash-u escapes, no NaN)."""
+    return _ENCODER.encode(value).encode()
 
 
 def link_hash(chain: str, seq: int, prev: str, table: str, fields: Mapping[str, Any]) -> str:
