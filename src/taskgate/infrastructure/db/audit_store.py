@@ -23,7 +23,10 @@ from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.repositories import _Repository
 
-CHECKPOINT_CHAIN = "~checkpoints"  # its head row: the last checkpoint's number and body hash; never a record chain
+# The checkpoint chain's head row: the last checkpoint's number and body hash; never a record chain. A checkpoint
+# locks it first, then raises `signed_seq` on chain heads in sorted order; appenders lock chain heads in sorted
+# order too. "!" sorts before every chain id ("global:", "session:"), so all take these locks in one order.
+CHECKPOINT_CHAIN = "!checkpoints"
 _TABLES = {"transition_log": t.transition_log, "decisions": t.decisions, "events": t.events}
 _PREFIX = {"transition_log": "tl_", "decisions": "d_", "events": "e_"}
 _links, _prev, _chains = t.audit_links, t.audit_links.alias("prev"), t.audit_chains
@@ -63,7 +66,7 @@ class SqlAlchemyAuditRepository(_Repository):
                "key_id": key_id}  # fmt: skip
         await self._conn.execute(insert(t.audit_checkpoints), row)
         c = _chains.c
-        for chain, (seq, _hash) in signed.items():  # a concurrent appender may have moved on: only raise the mark
+        for chain, (seq, _hash) in sorted(signed.items()):  # sorted: the lock order; an appender may have moved on
             await self._conn.execute(
                 update(_chains).where(c.chain_id == chain, c.signed_seq < seq).values(signed_seq=seq)
             )
