@@ -36,6 +36,7 @@ class Capability(StrEnum):
     FIRE = "fire triggers"
     STEER = "change a session's workflow stack"
     AUDIT = "query the audit log"
+    SIGN_AUDIT = "sign audit checkpoints"
     DECIDE = "decide on a verification (approve, request changes, reject) and merge"
     OVERRIDE = "override policies"
     ADMINISTER = "manage operators and tokens"
@@ -58,6 +59,7 @@ _PERMISSION_OF: dict[Capability, Permission] = {
     Capability.READ: Permission.READ,
     Capability.READ_SESSION: Permission.READ,
     Capability.AUDIT: Permission.READ,
+    Capability.SIGN_AUDIT: Permission.WRITE,
     Capability.MANAGE: Permission.WRITE,
     Capability.START: Permission.WRITE,
     Capability.FIRE: Permission.WRITE,

@@ -4,8 +4,8 @@ The caller is the token's principal over HTTP and the configured local operator 
 tool parameter. A refused or invalid call raises `ToolError` with what was wrong and what to do next, and
 writes nothing (the use cases guarantee it). No annotation here may be a string: the SDK reads them at runtime.
 This module holds the project, task, session and review tools and assembles `TOOLS`, every tool the server
-offers; the workflow, browsing, tracker and admin tools live in modules of their own, and what they all share
-(the caller, `tool_errors`, the parameter types) in `calls.py`.
+offers; the workflow, browsing, tracker, admin and audit-proof tools live in modules of their own, and what they
+all share (the caller, `tool_errors`, the parameter types) in `calls.py`.
 """
 
 from collections.abc import Awaitable, Callable
@@ -28,6 +28,7 @@ from taskgate.domain.access import (
 from taskgate.domain.bounds import PRIORITIES, VERSIONS
 from taskgate.domain.errors import InvalidInput, StorageError
 from taskgate.entrypoints.mcp.admin_tools import ADMIN_TOOLS
+from taskgate.entrypoints.mcp.audit_tools import AUDIT_TOOLS
 from taskgate.entrypoints.mcp.browse_tools import BROWSE_TOOLS
 from taskgate.entrypoints.mcp.calls import (
     Call,
@@ -583,6 +584,7 @@ TOOLS: list[Callable[..., Awaitable[Any]]] = [
     session_review_checkpoint,
     context_discover,
     audit_query,
+    *AUDIT_TOOLS,
     policies_list,
     policies_check,
     save_output,
