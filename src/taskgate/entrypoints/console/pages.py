@@ -1,10 +1,12 @@
 """The console's pages (GET): board, session, diff review, audit and its exports. Each reads through the same use
 cases as the MCP tools and checks the same capability first (`project_ready_tasks`/READ for the board,
-`session_status`/READ_SESSION for a session, `session_review` for the diff, `audit_query`/AUDIT for the audit)."""
+`session_status`/READ_SESSION for a session, `session_review` for the diff, `audit_query`/AUDIT for the audit, whose
+proofs are `audit_status`'s)."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -14,6 +16,7 @@ from starlette.responses import Response
 from taskgate.application.board import BoardFilter
 from taskgate.application.ports import TransitionQuery
 from taskgate.application.timestamps import parse_timestamp
+from taskgate.bootstrap import App
 from taskgate.domain.access import Capability
 from taskgate.domain.errors import InvalidInput
 from taskgate.domain.session_fsm import allowed_triggers
@@ -75,6 +78,7 @@ def routes(console: Console) -> dict[str, Any]:
             query=dict(v.request.query_params),
             limit=query.limit,
             export_query=urlencode([(k, x) for k, x in v.request.query_params.multi_items() if x]),
+            **await _proofs(v.app),
         )
 
     return {"/": board, "/sessions/{sid}": session, "/sessions/{sid}/review": review, "/audit": audit,
@@ -118,6 +122,23 @@ async def _audit_rows(v: Visit) -> tuple[list[Any], TransitionQuery]:
     query = TransitionQuery(sid, q.get("actor") or None, q.get("state") or None, outcome, _when(q.get("since")),
                             _when(q.get("until")), _int(q.get("limit"), "limit") or AUDIT_LIMIT)  # fmt: skip
     return await v.app.audit.transitions(query), query
+
+
+async def _proofs(app: App) -> dict[str, Any]:
+    """What the audit page shows of the log's proofs: `audit_status`'s use case, its times as datetimes. A key file
+    that cannot be read is shown there (`proofs_error`) rather than taking the transition log down with it."""
+    if app.ledger is None:
+        return {"proofs": None, "proofs_error": None}
+    try:
+        status = await app.ledger.status()
+    except InvalidInput as exc:
+        return {"proofs": None, "proofs_error": f"{type(exc).__name__}: {exc}"}
+    timed = {part: _timed(status[part]) for part in ("last_checkpoint", "last_verified")}
+    return {"proofs": {**status, **timed}, "proofs_error": None}
+
+
+def _timed(part: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if part is None else {**part, "at": datetime.fromisoformat(part["at"])}
 
 
 def _when(text: str | None) -> Any:
