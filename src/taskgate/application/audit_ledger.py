@@ -170,9 +170,12 @@ class AuditLedger:
             raise InvalidInput("no audit signing key here: `taskgate init` creates one ([audit] key_file names it)")
         return signer
 
-    async def verify(self, scope: Scope, public: PublicKey | None = None, *, record: bool = True) -> VerifyReport:
+    async def verify(
+        self, scope: Scope, public: PublicKey | None = None, *, record: bool = True, actor: str = "system"
+    ) -> VerifyReport:
         """Re-compute the chains in `scope` and check the checkpoints' signatures with `public` (default: the
-        configured public key). `record`: append an `audit.verified` event with the outcome.
+        configured public key). `record`: append an `audit.verified` event with the outcome, the scope and `actor`
+        (every scope checks the whole checkpoint chain, so each names the last checkpoint it verified).
 
         Raises: InvalidInput when there is no public key to verify with.
         """
@@ -193,9 +196,7 @@ class AuditLedger:
                             for table, rid in unlinked]  # fmt: skip
         report.seconds = time.perf_counter() - started
         if record:
-            await self._record(VERIFIED_EVENT, {"ok": report.ok, "checkpoint": (report.last_checkpoint or {}).get(
-                "number"), "records": report.records, "findings": len(report.findings), "scope": scope.as_dict(),
-                "first": report.findings[0].describe() if report.findings else None})  # fmt: skip
+            await self._record(VERIFIED_EVENT, _verified_payload(report, actor))
         return report
 
     async def _record(self, kind: str, payload: dict[str, Any]) -> None:
@@ -203,7 +204,7 @@ class AuditLedger:
             await uow.events.append(kind, self._clock.now(), payload)
             await uow.commit()
 
-    async def prune(self, before: datetime, *, dry_run: bool = False) -> PruneReport:
+    async def prune(self, before: datetime, *, dry_run: bool = False, actor: str = "system") -> PruneReport:
         """Remove finished sessions' records written before `before`, behind a signed anchor per chain, in one
         transaction with the checkpoint that signs the anchors.
 
@@ -216,8 +217,8 @@ class AuditLedger:
             finished = await uow.audit.sessions_in(TERMINAL_STATES)
             points = await uow.audit.prunable(before, finished)
             removed = {"transition_log": 0, "decisions": 0, "events": 0}
-            if dry_run or not points:
-                return PruneReport(before, len(points), {"total": sum(p.records for p in points)}, None, True)
+            if dry_run or not points:  # nothing is written: the report says what a prune would remove
+                return PruneReport(before, len(points), {"total": sum(p.records for p in points)}, None, dry_run)
             for point in points:
                 for table, count in (await uow.audit.prune(point)).items():
                     removed[table] += count
@@ -225,29 +226,55 @@ class AuditLedger:
             cp = await self._checkpoint_in(uow, "prune", anchors, only_if_grown=False)
             assert cp is not None
             await uow.events.append(PRUNED_EVENT, self._clock.now(), {"before": canonical_value(before),
-                                    "sessions": len(points), "records": removed, "checkpoint": cp.number})  # fmt: skip
+                                    "sessions": len(points), "records": removed, "checkpoint": cp.number,
+                                    "actor": actor})  # fmt: skip
             await uow.commit()
         return PruneReport(before, len(points), removed, cp.number, False)
 
     async def status(self) -> dict[str, Any]:
-        """The newest checkpoint, the last verification, and how many records no checkpoint covers yet."""
+        """The newest checkpoint, the last verification, and how many records no checkpoint covers yet.
+
+        `records` counts every record ever chained (pruned ones included: it is the sum of the chains' lengths).
+        A key file that cannot be read does not fail the status: `key_error` says what is wrong with it.
+        """
         async with self._uow(write=False) as uow:
             stored = await uow.audit.checkpoints()
             heads = await uow.audit.stored_heads()
             unsigned = await uow.audit.unsigned_heads()
+            unsigned_records = await uow.audit.unsigned_records()
             verified = await uow.events.list(None, 1, kind=VERIFIED_EVENT)
         last = Checkpoint.parse(stored[-1].body) if stored else None
-        signed = {c: last_seq for c, (last_seq, _h) in heads.items()}
+        key_id, can_sign, key_error = None, False, None
+        try:
+            key_id = key.key_id if (key := self._keys.public()) else None
+            can_sign = self._keys.signer() is not None
+        except InvalidInput as exc:
+            key_error = str(exc)
         return {
-            "key": key.key_id if (key := self._keys.public()) else None,
-            "can_sign": self.can_sign,
+            "key": key_id,
+            "can_sign": can_sign,
+            "key_error": key_error,
             "checkpoints": len(stored),
             "last_checkpoint": checkpoint_summary(last),
             "chains": len(heads),
-            "records": sum(signed.values()),
+            "records": sum(seq for seq, _hash in heads.values()),
             "unsigned_chains": len(unsigned),
+            "unsigned_records": unsigned_records,
             "last_verified": _verified(verified[-1]) if verified else None,
         }
+
+
+def _verified_payload(report: VerifyReport, actor: str) -> dict[str, Any]:
+    """The `audit.verified` event of a verify: its outcome, the last checkpoint it verified, its scope and who."""
+    return {
+        "ok": report.ok,
+        "checkpoint": (report.last_checkpoint or {}).get("number"),
+        "records": report.records,
+        "findings": len(report.findings),
+        "first": report.findings[0].describe() if report.findings else None,
+        "scope": report.scope.as_dict(),
+        "actor": actor,
+    }
 
 
 def _verified(event: dict[str, Any]) -> dict[str, Any]:

@@ -45,6 +45,10 @@ class AuditRepository(Protocol):
         """The head of every chain that grew since the checkpoint that last signed it."""
         ...
 
+    async def unsigned_records(self) -> int:
+        """How many records no checkpoint covers yet (over every chain)."""
+        ...
+
     async def add_checkpoint(self, number: int, at: datetime, reason: str, body: bytes, signature: str, key_id: str,
                              signed: dict[str, tuple[int, str]]) -> None:  # fmt: skip
         """Store a checkpoint, mark `signed` heads as covered and advance the checkpoint chain."""

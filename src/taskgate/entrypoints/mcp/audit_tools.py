@@ -40,11 +40,13 @@ class AuditStatusOut(BaseModel):
     summary: str
     key: str | None = Field(description="The id of the configured public key; null when there is none.")
     can_sign: bool = Field(description="Whether this server holds the private key (audit_checkpoint works).")
+    key_error: str | None = Field(default=None, description="What is wrong with a key file that cannot be read.")
     checkpoints: int
     last_checkpoint: SignedCheckpoint | None
     chains: int
-    records: int
+    records: int = Field(description="Records ever chained (pruned ones included).")
     unsigned_chains: int = Field(description="Chains holding records that no checkpoint covers yet.")
+    unsigned_records: int = Field(default=0, description="Records that no checkpoint covers yet.")
     last_verified: LastVerification | None
 
     @classmethod
@@ -108,7 +110,7 @@ async def audit_verify(
     await call.app.operators.authorize(call.principal, Capability.AUDIT)
     ledger, when = ledger_of(call), aware_time(since, "since")
     sid = await call.app.sessions.resolve_id(session_id) if session_id else None
-    report = await ledger.verify(Scope(sid, when))
+    report = await ledger.verify(Scope(sid, when), actor=call.principal.actor)
     return VerifyOut.model_validate({**report.as_dict(), "summary": _verify_line(report)})
 
 
@@ -146,7 +148,9 @@ def _status_line(status: dict[str, Any]) -> str:
     verified = "never verified" if last is None else f"last verified {last['at']}: {'ok' if last['ok'] else 'BROKEN'}"
     if last is not None and last.get("first"):
         verified += f" (first: {last['first']})"
-    return f"{signed}; {verified}; {status['unsigned_chains']} chain(s) with records no checkpoint covers"
+    unsigned = f"{status['unsigned_records']} record(s) in {status['unsigned_chains']} chain(s) no checkpoint covers"
+    key = f"; the key file cannot be read: {status['key_error']}" if status.get("key_error") else ""
+    return f"{signed}; {verified}; {unsigned}{key}"
 
 
 def _verify_line(report: VerifyReport) -> str:

@@ -60,6 +60,13 @@ class SqlAlchemyAuditRepository(_Repository):
         stmt = select(c.chain_id, c.seq, c.hash).where(c.seq > c.signed_seq, c.chain_id != CHECKPOINT_CHAIN)
         return {r.chain_id: (int(r.seq), r.hash) for r in (await self._conn.execute(stmt.order_by(c.chain_id))).all()}
 
+    async def unsigned_records(self) -> int:
+        c = _chains.c
+        stmt = select(func.coalesce(func.sum(c.seq - c.signed_seq), 0)).where(
+            c.seq > c.signed_seq, c.chain_id != CHECKPOINT_CHAIN
+        )
+        return int((await self._conn.execute(stmt)).scalar_one())
+
     async def add_checkpoint(self, number: int, at: datetime, reason: str, body: bytes, signature: str, key_id: str,
                              signed: dict[str, tuple[int, str]]) -> None:  # fmt: skip
         row = {"number": number, "at": at, "reason": reason, "body": body.decode(), "signature": signature,
