@@ -1,0 +1,197 @@
+"""The audit log's format `taskgate-audit-v1`, pinned (docs/audit.md): a link hash and a checkpoint body of fixed
+inputs against digests computed once and read by eye, the canonical timestamps, which columns the chains cover,
+and which chain a record belongs to. A change here breaks every verification of an existing database: it needs a
+new format name, not a new expected value."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime, timedelta, timezone
+from enum import StrEnum
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from taskgate.domain.audit_chain import (
+    AUDITED_FIELDS,
+    FORMAT,
+    GENESIS,
+    PRIMARY_KEYS,
+    canonical_fields,
+    canonical_value,
+    chain_of,
+    encode,
+    link_hash,
+    session_chain,
+)
+from taskgate.domain.audit_checkpoints import Checkpoint, digest
+from taskgate.infrastructure.db import tables
+
+SESSION = "00000000-0000-4000-8000-000000000001"
+
+APPROVAL = {
+    "seq": 42,
+    "session_id": SESSION,
+    "trigger": "approve",
+    "from_state": "verifying",
+    "to_state": "awaiting_merge",
+    "outcome": "applied",
+    "actor": "operator:zoë",
+    "reason": "looks good",
+    "guard_results": [{"policy": "require_tests", "passed": True}],
+    "session_version": 7,
+    "at": datetime(2026, 11, 25, 10, 0, 0, 123456, tzinfo=UTC),
+}
+
+# What the chain hashes for APPROVAL at seq 3 after a record whose hash is "ab" * 32: keys sorted at every level,
+# no spaces, non-ASCII as a backslash-u escape, the time in UTC with microseconds and Z.
+APPROVAL_CANONICAL = (
+    '["taskgate-audit-v1","session:00000000-0000-4000-8000-000000000001",3,'
+    '"abababababababababababababababababababababababababababababababab","transition_log",'
+    '{"actor":"operator:zo\\u00eb","at":"2026-11-25T10:00:00.123456Z","from_state":"verifying",'
+    '"guard_results":[{"passed":true,"policy":"require_tests"}],"outcome":"applied","reason":"looks good","seq":42,'
+    '"session_id":"00000000-0000-4000-8000-000000000001","session_version":7,"to_state":"awaiting_merge",'
+    '"trigger":"approve"}]'
+)
+APPROVAL_HASH = "1cb567c85848fadb1fa01af0fb0489d17feb451e071f02eab06141dffcc02dee"
+
+CHECKPOINT = Checkpoint(
+    number=2,
+    at="2026-11-25T10:05:00.000000Z",
+    prev="cd" * 32,
+    reason="interval",
+    key="0123456789abcdef",
+    heads={f"session:{SESSION}": (3, "ef" * 32), "global:operator": (1, "12" * 32)},
+    anchors={"session:00000000-0000-4000-8000-000000000002": (5, "34" * 32)},
+)
+CHECKPOINT_BODY = (
+    '{"anchors":{"session:00000000-0000-4000-8000-000000000002":[5,'
+    '"3434343434343434343434343434343434343434343434343434343434343434"]},"at":"2026-11-25T10:05:00.000000Z",'
+    '"format":"taskgate-audit-v1","heads":{"global:operator":[1,'
+    '"1212121212121212121212121212121212121212121212121212121212121212"],'
+    '"session:00000000-0000-4000-8000-000000000001":[3,'
+    '"efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef"]},"key":"0123456789abcdef","number":2,'
+    '"prev":"cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd","reason":"interval"}'
+)
+CHECKPOINT_DIGEST = "2925015ed40628b412c8617dc860fd49270983e503694e08a6645a5edec8dd20"
+
+
+def test_the_format_is_named_v1_and_the_genesis_hash_is_64_zeros():
+    assert FORMAT == "taskgate-audit-v1"
+    assert GENESIS == "0" * 64
+
+
+def test_a_link_hash_is_the_sha256_of_the_canonical_json_pinned():
+    fields = canonical_fields("transition_log", APPROVAL)
+    chain = chain_of("transition_log", fields)
+    assert encode([FORMAT, chain, 3, "ab" * 32, "transition_log", fields]) == APPROVAL_CANONICAL.encode()
+    assert hashlib.sha256(APPROVAL_CANONICAL.encode()).hexdigest() == APPROVAL_HASH
+    assert link_hash(chain, 3, "ab" * 32, "transition_log", fields) == APPROVAL_HASH
+
+
+def test_every_input_of_a_link_hash_changes_it():
+    fields = canonical_fields("transition_log", APPROVAL)
+    chain = session_chain(SESSION)
+    changed = [
+        link_hash("session:other", 3, "ab" * 32, "transition_log", fields),
+        link_hash(chain, 4, "ab" * 32, "transition_log", fields),
+        link_hash(chain, 3, GENESIS, "transition_log", fields),
+        link_hash(chain, 3, "ab" * 32, "events", fields),
+        link_hash(chain, 3, "ab" * 32, "transition_log", {**fields, "actor": "operator:mallory"}),
+        link_hash(chain, 3, "ab" * 32, "transition_log", {**fields, "seq": 43}),
+    ]
+    assert APPROVAL_HASH not in changed and len(set(changed)) == len(changed)
+
+
+def test_a_checkpoint_body_is_pinned_and_parses_back():
+    body = CHECKPOINT.body()
+    assert body == CHECKPOINT_BODY.encode()
+    assert digest(body) == hashlib.sha256(CHECKPOINT_BODY.encode()).hexdigest() == CHECKPOINT_DIGEST
+    assert Checkpoint.parse(body) == CHECKPOINT
+
+
+def test_a_body_of_another_format_does_not_parse():
+    other = CHECKPOINT_BODY.replace("taskgate-audit-v1", "taskgate-audit-v2").encode()
+    with pytest.raises(ValueError, match="not a taskgate-audit-v1 checkpoint body"):
+        Checkpoint.parse(other)
+
+
+@pytest.mark.parametrize(
+    ("moment", "expected"),
+    [
+        (datetime(2026, 11, 25, 11, 0, 0, 5, tzinfo=ZoneInfo("Europe/Paris")), "2026-11-25T10:00:00.000005Z"),
+        (datetime(2026, 6, 30, 22, 30, tzinfo=ZoneInfo("America/New_York")), "2026-07-01T02:30:00.000000Z"),
+        (datetime(2026, 1, 1, 5, 30, tzinfo=timezone(timedelta(hours=5, minutes=30))), "2026-01-01T00:00:00.000000Z"),
+        (datetime(2026, 1, 1, tzinfo=UTC), "2026-01-01T00:00:00.000000Z"),
+    ],
+)
+def test_an_aware_time_in_any_zone_is_chained_as_utc_with_microseconds_and_z(moment, expected):
+    assert canonical_value(moment) == expected
+    assert (
+        canonical_fields("events", {"id": 1, "session_id": None, "kind": "k", "payload": {}, "at": moment})["at"]
+        == expected
+    )
+
+
+def test_a_naive_time_cannot_be_chained():
+    with pytest.raises(ValueError, match="naive datetime"):
+        canonical_value(datetime(2026, 1, 1))
+    with pytest.raises(ValueError, match="naive datetime"):
+        canonical_fields(
+            "events", {"id": 1, "session_id": None, "kind": "k", "payload": {}, "at": datetime(2026, 1, 1)}
+        )
+
+
+def test_a_str_enum_is_chained_as_its_value():
+    class Outcome(StrEnum):
+        APPLIED = "applied"
+
+    plain = canonical_fields("transition_log", APPROVAL)
+    with_enum = canonical_fields("transition_log", {**APPROVAL, "outcome": Outcome.APPLIED})
+    assert encode(with_enum) == encode(plain)
+
+
+def test_nan_is_refused_by_the_encoding():
+    with pytest.raises(ValueError):
+        encode({"x": float("nan")})
+
+
+def test_a_missing_audited_field_is_a_key_error_naming_it():
+    row = {k: v for k, v in APPROVAL.items() if k != "guard_results"}
+    with pytest.raises(KeyError, match="guard_results"):
+        canonical_fields("transition_log", row)
+
+
+@pytest.mark.parametrize("table", ["transition_log", "decisions", "events"])
+def test_the_chains_cover_every_column_of_the_audited_tables(table):
+    """A new column in one of these tables must be a format decision: cover it (and name a new format) or not."""
+    declared = getattr(tables, table)
+    assert set(AUDITED_FIELDS[table]) == {column.name for column in declared.columns}
+    assert len(AUDITED_FIELDS[table]) == len(set(AUDITED_FIELDS[table]))
+    assert [column.name for column in declared.primary_key.columns] == [PRIMARY_KEYS[table]]
+
+
+def test_only_the_three_tables_are_audited():
+    assert set(AUDITED_FIELDS) == set(PRIMARY_KEYS) == {"transition_log", "decisions", "events"}
+
+
+@pytest.mark.parametrize(
+    ("table", "fields", "chain"),
+    [
+        ("transition_log", {"session_id": SESSION, "trigger": "start"}, f"session:{SESSION}"),
+        ("decisions", {"session_id": SESSION, "decision": "approve"}, f"session:{SESSION}"),
+        ("events", {"session_id": SESSION, "kind": "token.issued"}, f"session:{SESSION}"),
+        ("events", {"session_id": None, "kind": "operator.added"}, "global:operator"),
+        ("events", {"session_id": None, "kind": "token.revoked"}, "global:token"),
+        ("events", {"session_id": None, "kind": "audit.verified"}, "global:audit"),
+        ("events", {"session_id": None, "kind": "decision.review.bypassed"}, "global:decision"),
+        ("events", {"session_id": None, "kind": "startup"}, "global:startup"),
+        ("events", {"session_id": "", "kind": "task.added"}, "global:task"),
+    ],
+)
+def test_a_record_belongs_to_its_sessions_chain_or_to_its_kinds_global_chain(table, fields, chain):
+    assert chain_of(table, fields) == chain
+
+
+def test_a_sessions_chain_is_named_after_its_id():
+    assert session_chain(SESSION) == f"session:{SESSION}"
