@@ -3,6 +3,7 @@ the chains' shape as stored, and exports written to a list of lines."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,13 @@ async def raw(target: Any, sql: str, **params: Any) -> list:
         rows = result.all() if result.returns_rows else []
         await conn.commit()
     return rows
+
+
+def stored_time(value: Any) -> datetime:
+    """A timestamp as raw SQL reads it back (SQLite: naive UTC text; PostgreSQL: an aware datetime), aware."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 async def record_count(target: Any) -> int:
