@@ -1,4 +1,5 @@
-"""Issue 20's table: every row of the hot path, each against its baseline measured in the same run, three runs.
+"""Issue 20's table: every row of the hot path, each against its baseline measured in the same run, three runs
+(and issue 21's: what the audit chains add to a transition).
 
 Runs the scripts that measure the rows (each prints `ROW|measure|ours|baseline|unit|ratio|goal` lines,
 see `bench_support.emit_row`), `--runs` times each, with the machine's load average before and after every run,
@@ -13,6 +14,7 @@ Rows come on SQLite (the default) and on PostgreSQL where they apply (`--skip-pg
 | `project_decide` vs `session_status` (SQLite, PostgreSQL) | decision_latency.py |
 | workflow engine bare agent step vs one transition (SQLite, PostgreSQL) | workflow_overhead.py |
 | `taskgate --help` vs `python -c pass`; `serve` until `tools/list` vs a bare MCPServer | cli_startup.py |
+| issue 21: `start`, `plan_complete` with audit chaining vs without (SQLite FULL, PostgreSQL) | audit_cost.py |
 
 Run:  .venv/bin/python benchmarks/hot_path.py [--runs 3] [--skip-pg]      (~15 min on 2 cores; `make bench`)
 """
@@ -53,12 +55,14 @@ def scripts(skip_pg: bool) -> list[list[str]]:
         ["decision_latency.py", "--n", "30", "--warmup", "5"],
         ["workflow_overhead.py", "--runs", "3"],
         ["cli_startup.py", "--rounds", "1"],
+        ["audit_cost.py", "--n", "300", "--warmup", "30", "--profile-n", "100"],
     ]
     if not skip_pg:
         found += [
             ["mcp_latency.py", "--n", "150", "--skip-http", "--postgres"],
             ["decision_latency.py", "--n", "30", "--warmup", "5", "--postgres"],
             ["workflow_overhead.py", "--runs", "3", "--postgres"],
+            ["audit_cost.py", "--n", "300", "--warmup", "30", "--profile-n", "100", "--postgres"],
         ]
     return found
 
