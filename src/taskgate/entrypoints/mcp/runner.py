@@ -41,12 +41,15 @@ class _OpenApp:
             app.nodes.identity = dataclasses.replace(app.nodes.identity, url=self.agent_url)
         beating = await _start_heartbeat(app)
         sweeping = _start_sweeper(self.settings, app)
+        sealing = asyncio.create_task(_seal_audit_log(app), name="taskgate-audit-seal")  # off the first answer's path
         delivering = None
         try:
             delivering = _start_webhooks(self.settings, app)  # raises for a webhook whose secret is missing
             yield app
         finally:
             self.app = None
+            await asyncio.wait({sealing}, timeout=_WEBHOOK_GRACE_S)  # a checkpoint in flight is signed, not cut
+            sealing.cancel()
             await _stop_webhooks(delivering)
             await _stop_sweeper(sweeping)
             await _stop_sweeper(beating)
@@ -63,6 +66,23 @@ async def _recover(app: App) -> None:
         log.warning("start-up recovery: %s", line)
     if report.lines:
         log.warning("start-up recovery: done in %.2f s (%d session(s) resumed)", report.seconds, len(report.resumed))
+
+
+async def _seal_audit_log(app: App) -> None:
+    """The first audit checkpoint, over records no checkpoint covers yet (a database migrated to 0014), when this
+    process has the key (docs/audit.md#existing-databases). A failure is logged, not fatal."""
+    log, ledger = logging.getLogger("taskgate.audit"), app.ledger
+    try:
+        # reading the key loads `cryptography` (tens of ms): in a thread, so the first answers need not wait for it
+        if ledger is None or not await asyncio.to_thread(lambda: ledger.can_sign):
+            return
+        sealed = await ledger.seal_if_unsealed()
+    except Exception as exc:  # the service runs without it; `taskgate audit checkpoint` signs later
+        log.warning("audit: the first checkpoint could not be signed at start: %s: %s", type(exc).__name__, exc)
+        return
+    if sealed is not None:
+        log.warning("audit: signed checkpoint #%d over the %d chain(s) no checkpoint covered yet", sealed.number,
+                    len(sealed.heads))  # fmt: skip
 
 
 async def _start_heartbeat(app: App) -> tuple[asyncio.Event, asyncio.Task[None]]:
