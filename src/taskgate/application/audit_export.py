@@ -59,10 +59,10 @@ def verify_export(lines: Iterable[str], public: PublicKey, source: str) -> Verif
     report = VerifyReport(scope, public.key_id)
     checks = verify_checkpoints(checkpoints, public.key_id, public.verifies)
     signed = checks.heads if scope.chain is None else {c: p for c, p in checks.heads.items() if c == scope.chain}
-    walk = ChainWalk(signed, checks.anchors)
+    walk = ChainWalk(signed, checks.anchors, complete=scope_data.get("since") is None)
     for link in records:
         walk.feed(link)
-    walk.finish(complete=scope_data.get("since") is None)
+    walk.finish()
     walk_checkpoints(checks, walk, report)
     if end is None:
         report.findings.append(Finding(source, "has no end line: the export was cut short"))

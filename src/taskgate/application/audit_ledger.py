@@ -186,10 +186,11 @@ class AuditLedger:
         async with self._uow(write=False) as uow:
             # Checkpoints and head rows first: a record appended while the links are read only extends a chain.
             checks = verify_checkpoints(await uow.audit.checkpoints(), key.key_id, key.verifies)
-            walk = ChainWalk(_within(checks.heads, scope), checks.anchors, await uow.audit.stored_heads(scope.chain))
+            heads = await uow.audit.stored_heads(scope.chain)
+            walk = ChainWalk(_within(checks.heads, scope), checks.anchors, heads, complete=scope.since is None)
             async for link in links_in(uow, scope):
                 walk.feed(link)
-            walk.finish(complete=scope.since is None)
+            walk.finish()
             unlinked = await uow.audit.unlinked(scope.chain, scope.since, _MAX_FINDINGS)
         walk_checkpoints(checks, walk, report)
         report.findings += [Finding(f"{table} {rid}", "has no link: it was added by hand, outside taskgate")

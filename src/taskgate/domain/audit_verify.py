@@ -65,6 +65,7 @@ class ChainWalk:
     signed: Mapping[str, ChainPoint] = field(default_factory=dict)
     anchors: Mapping[str, ChainPoint] = field(default_factory=dict)
     stored_heads: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    complete: bool = True  # every record of each chain is fed (not a `--since` window): chains start at the start
     findings: list[Finding] = field(default_factory=list)
     records: int = 0
     unsigned: int = 0
@@ -75,13 +76,9 @@ class ChainWalk:
         self.records += 1
         seen = self._chains.get(link.chain)
         anchor = self.anchors.get(link.chain, ChainPoint(0, GENESIS))
-        if seen is not None and seen.last == link.seq - 1:
-            prev = seen.last_hash
-        elif link.seq == anchor.seq + 1:
-            prev = anchor.hash
-        else:
-            prev = link.prev
-        self._check_link(link, prev, anchor)
+        prev, gap = self._prev(link, seen, anchor)
+        if not gap:
+            self._check_link(link, prev, anchor)
         if seen is None:
             self._chains[link.chain] = _Chain(link.seq, link.seq, link.hash)
         else:
@@ -98,6 +95,25 @@ class ChainWalk:
         stored = self.stored_heads.get(link.chain)
         if stored is not None and link.seq == stored[0] and link.hash != stored[1]:
             self._add(link, f"the chain's head row holds hash {stored[1][:16]}… for this seq: the chain was rewritten")
+
+    def _prev(self, link: LinkRow, seen: _Chain | None, anchor: ChainPoint) -> tuple[str | None, bool]:
+        """The hash this link must follow, and whether records before it are missing (that finding is made here).
+
+        Within the walk a chain must run without a gap, and a complete walk must start it right after its anchor
+        (seq 1, or where a prune resumed it): an export's own `prev` is trusted only at a window's first record.
+        """
+        if seen is not None and seen.last == link.seq - 1:
+            return seen.last_hash, False
+        if link.seq == anchor.seq + 1:
+            return anchor.hash, False
+        if link.seq <= anchor.seq:
+            return link.prev, False
+        first = seen.last + 1 if seen is not None else anchor.seq + 1
+        if seen is None and not self.complete:
+            return link.prev, False  # a window starts mid-chain: its first record follows the hash it names
+        missing = f"#{first} of its chain is" if first == link.seq - 1 else f"#{first}–#{link.seq - 1} of its chain are"
+        self._add(link, f"follows no record: {missing} missing (deleted with its link)")
+        return None, True
 
     def _check_link(self, link: LinkRow, prev: str | None, anchor: ChainPoint) -> None:
         if link.seq <= anchor.seq:
@@ -117,17 +133,17 @@ class ChainWalk:
     def _add(self, link: LinkRow, problem: str) -> None:
         self.findings.append(Finding(f"{link.table} {link.record_id}", problem, link.chain, link.seq))
 
-    def finish(self, *, complete: bool = True) -> None:
+    def finish(self) -> None:
         """Check each chain's end against its signed head and its head row: a chain that ends before either lost
         its tail. (Both were read before the links, so a record appended meanwhile only extends a chain.)
 
-        `complete`: every chain was meant to be walked (not a `--since` window), so a chain with a signed head or a
-        head row that was not walked is one whose every record is gone.
+        In a complete walk (not a `--since` window) a chain with a signed head or a head row that was not walked is
+        one whose every record is gone.
         """
         for chain, point in self.signed.items():
-            self._check_end(chain, point.seq, f"checkpoint #{point.checkpoint} signed #{point.seq}", complete)
+            self._check_end(chain, point.seq, f"checkpoint #{point.checkpoint} signed #{point.seq}", self.complete)
         for chain, (seq, _hash) in self.stored_heads.items():
-            self._check_end(chain, seq, f"its head row says #{seq}", complete)
+            self._check_end(chain, seq, f"its head row says #{seq}", self.complete)
 
     def _check_end(self, chain: str, seq: int, claim: str, complete: bool) -> None:
         walked = self._chains.get(chain)
