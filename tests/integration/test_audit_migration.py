@@ -1,12 +1,11 @@
 """Migration 0014 on a database that already has a history (issue 21), on SQLite and PostgreSQL: records written
 at revision 0013 (with the tables' own column types, as 0013's code wrote them) are linked into their chains in the
 order they were written (time, then table, then id), verify unsigned, and are sealed by checkpoint #1 (reason
-"migration") at the first start that has the key; taskgate's own writes then extend those chains; a downgrade to
+"seal") at the first start that has the key; taskgate's own writes then extend those chains; a downgrade to
 0013 and a second upgrade do it all again."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,8 +19,9 @@ from taskgate.application.sessions import FireTrigger
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.engine import Database
+from taskgate.infrastructure.db.tables import ALL_TABLES
 from tests.audit_support import ledger_of, new_signer, problems, raw, record_count, whole_chains
-from tests.conftest import SQL_BACKENDS, Services, pg_admin, pg_database_url, wire, worker_name
+from tests.conftest import SQL_BACKENDS, Services, wire
 
 pytestmark = pytest.mark.asyncio
 
@@ -33,22 +33,23 @@ AUDIT_TABLES = {"audit_links", "audit_chains", "audit_checkpoints"}
 
 @pytest.fixture(params=SQL_BACKENDS)
 async def at_0013(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Services]:
-    """A database of its own (it is downgraded and upgraded) at revision 0013, wired to the services."""
+    """A database at revision 0013, empty, wired to the services: a new SQLite file, or this test process's
+    PostgreSQL database downgraded (and brought back to head afterwards, as test_migrations.py does)."""
     if request.param == "sqlite":
-        url, drop = f"sqlite:///{tmp_path / 'old.db'}", None
-    else:
-        request.getfixturevalue("pg_url")  # the server is up
-        name = f"taskgate_mig_{worker_name()}_{uuid.uuid4().hex[:8]}"
-        pg_admin(f'CREATE DATABASE "{name}"')
-        url, drop = pg_database_url(name), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
-    database = Database(url)
-    try:
+        url = f"sqlite:///{tmp_path / 'old.db'}"
+        database = Database(url)
         await migrations.upgrade(database, "0013")
+    else:
+        url = request.getfixturevalue("pg_url")
+        database = Database(url)
+        await migrations.downgrade(database, "0013")
+        older = ", ".join(table.name for table in ALL_TABLES if table.name not in AUDIT_TABLES)
+        await raw(database, f"TRUNCATE {older} RESTART IDENTITY CASCADE")
+    try:
         yield wire(request.param, database, url)
     finally:
+        await migrations.upgrade(database)  # leave the shared database at head for the other tests
         await database.dispose()
-        if drop:
-            pg_admin(drop)
 
 
 class History:
@@ -181,7 +182,7 @@ async def assert_migrated_and_sealed(svc: Services, ledger, history: History) ->
 
     cp = await ledger.seal_if_unsealed()
 
-    assert cp is not None and (cp.number, cp.reason, cp.anchors) == (1, "migration", {})
+    assert cp is not None and (cp.number, cp.reason, cp.anchors) == (1, "seal", {})
     assert dict(cp.heads) == {chain: (seq, hash_) for chain, seq, hash_ in heads}
     assert {chain: seq for chain, (seq, _h) in cp.heads.items()} == lengths
     sealed = await ledger.verify(Scope(), record=False)
