@@ -262,12 +262,17 @@ def mend_the_count(change):
 
 
 @pytest.mark.parametrize("where", [1, 0], ids=["middle", "first"])
-def test_a_record_line_deleted_with_the_count_mended_is_still_caught(exported, tmp_path, where):
+def test_a_record_line_deleted_with_the_count_mended_is_named_at_the_record_after_it(exported, tmp_path, where):
+    """The chain itself shows the gap: a whole export's chains run from #1 (or their anchor) without one."""
+    items = [json.loads(line) for line in exported.lines]
+    after = session_record(items, where + 1)
+
     def delete(items):
         items.remove(session_record(items, where))
 
     found = findings_of(exported, edited(exported.lines, mend_the_count(delete)), tmp_path)
-    assert found != []
+    assert found == [(f"{after['table']} {after['id']}", f"follows no record: #{where + 1} of its chain is missing "
+                                                         "(deleted with its link)")]  # fmt: skip
 
 
 # -- not an export ----------------------------------------------------------------------------------------------
