@@ -42,6 +42,8 @@ DECISIONS = {kind.value for kind in DecisionKind}  # fired through DecisionServi
 MAX_SESSIONS = 4
 STEPS = 12
 COMPENSATIONS = [None, "manual_review", "auto_revert", "approve_and_merge"]
+# Free text the chain encodes as ASCII with escapes, whatever it holds (NUL aside: PostgreSQL's text refuses it).
+REASONS = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=12)
 FORWARD = {"start", "plan_complete", "work_complete", "merge", "retry", "resume", "compensate", "reverify"}
 
 
@@ -139,14 +141,16 @@ class AuditedOperations(RuleBasedStateMachine):
         forward = [t for t in triggers if t in FORWARD]  # toward decisions and merges: first (the simplest
         weighted = forward * 8 + triggers  # choice, where shrinking goes) and mostly
         trigger = data.draw(st.sampled_from(weighted), label="trigger")
-        self.act(self.svc.sessions.fire(FireTrigger(session.id, trigger, ACTOR, reason="hypothesis")))
+        reason = data.draw(REASONS, label="reason")
+        self.act(self.svc.sessions.fire(FireTrigger(session.id, trigger, ACTOR, reason=reason)))
 
     def decide(self, data: st.DataObject, session_id: str) -> None:
         """Approve, request changes, or reject with a compensation (approve_and_merge overrides the review)."""
         kind = data.draw(st.sampled_from(sorted(DECISIONS)), label="decision")
         compensation = data.draw(st.sampled_from(COMPENSATIONS), label="compensation") if kind == "reject" else None
         instructions = "add tests" if kind == "request_changes" else None
-        decide = Decide(session_id, OPERATOR, kind, reason="reviewed", instructions=instructions,
+        reason = data.draw(REASONS, label="reason") or "reviewed"  # approve_and_merge needs one
+        decide = Decide(session_id, OPERATOR, kind, reason=reason, instructions=instructions,
                         compensation=compensation)  # fmt: skip
         self.act(self.svc.decisions.decide(decide))
 
