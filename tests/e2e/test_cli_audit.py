@@ -305,7 +305,7 @@ def test_init_and_serve_seal_a_database_migrated_from_before_0014_with_a_migrati
     _before_0014(auditor.database)
     out = auditor.ok("init")  # migrates to 0014 (chaining every record), then signs them
     assert "signed audit checkpoint #1 over 3 chain(s) no checkpoint covered yet" in out
-    assert auditor.json("audit", "status")["last_checkpoint"]["reason"] == "migration"
+    assert auditor.json("audit", "status")["last_checkpoint"]["reason"] == "seal"
 
     _before_0014(auditor.database)
     auditor.env["TASKGATE_AUDIT__CHECKPOINT_INTERVAL_S"] = "0"  # the sweeper signs nothing: only the seal at start
@@ -314,7 +314,7 @@ def test_init_and_serve_seal_a_database_migrated_from_before_0014_with_a_migrati
     assert served.returncode == 0 and '"serverInfo"' in served.stdout, served.stderr
     assert "audit: signed checkpoint #1 over the " in served.stderr  # its chains and this node's first event
     status = auditor.json("audit", "status")
-    assert status["last_checkpoint"]["reason"] == "migration" and status["unsigned_chains"] == 0
+    assert status["last_checkpoint"]["reason"] == "seal" and status["unsigned_chains"] == 0
     auditor.exits(0, "audit", "verify")
 
 

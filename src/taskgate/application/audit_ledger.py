@@ -138,7 +138,7 @@ class AuditLedger:
         async with self._uow(write=False) as uow:
             if await uow.audit.last_checkpoint_at() is not None or not await uow.audit.unsigned_heads():
                 return None
-        return await self.checkpoint("migration", only_if_grown=True)
+        return await self.checkpoint("seal", only_if_grown=True)
 
     async def checkpoint_if_due(self, interval_s: float) -> Checkpoint | None:
         """The periodic checkpoint: when the last one is `interval_s` old and a chain grew. None without a key."""
@@ -213,7 +213,8 @@ class AuditLedger:
         """
         if before.tzinfo is None:
             raise InvalidInput("--before must carry a timezone")
-        self._require_signer()
+        if not dry_run:  # a dry run signs nothing: a machine that can only verify may ask what a prune would remove
+            self._require_signer()
         async with self._uow(write=True) as uow:
             finished = await uow.audit.sessions_in(TERMINAL_STATES)
             points = await uow.audit.prunable(before, finished)

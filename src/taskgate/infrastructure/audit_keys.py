@@ -113,6 +113,8 @@ def load_signer(private: Path) -> AuditSigner:
         key = serialization.load_pem_private_key(private.read_bytes(), password=None)
     except FileNotFoundError as exc:
         raise InvalidInput(f"no audit key at {private}: `taskgate init` creates one ([audit] key_file)") from exc
+    except OSError as exc:  # a folder, no permission: named, never a traceback
+        raise InvalidInput(f"the audit key {private} cannot be read: {exc.strerror or exc}") from exc
     except (ValueError, TypeError) as exc:
         raise InvalidInput(f"{private} is not a readable Ed25519 private key ({exc})") from exc
     if not isinstance(key, Ed25519PrivateKey):
@@ -126,6 +128,8 @@ def load_public(path: Path) -> AuditPublicKey:
         text = path.read_text()
     except FileNotFoundError as exc:
         raise InvalidInput(f"no public key at {path}") from exc
+    except OSError as exc:
+        raise InvalidInput(f"the public key {path} cannot be read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"{path} is not a taskgate audit public key (not text)") from exc
     return AuditPublicKey.parse(text, str(path))

@@ -31,7 +31,7 @@ from taskgate.entrypoints.cli.audit_common import (
     scope_of,
     timestamp,
 )
-from taskgate.entrypoints.cli.common import audit_app
+from taskgate.entrypoints.cli.common import _local_actor, audit_app
 from taskgate.entrypoints.render import console, err_console
 
 if TYPE_CHECKING:
@@ -75,8 +75,9 @@ def _verify_database(session: str | None, since: datetime | None, public_key: Pa
     async def work(services: App) -> VerifyReport:
         assert services.ledger is not None
         scope = await scope_of(services, session, since)
-        full = scope.session_id is None and scope.since is None  # only a whole verify is the "last verification"
-        return await services.ledger.verify(scope, key, record=full)
+        # Every scope checks the whole checkpoint chain: its audit.verified event (with the scope) is the last
+        # verification whatever the scope, as from the MCP tool.
+        return await services.ledger.verify(scope, key, actor=_local_actor(services))
 
     with _progress("verifying the audit chains"):
         return audit_run(work)

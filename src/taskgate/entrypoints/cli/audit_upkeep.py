@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.audit_common import JsonOpt, audit_run, bad_input, timestamp
-from taskgate.entrypoints.cli.common import _or_fail, audit_app, fail, say
+from taskgate.entrypoints.cli.common import _local_actor, _or_fail, audit_app, fail, say
 from taskgate.entrypoints.render import console
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def audit_prune(
 
     async def work(services: App) -> PruneReport:
         assert services.ledger is not None
-        return await services.ledger.prune(at, dry_run=dry_run or not yes)
+        return await services.ledger.prune(at, dry_run=dry_run or not yes, actor=_local_actor(services))
 
     report = audit_run(work)
     if as_json:
