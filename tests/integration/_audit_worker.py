@@ -3,10 +3,10 @@ too (driven by test_audit_concurrency.py), so that both processes append to the 
 
 Self-contained on purpose: it imports only `taskgate`, never the `tests` package.
 
-argv[1] is a JSON spec: {"url", "per_session": n, "actor"}. The worker builds its services (the engine alone, as
-the test's setup: no worktrees) and prints `ready`. Then, for every line `go <JSON list of session ids>` on stdin
-(so that both workers start a round together), it runs a round: `per_session` toggles of each of those sessions
-(in a state that can be suspended), all at once (one asyncio.gather). A toggle
+argv[1] is a JSON spec: {"url", "actor"}. The worker builds its services (the engine alone, as the test's setup: no
+worktrees) and prints `ready`. Then, for every line `go {"sessions": [ids], "per_session": n}` on stdin (so that
+both workers start a round together), it runs a round: `per_session` toggles of each of those sessions (in a state
+that can be suspended), all at once (one asyncio.gather). A toggle
 reads the session and fires `suspend` (or `resume` when it is suspended) at the version it read; when another
 writer got there first (ConcurrentModification, or InvalidTransition from a state read before the other's commit)
 it reads again and retries. After each round it prints one JSON line: {"acked": [[session, version], …] of every
@@ -65,17 +65,17 @@ async def main(spec: dict[str, Any]) -> int:
         await sessions.list_sessions()  # connect (and import the dialect) before the starting gun
         print("ready", flush=True)
         while (line := await asyncio.to_thread(sys.stdin.readline)).startswith("go "):
-            print(json.dumps(await run_round(sessions, json.loads(line[3:]), spec)), flush=True)
+            print(json.dumps(await run_round(sessions, json.loads(line[3:]), spec["actor"])), flush=True)
         return 0
     finally:
         await database.dispose()
 
 
-async def run_round(sessions: SessionService, session_ids: list[str], spec: dict[str, Any]) -> dict[str, Any]:
+async def run_round(sessions: SessionService, spec: dict[str, Any], actor: str) -> dict[str, Any]:
     """`per_session` toggles of each session, all at once; what came of them."""
     report: dict[str, Any] = {"acked": [], "retries": 0, "unexpected": []}
-    per_session = range(spec["per_session"])
-    await asyncio.gather(*(toggle(sessions, s, spec["actor"], report) for s in session_ids for _ in per_session))
+    each = range(spec["per_session"])
+    await asyncio.gather(*(toggle(sessions, s, actor, report) for s in spec["sessions"] for _ in each))
     return report
 
 
