@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import text
 
 from taskgate.application.audit_ledger import AuditLedger, Scope
 from taskgate.domain.audit_chain import session_chain
 from taskgate.infrastructure.audit_keys import create_key, load_public
 from taskgate.infrastructure.system import SystemClock
+from tests.audit_support import Keys, raw
 from tests.builders import fire, seed, start
 
 pytestmark = pytest.mark.asyncio
@@ -21,19 +21,6 @@ pytestmark = pytest.mark.asyncio
 def key(tmp_path):
     signer, _ = create_key(tmp_path / "keys" / "audit.pem")
     return signer
-
-
-class Keys:
-    """A key ring holding one signer (and, unless given another, its own public half)."""
-
-    def __init__(self, signer, public=None) -> None:
-        self._signer, self._public = signer, public or signer.public
-
-    def signer(self):
-        return self._signer
-
-    def public(self):
-        return self._public
 
 
 def ledger_of(services, key) -> AuditLedger:
@@ -48,15 +35,6 @@ async def busy(services, git_repo, sessions: int = 2):
         session = await start(services, task)
         made.append(await fire(services, session, "plan_complete", "suspend", "resume"))
     return made
-
-
-async def raw(services, sql: str, **params) -> list:
-    async with services.database.connect() as conn:
-        await conn.begin()
-        result = await conn.execute(text(sql), params)
-        rows = result.all() if result.returns_rows else []
-        await conn.commit()
-    return rows
 
 
 async def test_a_busy_log_verifies_before_and_after_a_checkpoint(sql_services, git_repo, key):
