@@ -227,9 +227,9 @@ def run_machine(backend: str, request: pytest.FixtureRequest, tmp_path: Path, ex
 
 @pytest.mark.timeout(240)
 def test_any_sequence_of_valid_operations_verifies_on_sqlite(request, tmp_path, sqlite_template):
-    run_machine("sqlite", request, tmp_path, examples=12)
+    run_machine("sqlite", request, tmp_path, examples=15)
 
 
 @pytest.mark.timeout(240)
 def test_any_sequence_of_valid_operations_verifies_on_postgresql(request, tmp_path, pg_url):
-    run_machine("postgresql", request, tmp_path, examples=4)
+    run_machine("postgresql", request, tmp_path, examples=5)
