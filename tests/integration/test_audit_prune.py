@@ -119,6 +119,7 @@ async def test_prune_removes_finished_sessions_records_before_the_time_behind_a_
     await ledger.checkpoint()
     hook = Subscriber("auditor", "http://127.0.0.1:9/hook", "s3cret", backfill="all")
     await WebhookDispatcher(svc.uow, SystemClock(), HttpWebhookSender(), [hook]).enqueue_new()  # one per event
+    await raw(svc, "UPDATE webhook_deliveries SET status = 'delivered'")  # the outbox is done with them
     expected = await expected_prune(svc, h)
     assert await delivered_events(svc) == expected.events and expected.pruned_events
 
@@ -194,13 +195,6 @@ async def delivered_events(svc: Services) -> set[int]:
     return {row[0] for row in await raw(svc, "SELECT event_id FROM webhook_deliveries WHERE subscriber = 'auditor'")}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: prune deletes the outbox's cursor markers (`start`/`skipped` rows) of pruned events with the "
-    "deliveries (audit_store.SqlAlchemyAuditRepository.prune); a subscriber left without a row is taken as new and, "
-    "with backfill 'none', restarts at the high-water mark (outbox._start), so events it had not scanned yet are "
-    "never delivered",
-)
 async def test_a_prune_does_not_make_a_subscriber_lose_the_events_it_has_not_scanned_yet(
     sql_services, git_repo, tmp_path
 ):
@@ -222,3 +216,28 @@ async def test_a_prune_does_not_make_a_subscriber_lose_the_events_it_has_not_sca
 
     pending = await raw(svc, "SELECT event_id FROM webhook_deliveries WHERE status = 'pending'")
     assert wanted and wanted <= {row[0] for row in pending}
+
+
+async def test_a_prune_waits_for_the_webhook_deliveries_still_pending(sql_services, git_repo, tmp_path):
+    """An event a subscriber has not received yet is kept, and its chain is pruned only up to the record before it;
+    once delivered, the next prune removes it."""
+    svc = sql_services
+    seeded = await seed(svc, git_repo, tasks=1)
+    done = await fire(svc, await start(svc, seeded.tasks[0]), "cancel")
+    hook = Subscriber("late", "http://127.0.0.1:9/hook", "s3cret", backfill="all")
+    await WebhookDispatcher(svc.uow, SystemClock(), HttpWebhookSender(), [hook]).enqueue_new()
+    ledger = ledger_of(svc, new_signer(tmp_path / "keys"))
+    first_event = await raw(
+        svc,
+        "SELECT min(chain_seq) FROM audit_links WHERE chain_id = :c AND record_table = 'events'",
+        c=session_chain(done.id),
+    )
+    report = await ledger.prune(SystemClock().now())
+    kept = await raw(svc, "SELECT min(chain_seq) FROM audit_links WHERE chain_id = :c", c=session_chain(done.id))
+    assert kept[0][0] == first_event[0][0]  # pruned, if at all, only up to the record before the first pending event
+    assert (await ledger.verify(Scope(), record=False)).ok
+    await raw(svc, "UPDATE webhook_deliveries SET status = 'delivered' WHERE event_id NOT IN "
+                   "(SELECT max(event_id) FROM webhook_deliveries)")  # fmt: skip
+    report = await ledger.prune(SystemClock().now())
+    assert report.records["events"] > 0
+    assert (await ledger.verify(Scope(), record=False)).ok

@@ -46,6 +46,14 @@ def _joined() -> Any:
 
 
 _JOINED = _joined()
+_wd = t.webhook_deliveries.c
+# Events the webhook outbox still needs: those with a pending delivery, and each subscriber's cursor (its newest row).
+_OUTBOX_NEEDS = (
+    select(_wd.event_id)
+    .where(_wd.status == "pending")
+    .union(select(func.max(_wd.event_id)).group_by(_wd.subscriber))
+    .scalar_subquery()
+)
 _record_at = func.coalesce(*(table.c.at for table in _TABLES.values()))
 
 
@@ -129,7 +137,17 @@ class SqlAlchemyAuditRepository(_Repository):
         points = []
         for session_id in sessions:
             chain = session_chain(session_id)
-            before_time = _JOINED.where(_links.c.chain_id == chain, _record_at < before).subquery()
+            # The webhook outbox still needs an event a delivery is pending for, and the event a subscriber's
+            # cursor rests on (its newest row: application/outbox.py): the chain is pruned up to the record before
+            # the first such event, never past it.
+            needed = select(func.min(_links.c.chain_seq)).where(
+                _links.c.chain_id == chain, _links.c.record_table == "events", _links.c.record_id.in_(_OUTBOX_NEEDS)
+            )
+            stop = (await self._conn.execute(needed)).scalar()
+            window = [_links.c.chain_id == chain, _record_at < before]
+            if stop is not None:
+                window.append(_links.c.chain_seq < stop)
+            before_time = _JOINED.where(*window).subquery()
             stmt = select(func.max(before_time.c.chain_seq), func.count()).select_from(before_time)
             upto, count = (await self._conn.execute(stmt)).one()
             if upto:
