@@ -218,3 +218,15 @@ async def test_prune_removes_a_finished_sessions_old_records_behind_a_signed_anc
     assert left[0][0] == 0
     report = await ledger.verify(Scope(), record=False)
     assert report.ok, [f.describe() for f in report.findings]
+
+
+async def test_a_reason_with_a_nul_character_is_refused_by_name_and_nothing_is_written(sql_services, git_repo):
+    from taskgate.application.sessions import FireTrigger
+    from taskgate.domain.errors import InvalidInput
+    from tests.builders import ACTOR
+
+    session = (await busy(sql_services, git_repo, sessions=1))[0]
+    before = await sql_services.snapshot()
+    with pytest.raises(InvalidInput, match="NUL"):
+        await sql_services.sessions.fire(FireTrigger(session.id, "suspend", ACTOR, "bad\x00reason"))
+    assert await sql_services.snapshot() == before

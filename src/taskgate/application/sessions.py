@@ -256,6 +256,8 @@ class SessionService:
         trigger = parse_trigger(cmd.trigger)
         if trigger == Trigger.CREATE:
             raise InvalidInput("'create' is not fired on a session; use create_session")
+        if cmd.reason is not None and "\x00" in cmd.reason:  # PostgreSQL's text cannot hold it: refused, by name
+            raise InvalidInput("the reason contains a NUL character")
         # One trigger (with its effects and follow-ups) at a time per session in this process: a second merge
         # must not start its git work while the first is between its merge and its `merged` row. Across
         # processes the repository flock, the compare-and-swap on the base ref and the version check refuse
