@@ -58,11 +58,12 @@ def audit_status(as_json: JsonOpt = False) -> None:
 def _status_lines(status: dict[str, Any]) -> list[tuple[str, str]]:
     key = status["key"] or "none: `taskgate init` creates one"
     last, verified = status["last_checkpoint"], status["last_verified"]
-    unsigned = f"{status['unsigned_chains']} chain(s)"
+    unsigned = f"{status['unsigned_records']} record(s) in {status['unsigned_chains']} chain(s)"
     if status["unsigned_chains"]:
-        unsigned += " hold records no checkpoint covers yet: `taskgate audit checkpoint` signs them"
+        unsigned += ": no checkpoint covers them yet, `taskgate audit checkpoint` signs them"
+    cannot = f" (cannot sign here: {status['key_error'] or 'no private key'})" if not status["can_sign"] else ""
     return [
-        ("key", f"{key}{'' if status['can_sign'] else ' (cannot sign here: no private key)'}"),
+        ("key", f"{key}{cannot}"),
         ("records", f"{status['records']} in {status['chains']} chain(s)"),
         ("checkpoints", str(status["checkpoints"])),
         ("last checkpoint", f"#{last['number']} at {last['at']} ({last['reason']})" if last else "none yet"),
