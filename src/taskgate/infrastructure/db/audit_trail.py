@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskgate.domain.audit_chain import PRIMARY_KEYS, canonical_fields, chain_of, link_hash
+from taskgate.domain.audit_chain import GENESIS, PRIMARY_KEYS, canonical_fields, chain_of, link_hash
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db.engine import AnyConnection
 
@@ -45,10 +45,8 @@ class AuditTrail:
         for chain, table, record_id, fields in self._pending:
             by_chain.setdefault(chain, []).append((table, record_id, fields))
         count, self._pending = len(self._pending), []
-        lock = sql.lock_chain(self._dialect)
         for chain in sorted(by_chain):
-            head = (await self._conn.execute(lock, {"chain_id": chain})).mappings().first()
-            seq, prev = int(head["seq"]), head["hash"]
+            seq, prev = await self._head(chain)
             links = []
             for table, record_id, fields in by_chain[chain]:
                 seq += 1
@@ -56,8 +54,22 @@ class AuditTrail:
                 links.append({"chain_id": chain, "chain_seq": seq, "record_table": table, "record_id": record_id,
                               "hash": prev})  # fmt: skip
             await self._insert(links)
-            await self._conn.execute(sql.ADVANCE_CHAIN, {"match_id": chain, "seq": seq, "hash": prev})
+            await self._advance(chain, seq, prev)
         return count
+
+    async def _head(self, chain: str) -> tuple[int, str]:
+        """The chain's head, locked for this transaction on PostgreSQL (created at the genesis hash if new)."""
+        if self._dialect == "postgresql":
+            head = (await self._conn.execute(sql.lock_chain(self._dialect), {"chain_id": chain})).mappings().first()
+        else:  # the write lock is the database's: a read is enough, and the head is written once, by `_advance`
+            head = (await self._conn.execute(sql.CHAIN_HEAD, {"chain_id": chain})).mappings().first()
+        return (int(head["seq"]), head["hash"]) if head else (0, GENESIS)
+
+    async def _advance(self, chain: str, seq: int, head: str) -> None:
+        if self._dialect == "postgresql":
+            await self._conn.execute(sql.ADVANCE_CHAIN, {"match_id": chain, "seq": seq, "hash": head})
+        else:
+            await self._conn.execute(sql.set_chain_head_sqlite(), {"chain_id": chain, "seq": seq, "hash": head})
 
     async def _insert(self, links: list[dict[str, Any]]) -> None:
         if self._dialect == "postgresql":  # one round trip for all of them

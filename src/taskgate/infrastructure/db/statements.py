@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, literal, select, update
+from sqlalchemy import bindparam, func, insert, literal, literal_column, select, update
 
 from taskgate.domain.audit_chain import GENESIS
 from taskgate.infrastructure.db import tables as t
@@ -141,6 +141,26 @@ def lock_chain(dialect: str) -> Any:
     return stmt.on_conflict_do_update(index_elements=[c.chain_id], set_={"seq": c.seq}).returning(c.seq, c.hash)
 
 
+# SQLite's writers already take turns on the database: a chain's head is read with a plain SELECT and written once,
+# with the links, by one upsert (where PostgreSQL locks it with `lock_chain` and updates it with ADVANCE_CHAIN).
+CHAIN_HEAD = select(t.audit_chains.c.seq, t.audit_chains.c.hash).where(
+    t.audit_chains.c.chain_id == bindparam("chain_id")
+)
+
+
+@cache
+def set_chain_head_sqlite() -> Any:
+    """Create or move a chain's head on SQLite: one statement, every value a parameter (the driver runs it)."""
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    stmt = sqlite_insert(t.audit_chains).values(
+        chain_id=bindparam("chain_id"), seq=bindparam("seq"), hash=bindparam("hash"), signed_seq=literal_column("0")
+    )
+    return stmt.on_conflict_do_update(
+        index_elements=[t.audit_chains.c.chain_id], set_={"seq": stmt.excluded.seq, "hash": stmt.excluded.hash}
+    )
+
+
 # Run on SQLite's driver directly inside a transaction (driver_statements.py): a transition's statements.
 HOT = (
     SESSION_BY_ID,
@@ -160,9 +180,10 @@ HOT = (
     FINISH_OPEN_STEP_RUN,
     INSERT_LINK,
     ADVANCE_CHAIN,
+    CHAIN_HEAD,
 )
 
 
 def hot_statements() -> tuple[Any, ...]:
     """`HOT` and SQLite's chain lock (built on first use: it loads SQLite's dialect module)."""
-    return (*HOT, lock_chain("sqlite"))
+    return (*HOT, lock_chain("sqlite"), set_chain_head_sqlite())
