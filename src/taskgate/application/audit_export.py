@@ -18,7 +18,7 @@ from taskgate.application.audit_ledger import Scope, VerifyReport, links_in, wal
 from taskgate.application.audit_ports import AuditUnitOfWorkFactory, PublicKey
 from taskgate.application.ports import Clock
 from taskgate.domain.audit_chain import FORMAT, canonical_value
-from taskgate.domain.audit_checkpoints import StoredCheckpoint, verify_checkpoints
+from taskgate.domain.audit_checkpoints import CheckpointReport, StoredCheckpoint, verify_checkpoints
 from taskgate.domain.audit_verify import ChainWalk, Finding, LinkRow
 from taskgate.domain.errors import InvalidInput
 
@@ -47,56 +47,87 @@ async def export(uow: AuditUnitOfWorkFactory, clock: Clock, scope: Scope, key_id
 
 
 def verify_export(lines: Iterable[str], public: PublicKey, source: str) -> VerifyReport:
-    """Verify an export file's lines with `public`, without a database.
+    """Verify an export file's lines with `public`, without a database, a line at a time (memory stays flat
+    whatever the size: records are checked as they are read, in the (chain, seq) order an export is written in).
 
-    Raises: InvalidInput when the file is not a taskgate audit export (no header, unknown format, a line that is
-    not JSON): a file that is an export but was changed gives findings instead.
+    Raises: InvalidInput when the file is not a taskgate audit export (no header first, unknown format, a line that
+    is not an export line, a checkpoint after the records): a file that is an export but was changed gives findings.
     """
     started = time.perf_counter()
-    header, checkpoints, records, end = _read(lines, source)
-    scope_data = header.get("scope") or {}
-    scope = Scope(scope_data.get("session"), None)
-    report = VerifyReport(scope, public.key_id)
-    checks = verify_checkpoints(checkpoints, public.key_id, public.verifies)
-    signed = checks.heads if scope.chain is None else {c: p for c, p in checks.heads.items() if c == scope.chain}
-    walk = ChainWalk(signed, checks.anchors, complete=scope_data.get("since") is None)
-    for link in records:
-        walk.feed(link)
-    walk.finish()
-    walk_checkpoints(checks, walk, report)
-    if end is None:
-        report.findings.append(Finding(source, "has no end line: the export was cut short"))
-    elif (end.get("records"), end.get("checkpoints")) != (walk.records, checks.count):
-        report.findings.append(Finding(source, f"its end line counts {end.get('records')} records and "
-                                       f"{end.get('checkpoints')} checkpoints, the file holds {walk.records} and "
-                                       f"{checks.count}: lines were removed or added"))  # fmt: skip
-    report.seconds = time.perf_counter() - started
-    return report
-
-
-def _read(lines: Iterable[str], source: str) -> tuple[dict[str, Any], list[StoredCheckpoint], list[LinkRow], Any]:
-    header: dict[str, Any] | None = None
-    checkpoints: list[StoredCheckpoint] = []
-    records: list[LinkRow] = []
-    end = None
+    walk = _ExportWalk(public, source)
     for number, text in enumerate(lines, 1):
-        if not text.strip():
-            continue
+        if text.strip():
+            walk.take(number, text)
+    return walk.report(time.perf_counter() - started)
+
+
+class _ExportWalk:
+    """An export read line by line: the header, then the checkpoints (verified once the first record comes), then
+    the records fed to the chain walk as they come, then the end line."""
+
+    def __init__(self, public: PublicKey, source: str) -> None:
+        self._public, self._source = public, source
+        self._header: dict[str, Any] | None = None
+        self._checkpoints: list[StoredCheckpoint] = []
+        self._checks: CheckpointReport | None = None
+        self._walk: ChainWalk | None = None
+        self._end: dict[str, Any] | None = None
+
+    def take(self, number: int, text: str) -> None:
+        """Read one line. Raises: InvalidInput as `verify_export` says."""
         try:
             item = json.loads(text)
             kind = item["type"]
-            if kind == "header":
-                header = item
-            elif kind == "checkpoint":
-                checkpoints.append(StoredCheckpoint(item["body"].encode(), item["signature"]))
-            elif kind == "record":
-                records.append(LinkRow(item["chain"], int(item["seq"]), item["table"], int(item["id"]), item["hash"],
-                                       item["prev"], item["fields"]))  # fmt: skip
-            elif kind == "end":
-                end = item
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InvalidInput(f"{source} line {number} is not an audit export line ({exc})") from exc
-    if header is None or header.get("format") != FORMAT:
-        raise InvalidInput(f"{source} is not a {FORMAT} export (no header line naming that format)")
-    records.sort(key=lambda r: (r.chain, r.seq))
-    return header, checkpoints, records, end
+            record = _record(item) if kind == "record" else None
+            checkpoint = StoredCheckpoint(item["body"].encode(), item["signature"]) if kind == "checkpoint" else None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InvalidInput(f"{self._source} line {number} is not an audit export line ({exc})") from exc
+        if kind == "header":
+            self._header = item
+        elif self._header is None or self._header.get("format") != FORMAT:
+            raise InvalidInput(f"{self._source} is not a {FORMAT} export (no header line naming that format first)")
+        elif checkpoint is not None:
+            if self._walk is not None:
+                raise InvalidInput(
+                    f"{self._source} line {number}: a checkpoint after the records (not an export's order)"
+                )
+            self._checkpoints.append(checkpoint)
+        elif record is not None:
+            self._walking().feed(record)
+        elif kind == "end":
+            self._end = item
+
+    def _walking(self) -> ChainWalk:
+        if self._walk is None:
+            assert self._header is not None
+            scope = self._header.get("scope") or {}
+            chain = Scope(scope.get("session")).chain
+            self._checks = verify_checkpoints(self._checkpoints, self._public.key_id, self._public.verifies)
+            heads = self._checks.heads
+            signed = heads if chain is None else {c: p for c, p in heads.items() if c == chain}
+            self._walk = ChainWalk(signed, self._checks.anchors, complete=scope.get("since") is None)
+        return self._walk
+
+    def report(self, seconds: float) -> VerifyReport:
+        """The outcome, once every line was read. Raises: InvalidInput when there was no header."""
+        if self._header is None or self._header.get("format") != FORMAT:
+            raise InvalidInput(f"{self._source} is not a {FORMAT} export (no header line naming that format)")
+        walk = self._walking()
+        assert self._checks is not None
+        walk.finish()
+        report = VerifyReport(Scope((self._header.get("scope") or {}).get("session")), self._public.key_id)
+        walk_checkpoints(self._checks, walk, report)
+        end, source = self._end, self._source
+        if end is None:
+            report.findings.append(Finding(source, "has no end line: the export was cut short"))
+        elif (end.get("records"), end.get("checkpoints")) != (walk.records, self._checks.count):
+            report.findings.append(Finding(source, f"its end line counts {end.get('records')} records and "
+                                           f"{end.get('checkpoints')} checkpoints, the file holds {walk.records} and "
+                                           f"{self._checks.count}: lines were removed or added"))  # fmt: skip
+        report.seconds = seconds
+        return report
+
+
+def _record(item: dict[str, Any]) -> LinkRow:
+    return LinkRow(item["chain"], int(item["seq"]), item["table"], int(item["id"]), item["hash"], item["prev"],
+                   item["fields"])  # fmt: skip

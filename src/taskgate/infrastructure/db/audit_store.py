@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, func, insert, literal, select, tuple_, update
+from sqlalchemy import and_, bindparam, delete, exists, func, insert, literal, select, tuple_, update
 
 from taskgate.application.audit_ports import LinkQuery, PrunePoint
 from taskgate.domain.audit_chain import AUDITED_FIELDS, PRIMARY_KEYS, canonical_fields, session_chain
@@ -46,6 +46,12 @@ def _joined() -> Any:
 
 
 _JOINED = _joined()
+# A concurrent appender may have moved a chain on since its head was read: only ever raise the mark.
+_RAISE_SIGNED_MARK = (
+    update(_chains)
+    .where(_chains.c.chain_id == bindparam("match_id"), _chains.c.signed_seq < bindparam("upto"))
+    .values(signed_seq=bindparam("upto"))
+)
 _wd = t.webhook_deliveries.c
 # Events the webhook outbox still needs: those with a pending delivery, and each subscriber's cursor (its newest row).
 _OUTBOX_NEEDS = (
@@ -80,11 +86,9 @@ class SqlAlchemyAuditRepository(_Repository):
         row = {"number": number, "at": at, "reason": reason, "body": body.decode(), "signature": signature,
                "key_id": key_id}  # fmt: skip
         await self._conn.execute(insert(t.audit_checkpoints), row)
-        c = _chains.c
-        for chain, (seq, _hash) in sorted(signed.items()):  # sorted: the lock order; an appender may have moved on
-            await self._conn.execute(
-                update(_chains).where(c.chain_id == chain, c.signed_seq < seq).values(signed_seq=seq)
-            )
+        if signed:  # one statement for all (executemany), in sorted order: the lock order appenders keep
+            marks = [{"match_id": chain, "upto": seq} for chain, (seq, _hash) in sorted(signed.items())]
+            await self._conn.execute(_RAISE_SIGNED_MARK, marks)
         await self._conn.execute(sql.ADVANCE_CHAIN, {"match_id": CHECKPOINT_CHAIN, "seq": number, "hash": digest(body)})
 
     async def checkpoints(self) -> list[StoredCheckpoint]:
