@@ -74,6 +74,9 @@ class AuditTrail:
     async def _insert(self, links: list[dict[str, Any]]) -> None:
         if self._dialect == "postgresql":  # one round trip for all of them
             await self._conn.execute(sql.INSERT_LINK, links)
-        else:  # one driver call each (driver_statements.py): cheaper than SQLAlchemy's executemany for a few
+        elif 2 <= len(links) <= sql.MULTI_LINK_INSERTS:  # one driver call (driver_statements.py) for a few
+            params = {f"{key}_{i}": value for i, link in enumerate(links) for key, value in link.items()}
+            await self._conn.execute(sql.insert_links_sqlite(len(links)), params)
+        else:
             for link in links:
                 await self._conn.execute(sql.INSERT_LINK, link)

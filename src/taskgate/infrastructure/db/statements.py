@@ -148,6 +148,19 @@ CHAIN_HEAD = select(t.audit_chains.c.seq, t.audit_chains.c.hash).where(
 )
 
 
+_LINK_COLUMNS = ("chain_id", "chain_seq", "record_table", "record_id", "hash")
+
+
+@cache
+def insert_links_sqlite(count: int) -> Any:
+    """One INSERT of `count` links, parameters `<column>_<i>`: a transition's links in one driver call."""
+    rows = [{c: bindparam(f"{c}_{i}") for c in _LINK_COLUMNS} for i in range(count)]
+    return insert(t.audit_links).values(rows)
+
+
+MULTI_LINK_INSERTS = 4  # up to this many links of one chain go in one statement on SQLite (a transition has 2)
+
+
 @cache
 def set_chain_head_sqlite() -> Any:
     """Create or move a chain's head on SQLite: one statement, every value a parameter (the driver runs it)."""
@@ -186,4 +199,5 @@ HOT = (
 
 def hot_statements() -> tuple[Any, ...]:
     """`HOT` and SQLite's chain lock (built on first use: it loads SQLite's dialect module)."""
-    return (*HOT, lock_chain("sqlite"), set_chain_head_sqlite())
+    links = tuple(insert_links_sqlite(n) for n in range(2, MULTI_LINK_INSERTS + 1))
+    return (*HOT, lock_chain("sqlite"), set_chain_head_sqlite(), *links)
