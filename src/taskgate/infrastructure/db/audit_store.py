@@ -120,8 +120,7 @@ class SqlAlchemyAuditRepository(_Repository):
         found: list[tuple[str, int]] = []
         for name, table in _TABLES.items():
             key = table.c[PRIMARY_KEYS[name]]
-            linked = exists().where(_links.c.record_table == name, _links.c.record_id == key)
-            stmt = select(key).where(~linked)
+            stmt = select(key).where(self._unlinked(name, key))
             if chain is not None:
                 stmt = stmt.where(table.c.session_id == chain.removeprefix("session:"))
             if since is not None:
@@ -131,6 +130,18 @@ class SqlAlchemyAuditRepository(_Repository):
             if len(found) >= limit:
                 break
         return found
+
+    def _unlinked(self, name: str, key: Any) -> Any:
+        """`key` has no link: an anti-join, as no index leads from a record to its link (0015).
+
+        SQLite builds the table's linked ids once for NOT IN (a correlated NOT EXISTS would scan the links per
+        record); PostgreSQL plans NOT EXISTS as a hash anti-join, where a NOT IN over more ids than `work_mem`
+        holds would re-scan them per record.
+        """
+        linked = _links.c.record_table == name
+        if self._dialect == "postgresql":
+            return ~exists().where(linked, _links.c.record_id == key)
+        return key.not_in(select(_links.c.record_id).where(linked))
 
     async def sessions_in(self, states: Iterable[SessionState]) -> list[str]:
         c = t.sessions.c
