@@ -53,9 +53,19 @@ class AuditTrail:
                 prev = link_hash(chain, seq, prev, table, fields)
                 links.append({"chain_id": chain, "chain_seq": seq, "record_table": table, "record_id": record_id,
                               "hash": prev})  # fmt: skip
-            await self._insert(links)
-            await self._advance(chain, seq, prev)
+            if self._dialect == "postgresql" and len(links) <= sql.MULTI_LINK_INSERTS:
+                await self._seal_postgresql(chain, seq, prev, links)
+            else:
+                await self._insert(links)
+                await self._advance(chain, seq, prev)
         return count
+
+    async def _seal_postgresql(self, chain: str, seq: int, head: str, links: list[dict[str, Any]]) -> None:
+        """A few links and the head's move in one round trip (`statements.seal_chain_postgresql`)."""
+        params: dict[str, Any] = {"match_id": chain, "seq": seq, "hash": head}
+        for i, link in enumerate(links):
+            params.update({f"{key}_{i}": value for key, value in link.items() if key != "chain_id"})
+        await self._conn.execute(sql.seal_chain_postgresql(len(links)), params)
 
     async def _head(self, chain: str) -> tuple[int, str]:
         """The chain's head, locked for this transaction on PostgreSQL (created at the genesis hash if new)."""

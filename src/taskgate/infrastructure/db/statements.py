@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, literal, literal_column, select, update
+from sqlalchemy import bindparam, func, insert, literal, literal_column, select, text, update
 
 from taskgate.domain.audit_chain import GENESIS
 from taskgate.infrastructure.db import tables as t
@@ -158,7 +158,24 @@ def insert_links_sqlite(count: int) -> Any:
     return insert(t.audit_links).values(rows)
 
 
-MULTI_LINK_INSERTS = 4  # up to this many links of one chain go in one statement on SQLite (a transition has 2)
+MULTI_LINK_INSERTS = 4  # up to this many links of one chain go in one statement (a transition has 2)
+
+
+@cache
+def seal_chain_postgresql(count: int) -> Any:
+    """PostgreSQL: `count` links of one chain inserted and its head row moved, in one statement (one round trip
+    where two were: the INSERT runs as a data-modifying CTE). Parameters: `match_id` (the chain), `seq` and `hash`
+    (its new head), `<column>_<i>` for each link's other columns.
+
+    Written as text: SQLAlchemy cannot cache a statement with a DML CTE ("no key"), and compiling it anew on every
+    transition cost more than the round trip it saves."""
+    values = ", ".join(
+        f"(:match_id, :chain_seq_{i}, :record_table_{i}, :record_id_{i}, :hash_{i})" for i in range(count)
+    )
+    return text(
+        f"WITH links AS (INSERT INTO audit_links (chain_id, chain_seq, record_table, record_id, hash) VALUES {values})"
+        " UPDATE audit_chains SET seq = :seq, hash = :hash WHERE chain_id = :match_id"
+    )
 
 
 @cache
