@@ -28,8 +28,8 @@ def emit_row(name: str, ours: float, baseline: float, unit: str, goal: str) -> N
 
 
 PG_BENCH_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/taskgate_bench"
-"""The database the benchmarks reset and use on PostgreSQL (create it once: `createdb -h 127.0.0.1 -U postgres
-taskgate_bench`). Its schema `public` is dropped and recreated: never point it at a database you care about."""
+"""The database the benchmarks reset and use on PostgreSQL (created on first use, from the server's `postgres`
+database). Its schema `public` is dropped and recreated: never point it at a database you care about."""
 
 
 def reset_pg_schema(url: str) -> None:
@@ -39,7 +39,17 @@ def reset_pg_schema(url: str) -> None:
     import asyncpg
 
     async def reset() -> None:
-        conn = await asyncpg.connect(url.replace("+asyncpg", ""))
+        dsn = url.replace("+asyncpg", "")
+        try:
+            conn = await asyncpg.connect(dsn)
+        except asyncpg.InvalidCatalogNameError:  # a fresh server: create the database, once
+            base, _, name = dsn.rpartition("/")
+            admin = await asyncpg.connect(f"{base}/postgres")
+            try:
+                await admin.execute(f'CREATE DATABASE "{name}"')
+            finally:
+                await admin.close()
+            conn = await asyncpg.connect(dsn)
         try:
             await conn.execute("DROP SCHEMA IF EXISTS public CASCADE; CREATE SCHEMA public")
         finally:
