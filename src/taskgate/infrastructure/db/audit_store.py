@@ -21,7 +21,7 @@ from taskgate.domain.audit_verify import LinkRow
 from taskgate.domain.states import SessionState
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
-from taskgate.infrastructure.db.repositories import _Repository
+from taskgate.infrastructure.db.repositories import SqlRepository
 
 # The checkpoint chain's head row: the last checkpoint's number and body hash; never a record chain. A checkpoint
 # locks it first, then raises `signed_seq` on chain heads in sorted order; appenders lock chain heads in sorted
@@ -63,7 +63,7 @@ _OUTBOX_NEEDS = (
 _record_at = func.coalesce(*(table.c.at for table in _TABLES.values()))
 
 
-class SqlAlchemyAuditRepository(_Repository):
+class SqlAlchemyAuditRepository(SqlRepository):
     async def lock_checkpoints(self) -> tuple[int, str]:
         row = (await self._conn.execute(sql.lock_chain(self._dialect), {"chain_id": CHECKPOINT_CHAIN})).mappings()
         head = row.first()

@@ -86,7 +86,10 @@ def _storable(ident: int) -> bool:
     return ident in _INTEGER_IDS
 
 
-class _Repository:
+class SqlRepository:
+    """The base of every repository on SQLAlchemy here (audit_store.py's too): the unit of work's connection and
+    dialect, its audit trail, and the few helpers every repository uses to run its statements."""
+
     def __init__(self, conn: AnyConnection, dialect: str, trail: AuditTrail | None = None) -> None:
         self._conn, self._dialect = conn, dialect
         self._trail = trail  # where an audited record goes to be chained at commit (audit_trail.py)
@@ -106,7 +109,7 @@ class _Repository:
         return list((await self._conn.execute(stmt, params)).mappings().all())
 
 
-class SqlAlchemyProjectRepository(_Repository):
+class SqlAlchemyProjectRepository(SqlRepository):
     async def add(self, name: str, key: str, root_path: str, created_at: datetime) -> Project:
         values = {"name": name, "key": key, "root_path": root_path, "config": {}, "created_at": created_at}
         result = await self._conn.execute(insert(t.projects).values(**values))
@@ -147,7 +150,7 @@ class SqlAlchemyProjectRepository(_Repository):
         return number
 
 
-class SqlAlchemyPlanRepository(_Repository):
+class SqlAlchemyPlanRepository(SqlRepository):
     async def add(self, project_id: int, name: str, created_at: datetime) -> Plan:
         values = {"project_id": project_id, "name": name, "status": PlanStatus.OPEN.value, "created_at": created_at}
         result = await self._conn.execute(insert(t.plans).values(**values))
@@ -169,7 +172,7 @@ class SqlAlchemyPlanRepository(_Repository):
         await self._conn.execute(sql.SET_PLAN_STATUS, {"match_id": plan_id, "status": status.value})
 
 
-class SqlAlchemyTaskRepository(_Repository):
+class SqlAlchemyTaskRepository(SqlRepository):
     async def add(self, task: Task) -> None:
         row = {name: getattr(task, name) for name in _TASK_COLUMNS}
         await self._conn.execute(insert(t.tasks), {**row, "status": task.status.value})
@@ -323,7 +326,7 @@ class SqlAlchemyTaskRepository(_Repository):
         return links
 
 
-class SqlAlchemyOperatorRepository(_Repository):
+class SqlAlchemyOperatorRepository(SqlRepository):
     async def add(self, operator: Operator) -> None:
         await self._conn.execute(insert(t.operators), {f.name: getattr(operator, f.name) for f in fields(operator)})
 
@@ -350,7 +353,7 @@ class SqlAlchemyOperatorRepository(_Repository):
             raise OperatorNotFound(operator_id)
 
 
-class SqlAlchemySessionRepository(_Repository):
+class SqlAlchemySessionRepository(SqlRepository):
     async def add(self, session: Session) -> None:
         try:
             await self._conn.execute(insert(t.sessions).values(**_session_values(session)))
@@ -408,7 +411,7 @@ class SqlAlchemySessionRepository(_Repository):
         return (await self._conn.execute(stmt)).scalar_one()
 
 
-class SqlAlchemyTransitionLog(_Repository):
+class SqlAlchemyTransitionLog(SqlRepository):
     async def append(self, record: TransitionRecord) -> int:
         values = _record_values(record)
         seq = (await self._conn.execute(sql.INSERT_TRANSITION, values)).inserted_primary_key[0]
@@ -440,7 +443,7 @@ class SqlAlchemyTransitionLog(_Repository):
         return _records((await self._conn.execute(stmt)).all())
 
 
-class SqlAlchemyEventLog(_Repository):
+class SqlAlchemyEventLog(SqlRepository):
     async def append(self, kind: str, at: datetime, payload: dict[str, Any], session_id: str | None = None) -> None:
         values = {"kind": kind, "at": at, "payload": payload, "session_id": session_id}
         self._audited("events", (await self._conn.execute(sql.INSERT_EVENT, values)).inserted_primary_key[0], values)
@@ -463,7 +466,7 @@ class SqlAlchemyEventLog(_Repository):
         return int(row["top"] or 0) if row else 0
 
 
-class SqlAlchemyDecisionRepository(_Repository):
+class SqlAlchemyDecisionRepository(SqlRepository):
     async def add(self, decision: Decision) -> int:
         values = {f.name: getattr(decision, f.name) for f in fields(decision) if f.name != "id"}
         values["decision"] = decision.decision.value
@@ -503,7 +506,7 @@ def _decision(row: Any) -> Decision:
     return Decision(**values)
 
 
-class SqlAlchemySnapshotRepository(_Repository):
+class SqlAlchemySnapshotRepository(SqlRepository):
     async def add(self, snapshot: SessionSnapshot) -> int:
         values = {f.name: getattr(snapshot, f.name) for f in fields(snapshot) if f.name != "id"}
         result = await self._conn.execute(insert(t.session_snapshots).returning(t.session_snapshots.c.id), values)
@@ -517,7 +520,7 @@ class SqlAlchemySnapshotRepository(_Repository):
         return [SessionSnapshot(**r) for r in await self._all(stmt.order_by(c.id.desc()).limit(limit))]
 
 
-class SqlAlchemyTokenRepository(_Repository):
+class SqlAlchemyTokenRepository(SqlRepository):
     async def add(self, token: ApiToken) -> None:
         await self._conn.execute(insert(t.api_tokens), {f.name: getattr(token, f.name) for f in fields(token)})
 
@@ -643,7 +646,7 @@ def _agent(row: Any) -> Agent:
     return Agent(**{**{name: row[name] for name in _AGENT_FIELDS}, "status": AgentStatus(row["status"])})
 
 
-class SqlAlchemyAgentRepository(_Repository):
+class SqlAlchemyAgentRepository(SqlRepository):
     async def add(self, agent: Agent) -> None:
         values = {name: getattr(agent, name) for name in _AGENT_FIELDS}
         await self._conn.execute(insert(t.agents), {**values, "status": agent.status.value})
@@ -695,7 +698,7 @@ class SqlAlchemyAgentRepository(_Repository):
         return [_agent(r) for r in await self._all(stmt.order_by(c.session_id, c.id))]
 
 
-class SqlAlchemyNodeRepository(_Repository):
+class SqlAlchemyNodeRepository(SqlRepository):
     async def beat(self, node: NodeRecord) -> None:
         values = {f.name: getattr(node, f.name) for f in fields(NodeRecord)}
         values["down_at"] = None  # a node that beats is not down, whatever a survivor found meanwhile
@@ -736,7 +739,7 @@ def _node(row: Any) -> NodeRecord:
     return NodeRecord(**{f.name: row[f.name] for f in fields(NodeRecord)})
 
 
-class SqlAlchemyLeaseRepository(_Repository):
+class SqlAlchemyLeaseRepository(SqlRepository):
     async def acquire(self, name: str, holder: str, node_id: str, now: datetime, until: datetime) -> Lease:
         c = t.leases.c
         stmt = _dialect_insert(self._dialect)(t.leases).values(
@@ -767,7 +770,7 @@ class SqlAlchemyLeaseRepository(_Repository):
 _DELIVERY_MARKERS = ("skipped", "start")
 
 
-class SqlAlchemyDeliveryRepository(_Repository):
+class SqlAlchemyDeliveryRepository(SqlRepository):
     """Webhook delivery rows. `skipped` and `start` rows are cursor markers (see application/outbox.py), never
     deliveries."""
 
@@ -895,7 +898,7 @@ def _delivery(row: Any, event: OutboxEvent | None) -> Delivery:
     return Delivery(**{name: row[name] for name in names}, event=event)
 
 
-class SqlAlchemyTestRunRepository(_Repository):
+class SqlAlchemyTestRunRepository(SqlRepository):
     """Runs of require_tests' command (`test_runs`)."""
 
     __test__ = False  # not a pytest class
@@ -927,7 +930,7 @@ _STEP_RUN_CHANGES = ("status", "ended_at", "output_summary", "agent_ids", "error
 _OPEN_STEP_STATUSES = [s.value for s in OPEN_STEP_STATUSES]
 
 
-class SqlAlchemyStepRunRepository(_Repository):
+class SqlAlchemyStepRunRepository(SqlRepository):
     """Workflow step runs (`step_runs`): a row per attempt, added when it starts and updated as it ends."""
 
     async def add(self, run: StepRun) -> int:
@@ -989,7 +992,7 @@ def _foreign_key_failed(exc: IntegrityError) -> bool:
     return getattr(orig, "sqlstate", None) == "23503" or "FOREIGN KEY constraint failed" in str(orig)
 
 
-class SqlAlchemyWritebackRepository(_Repository):
+class SqlAlchemyWritebackRepository(SqlRepository):
     """Status writes owed to external trackers (`tracker_writebacks`); see domain/writebacks.py."""
 
     async def enqueue_for_task(
