@@ -115,6 +115,9 @@ def test_a_user_signs_verifies_exports_and_an_auditor_verifies_the_export_elsewh
     out = auditor.exits(0, "audit", "verify").stdout
     assert out.startswith("OK  audit log: nothing was changed")
     assert "not yet signed  0 record(s)" in out and "last checkpoint  #2" in out
+    status = auditor.json("audit", "status")["last_checkpoint"]  # who asked is signed into the checkpoint
+    operator = auditor.env.get("USER") or "operator"  # the CLI acts as the configured local operator
+    assert (status["number"], status["reason"], status["by"]) == (2, "demand", f"operator:{operator}")
     report = auditor.json("audit", "verify")
     assert report["ok"] and report["records"] > 10 and report["checkpoints"] == 2 and report["findings"] == []
     one = auditor.json("audit", "verify", "--session", sessions[0][:8], "--since", "2000-01-01T00:00:00Z")

@@ -82,6 +82,7 @@ async def test_status_shows_the_newest_checkpoint_and_then_the_last_verification
 
         signed = await tools.ok("audit_checkpoint")
         assert (signed["number"], signed["reason"], signed["key"]) == (1, "demand", signer.key_id)
+        assert signed["by"] == "operator:alice"  # who asked, signed into the checkpoint's body
         assert signed["chains"] == before["unsigned_chains"] and signed["summary"].startswith("signed checkpoint #1")
         after = await tools.ok("audit_status")
         assert after["last_checkpoint"] == {k: v for k, v in signed.items() if k != "summary"}

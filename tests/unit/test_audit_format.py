@@ -6,6 +6,7 @@ new format name, not a new expected value."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from enum import StrEnum
 from zoneinfo import ZoneInfo
@@ -63,8 +64,19 @@ CHECKPOINT = Checkpoint(
     key="0123456789abcdef",
     heads={f"session:{SESSION}": (3, "ef" * 32), "global:operator": (1, "12" * 32)},
     anchors={"session:00000000-0000-4000-8000-000000000002": (5, "34" * 32)},
+    by="operator:zoë",
 )
 CHECKPOINT_BODY = (
+    '{"anchors":{"session:00000000-0000-4000-8000-000000000002":[5,'
+    '"3434343434343434343434343434343434343434343434343434343434343434"]},"at":"2026-11-25T10:05:00.000000Z",'
+    '"by":"operator:zo\\u00eb","format":"taskgate-audit-v1","heads":{"global:operator":[1,'
+    '"1212121212121212121212121212121212121212121212121212121212121212"],'
+    '"session:00000000-0000-4000-8000-000000000001":[3,'
+    '"efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef"]},"key":"0123456789abcdef","number":2,'
+    '"prev":"cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd","reason":"interval"}'
+)
+# A body as written before revision 0015, without `by`: it still parses, as asked by the system.
+LEGACY_CHECKPOINT_BODY = (
     '{"anchors":{"session:00000000-0000-4000-8000-000000000002":[5,'
     '"3434343434343434343434343434343434343434343434343434343434343434"]},"at":"2026-11-25T10:05:00.000000Z",'
     '"format":"taskgate-audit-v1","heads":{"global:operator":[1,'
@@ -73,7 +85,7 @@ CHECKPOINT_BODY = (
     '"efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef"]},"key":"0123456789abcdef","number":2,'
     '"prev":"cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd","reason":"interval"}'
 )
-CHECKPOINT_DIGEST = "2925015ed40628b412c8617dc860fd49270983e503694e08a6645a5edec8dd20"
+CHECKPOINT_DIGEST = "436a5c12fe456726ea8170b7fce39e5d05810aed9056a6f88724364e5ab5bebf"
 
 
 def test_the_format_is_named_v1_and_the_genesis_hash_is_64_zeros():
@@ -108,6 +120,12 @@ def test_a_checkpoint_body_is_pinned_and_parses_back():
     assert body == CHECKPOINT_BODY.encode()
     assert digest(body) == hashlib.sha256(CHECKPOINT_BODY.encode()).hexdigest() == CHECKPOINT_DIGEST
     assert Checkpoint.parse(body) == CHECKPOINT
+
+
+def test_a_body_from_before_0015_without_who_asked_parses_as_asked_by_the_system():
+    legacy = Checkpoint.parse(LEGACY_CHECKPOINT_BODY.encode())
+    assert legacy.by == "system" and legacy == replace(CHECKPOINT, by="system")
+    assert digest(LEGACY_CHECKPOINT_BODY.encode()) == "2925015ed40628b412c8617dc860fd49270983e503694e08a6645a5edec8dd20"
 
 
 def test_a_body_of_another_format_does_not_parse():

@@ -93,7 +93,7 @@ def checkpoint_summary(cp: Checkpoint | None) -> dict[str, Any] | None:
     if cp is None:
         return None
     return {"number": cp.number, "at": cp.at, "reason": cp.reason, "key": cp.key, "chains": len(cp.heads),
-            "anchors": len(cp.anchors)}  # fmt: skip
+            "anchors": len(cp.anchors), "by": cp.by}  # fmt: skip
 
 
 def walk_checkpoints(report: CheckpointReport, walk: ChainWalk, verify: VerifyReport) -> None:
@@ -119,13 +119,16 @@ class AuditLedger:
     def public_key(self) -> PublicKey | None:
         return self._keys.public()
 
-    async def checkpoint(self, reason: str = "demand", *, only_if_grown: bool = False) -> Checkpoint | None:
+    async def checkpoint(
+        self, reason: str = "demand", *, only_if_grown: bool = False, actor: str = "system"
+    ) -> Checkpoint | None:
         """Sign the heads of every chain that grew since it was last signed. `only_if_grown`: none if none grew.
+        `actor` (who asked) is signed into the checkpoint's body.
 
         Raises: InvalidInput when this process has no signing key.
         """
         async with self._uow(write=True) as uow:
-            cp = await self._checkpoint_in(uow, reason, {}, only_if_grown=only_if_grown)
+            cp = await self._checkpoint_in(uow, reason, {}, only_if_grown=only_if_grown, actor=actor)
             if cp is not None:
                 await uow.commit()
         return cp
@@ -151,7 +154,7 @@ class AuditLedger:
         return await self.checkpoint("interval", only_if_grown=True)
 
     async def _checkpoint_in(self, uow: AuditUnitOfWork, reason: str, anchors: dict[str, tuple[int, str]], *,
-                             only_if_grown: bool) -> Checkpoint | None:  # fmt: skip
+                             only_if_grown: bool, actor: str = "system") -> Checkpoint | None:  # fmt: skip
         signer = self._require_signer()
         number, prev = await uow.audit.lock_checkpoints()  # checkpoints take turns: each follows the one before
         heads = await uow.audit.unsigned_heads()
@@ -159,7 +162,7 @@ class AuditLedger:
             return None
         now = self._clock.now()
         cp = Checkpoint(number + 1, canonical_value(now), prev if number else GENESIS, reason, signer.key_id, heads,
-                        anchors)  # fmt: skip
+                        anchors, actor)  # fmt: skip
         body = cp.body()
         await uow.audit.add_checkpoint(cp.number, now, reason, body, signer.sign(body), signer.key_id, heads)
         return cp
@@ -225,7 +228,7 @@ class AuditLedger:
                 for table, count in (await uow.audit.prune(point)).items():
                     removed[table] += count
             anchors = {p.chain: (p.seq, p.hash) for p in points}
-            cp = await self._checkpoint_in(uow, "prune", anchors, only_if_grown=False)
+            cp = await self._checkpoint_in(uow, "prune", anchors, only_if_grown=False, actor=actor)
             assert cp is not None
             await uow.events.append(PRUNED_EVENT, self._clock.now(), {"before": canonical_value(before),
                                     "sessions": len(points), "records": removed, "checkpoint": cp.number,

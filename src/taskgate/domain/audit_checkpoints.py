@@ -3,7 +3,9 @@
 A checkpoint's body is canonical JSON: its `number` (1, 2, …), `at`, `prev` (the SHA-256 of the previous
 checkpoint's body; the genesis hash for the first), `reason`, `heads` (for each chain that grew since the previous
 checkpoint: `[seq, hash]` of its last record), `anchors` (for each chain pruned by this checkpoint: `[seq, hash]`
-of the last record removed; the chain goes on from there) and `key` (the id of the key that signs it). The
+of the last record removed; the chain goes on from there), `key` (the id of the key that signs it) and `by` (who
+asked for it: an operator's actor for one on demand, `system` for a periodic one, a seal or a prune by the
+system; absent from bodies written before revision 0015, read as `system`). The
 Ed25519 signature is over the body's bytes. Checkpoints form a chain of their own, so a removed or reordered one
 shows, and a rewritten record chain shows against the head a checkpoint signed.
 """
@@ -41,6 +43,7 @@ class Checkpoint:
     key: str
     heads: Mapping[str, tuple[int, str]] = field(default_factory=dict)
     anchors: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    by: str = "system"
 
     def body(self) -> bytes:
         """The canonical bytes that are stored, hashed and signed."""
@@ -54,6 +57,7 @@ class Checkpoint:
                 "key": self.key,
                 "heads": {c: list(p) for c, p in self.heads.items()},
                 "anchors": {c: list(p) for c, p in self.anchors.items()},
+                "by": self.by,
             }
         )
 
@@ -67,7 +71,7 @@ class Checkpoint:
         anchors = {str(c): (int(p[0]), str(p[1])) for c, p in data["anchors"].items()}
         return Checkpoint(
             int(data["number"]), str(data["at"]), str(data["prev"]), str(data["reason"]), str(data["key"]),
-            heads, anchors,
+            heads, anchors, str(data.get("by", "system")),
         )  # fmt: skip
 
 

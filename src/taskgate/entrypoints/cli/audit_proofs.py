@@ -139,8 +139,8 @@ def _summary(report: VerifyReport, signs_now: bool) -> list[tuple[str, str]]:
     shown.append(("checkpoints", str(report.checkpoints)))
     last = report.last_checkpoint
     if last:
-        shown.append(("last checkpoint", f"#{last['number']} at {last['at']} ({last['reason']}, {last['chains']} "
-                                         f"chain(s), key {last['key']})"))  # fmt: skip
+        shown.append(("last checkpoint", f"#{last['number']} at {last['at']} ({last['reason']} by {last['by']}, "
+                                         f"{last['chains']} chain(s), key {last['key']})"))  # fmt: skip
     unsigned = f"{report.unsigned} record(s)"
     if report.unsigned and signs_now:
         unsigned += " (chained, not yet signed: `taskgate audit checkpoint` signs them now)"

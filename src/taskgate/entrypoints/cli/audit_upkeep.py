@@ -27,7 +27,7 @@ def audit_checkpoint(as_json: JsonOpt = False) -> None:
 
     async def work(services: App) -> dict[str, Any] | None:
         assert services.ledger is not None
-        return checkpoint_summary(await services.ledger.checkpoint("demand"))
+        return checkpoint_summary(await services.ledger.checkpoint("demand", actor=_local_actor(services)))
 
     signed = audit_run(work)
     assert signed is not None  # not only_if_grown: a checkpoint is always signed
@@ -66,10 +66,14 @@ def _status_lines(status: dict[str, Any]) -> list[tuple[str, str]]:
         ("key", f"{key}{cannot}"),
         ("records", f"{status['records']} in {status['chains']} chain(s)"),
         ("checkpoints", str(status["checkpoints"])),
-        ("last checkpoint", f"#{last['number']} at {last['at']} ({last['reason']})" if last else "none yet"),
+        ("last checkpoint", _checkpoint_line(last)),
         ("not yet signed", unsigned),
         ("last verified", _verified_line(verified)),
     ]
+
+
+def _checkpoint_line(last: dict[str, Any] | None) -> str:
+    return f"#{last['number']} at {last['at']} ({last['reason']}, by {last['by']})" if last else "none yet"
 
 
 def _verified_line(verified: dict[str, Any] | None) -> str:

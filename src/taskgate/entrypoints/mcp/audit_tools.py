@@ -20,10 +20,11 @@ from taskgate.entrypoints.mcp.calls import Call, call_of, tool_errors
 class SignedCheckpoint(BaseModel):
     number: int
     at: str = Field(description="When it was signed: UTC ISO 8601.")
-    reason: str = Field(description="interval, demand, prune or migration.")
+    reason: str = Field(description="interval, demand, prune or seal (the first, at start).")
     key: str = Field(description="The id of the key that signed it.")
     chains: int = Field(description="How many chains' heads it signed.")
     anchors: int = Field(description="How many pruned chains it anchors.")
+    by: str = Field(default="system", description="Who asked for it (signed with it): an actor, or system.")
 
 
 class LastVerification(BaseModel):
@@ -120,7 +121,7 @@ async def audit_checkpoint(ctx: Context) -> CheckpointSignedOut:
     write; the server needs the private key). Records written before it can no longer be removed unnoticed."""
     call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.SIGN_AUDIT)
-    signed = checkpoint_summary(await ledger_of(call).checkpoint("demand"))
+    signed = checkpoint_summary(await ledger_of(call).checkpoint("demand", actor=call.principal.actor))
     assert signed is not None  # not only_if_grown: a checkpoint is always signed
     line = f"signed checkpoint #{signed['number']} over {signed['chains']} chain(s) with key {signed['key']}"
     return CheckpointSignedOut(summary=line, **signed)
