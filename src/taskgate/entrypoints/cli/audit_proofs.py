@@ -139,7 +139,7 @@ def _summary(report: VerifyReport, signs_now: bool) -> list[tuple[str, str]]:
     shown.append(("checkpoints", str(report.checkpoints)))
     last = report.last_checkpoint
     if last:
-        shown.append(("last checkpoint", f"#{last['number']} at {last['at']} ({last['reason']} by {last['by']}, "
+        shown.append(("last checkpoint", f"#{last['number']} at {last['at']} ({last['reason']}, by {last['by']}, "
                                          f"{last['chains']} chain(s), key {last['key']})"))  # fmt: skip
     unsigned = f"{report.unsigned} record(s)"
     if report.unsigned and signs_now:
