@@ -230,3 +230,25 @@ async def test_a_reason_with_a_nul_character_is_refused_by_name_and_nothing_is_w
     with pytest.raises(InvalidInput, match="NUL"):
         await sql_services.sessions.fire(FireTrigger(session.id, "suspend", ACTOR, "bad\x00reason"))
     assert await sql_services.snapshot() == before
+
+
+@pytest.mark.parametrize("appended", [1, 4, 5, 9])
+async def test_one_unit_appending_many_records_to_a_chain_links_them_all_in_order(sql_services, git_repo, key,
+                                                                                  appended):  # fmt: skip
+    # A transition links two records in one statement with the head's move on PostgreSQL (up to four); more go
+    # through the links' executemany and the head's UPDATE. Both ways must leave the same contiguous chain.
+    [session] = await busy(sql_services, git_repo, sessions=1)
+    chain = session_chain(session.id)
+    [[before]] = await raw(sql_services, "SELECT seq FROM audit_chains WHERE chain_id = :c", c=chain)
+    async with sql_services.uow(write=True) as uow:
+        for i in range(appended):
+            await uow.events.append("test.noted", SystemClock().now(), {"i": i}, session.id)
+        await uow.commit()
+    seqs = [row[0] for row in await raw(sql_services, "SELECT chain_seq FROM audit_links WHERE chain_id = :c "
+                                                      "ORDER BY chain_seq", c=chain)]  # fmt: skip
+    assert seqs == list(range(1, before + appended + 1))
+    [[head]] = await raw(sql_services, "SELECT seq FROM audit_chains WHERE chain_id = :c", c=chain)
+    assert head == before + appended
+    report = await ledger_of(sql_services, key).verify(Scope(session_id=session.id), record=False)
+    assert report.ok, [f.describe() for f in report.findings]
+    assert report.records == before + appended
