@@ -23,7 +23,7 @@ the file and `json.loads` every line: the least any import does); for `task read
 same start plus what every command that opens taskgate does: settings, bootstrap, the migration check, the local
 agent endpoint, the project lookup, one small query), the interpreter floor (`python -c pass`), and the
 **ready SQL** alone: the same SELECT as `TaskRepository.ready` (the NOT EXISTS shape of
-infrastructure/db/repositories.py) through bare `sqlite3` on the database file, in this process, plus the second
+infrastructure/db/work_store.py) through bare `sqlite3` on the database file, in this process, plus the second
 query that reads the listed tasks' blockers. Each figure is the median of its runs.
 
 With --profile, the largest size is imported once more under cProfile (fresh repository: first import, re-import,

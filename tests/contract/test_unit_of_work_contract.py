@@ -241,7 +241,7 @@ async def test_plan_status_and_project_archiving_are_stored(services):
 
 
 def test_the_log_table_columns_are_in_transition_record_field_order():
-    # repositories._records builds records positionally from log rows; this keeps the two orders in step
+    # session_store._records builds records positionally from log rows; this keeps the two orders in step
     from dataclasses import fields
 
     from taskgate.infrastructure.db.tables import transition_log

@@ -16,7 +16,7 @@ from taskgate.application.tracker import AddTask
 from taskgate.application.workspaces import GitOptions
 from taskgate.domain.entities import PlanStatus, Project, TaskStatus
 from taskgate.domain.errors import ClaimRefused, InvalidInput, TaskNotFound, TrackerError
-from taskgate.infrastructure.db.repositories import SqlAlchemyTaskRepository
+from taskgate.infrastructure.db.work_store import SqlAlchemyTaskRepository
 from taskgate.infrastructure.git import GitPythonVcs
 from taskgate.infrastructure.system import SystemClock
 from taskgate.infrastructure.trackers import BeadsTracker

@@ -21,7 +21,7 @@ from taskgate.domain.audit_verify import LinkRow
 from taskgate.domain.states import SessionState
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
-from taskgate.infrastructure.db.repositories import SqlRepository
+from taskgate.infrastructure.db.repository_base import SqlRepository
 
 # The checkpoint chain's head row: the last checkpoint's number and body hash; never a record chain. A checkpoint
 # locks it first, then raises `signed_seq` on chain heads in sorted order; appenders lock chain heads in sorted

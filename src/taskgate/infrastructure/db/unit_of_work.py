@@ -7,28 +7,29 @@ from types import TracebackType
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from taskgate.domain.errors import ConcurrentModification, StorageError
+from taskgate.infrastructure.db.access_store import SqlAlchemyOperatorRepository, SqlAlchemyTokenRepository
+from taskgate.infrastructure.db.agent_store import (
+    SqlAlchemyAgentRepository,
+    SqlAlchemyStepRunRepository,
+    SqlAlchemyTestRunRepository,
+)
 from taskgate.infrastructure.db.audit_store import SqlAlchemyAuditRepository
 from taskgate.infrastructure.db.audit_trail import AuditTrail
 from taskgate.infrastructure.db.commit_group import Member
 from taskgate.infrastructure.db.engine import AnyConnection, Database
-from taskgate.infrastructure.db.repositories import (
-    SqlAlchemyAgentRepository,
+from taskgate.infrastructure.db.node_store import SqlAlchemyLeaseRepository, SqlAlchemyNodeRepository
+from taskgate.infrastructure.db.outbox_store import SqlAlchemyDeliveryRepository, SqlAlchemyWritebackRepository
+from taskgate.infrastructure.db.session_store import (
     SqlAlchemyDecisionRepository,
-    SqlAlchemyDeliveryRepository,
     SqlAlchemyEventLog,
-    SqlAlchemyLeaseRepository,
-    SqlAlchemyNodeRepository,
-    SqlAlchemyOperatorRepository,
-    SqlAlchemyPlanRepository,
-    SqlAlchemyProjectRepository,
     SqlAlchemySessionRepository,
     SqlAlchemySnapshotRepository,
-    SqlAlchemyStepRunRepository,
-    SqlAlchemyTaskRepository,
-    SqlAlchemyTestRunRepository,
-    SqlAlchemyTokenRepository,
     SqlAlchemyTransitionLog,
-    SqlAlchemyWritebackRepository,
+)
+from taskgate.infrastructure.db.work_store import (
+    SqlAlchemyPlanRepository,
+    SqlAlchemyProjectRepository,
+    SqlAlchemyTaskRepository,
 )
 
 _CONFLICT_SQLSTATES = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available

@@ -1,0 +1,255 @@
+"""Sessions and what is recorded of them: the transition log, the event log, decisions and snapshots.
+
+Transition rows, events and decisions are audited: each goes to the unit of work's audit trail (audit_trail.py)
+to be chained in the transaction that writes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, insert, select
+from sqlalchemy.exc import IntegrityError
+
+from taskgate.application.ports import TransitionQuery
+from taskgate.domain.entities import (
+    Compensation,
+    Decision,
+    DecisionKind,
+    Outcome,
+    Session,
+    SessionSnapshot,
+    TransitionRecord,
+)
+from taskgate.domain.errors import AlreadyExists, ConcurrentModification, SessionAlreadyActive, SessionNotFound
+from taskgate.domain.states import SessionState
+from taskgate.infrastructure.db import statements as sql
+from taskgate.infrastructure.db import tables as t
+from taskgate.infrastructure.db.repository_base import TERMINAL, SqlRepository
+
+
+class SqlAlchemySessionRepository(SqlRepository):
+    async def add(self, session: Session) -> None:
+        try:
+            await self._conn.execute(insert(t.sessions).values(**_session_values(session)))
+        except IntegrityError as exc:
+            raise SessionAlreadyActive(f"task {session.task_id} already has an active session") from exc
+
+    async def get(self, session_id: str, *, lock: bool = False) -> Session:
+        row = await self._one(self._pick(sql.SESSION_BY_ID, sql.SESSION_BY_ID_FOR_UPDATE, lock), {"id": session_id})
+        if row is None:
+            raise SessionNotFound(session_id)
+        return _session(row)
+
+    async def update(self, session: Session, expected_version: int) -> None:
+        params = {**_session_values(session), "match_id": session.id, "match_version": expected_version}
+        if (await self._conn.execute(sql.UPDATE_SESSION, params)).rowcount != 1:
+            raise ConcurrentModification(
+                f"session {session.id} changed concurrently (expected version {expected_version})"
+            )
+
+    async def list(
+        self, *, project_id: int | None = None, plan_id: int | None = None, states: set[SessionState] | None = None
+    ) -> list[Session]:
+        c = t.sessions.c
+        stmt = select(t.sessions)
+        if project_id is not None:
+            stmt = stmt.where(c.project_id == project_id)
+        if plan_id is not None:
+            stmt = stmt.where(c.plan_id == plan_id)
+        if states is not None:
+            stmt = stmt.where(c.state.in_([s.value for s in states]))
+        return [_session(r) for r in await self._all(stmt.order_by(c.created_at, c.id))]
+
+    async def active_for_task(self, task_id: str) -> list[str]:
+        rows = await self._all(sql.ACTIVE_SESSIONS_OF_TASK, {"task_id": task_id, "terminal": TERMINAL})
+        return [r["id"] for r in rows]
+
+    async def active_of_node(self, node_id: str) -> list[str]:
+        c = t.sessions.c
+        stmt = select(c.id).where(c.node_id == node_id, c.state.not_in(TERMINAL)).order_by(c.created_at, c.id)
+        return [r["id"] for r in await self._all(stmt)]
+
+    async def ids_with_prefix(self, prefix: str, limit: int) -> list[str]:
+        c = t.sessions.c
+        upper = prefix + "\uffff"  # a range scan on the primary key instead of LIKE (no wildcard escaping)
+        rows = await self._all(select(c.id).where(c.id >= prefix, c.id < upper).order_by(c.id).limit(limit))
+        return [r["id"] for r in rows]
+
+    async def count_in_states(self, plan_id: int, states: frozenset[SessionState]) -> int:
+        params = {"plan_id": plan_id, "states": [s.value for s in states]}
+        return (await self._conn.execute(sql.COUNT_PLAN_SESSIONS_IN, params)).scalar_one()
+
+    async def count_of_operator(self, operator_id: str, states: frozenset[SessionState]) -> int:
+        c = t.sessions.c
+        stmt = select(func.count()).where(c.operator_id == operator_id, c.state.in_([s.value for s in states]))
+        return (await self._conn.execute(stmt)).scalar_one()
+
+
+class SqlAlchemyTransitionLog(SqlRepository):
+    async def append(self, record: TransitionRecord) -> int:
+        values = _record_values(record)
+        seq = (await self._conn.execute(sql.INSERT_TRANSITION, values)).inserted_primary_key[0]
+        self._audited("transition_log", seq, values)
+        return seq
+
+    async def history(self, session_id: str, *, limit: int) -> list[TransitionRecord]:
+        rows = (await self._conn.execute(sql.HISTORY, {"session_id": session_id, "limit": limit})).all()
+        return _records(reversed(rows))
+
+    async def applied_until(self, session_id: str, at: datetime) -> list[TransitionRecord]:
+        return _records((await self._conn.execute(sql.APPLIED_UNTIL, {"session_id": session_id, "at": at})).all())
+
+    async def query(self, query: TransitionQuery) -> list[TransitionRecord]:
+        c = t.transition_log.c
+        conditions = [
+            cond
+            for cond in (
+                c.session_id == query.session_id if query.session_id else None,
+                c.actor == query.actor if query.actor else None,
+                c.to_state == query.state if query.state else None,
+                c.outcome == query.outcome if query.outcome else None,
+                c.at >= query.since if query.since else None,
+                c.at <= query.until if query.until else None,
+            )
+            if cond is not None
+        ]
+        stmt = select(t.transition_log).where(*conditions).order_by(c.at, c.seq).limit(query.limit)
+        return _records((await self._conn.execute(stmt)).all())
+
+
+class SqlAlchemyEventLog(SqlRepository):
+    async def append(self, kind: str, at: datetime, payload: dict[str, Any], session_id: str | None = None) -> None:
+        values = {"kind": kind, "at": at, "payload": payload, "session_id": session_id}
+        self._audited("events", (await self._conn.execute(sql.INSERT_EVENT, values)).inserted_primary_key[0], values)
+
+    async def list(self, session_id=None, limit=100, *, kind=None, since=None, until=None) -> list[dict[str, Any]]:
+        c = t.events.c
+        stmt = select(t.events).order_by(c.id.desc()).limit(limit)
+        if session_id is not None:
+            stmt = stmt.where(c.session_id == session_id)
+        if kind is not None:
+            stmt = stmt.where(c.kind.startswith(kind, autoescape=True) if kind.endswith(".") else c.kind == kind)
+        if since is not None:
+            stmt = stmt.where(c.at >= since)
+        if until is not None:
+            stmt = stmt.where(c.at <= until)
+        return [dict(r) for r in reversed(await self._all(stmt))]
+
+    async def high_water(self) -> int:
+        row = await self._one(select(func.max(t.events.c.id).label("top")))
+        return int(row["top"] or 0) if row else 0
+
+
+class SqlAlchemyDecisionRepository(SqlRepository):
+    async def add(self, decision: Decision) -> int:
+        values = {f.name: getattr(decision, f.name) for f in fields(decision) if f.name != "id"}
+        values["decision"] = decision.decision.value
+        values["compensation"] = decision.compensation.value if decision.compensation else None
+        stmt = insert(t.decisions).returning(t.decisions.c.id)
+        try:
+            decision_id = int((await self._conn.execute(stmt, values)).scalar_one())
+        except IntegrityError as exc:
+            raise AlreadyExists(
+                f"operator {decision.operator_id} already decided session {decision.session_id} "
+                f"at version {decision.session_version}"
+            ) from exc
+        self._audited("decisions", decision_id, values)
+        return decision_id
+
+    async def for_verification(self, session_id: str, session_version: int) -> list[Decision]:
+        params = {"session_id": session_id, "session_version": session_version}
+        return [_decision(r) for r in await self._all(sql.DECISIONS_OF_VERIFICATION, params)]
+
+    async def of_session(self, session_id: str, limit: int = 100) -> list[Decision]:
+        c = t.decisions.c
+        stmt = select(t.decisions).where(c.session_id == session_id).order_by(c.id.desc()).limit(limit)
+        return [_decision(r) for r in reversed(await self._all(stmt))]
+
+    async def approvals(self, session_id: str, session_version: int) -> list[str]:
+        c = t.decisions.c
+        stmt = select(c.operator_id).where(
+            c.session_id == session_id, c.session_version == session_version, c.decision == DecisionKind.APPROVE.value
+        )
+        return sorted(r["operator_id"] for r in await self._all(stmt))
+
+
+def _decision(row: Any) -> Decision:
+    values = dict(row)
+    values["decision"] = DecisionKind(values["decision"])
+    values["compensation"] = Compensation(values["compensation"]) if values["compensation"] else None
+    return Decision(**values)
+
+
+class SqlAlchemySnapshotRepository(SqlRepository):
+    async def add(self, snapshot: SessionSnapshot) -> int:
+        values = {f.name: getattr(snapshot, f.name) for f in fields(snapshot) if f.name != "id"}
+        result = await self._conn.execute(insert(t.session_snapshots).returning(t.session_snapshots.c.id), values)
+        return int(result.scalar_one())
+
+    async def list(self, session_id: str, *, kind: str | None = None, limit: int = 50) -> list[SessionSnapshot]:
+        c = t.session_snapshots.c
+        stmt = select(t.session_snapshots).where(c.session_id == session_id)
+        if kind is not None:
+            stmt = stmt.where(c.kind == kind)
+        return [SessionSnapshot(**r) for r in await self._all(stmt.order_by(c.id.desc()).limit(limit))]
+
+
+_SESSION_FIELDS = (
+    "id",
+    "task_id",
+    "project_id",
+    "plan_id",
+    "operator_id",
+    "version",
+    "state_data",
+    "workflow_stack",
+    "branch_name",
+    "worktree_path",
+    "compensation_plan",
+    "created_at",
+    "started_at",
+    "updated_at",
+    "completed_at",
+    "deadline",
+    "node_id",
+)
+
+
+def _session_values(session: Session) -> dict[str, Any]:
+    values = {name: getattr(session, name) for name in _SESSION_FIELDS}
+    values["state"] = session.state.value
+    values["prior_state"] = session.prior_state.value if session.prior_state else None
+    return values
+
+
+def _session(row: Any) -> Session:
+    values = {name: row[name] for name in _SESSION_FIELDS}
+    prior = row["prior_state"]
+    return Session(state=SessionState(row["state"]), prior_state=SessionState(prior) if prior else None, **values)
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(TransitionRecord) if f.name != "seq")
+
+
+def _record_values(record: TransitionRecord) -> dict[str, Any]:
+    values = {name: getattr(record, name) for name in _RECORD_FIELDS}
+    values["outcome"] = record.outcome.value
+    return values
+
+
+_OUTCOMES = {outcome.value: outcome for outcome in Outcome}
+
+
+def _records(rows: Any) -> list[TransitionRecord]:
+    """Log rows (plain tuples, in table column order == TransitionRecord field order) as records.
+
+    Positional on purpose: audit reads return hundreds of rows, and going through a RowMapping per row cost
+    more than the query (a test checks the two orders agree).
+    """
+    return [
+        TransitionRecord(seq, sid, trig, src, dst, _OUTCOMES[outcome], actor, reason, guards, version, at)
+        for seq, sid, trig, src, dst, outcome, actor, reason, guards, version, at in rows
+    ]
