@@ -361,3 +361,19 @@ def test_on_postgresql_the_same_commands_sign_verify_export_and_name_an_edited_r
     _pg(pg_database, "UPDATE transition_log SET actor = 'operator:mallory' WHERE seq = $1", seq)
     done = auditor.exits(1, "audit", "verify", "--session", session[:8])
     assert done.stdout.startswith(f"BROKEN  transition_log {seq} (session:{session} #")
+
+
+def test_an_export_piped_into_a_reader_that_stops_early_ends_quietly(auditor: Auditor):
+    # `taskgate audit export | head`: the reader closes the pipe before taskgate writes; that is no error of
+    # taskgate's, so no "internal error" line, and the exit status a C tool killed by SIGPIPE has (128 + 13).
+    auditor.ok("init")
+    busy(auditor, sessions=1)
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line is written
+    try:
+        done = subprocess.run([TASKGATE, "audit", "export"], cwd=auditor.repo, env=auditor.env, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == 141, done.stderr
+    assert "error" not in done.stderr.lower() and "Traceback" not in done.stderr

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from taskgate.application.audit_export import verify_export
+from taskgate.application.audit_export import export, verify_export
 from taskgate.application.audit_ledger import Scope
 from taskgate.application.decisions import Decide
 from taskgate.application.operators import AddOperator
@@ -296,3 +296,30 @@ def test_a_file_that_is_not_an_export_is_refused_by_name(exported, tmp_path, con
     with pytest.raises(InvalidInput, match=says) as refused, path.open() as file:
         verify_export(file, load_public(exported.public_key), str(path))
     assert str(path) in str(refused.value)
+
+
+async def test_a_long_verify_export_and_offline_verify_tell_their_progress_as_they_go(
+    sql_services, git_repo, tmp_path, monkeypatch
+):
+    # The CLI shows these counts on its status line; every 4 here (10,000 in the product), and the total last.
+    monkeypatch.setattr("taskgate.application.audit_ledger.PROGRESS_EVERY", 4)
+    monkeypatch.setattr("taskgate.application.audit_export.PROGRESS_EVERY", 4)
+    signer = new_signer(tmp_path / "keys")
+    await make_history(sql_services, git_repo, signer)
+    told: dict[str, list[int]] = {"verify": [], "export": [], "offline": []}
+
+    report = await ledger_of(sql_services, signer).verify(Scope(), record=False, progress=told["verify"].append)
+    assert report.ok and report.records > 8, problems(report)
+    lines: list[str] = []
+    counts = await export(sql_services.uow, SystemClock(), Scope(), signer.key_id, lines.append, told["export"].append)
+    path = tmp_path / "all.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    with path.open() as file:
+        offline = verify_export(file, load_public(public_path(tmp_path / "keys" / "signing-key.pem")), str(path),
+                                told["offline"].append)  # fmt: skip
+    assert offline.ok, problems(offline)
+
+    totals = {"verify": report.records, "export": counts["records"], "offline": len(lines)}
+    for what, seen in told.items():
+        assert seen[:-1] == list(range(4, totals[what] + 1, 4))[: len(seen) - 1], what
+        assert seen[-1] == totals[what] and len(seen) == totals[what] // 4 + 1, what

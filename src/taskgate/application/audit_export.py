@@ -14,7 +14,15 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from taskgate.application.audit_ledger import Scope, VerifyReport, links_in, walk_checkpoints
+from taskgate.application.audit_ledger import (
+    PROGRESS_EVERY,
+    Progress,
+    Scope,
+    VerifyReport,
+    counted,
+    links_in,
+    walk_checkpoints,
+)
 from taskgate.application.audit_ports import AuditUnitOfWorkFactory, PublicKey
 from taskgate.application.ports import Clock
 from taskgate.domain.audit_chain import FORMAT, canonical_value
@@ -28,8 +36,9 @@ def _line(obj: dict[str, Any]) -> str:
 
 
 async def export(uow: AuditUnitOfWorkFactory, clock: Clock, scope: Scope, key_id: str | None,
-                 write: Callable[[str], None]) -> dict[str, int]:  # fmt: skip
-    """Write the scope's export, a line at a time, from one read transaction; the counts written."""
+                 write: Callable[[str], None], progress: Progress | None = None) -> dict[str, int]:  # fmt: skip
+    """Write the scope's export, a line at a time, from one read transaction; the counts written. `progress` is
+    told the records written, every PROGRESS_EVERY and once at the end."""
     counts = {"checkpoints": 0, "records": 0}
     async with uow(write=False) as unit:
         write(_line({"type": "header", "format": FORMAT, "exported_at": canonical_value(clock.now()),
@@ -37,7 +46,7 @@ async def export(uow: AuditUnitOfWorkFactory, clock: Clock, scope: Scope, key_id
         for stored in await unit.audit.checkpoints():
             write(_line({"type": "checkpoint", "body": stored.body.decode(), "signature": stored.signature}))
             counts["checkpoints"] += 1
-        async for link in links_in(unit, scope):
+        async for link in counted(links_in(unit, scope), progress):
             record = {"type": "record", "chain": link.chain, "seq": link.seq, "table": link.table,
                       "id": link.record_id, "hash": link.hash, "prev": link.prev, "fields": link.fields}  # fmt: skip
             write(_line(record))
@@ -46,18 +55,26 @@ async def export(uow: AuditUnitOfWorkFactory, clock: Clock, scope: Scope, key_id
     return counts
 
 
-def verify_export(lines: Iterable[str], public: PublicKey, source: str) -> VerifyReport:
+def verify_export(
+    lines: Iterable[str], public: PublicKey, source: str, progress: Progress | None = None
+) -> VerifyReport:
     """Verify an export file's lines with `public`, without a database, a line at a time (memory stays flat
     whatever the size: records are checked as they are read, in the (chain, seq) order an export is written in).
+    `progress` is told the lines read, every PROGRESS_EVERY and once at the end.
 
     Raises: InvalidInput when the file is not a taskgate audit export (no header first, unknown format, a line that
     is not an export line, a checkpoint after the records): a file that is an export but was changed gives findings.
     """
     started = time.perf_counter()
     walk = _ExportWalk(public, source)
+    number = 0
     for number, text in enumerate(lines, 1):
         if text.strip():
             walk.take(number, text)
+        if progress is not None and number % PROGRESS_EVERY == 0:
+            progress(number)
+    if progress is not None:
+        progress(number)
     return walk.report(time.perf_counter() - started)
 
 

@@ -8,7 +8,7 @@ re-computes the chains to verify them, and prunes finished sessions' old records
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,6 +32,10 @@ VERIFIED_EVENT = "audit.verified"
 PRUNED_EVENT = "audit.pruned"
 _MAX_FINDINGS = 100
 _BATCH = 5000  # links per read: one batch in memory at a time
+PROGRESS_EVERY = 10_000  # records between two calls of a long operation's `progress` (and one at the end)
+
+Progress = Callable[[int], None]
+"""Told how many records a long verify or export has been through so far (for a CLI's status line)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,11 +178,18 @@ class AuditLedger:
         return signer
 
     async def verify(
-        self, scope: Scope, public: PublicKey | None = None, *, record: bool = True, actor: str = "system"
+        self,
+        scope: Scope,
+        public: PublicKey | None = None,
+        *,
+        record: bool = True,
+        actor: str = "system",
+        progress: Progress | None = None,
     ) -> VerifyReport:
         """Re-compute the chains in `scope` and check the checkpoints' signatures with `public` (default: the
         configured public key). `record`: append an `audit.verified` event with the outcome, the scope and `actor`
         (every scope checks the whole checkpoint chain, so each names the last checkpoint it verified).
+        `progress` is told the records walked, every PROGRESS_EVERY and once at the end.
 
         Raises: InvalidInput when there is no public key to verify with.
         """
@@ -191,7 +202,7 @@ class AuditLedger:
             checks = verify_checkpoints(await uow.audit.checkpoints(), key.key_id, key.verifies)
             heads = await uow.audit.stored_heads(scope.chain)
             walk = ChainWalk(_within(checks.heads, scope), checks.anchors, heads, complete=scope.since is None)
-            async for link in links_in(uow, scope):
+            async for link in counted(links_in(uow, scope), progress):
                 walk.feed(link)
             walk.finish()
             unlinked = await uow.audit.unlinked(scope.chain, scope.since, _MAX_FINDINGS)
@@ -288,6 +299,21 @@ def _verified(event: dict[str, Any]) -> dict[str, Any]:
 
 def _within(heads: dict[str, Any], scope: Scope) -> dict[str, Any]:
     return heads if scope.chain is None else {c: p for c, p in heads.items() if c == scope.chain}
+
+
+async def counted(links: AsyncIterator[LinkRow], progress: Progress | None) -> AsyncIterator[LinkRow]:
+    """`links`, telling `progress` how many went by: every PROGRESS_EVERY, and the total at the end."""
+    if progress is None:
+        async for link in links:
+            yield link
+        return
+    count = 0
+    async for link in links:
+        yield link
+        count += 1
+        if count % PROGRESS_EVERY == 0:
+            progress(count)
+    progress(count)
 
 
 async def links_in(uow: AuditUnitOfWork, scope: Scope) -> AsyncIterator[LinkRow]:

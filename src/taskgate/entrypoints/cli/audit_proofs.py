@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from taskgate.application.audit_ledger import VerifyReport
+from taskgate.application.audit_ledger import Progress, VerifyReport
 from taskgate.domain.errors import InvalidInput
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.audit_common import (
@@ -31,7 +31,7 @@ from taskgate.entrypoints.cli.audit_common import (
     scope_of,
     timestamp,
 )
-from taskgate.entrypoints.cli.common import _local_actor, audit_app
+from taskgate.entrypoints.cli.common import ReaderGone, _local_actor, audit_app
 from taskgate.entrypoints.render import console, err_console
 
 if TYPE_CHECKING:
@@ -77,9 +77,9 @@ def _verify_database(session: str | None, since: datetime | None, public_key: Pa
         scope = await scope_of(services, session, since)
         # Every scope checks the whole checkpoint chain: its audit.verified event (with the scope) is the last
         # verification whatever the scope, as from the MCP tool.
-        return await services.ledger.verify(scope, key, actor=_local_actor(services))
+        return await services.ledger.verify(scope, key, actor=_local_actor(services), progress=progress)
 
-    with _progress("verifying the audit chains"):
+    with _progress("verifying the audit chains", "records") as progress:
         return audit_run(work)
 
 
@@ -90,8 +90,8 @@ def _verify_export(file: Path, public_key: Path | None) -> VerifyReport:
 
     key = public_key_from(public_key)
     try:
-        with file.open(encoding="utf-8") as lines, _progress(f"verifying {file}"):
-            return verify_export(lines, key, str(file))
+        with file.open(encoding="utf-8") as lines, _progress(f"verifying {file}", "lines") as progress:
+            return verify_export(lines, key, str(file), progress)
     except InvalidInput as exc:
         bad_input(str(exc))
     except FileNotFoundError:
@@ -103,13 +103,18 @@ def _verify_export(file: Path, public_key: Path | None) -> VerifyReport:
 
 
 @contextlib.contextmanager
-def _progress(what: str) -> Iterator[None]:
-    """A spinner on stderr while a long verify runs, on a terminal only (pipes and logs get nothing)."""
-    if not err_console.is_terminal:
-        yield
+def _progress(what: str, unit: str, *, shown: bool = True) -> Iterator[Progress]:
+    """A spinner on stderr while a long verify or export runs, with how many `unit` it has been through, on a
+    terminal only (pipes and logs get nothing); yields what the use case tells the count to."""
+    if not (shown and err_console.is_terminal):
+        yield _silent
         return
-    with err_console.status(f"{what}…"):
-        yield
+    with err_console.status(f"{what}…") as status:
+        yield lambda done: status.update(f"{what}… {done:,} {unit}")
+
+
+def _silent(_done: int) -> None:
+    """Progress where nobody watches: a pipe or a log."""
 
 
 def _print_report(report: VerifyReport, source: str | None) -> None:
@@ -173,9 +178,12 @@ def audit_export(
         scope = await scope_of(services, session, since_at)
         key = services.ledger.public_key
         with _lines_to(output) as write:
-            return await export(services.uow, services.clock, scope, key.key_id if key else None, write)
+            return await export(services.uow, services.clock, scope, key.key_id if key else None, write, progress)
 
-    counts = audit_run(work)
+    # No spinner over records written to this very terminal: the two would garble each other.
+    to_terminal = output is None and sys.stdout.isatty()
+    with _progress(f"exporting to {output}" if output else "exporting", "records", shown=not to_terminal) as progress:
+        counts = audit_run(work)
     where = f" to {output}" if output else ""
     err_console.print(f"exported {counts['records']} record(s) and {counts['checkpoints']} checkpoint(s){where}",
                       highlight=False, markup=False)  # fmt: skip
@@ -193,8 +201,11 @@ def _lines_to(output: Path | None) -> Iterator[Callable[[str], None]]:
     """A writer of lines: to stdout, or to a temporary file beside `output` renamed onto it once all is written
     (an export that fails leaves no half file, and an older export at that name stays until the new one is whole)."""
     if output is None:
-        yield lambda line: sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+        try:
+            yield lambda line: sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError as exc:  # `taskgate audit export | head`: the reader has all it wanted
+            raise ReaderGone() from exc
         return
     temp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
     out = temp.open("w", encoding="utf-8")

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.markup import escape
@@ -112,11 +113,27 @@ def run(work: Callable[[App], Awaitable[T]]) -> T:
         return asyncio.run(main())
     except TaskgateError as exc:
         fail(str(exc))
+    except ReaderGone:  # whoever read our output stopped (`… | head`): no error of ours, nothing to say
+        reader_gone()
     except Exception as exc:  # the promise is one line, never a traceback, unless asked for
         if os.environ.get("TASKGATE_DEBUG"):
             raise
         fail(f"internal error: {type(exc).__name__}: {exc} (set TASKGATE_DEBUG=1 for a traceback)", 3)
     raise AssertionError("unreachable")
+
+
+class ReaderGone(Exception):
+    """A command's output stream was closed by its reader (a BrokenPipeError on stdout, and only there: one on a
+    socket or a subprocess is an error like any other)."""
+
+
+def reader_gone() -> NoReturn:
+    """Exit as a command whose output's reader went away does: quietly, with 141 (128 + SIGPIPE), as a C tool
+    killed by SIGPIPE reports. stdout is pointed at /dev/null first, or the interpreter's last flush of it would
+    fail again on the way out."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise SystemExit(141)
 
 
 def run_in_project(project: str | None, work: Callable[[App, Project], Awaitable[T]]) -> T:
