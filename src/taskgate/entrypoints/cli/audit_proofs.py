@@ -205,7 +205,7 @@ def _lines_to(output: Path | None) -> Iterator[Callable[[str], None]]:
             yield lambda line: sys.stdout.write(line + "\n")
             sys.stdout.flush()
         except BrokenPipeError as exc:  # `taskgate audit export | head`: the reader has all it wanted
-            raise ReaderGone() from exc
+            raise ReaderGone(exc) from exc
         return
     temp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
     out = temp.open("w", encoding="utf-8")

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.markup import escape
@@ -113,8 +112,8 @@ def run(work: Callable[[App], Awaitable[T]]) -> T:
         return asyncio.run(main())
     except TaskgateError as exc:
         fail(str(exc))
-    except ReaderGone:  # whoever read our output stopped (`… | head`): no error of ours, nothing to say
-        reader_gone()
+    except ReaderGone as gone:  # whoever read our output stopped (`… | head`): no error of ours, nothing to say
+        raise gone.pipe from None
     except Exception as exc:  # the promise is one line, never a traceback, unless asked for
         if os.environ.get("TASKGATE_DEBUG"):
             raise
@@ -123,17 +122,13 @@ def run(work: Callable[[App], Awaitable[T]]) -> T:
 
 
 class ReaderGone(Exception):
-    """A command's output stream was closed by its reader (a BrokenPipeError on stdout, and only there: one on a
-    socket or a subprocess is an error like any other)."""
+    """A command's output stream was closed by its reader: a BrokenPipeError on stdout, and only there (one on a
+    socket or a pipe to a subprocess is an error like any other). `run` hands the BrokenPipeError on to Typer,
+    which ends every command whose reader stopped early the same way: quietly, exit status 1."""
 
-
-def reader_gone() -> NoReturn:
-    """Exit as a command whose output's reader went away does: quietly, with 141 (128 + SIGPIPE), as a C tool
-    killed by SIGPIPE reports. stdout is pointed at /dev/null first, or the interpreter's last flush of it would
-    fail again on the way out."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    raise SystemExit(141)
+    def __init__(self, pipe: BrokenPipeError) -> None:
+        super().__init__(str(pipe))
+        self.pipe = pipe
 
 
 def run_in_project(project: str | None, work: Callable[[App, Project], Awaitable[T]]) -> T:
