@@ -185,3 +185,25 @@ async def test_an_unreadable_key_file_is_named_and_nothing_is_signed(sql_service
         status = await tools.ok("audit_status")  # the status still answers, and names what is wrong with the key
         assert not status["can_sign"] and f"{garbage} is not a readable Ed25519 private key" in status["key_error"]
     assert await sql_services.snapshot() == before
+
+
+async def test_a_verify_tells_a_client_that_asked_for_progress_the_records_it_has_checked(
+    sql_services, git_repo, signer, monkeypatch
+):
+    # Every 3 records here (10,000 in the product), then the total: the notifications arrive before the result.
+    monkeypatch.setattr("taskgate.application.audit_ledger.PROGRESS_EVERY", 3)
+    await busy(sql_services, git_repo)
+    told: list[tuple[float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        told.append((progress, message))
+
+    async with connect(sql_services, ALICE, app=with_ledger(sql_services, Keys(signer))) as tools:
+        await tools.ok("audit_checkpoint")
+        result = await tools.client.call_tool("audit_verify", {}, progress_callback=on_progress)
+        quiet = await tools.client.call_tool("audit_verify", {})  # no progressToken: the same call, untold
+    report = result.structured_content
+    assert not result.is_error and report["ok"] and not quiet.is_error
+    records = report["records"]
+    assert [p for p, _ in told] == [*range(3, records + 1, 3), records]
+    assert told[-1][1] == f"{records:,} records checked"

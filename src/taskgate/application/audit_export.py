@@ -56,11 +56,12 @@ async def export(uow: AuditUnitOfWorkFactory, clock: Clock, scope: Scope, key_id
 
 
 def verify_export(
-    lines: Iterable[str], public: PublicKey, source: str, progress: Progress | None = None
+    lines: Iterable[str], public: PublicKey, source: str, progress: Callable[[int], None] | None = None
 ) -> VerifyReport:
     """Verify an export file's lines with `public`, without a database, a line at a time (memory stays flat
     whatever the size: records are checked as they are read, in the (chain, seq) order an export is written in).
-    `progress` is told the lines read, every PROGRESS_EVERY and once at the end.
+    `progress` is told the lines read, every PROGRESS_EVERY and once at the end (synchronously: this runs offline,
+    outside any event loop).
 
     Raises: InvalidInput when the file is not a taskgate audit export (no header first, unknown format, a line that
     is not an export line, a checkpoint after the records): a file that is an export but was changed gives findings.

@@ -8,7 +8,7 @@ re-computes the chains to verify them, and prunes finished sessions' old records
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,8 +34,9 @@ _MAX_FINDINGS = 100
 _BATCH = 5000  # links per read: one batch in memory at a time
 PROGRESS_EVERY = 10_000  # records between two calls of a long operation's `progress` (and one at the end)
 
-Progress = Callable[[int], None]
-"""Told how many records a long verify or export has been through so far (for a CLI's status line)."""
+Progress = Callable[[int], Awaitable[None] | None]
+"""Told how many records a long verify or export has been through so far: a CLI's status line, or an MCP
+progress notification (awaited: the notifications go out in order, before the result)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,9 +312,10 @@ async def counted(links: AsyncIterator[LinkRow], progress: Progress | None) -> A
     async for link in links:
         yield link
         count += 1
-        if count % PROGRESS_EVERY == 0:
-            progress(count)
-    progress(count)
+        if count % PROGRESS_EVERY == 0 and (told := progress(count)) is not None:
+            await told
+    if (told := progress(count)) is not None:
+        await told
 
 
 async def links_in(uow: AuditUnitOfWork, scope: Scope) -> AsyncIterator[LinkRow]:

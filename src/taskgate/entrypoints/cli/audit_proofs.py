@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from taskgate.application.audit_ledger import Progress, VerifyReport
+from taskgate.application.audit_ledger import VerifyReport
 from taskgate.domain.errors import InvalidInput
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.audit_common import (
@@ -103,7 +103,7 @@ def _verify_export(file: Path, public_key: Path | None) -> VerifyReport:
 
 
 @contextlib.contextmanager
-def _progress(what: str, unit: str, *, shown: bool = True) -> Iterator[Progress]:
+def _progress(what: str, unit: str, *, shown: bool = True) -> Iterator[Callable[[int], None]]:
     """A spinner on stderr while a long verify or export runs, with how many `unit` it has been through, on a
     terminal only (pipes and logs get nothing); yields what the use case tells the count to."""
     if not (shown and err_console.is_terminal):
