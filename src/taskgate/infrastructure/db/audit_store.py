@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, delete, exists, func, insert, literal, select, tuple_, update
+from sqlalchemy import and_, bindparam, delete, exists, func, insert, literal, or_, select, tuple_, update
 
 from taskgate.application.audit_ports import LinkQuery, PrunePoint
 from taskgate.domain.audit_chain import AUDITED_FIELDS, PRIMARY_KEYS, canonical_fields, session_chain
@@ -149,25 +149,13 @@ class SqlAlchemyAuditRepository(SqlRepository):
         return [r[0] for r in (await self._conn.execute(stmt)).all()]
 
     async def prunable(self, before: datetime, sessions: Sequence[str]) -> list[PrunePoint]:
-        points = []
-        for session_id in sessions:
-            chain = session_chain(session_id)
-            # The webhook outbox still needs an event a delivery is pending for, and the event a subscriber's
-            # cursor rests on (its newest row: application/outbox.py): the chain is pruned up to the record before
-            # the first such event, never past it.
-            needed = select(func.min(_links.c.chain_seq)).where(
-                _links.c.chain_id == chain, _links.c.record_table == "events", _links.c.record_id.in_(_OUTBOX_NEEDS)
-            )
-            stop = (await self._conn.execute(needed)).scalar()
-            window = [_links.c.chain_id == chain, _record_at < before]
-            if stop is not None:
-                window.append(_links.c.chain_seq < stop)
-            before_time = _JOINED.where(*window).subquery()
-            stmt = select(func.max(before_time.c.chain_seq), func.count()).select_from(before_time)
-            upto, count = (await self._conn.execute(stmt)).one()
-            if upto:
-                link = select(_links.c.hash).where(_links.c.chain_id == chain, _links.c.chain_seq == upto)
-                points.append(PrunePoint(chain, int(upto), (await self._conn.execute(link)).scalar_one(), int(count)))
+        # A few queries for many sessions at once (_PRUNE_CHUNK chains each), not three per session: a prune of
+        # 2,000 sessions took 8.5 s that way, all of it holding the write lock.
+        points: list[PrunePoint] = []
+        for first in range(0, len(sessions), _PRUNE_CHUNK):
+            chains = [session_chain(s) for s in sessions[first : first + _PRUNE_CHUNK]]
+            rows = (await self._conn.execute(_prune_points(chains, before))).all()
+            points += [PrunePoint(r.chain_id, int(r.upto), r.hash, int(r.records)) for r in rows]
         return points
 
     async def prune(self, point: PrunePoint) -> dict[str, int]:
@@ -182,6 +170,43 @@ class SqlAlchemyAuditRepository(SqlRepository):
             removed[name] = int(result.rowcount or 0)
         await self._conn.execute(delete(_links).where(upto))
         return removed
+
+
+_PRUNE_CHUNK = 500  # chains per query: an IN list well inside SQLite's and asyncpg's parameter limits
+
+
+def _prune_points(chains: list[str], before: datetime) -> Any:
+    """For each of `chains`: the last seq a prune before `before` may remove, its hash and how many records go.
+
+    The webhook outbox still needs an event a delivery is pending for, and the event a subscriber's cursor rests
+    on (its newest row: application/outbox.py): a chain is pruned up to the record before the first such event,
+    never past it. A chain with nothing to remove has no row.
+    """
+    in_scope = _links.c.chain_id.in_(chains)
+    needed = (
+        select(_links.c.chain_id, func.min(_links.c.chain_seq).label("stop"))
+        .where(in_scope, _links.c.record_table == "events", _links.c.record_id.in_(_OUTBOX_NEEDS))
+        .group_by(_links.c.chain_id)
+        .subquery("needed")
+    )
+    source = _links.outerjoin(needed, needed.c.chain_id == _links.c.chain_id)
+    for name, table in _TABLES.items():  # each link's record, for its time
+        source = source.outerjoin(table, and_(_links.c.record_table == name,
+                                              table.c[PRIMARY_KEYS[name]] == _links.c.record_id))  # fmt: skip
+    old = (
+        select(_links.c.chain_id, func.max(_links.c.chain_seq).label("upto"), func.count().label("records"))
+        .select_from(source)
+        .where(in_scope, _record_at < before, or_(needed.c.stop.is_(None), _links.c.chain_seq < needed.c.stop))
+        .group_by(_links.c.chain_id)
+        .subquery("old")
+    )
+    last = _links.alias("last")
+    at_upto = and_(last.c.chain_id == old.c.chain_id, last.c.chain_seq == old.c.upto)
+    return (
+        select(old.c.chain_id, old.c.upto, old.c.records, last.c.hash)
+        .select_from(old.join(last, at_upto))
+        .order_by(old.c.chain_id)
+    )
 
 
 def _link_row(row: Any) -> LinkRow:
