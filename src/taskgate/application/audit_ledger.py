@@ -233,12 +233,9 @@ class AuditLedger:
         async with self._uow(write=True) as uow:
             finished = await uow.audit.sessions_in(TERMINAL_STATES)
             points = await uow.audit.prunable(before, finished)
-            removed = {"transition_log": 0, "decisions": 0, "events": 0}
             if dry_run or not points:  # nothing is written: the report says what a prune would remove
                 return PruneReport(before, len(points), {"total": sum(p.records for p in points)}, None, dry_run)
-            for point in points:
-                for table, count in (await uow.audit.prune(point)).items():
-                    removed[table] += count
+            removed = await uow.audit.prune(points)
             anchors = {p.chain: (p.seq, p.hash) for p in points}
             cp = await self._checkpoint_in(uow, "prune", anchors, only_if_grown=False, actor=actor)
             assert cp is not None

@@ -80,8 +80,9 @@ class AuditRepository(Protocol):
         """For each of these sessions' chains: how far its records written before `before` reach."""
         ...
 
-    async def prune(self, point: PrunePoint) -> dict[str, int]:
-        """Delete the chain's records and links up to `point.seq` (and the webhook deliveries of its events)."""
+    async def prune(self, points: Sequence[PrunePoint]) -> dict[str, int]:
+        """Delete each point's chain's records and links up to its seq (and the webhook deliveries of their events);
+        the records removed per table."""
         ...
 
 

@@ -158,21 +158,25 @@ class SqlAlchemyAuditRepository(SqlRepository):
             points += [PrunePoint(r.chain_id, int(r.upto), r.hash, int(r.records)) for r in rows]
         return points
 
-    async def prune(self, point: PrunePoint) -> dict[str, int]:
-        removed: dict[str, int] = {}
-        upto = and_(_links.c.chain_id == point.chain, _links.c.chain_seq <= point.seq)
-        for name, table in _TABLES.items():
-            ids = select(_links.c.record_id).where(upto, _links.c.record_table == name)
-            if name == "events":
-                deliveries = t.webhook_deliveries.c.event_id.in_(ids)
-                await self._conn.execute(delete(t.webhook_deliveries).where(deliveries))
-            result = await self._conn.execute(delete(table).where(table.c[PRIMARY_KEYS[name]].in_(ids)))
-            removed[name] = int(result.rowcount or 0)
-        await self._conn.execute(delete(_links).where(upto))
+    async def prune(self, points: Sequence[PrunePoint]) -> dict[str, int]:
+        removed = dict.fromkeys(_TABLES, 0)
+        for first in range(0, len(points), _DELETE_CHUNK):  # five statements per chunk of chains, not per chain
+            chunk = points[first : first + _DELETE_CHUNK]
+            upto = or_(*(and_(_links.c.chain_id == p.chain, _links.c.chain_seq <= p.seq) for p in chunk))
+            for name, table in _TABLES.items():
+                ids = select(_links.c.record_id).where(upto, _links.c.record_table == name)
+                if name == "events":
+                    deliveries = t.webhook_deliveries.c.event_id.in_(ids)
+                    await self._conn.execute(delete(t.webhook_deliveries).where(deliveries))
+                result = await self._conn.execute(delete(table).where(table.c[PRIMARY_KEYS[name]].in_(ids)))
+                removed[name] += int(result.rowcount or 0)
+            await self._conn.execute(delete(_links).where(upto))
         return removed
 
 
 _PRUNE_CHUNK = 500  # chains per query: an IN list well inside SQLite's and asyncpg's parameter limits
+# Chains per DELETE: one `chain = ? AND seq <= ?` term each, ORed; SQLite refuses an expression deeper than 1,000.
+_DELETE_CHUNK = 200
 
 
 def _prune_points(chains: list[str], before: datetime) -> Any:
