@@ -3,7 +3,8 @@ times that must carry a zone, the scope of a verify or export, and the public ke
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -15,6 +16,7 @@ from taskgate.application.audit_ledger import Scope
 from taskgate.application.timestamps import parse_timestamp
 from taskgate.domain.errors import InvalidInput, NotFound
 from taskgate.entrypoints.cli.common import JsonOpt, fail, run
+from taskgate.entrypoints.render import err_console
 
 if TYPE_CHECKING:
     from taskgate.application.audit_ports import PublicKey
@@ -96,3 +98,18 @@ def public_key_from(path: Path) -> PublicKey:
         bad_input(f"--public-key: {exc}")
     except OSError as exc:
         bad_input(f"--public-key {path} cannot be read ({exc.strerror or exc})")
+
+
+@contextlib.contextmanager
+def progress_line(what: str, unit: str, *, shown: bool = True) -> Iterator[Callable[[int], None]]:
+    """A spinner on stderr while a long verify, export or prune runs, with how many `unit` it has been through
+    once told, on a terminal only (pipes and logs get nothing); yields what the use case tells the count to."""
+    if not (shown and err_console.is_terminal):
+        yield _silent
+        return
+    with err_console.status(f"{what}…") as status:
+        yield lambda done: status.update(f"{what}… {done:,} {unit}")
+
+
+def _silent(_done: int) -> None:
+    """Progress where nobody watches: a pipe or a log."""

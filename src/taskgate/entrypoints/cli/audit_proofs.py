@@ -27,6 +27,7 @@ from taskgate.entrypoints.cli.audit_common import (
     SinceOpt,
     audit_run,
     bad_input,
+    progress_line,
     public_key_from,
     scope_of,
     timestamp,
@@ -79,7 +80,7 @@ def _verify_database(session: str | None, since: datetime | None, public_key: Pa
         # verification whatever the scope, as from the MCP tool.
         return await services.ledger.verify(scope, key, actor=_local_actor(services), progress=progress)
 
-    with _progress("verifying the audit chains", "records") as progress:
+    with progress_line("verifying the audit chains", "records") as progress:
         return audit_run(work)
 
 
@@ -90,7 +91,7 @@ def _verify_export(file: Path, public_key: Path | None) -> VerifyReport:
 
     key = public_key_from(public_key)
     try:
-        with file.open(encoding="utf-8") as lines, _progress(f"verifying {file}", "lines") as progress:
+        with file.open(encoding="utf-8") as lines, progress_line(f"verifying {file}", "lines") as progress:
             return verify_export(lines, key, str(file), progress)
     except InvalidInput as exc:
         bad_input(str(exc))
@@ -100,21 +101,6 @@ def _verify_export(file: Path, public_key: Path | None) -> VerifyReport:
         bad_input(f"--file {file} is not a taskgate audit export (not UTF-8 text)")
     except OSError as exc:
         bad_input(f"--file {file} cannot be read ({exc.strerror or exc})")
-
-
-@contextlib.contextmanager
-def _progress(what: str, unit: str, *, shown: bool = True) -> Iterator[Callable[[int], None]]:
-    """A spinner on stderr while a long verify or export runs, with how many `unit` it has been through, on a
-    terminal only (pipes and logs get nothing); yields what the use case tells the count to."""
-    if not (shown and err_console.is_terminal):
-        yield _silent
-        return
-    with err_console.status(f"{what}…") as status:
-        yield lambda done: status.update(f"{what}… {done:,} {unit}")
-
-
-def _silent(_done: int) -> None:
-    """Progress where nobody watches: a pipe or a log."""
 
 
 def _print_report(report: VerifyReport, source: str | None) -> None:
@@ -181,8 +167,8 @@ def audit_export(
             return await export(services.uow, services.clock, scope, key.key_id if key else None, write, progress)
 
     # No spinner over records written to this very terminal: the two would garble each other.
-    to_terminal = output is None and sys.stdout.isatty()
-    with _progress(f"exporting to {output}" if output else "exporting", "records", shown=not to_terminal) as progress:
+    shown = output is not None or not sys.stdout.isatty()
+    with progress_line(f"exporting to {output}" if output else "exporting", "records", shown=shown) as progress:
         counts = audit_run(work)
     where = f" to {output}" if output else ""
     err_console.print(f"exported {counts['records']} record(s) and {counts['checkpoints']} checkpoint(s){where}",

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from taskgate.entrypoints import render
-from taskgate.entrypoints.cli.audit_common import JsonOpt, audit_run, bad_input, timestamp
+from taskgate.entrypoints.cli.audit_common import JsonOpt, audit_run, bad_input, progress_line, timestamp
 from taskgate.entrypoints.cli.common import _local_actor, _or_fail, audit_app, fail, say
 from taskgate.entrypoints.render import console
 
@@ -143,7 +143,8 @@ def audit_prune(
         assert services.ledger is not None
         return await services.ledger.prune(at, dry_run=dry_run or not yes, actor=_local_actor(services))
 
-    report = audit_run(work)
+    with progress_line(f"finding{'' if dry_run or not yes else ' and removing'} records written before {before}", ""):
+        report = audit_run(work)
     if as_json:
         render.print_json(report.as_dict())
     total = sum(report.records.values())
