@@ -24,7 +24,11 @@ Printed: records/s and seconds of each, verify ÷ select and verify ÷ links, pe
 and the bytes per record of `audit_links` (+ its indexes), `audit_chains` and `audit_checkpoints` (SQLite:
 `dbstat`, as built; PostgreSQL: `pg_total_relation_size` after VACUUM ANALYZE) and of the export file.
 
-Run:  .venv/bin/python benchmarks/audit_verify.py [--rows 1000000] [--runs 3] [--db PATH] [--postgres [URL]]
+With `--prune`, last: `AuditLedger.prune` of every record (all sessions are finished) as a dry run, then for real
+(it holds the write lock throughout: the time a service's writers would wait), then a verify of what is left, each
+in a child; on SQLite on a copy of the file, so a `--db` file stays as built.
+
+Run:  .venv/bin/python benchmarks/audit_verify.py [--rows 1000000] [--runs 3] [--db PATH] [--postgres [URL]] [--prune]
       (~5 min on SQLite at 1M rows on 2 cores; `--db PATH` keeps the built file and reuses it)
 """
 
@@ -36,6 +40,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -68,6 +73,7 @@ TASKS_PER_PLAN = 100
 OPERATORS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 BEGIN = datetime(2025, 1, 1, tzinfo=UTC)
 PHASES = ("select", "links", "verify", "verify-export")  # `links` only with --links
+PRUNE_PHASES = ("prune-dry-run", "prune")  # with --prune, after the rounds
 JSON_COLUMNS = {"guard_results", "override_policies", "policy_results", "payload", "state_data", "workflow_stack",
                 "config", "roles", "permissions", "labels"}  # fmt: skip
 
@@ -493,6 +499,16 @@ def phase_verify_export(key: Path, path: Path) -> dict[str, Any]:
     return {"records": report.records, "ok": report.ok, "first": first}
 
 
+PRUNE_BEFORE = datetime(2100, 1, 1, tzinfo=UTC)  # after every record: a prune removes every finished session's
+
+
+async def phase_prune(database: Database, key: Path, *, dry_run: bool) -> dict[str, Any]:
+    """`AuditLedger.prune` of every record written before PRUNE_BEFORE, as `taskgate audit prune` runs it."""
+    ledger = AuditLedger(uow_factory(database), SystemClock(), FileKeyRing(key))
+    report = await ledger.prune(PRUNE_BEFORE, dry_run=dry_run, actor="benchmark")
+    return {"records": sum(report.records.values()), "sessions": report.sessions}
+
+
 async def run_phase(phase: str, url: str, key: Path, export_file: Path) -> dict[str, Any]:
     """One phase, timed."""
     if phase == "verify-export":
@@ -507,6 +523,8 @@ async def run_phase(phase: str, url: str, key: Path, export_file: Path) -> dict[
             found = await phase_links(database)
         elif phase == "verify":
             found = await phase_verify(database, key)
+        elif phase in PRUNE_PHASES:
+            found = await phase_prune(database, key, dry_run=phase == "prune-dry-run")
         else:
             found = await phase_export(database, key, export_file)
         return {**found, "seconds": time.perf_counter() - begin}
@@ -657,7 +675,8 @@ def parse_args() -> argparse.Namespace:
         "--postgres", nargs="?", const=PG_BENCH_URL, default=None, metavar="URL",
         help=f"build and verify on PostgreSQL (schema public reset first; default {PG_BENCH_URL})",
     )  # fmt: skip
-    parser.add_argument("--phase", choices=(*PHASES, "export"), help=argparse.SUPPRESS)
+    parser.add_argument("--prune", action="store_true", help="last, time a prune of every record (on a copy)")
+    parser.add_argument("--phase", choices=(*PHASES, *PRUNE_PHASES, "export"), help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--key", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--export-file", type=Path, help=argparse.SUPPRESS)
@@ -681,6 +700,24 @@ def database_of(args: argparse.Namespace, workdir: Path) -> tuple[str, Path]:
     return url, key
 
 
+def sqlite_copy(url: str, workdir: Path) -> str:
+    """A copy of the SQLite file at `url` in `workdir` (a `--db` file stays as built); its URL."""
+    copy = workdir / "pruned.db"
+    shutil.copyfile(url.removeprefix("sqlite:///"), copy)
+    return f"sqlite:///{copy}"
+
+
+def prune_all(url: str, key: Path, export_file: Path) -> None:
+    """A dry run, the prune, and a verify of what is left, each in a child, with the load before each."""
+    print("\n== prune of every record (every session is finished) ==")
+    for phase in (*PRUNE_PHASES, "verify"):
+        before = load()
+        found = in_child(phase, url, key, export_file)
+        what = (f"{found['records']:,} records of {found['sessions']:,} sessions" if phase in PRUNE_PHASES
+                else f"ok={found['ok']}, {found['records']:,} records left")  # fmt: skip
+        print(f"  {phase:14} {found['seconds']:7.2f} s   {what}   (load {before:.2f})")
+
+
 def main() -> None:
     """Build (or reuse), export once, run the rounds, report throughput and sizes, with the load average."""
     args = parse_args()
@@ -702,6 +739,8 @@ def main() -> None:
         report(store, found, records)
         sizes = asyncio.run(pg_sizes(url)) if args.postgres else sqlite_sizes(Path(url.removeprefix("sqlite:///")))
         report_sizes(sizes, records, exported["bytes"])
+        if args.prune:
+            prune_all(url if args.postgres else sqlite_copy(url, workdir), key, export_file)
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\nload average after: {load_after}; total {time.monotonic() - started:.0f} s")
 
