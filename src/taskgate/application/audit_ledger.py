@@ -301,17 +301,13 @@ def _within(heads: dict[str, Any], scope: Scope) -> dict[str, Any]:
 
 async def counted(links: AsyncIterator[LinkRow], progress: Progress | None) -> AsyncIterator[LinkRow]:
     """`links`, telling `progress` how many went by: every PROGRESS_EVERY, and the total at the end."""
-    if progress is None:
-        async for link in links:
-            yield link
-        return
     count = 0
     async for link in links:
         yield link
         count += 1
-        if count % PROGRESS_EVERY == 0 and (told := progress(count)) is not None:
+        if progress is not None and count % PROGRESS_EVERY == 0 and (told := progress(count)) is not None:
             await told
-    if (told := progress(count)) is not None:
+    if progress is not None and (told := progress(count)) is not None:
         await told
 
 

@@ -39,10 +39,16 @@ def _joined() -> Any:
     source = _links.outerjoin(_prev, and_(_prev.c.chain_id == _links.c.chain_id,
                                           _prev.c.chain_seq == _links.c.chain_seq - 1))  # fmt: skip
     for name, table in _TABLES.items():
-        key = table.c[PRIMARY_KEYS[name]]
         columns += [table.c[f].label(_PREFIX[name] + f) for f in AUDITED_FIELDS[name]]
-        source = source.outerjoin(table, and_(_links.c.record_table == name, key == _links.c.record_id))
-    return select(*columns).select_from(source)
+    return select(*columns).select_from(_with_records(source))
+
+
+def _with_records(source: Any) -> Any:
+    """`source` (which holds `audit_links`) outer-joined to each link's record, in whichever table it is."""
+    for name, table in _TABLES.items():
+        source = source.outerjoin(table, and_(_links.c.record_table == name,
+                                              table.c[PRIMARY_KEYS[name]] == _links.c.record_id))  # fmt: skip
+    return source
 
 
 _JOINED = _joined()
@@ -193,10 +199,7 @@ def _prune_points(chains: list[str], before: datetime) -> Any:
         .group_by(_links.c.chain_id)
         .subquery("needed")
     )
-    source = _links.outerjoin(needed, needed.c.chain_id == _links.c.chain_id)
-    for name, table in _TABLES.items():  # each link's record, for its time
-        source = source.outerjoin(table, and_(_links.c.record_table == name,
-                                              table.c[PRIMARY_KEYS[name]] == _links.c.record_id))  # fmt: skip
+    source = _with_records(_links.outerjoin(needed, needed.c.chain_id == _links.c.chain_id))  # records: their time
     old = (
         select(_links.c.chain_id, func.max(_links.c.chain_seq).label("upto"), func.count().label("records"))
         .select_from(source)
