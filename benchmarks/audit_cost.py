@@ -13,7 +13,8 @@ the CPU time of the process per transition on and off (`time.process_time`), the
 off (sqlite3's trace callback; SQLAlchemy's cursor events on PostgreSQL) and the ones chaining adds, and where
 the added time goes: over `--profile-n` more iterations (on and off alternating as above), the median wall time
 per transition of the whole fire and of its COMMIT on and off, of `AuditTrail.add` (and its canonical fields)
-and of `AuditTrail.seal` (and inside it the head lock, the link hashes, the link inserts and the head update),
+and of `AuditTrail.seal` (and inside it the link hashes, the move of the head read with the session, a head read
+again when another writer moved it, the link inserts and the head update),
 timed by wrapping those functions and the trail's connection (cProfile misreads coroutines).
 
 Run:  .venv/bin/python benchmarks/audit_cost.py [--n 400] [--warmup 40] [--profile-n 200] [--postgres [URL]]
@@ -41,11 +42,13 @@ from transition_cost import Stack, fire, open_stack, percentile, ready_sessions,
 from taskgate.infrastructure.db import audit_trail
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db.audit_trail import AuditTrail
+from taskgate.infrastructure.db.session_store import SqlAlchemySessionRepository
 from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 
 GOAL_RATIO = 1.05
 TRIGGERS = ("start", "plan_complete")
 _ADD, _SEAL = AuditTrail.add, AuditTrail.seal
+_WITH_HEAD = SqlAlchemySessionRepository._with_head
 _ON: dict[str, Any] = {"add": _ADD, "seal": _SEAL}  # what "on" installs: the product's own, or timing wrappers
 _MODE = ["on"]  # the mode the process is in now
 
@@ -62,11 +65,19 @@ async def _no_seal(_self: AuditTrail) -> int:
     return 0
 
 
+async def _plain_lock(repo: SqlAlchemySessionRepository, session_id: str, _trail: AuditTrail) -> Any:
+    """The session lock's read when chaining is off: the session alone, without its chain's head."""
+    stmt = sql.SESSION_BY_ID_FOR_UPDATE if repo._dialect == "postgresql" else sql.SESSION_BY_ID
+    return await repo._one(stmt, {"id": session_id})
+
+
 def set_chaining(on: bool) -> None:
-    """Chaining on (the product's own `add` and `seal`) or off (no-ops), for this process."""
+    """Chaining on (the product's own `add`, `seal` and head read with the session lock) or off (no-ops, and the
+    session read alone), for this process."""
     _MODE[0] = "on" if on else "off"
     AuditTrail.add = _ON["add"] if on else _no_add  # type: ignore[method-assign]
     AuditTrail.seal = _ON["seal"] if on else _no_seal  # type: ignore[method-assign]
+    SqlAlchemySessionRepository._with_head = _WITH_HEAD if on else _plain_lock  # type: ignore[method-assign]
 
 
 @contextmanager
@@ -129,7 +140,26 @@ async def measure(stack: Stack, ids: list[str], n: int, warmup: int) -> Samples:
 # -- where the time goes ------------------------------------------------------------------------------------
 
 
-_SEAL_PARTS = {id(sql.INSERT_LINK): "seal: insert the links", id(sql.ADVANCE_CHAIN): "seal: advance the head row"}
+_MOVE, _READ, _LINKS, _ADVANCE = (
+    "seal: move the head read with the session (+ links on PostgreSQL)",
+    "seal: read (lock) the head again",
+    "seal: insert the links",
+    "seal: advance the head row",
+)
+_SEAL_PART_NAMES = (_MOVE, _READ, _LINKS, _ADVANCE)
+
+
+def seal_part(statement: Any) -> str:
+    """Which part of `seal` a statement is: the known head's move, a head read, a link insert or a head move."""
+    counts = range(1, sql.MULTI_LINK_INSERTS + 1)
+    if statement in (sql.move_known_head("sqlite"), sql.move_known_head("postgresql"),
+                     *(sql.seal_known_chain_postgresql(n) for n in counts)):  # fmt: skip
+        return _MOVE
+    if statement in (sql.CHAIN_HEAD, sql.lock_chain("sqlite"), sql.lock_chain("postgresql")):
+        return _READ
+    if statement in (sql.INSERT_LINK, *(sql.insert_links_sqlite(n) for n in counts)):
+        return _LINKS
+    return _ADVANCE  # ADVANCE_CHAIN, set_chain_head_sqlite, seal_chain_postgresql (links and head together)
 
 
 class TimedConnection:
@@ -144,7 +174,7 @@ class TimedConnection:
         try:
             return await self._conn.execute(statement, parameters)
         finally:
-            part = _SEAL_PARTS.get(id(statement), "seal: lock (create) the head row")
+            part = seal_part(statement)
             self._totals[part] += time.perf_counter_ns() - begin
 
 
@@ -257,9 +287,8 @@ def report_breakdown(parts: dict[str, list[int]]) -> None:
     for part, label in (("fire", "whole transition (fire)"), ("commit", "COMMIT (the commit without seal)")):
         on, off = per[f"{part} (on)"], per[f"{part} (off)"]
         print(f"    {label:40} on {on:8.1f} µs   off {off:8.1f} µs   on − off {on - off:7.1f} µs")
-    for part in ("add", "add: canonical fields", "seal", "seal: lock (create) the head row", "seal: link hashes",
-                 "seal: insert the links", "seal: advance the head row"):  # fmt: skip
-        print(f"    {part:40} {per.get(part, 0.0):8.1f} µs")
+    for part in ("add", "add: canonical fields", "seal", "seal: link hashes", *_SEAL_PART_NAMES):
+        print(f"    {part:66} {per.get(part, 0.0):8.1f} µs")
     added = per["fire (on)"] - per["fire (off)"]
     grown = per["commit (on)"] - per["commit (off)"]
     print(

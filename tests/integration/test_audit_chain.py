@@ -10,6 +10,8 @@ import pytest
 from taskgate.application.audit_ledger import AuditLedger, Scope
 from taskgate.domain.audit_chain import session_chain
 from taskgate.infrastructure.audit_keys import create_key, load_public
+from taskgate.infrastructure.db import statements as sql
+from taskgate.infrastructure.db.audit_trail import AuditTrail
 from taskgate.infrastructure.system import SystemClock
 from tests.audit_support import Keys, raw
 from tests.builders import fire, seed, start
@@ -252,3 +254,46 @@ async def test_one_unit_appending_many_records_to_a_chain_links_them_all_in_orde
     report = await ledger_of(sql_services, key).verify(Scope(session_id=session.id), record=False)
     assert report.ok, [f.describe() for f in report.findings]
     assert report.records == before + appended
+
+
+async def _noted_event(uow, session_id: str, note: str) -> tuple[int, dict]:
+    """An event inserted on `uow`'s connection but outside its repositories (so not on its trail): what another
+    writer of the same chain in the same transaction (the commit group's member before) would have added."""
+    values = {"kind": "test.noted", "at": SystemClock().now(), "payload": {"note": note}, "session_id": session_id}
+    result = await uow.events._conn.execute(sql.INSERT_EVENT, values)
+    return result.inserted_primary_key[0], values
+
+
+async def test_a_head_moved_after_the_session_was_read_is_linked_after_not_overwritten(sql_services, git_repo, key):
+    # A writer that locks the session reads its chain's head with it, and seals without reading it again: the
+    # head moves only from the seq read then. Here another writer moves it in between; the seal must notice,
+    # read the head again and link after it, so that both writers' records stay in one contiguous chain.
+    [session] = await busy(sql_services, git_repo, sessions=1)
+    chain = session_chain(session.id)
+    [[before]] = await raw(sql_services, "SELECT seq FROM audit_chains WHERE chain_id = :c", c=chain)
+    async with sql_services.uow(write=True) as uow:
+        await uow.sessions.get(session.id, lock=True)
+        other = AuditTrail(uow.events._conn, uow.events._dialect)
+        other.add("events", *await _noted_event(uow, session.id, "the other writer's"))
+        assert await other.seal() == 1
+        await uow.events.append("test.noted", SystemClock().now(), {"note": "this unit's"}, session.id)
+        await uow.commit()
+    rows = await raw(sql_services, "SELECT chain_seq FROM audit_links WHERE chain_id = :c ORDER BY chain_seq", c=chain)
+    assert [row[0] for row in rows] == list(range(1, before + 3))
+    report = await ledger_of(sql_services, key).verify(Scope(session_id=session.id), record=False)
+    assert report.ok, [f.describe() for f in report.findings]
+    assert report.records == before + 2
+
+
+async def test_a_fire_seals_its_records_without_reading_the_head_again(sql_services, git_repo, key, monkeypatch):
+    # The fire's session lock read the head with the session; its seal must not read (or lock) it again.
+    [session] = await busy(sql_services, git_repo, sessions=1)
+
+    async def no_head_read(_trail, chain):
+        raise AssertionError(f"the seal read the head of {chain} again")
+
+    monkeypatch.setattr(AuditTrail, "_head", no_head_read)
+    await fire(sql_services, session, "suspend", "resume")
+    monkeypatch.undo()
+    report = await ledger_of(sql_services, key).verify(Scope(session_id=session.id), record=False)
+    assert report.ok, [f.describe() for f in report.findings]

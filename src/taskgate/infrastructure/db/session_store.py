@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from dataclasses import fields
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from taskgate.application.ports import TransitionQuery
+from taskgate.domain.audit_chain import session_chain
 from taskgate.domain.entities import (
     Compensation,
     Decision,
@@ -29,6 +30,9 @@ from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.repository_base import TERMINAL, SqlRepository
 
+if TYPE_CHECKING:
+    from taskgate.infrastructure.db.audit_trail import AuditTrail
+
 
 class SqlAlchemySessionRepository(SqlRepository):
     async def add(self, session: Session) -> None:
@@ -38,10 +42,22 @@ class SqlAlchemySessionRepository(SqlRepository):
             raise SessionAlreadyActive(f"task {session.task_id} already has an active session") from exc
 
     async def get(self, session_id: str, *, lock: bool = False) -> Session:
-        row = await self._one(self._pick(sql.SESSION_BY_ID, sql.SESSION_BY_ID_FOR_UPDATE, lock), {"id": session_id})
+        """The session; `lock=True` (a writer of its records) also reads its chain's head for the trail, so that
+        sealing them at commit needs no statement to read it (audit_trail.py)."""
+        if lock and self._trail is not None:
+            row = await self._with_head(session_id, self._trail)
+        else:
+            row = await self._one(self._pick(sql.SESSION_BY_ID, sql.SESSION_BY_ID_FOR_UPDATE, lock), {"id": session_id})
         if row is None:
             raise SessionNotFound(session_id)
         return _session(row)
+
+    async def _with_head(self, session_id: str, trail: AuditTrail) -> Any:
+        stmt = sql.SESSION_WITH_HEAD_FOR_UPDATE if self._dialect == "postgresql" else sql.SESSION_WITH_HEAD
+        row = await self._one(stmt, {"id": session_id})
+        if row is not None:
+            trail.known_head(session_chain(session_id), row["head_seq"], row["head_hash"])
+        return row
 
     async def update(self, session: Session, expected_version: int) -> None:
         params = {**_session_values(session), "match_id": session.id, "match_version": expected_version}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, literal, literal_column, select, text, update
+from sqlalchemy import String, bindparam, func, insert, literal, literal_column, select, text, update
 
 from taskgate.domain.audit_chain import GENESIS
 from taskgate.infrastructure.db import tables as t
@@ -178,6 +178,53 @@ def seal_chain_postgresql(count: int) -> Any:
     )
 
 
+# The head of a session's chain, read by the statement that locks the session (a fire's first statement), so that
+# sealing its records needs no statement of its own to read the head: `move_known_head` moves it only from the
+# seq read then, and a head moved since (another writer of the chain) sends the seal back to `lock_chain`.
+_HEAD_OF_SESSION = t.audit_chains.c.chain_id == literal_column("'session:'", String) + _s.id
+SESSION_WITH_HEAD = (
+    select(t.sessions, t.audit_chains.c.seq.label("head_seq"), t.audit_chains.c.hash.label("head_hash"))
+    .select_from(t.sessions.outerjoin(t.audit_chains, _HEAD_OF_SESSION))
+    .where(_s.id == bindparam("id"))
+)
+SESSION_WITH_HEAD_FOR_UPDATE = SESSION_WITH_HEAD.with_for_update(of=t.sessions)
+
+
+@cache
+def move_known_head(dialect: str) -> Any:
+    """Create or move a chain's head to `seq`/`hash` only if it is still at `old_seq` (0: not created yet):
+    rowcount 1 if it moved, 0 if another writer moved it since it was read."""
+    c = t.audit_chains.c
+    stmt = dialect_insert(dialect)(t.audit_chains).values(
+        chain_id=bindparam("chain_id"), seq=bindparam("seq"), hash=bindparam("hash"), signed_seq=literal_column("0")
+    )
+    return stmt.on_conflict_do_update(
+        index_elements=[c.chain_id],
+        set_={"seq": stmt.excluded.seq, "hash": stmt.excluded.hash},
+        where=c.seq == bindparam("old_seq"),
+    )
+
+
+@cache
+def seal_known_chain_postgresql(count: int) -> Any:
+    """PostgreSQL: `move_known_head` and, only if the head moved, the insert of `count` links: one round trip.
+    The statement's rowcount is the number of links inserted (0: the head had moved, nothing was written).
+    Parameters as `seal_chain_postgresql`'s, plus `old_seq`. Text for the reason given there."""
+    values = ", ".join(
+        f"(CAST(:chain_seq_{i} AS BIGINT), CAST(:record_table_{i} AS VARCHAR), CAST(:record_id_{i} AS BIGINT),"
+        f" CAST(:hash_{i} AS VARCHAR))"
+        for i in range(count)
+    )
+    return text(
+        "WITH moved AS (INSERT INTO audit_chains AS c (chain_id, seq, hash, signed_seq)"
+        " VALUES (:match_id, :seq, :hash, 0) ON CONFLICT (chain_id) DO UPDATE"
+        " SET seq = EXCLUDED.seq, hash = EXCLUDED.hash WHERE c.seq = :old_seq RETURNING c.chain_id)"
+        " INSERT INTO audit_links (chain_id, chain_seq, record_table, record_id, hash)"
+        " SELECT moved.chain_id, v.chain_seq, v.record_table, v.record_id, v.hash"
+        f" FROM moved CROSS JOIN (VALUES {values}) AS v (chain_seq, record_table, record_id, hash)"
+    )
+
+
 @cache
 def set_chain_head_sqlite() -> Any:
     """Create or move a chain's head on SQLite: one statement, every value a parameter (the driver runs it)."""
@@ -217,4 +264,4 @@ HOT = (
 def hot_statements() -> tuple[Any, ...]:
     """`HOT` and SQLite's chain lock (built on first use: it loads SQLite's dialect module)."""
     links = tuple(insert_links_sqlite(n) for n in range(2, MULTI_LINK_INSERTS + 1))
-    return (*HOT, lock_chain("sqlite"), set_chain_head_sqlite(), *links)
+    return (*HOT, SESSION_WITH_HEAD, lock_chain("sqlite"), set_chain_head_sqlite(), move_known_head("sqlite"), *links)
