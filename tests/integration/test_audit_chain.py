@@ -297,3 +297,27 @@ async def test_a_fire_seals_its_records_without_reading_the_head_again(sql_servi
     monkeypatch.undo()
     report = await ledger_of(sql_services, key).verify(Scope(session_id=session.id), record=False)
     assert report.ok, [f.describe() for f in report.findings]
+
+
+@pytest.mark.parametrize("sql_services", ["postgresql"], indirect=True)
+async def test_an_event_another_connection_commits_after_the_session_lock_is_linked_first(sql_services, git_repo,
+                                                                                            key):  # fmt: skip
+    # PostgreSQL, two connections: A locks the session (reading the head with it); B, which appends to the same
+    # chain without locking the session (as an agent's event does), commits in between. A's seal finds the head
+    # moved and links after B's record.
+    [session] = await busy(sql_services, git_repo, sessions=1)
+    chain = session_chain(session.id)
+    [[before]] = await raw(sql_services, "SELECT seq FROM audit_chains WHERE chain_id = :c", c=chain)
+    async with sql_services.uow(write=True) as a:
+        await a.sessions.get(session.id, lock=True)
+        async with sql_services.uow(write=True) as b:
+            await b.events.append("test.noted", SystemClock().now(), {"note": "B"}, session.id)
+            await b.commit()
+        await a.events.append("test.noted", SystemClock().now(), {"note": "A"}, session.id)
+        await a.commit()
+    rows = await raw(sql_services, "SELECT l.chain_seq, e.payload FROM audit_links l JOIN events e "
+                                   "ON l.record_table = 'events' AND e.id = l.record_id WHERE l.chain_id = :c "
+                                   "ORDER BY l.chain_seq DESC LIMIT 2", c=chain)  # fmt: skip
+    assert [(seq, payload["note"]) for seq, payload in rows] == [(before + 2, "A"), (before + 1, "B")]
+    report = await ledger_of(sql_services, key).verify(Scope(session_id=session.id), record=False)
+    assert report.ok, [f.describe() for f in report.findings]
