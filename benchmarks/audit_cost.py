@@ -198,13 +198,14 @@ def breakdown() -> Iterator[Counter[str]]:
     totals: Counter[str] = Counter()
 
     async def seal(trail: AuditTrail) -> int:
-        conn, trail._conn = trail._conn, TimedConnection(trail._conn, totals)  # type: ignore[assignment]
+        sealer = trail._sealer
+        conn, sealer._conn = sealer._conn, TimedConnection(sealer._conn, totals)  # type: ignore[assignment]
         begin = time.perf_counter_ns()
         try:
             return await _SEAL(trail)
         finally:
             totals["seal"] += time.perf_counter_ns() - begin
-            trail._conn = conn
+            sealer._conn = conn
 
     async def commit(uow: SqlAlchemyUnitOfWork) -> None:
         begin = time.perf_counter_ns()

@@ -11,7 +11,7 @@ from taskgate.application.audit_ledger import AuditLedger, Scope
 from taskgate.domain.audit_chain import session_chain
 from taskgate.infrastructure.audit_keys import create_key, load_public
 from taskgate.infrastructure.db import statements as sql
-from taskgate.infrastructure.db.audit_trail import AuditTrail
+from taskgate.infrastructure.db.audit_trail import AuditTrail, _PostgresSealer, _SqliteSealer
 from taskgate.infrastructure.system import SystemClock
 from tests.audit_support import Keys, raw
 from tests.builders import fire, seed, start
@@ -292,7 +292,8 @@ async def test_a_fire_seals_its_records_without_reading_the_head_again(sql_servi
     async def no_head_read(_trail, chain):
         raise AssertionError(f"the seal read the head of {chain} again")
 
-    monkeypatch.setattr(AuditTrail, "_head", no_head_read)
+    for sealer in (_SqliteSealer, _PostgresSealer):
+        monkeypatch.setattr(sealer, "head", no_head_read)
     await fire(sql_services, session, "suspend", "resume")
     monkeypatch.undo()
     report = await ledger_of(sql_services, key).verify(Scope(session_id=session.id), record=False)

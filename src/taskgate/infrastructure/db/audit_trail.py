@@ -30,10 +30,10 @@ from taskgate.infrastructure.db.engine import AnyConnection
 class AuditTrail:
     """The records one unit of work appended, in append order, waiting for `seal()`."""
 
-    __slots__ = ("_conn", "_dialect", "_known", "_pending")
+    __slots__ = ("_known", "_pending", "_sealer")
 
     def __init__(self, conn: AnyConnection, dialect: str) -> None:
-        self._conn, self._dialect = conn, dialect
+        self._sealer: _Sealer = _PostgresSealer(conn) if dialect == "postgresql" else _SqliteSealer(conn)
         self._pending: list[tuple[str, str, int, dict[str, Any]]] = []
         self._known: dict[str, tuple[int, str]] = {}
 
@@ -63,63 +63,93 @@ class AuditTrail:
             records = by_chain[chain]
             known = heads.get(chain)
             if known is not None and len(records) <= sql.MULTI_LINK_INSERTS:
-                links, seq, prev = _linked(chain, *known, records)
-                if await self._seal_known(chain, known[0], seq, prev, links):
+                links, seq, head = _linked(chain, *known, records)
+                if await self._sealer.seal_known(chain, known[0], links, seq, head):
                     continue  # else another writer moved the head since it was read: lock it and link again
-            links, seq, prev = _linked(chain, *(await self._head(chain)), records)
-            if self._dialect == "postgresql" and len(links) <= sql.MULTI_LINK_INSERTS:
-                await self._seal_postgresql(chain, seq, prev, links)
-            else:
-                await self._insert(links)
-                await self._advance(chain, seq, prev)
+            links, seq, head = _linked(chain, *(await self._sealer.head(chain)), records)
+            await self._sealer.seal(chain, links, seq, head)
         return count
 
-    async def _seal_known(self, chain: str, old_seq: int, seq: int, head: str, links: list[dict[str, Any]]) -> bool:
-        """Move the head from `old_seq`, as read with the session, and insert the links; False (nothing written)
-        if the head is no longer at `old_seq`. On PostgreSQL the move waits for, and so serialises with, any other
-        writer holding the head row, as `lock_chain` does."""
-        if self._dialect == "postgresql":
-            params: dict[str, Any] = {"match_id": chain, "old_seq": old_seq, "seq": seq, "hash": head}
-            for i, link in enumerate(links):
-                params.update({f"{key}_{i}": value for key, value in link.items() if key != "chain_id"})
-            result = await self._conn.execute(sql.seal_known_chain_postgresql(len(links)), params)
-            return bool(result.rowcount)
+
+class _Sealer:
+    """How one dialect reads a chain's head and writes its links and new head."""
+
+    def __init__(self, conn: AnyConnection) -> None:
+        self._conn = conn
+
+    async def seal_known(self, chain: str, old_seq: int, links: list[dict[str, Any]], seq: int, head: str) -> bool:
+        """Move the head from `old_seq` (as read with the session) to `seq`/`head` and insert the links; False,
+        with nothing written, if the head is no longer at `old_seq`."""
+        raise NotImplementedError
+
+    async def head(self, chain: str) -> tuple[int, str]:
+        """The chain's head (seq, hash), held for this transaction: (0, GENESIS) for a new chain."""
+        raise NotImplementedError
+
+    async def seal(self, chain: str, links: list[dict[str, Any]], seq: int, head: str) -> None:
+        """Insert the links and move the head, read by `head()`, to `seq`/`head`."""
+        raise NotImplementedError
+
+
+class _SqliteSealer(_Sealer):
+    """SQLite: the unit holds the database's write lock, so a head is read with a plain SELECT and written once,
+    by an upsert; a few links go in one multi-row INSERT (driver_statements.py runs each as one driver call)."""
+
+    async def seal_known(self, chain: str, old_seq: int, links: list[dict[str, Any]], seq: int, head: str) -> bool:
         move = {"chain_id": chain, "old_seq": old_seq, "seq": seq, "hash": head}
-        if (await self._conn.execute(sql.move_known_head(self._dialect), move)).rowcount != 1:
+        if (await self._conn.execute(sql.move_known_head("sqlite"), move)).rowcount != 1:
             return False
         await self._insert(links)
         return True
 
-    async def _seal_postgresql(self, chain: str, seq: int, head: str, links: list[dict[str, Any]]) -> None:
-        """A few links and the head's move in one round trip (`statements.seal_chain_postgresql`)."""
-        params: dict[str, Any] = {"match_id": chain, "seq": seq, "hash": head}
-        for i, link in enumerate(links):
-            params.update({f"{key}_{i}": value for key, value in link.items() if key != "chain_id"})
-        await self._conn.execute(sql.seal_chain_postgresql(len(links)), params)
+    async def head(self, chain: str) -> tuple[int, str]:
+        row = (await self._conn.execute(sql.CHAIN_HEAD, {"chain_id": chain})).mappings().first()
+        return (int(row["seq"]), row["hash"]) if row else (0, GENESIS)
 
-    async def _head(self, chain: str) -> tuple[int, str]:
-        """The chain's head, locked for this transaction on PostgreSQL (created at the genesis hash if new)."""
-        if self._dialect == "postgresql":
-            head = (await self._conn.execute(sql.lock_chain(self._dialect), {"chain_id": chain})).mappings().first()
-        else:  # the write lock is the database's: a read is enough, and the head is written once, by `_advance`
-            head = (await self._conn.execute(sql.CHAIN_HEAD, {"chain_id": chain})).mappings().first()
-        return (int(head["seq"]), head["hash"]) if head else (0, GENESIS)
-
-    async def _advance(self, chain: str, seq: int, head: str) -> None:
-        if self._dialect == "postgresql":
-            await self._conn.execute(sql.ADVANCE_CHAIN, {"match_id": chain, "seq": seq, "hash": head})
-        else:
-            await self._conn.execute(sql.set_chain_head_sqlite(), {"chain_id": chain, "seq": seq, "hash": head})
+    async def seal(self, chain: str, links: list[dict[str, Any]], seq: int, head: str) -> None:
+        await self._insert(links)
+        await self._conn.execute(sql.set_chain_head_sqlite(), {"chain_id": chain, "seq": seq, "hash": head})
 
     async def _insert(self, links: list[dict[str, Any]]) -> None:
-        if self._dialect == "postgresql":  # one round trip for all of them
-            await self._conn.execute(sql.INSERT_LINK, links)
-        elif 2 <= len(links) <= sql.MULTI_LINK_INSERTS:  # one driver call (driver_statements.py) for a few
-            params = {f"{key}_{i}": value for i, link in enumerate(links) for key, value in link.items()}
-            await self._conn.execute(sql.insert_links_sqlite(len(links)), params)
+        if 2 <= len(links) <= sql.MULTI_LINK_INSERTS:
+            await self._conn.execute(sql.insert_links_sqlite(len(links)), _numbered(links, keep_chain=True))
         else:
             for link in links:
                 await self._conn.execute(sql.INSERT_LINK, link)
+
+
+class _PostgresSealer(_Sealer):
+    """PostgreSQL: a head is locked by the statement that reads it (`lock_chain`) or moves it, so appenders of one
+    chain take turns; a few links and the head's move go in one statement (one round trip)."""
+
+    async def seal_known(self, chain: str, old_seq: int, links: list[dict[str, Any]], seq: int, head: str) -> bool:
+        # The move waits for any other writer holding the head row, as `lock_chain` does; the rowcount is the
+        # links inserted, none if the head had moved.
+        params = {"match_id": chain, "old_seq": old_seq, "seq": seq, "hash": head, **_numbered(links)}
+        return bool((await self._conn.execute(sql.seal_known_chain_postgresql(len(links)), params)).rowcount)
+
+    async def head(self, chain: str) -> tuple[int, str]:
+        row = (await self._conn.execute(sql.lock_chain("postgresql"), {"chain_id": chain})).mappings().first()
+        return int(row["seq"]), row["hash"]
+
+    async def seal(self, chain: str, links: list[dict[str, Any]], seq: int, head: str) -> None:
+        if len(links) <= sql.MULTI_LINK_INSERTS:
+            params = {"match_id": chain, "seq": seq, "hash": head, **_numbered(links)}
+            await self._conn.execute(sql.seal_chain_postgresql(len(links)), params)
+            return
+        await self._conn.execute(sql.INSERT_LINK, links)  # executemany: one round trip for all of them
+        await self._conn.execute(sql.ADVANCE_CHAIN, {"match_id": chain, "seq": seq, "hash": head})
+
+
+def _numbered(links: list[dict[str, Any]], *, keep_chain: bool = False) -> dict[str, Any]:
+    """The links' values as the parameters of a multi-link statement: `<column>_<i>` for link i (the chain id
+    once, as the statement's own parameter, unless `keep_chain`)."""
+    return {
+        f"{key}_{i}": value
+        for i, link in enumerate(links)
+        for key, value in link.items()
+        if keep_chain or key != "chain_id"
+    }
 
 
 def _linked(
