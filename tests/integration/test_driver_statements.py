@@ -58,6 +58,12 @@ async def seed(conn: InlineConnection) -> None:
             f"created_at, updated_at) VALUES ('{sid}', '{tid}', 1, 1, '{state}', "
             """'{"k": {"n": 1}}', '[]', 4, '2026-11-25 06:30:15.123456', '2026-11-25 06:30:16')"""
         )
+    run(f"INSERT INTO audit_chains (chain_id, seq, hash, signed_seq) VALUES ('session:s-2', 7, '{'ab' * 32}', 0)")
+    for tid, sid in (("t-1", "s-1"), ("t-2", "s-1"), ("t-3", "s-2")):
+        run(
+            "INSERT INTO api_tokens (id, token_hash, kind, session_id, label, created_at) "
+            f"VALUES ('{tid}', 'h-{tid}', 'agent', '{sid}', '', '2026-11-25 06:30:15')"
+        )
 
 
 def through_sqlalchemy(conn: InlineConnection, statement, params) -> list[dict]:
@@ -76,6 +82,9 @@ def through_sqlalchemy(conn: InlineConnection, statement, params) -> list[dict]:
         (sql.TASK_FACTS, {"task_id": "D-1", "plan_id": 1, "states": ["planning"]}),
         (sql.OPERATOR_BY_ID, {"id": "alice"}),
         (sql.DECISIONS_OF_VERIFICATION, {"session_id": "s-1", "session_version": 4}),
+        (sql.COUNT_UNFINISHED_TASKS, {"plan_id": 1, "finished": "completed"}),
+        (sql.SESSION_WITH_HEAD, {"id": "s-1"}),  # no chain head yet: NULLs
+        (sql.SESSION_WITH_HEAD, {"id": "s-2"}),
     ],
 )
 async def test_a_hot_read_returns_what_sqlalchemy_returns(conn: InlineConnection, statement, params) -> None:
@@ -102,6 +111,30 @@ async def test_hot_writes_store_what_sqlalchemy_stores(conn: InlineConnection) -
     assert first.inserted_primary_key[0] + 1 == second.inserted_primary_key[0]
     stored = conn.sync_connection.exec_driver_sql("SELECT * FROM transition_log ORDER BY seq").all()
     assert tuple(stored[0])[1:] == tuple(stored[1])[1:]
+
+
+async def test_revoking_a_sessions_tokens_stores_and_counts_what_sqlalchemy_does(conn: InlineConnection) -> None:
+    first = await conn.execute(sql.REVOKE_SESSION_TOKENS, {"match_session": "s-1", "revoked_at": T0})
+    assert first.rowcount == 2
+    again = await conn.execute(sql.REVOKE_SESSION_TOKENS, {"match_session": "s-1", "revoked_at": T0})
+    assert again.rowcount == 0  # already revoked: the first revocation's time stays
+    assert (
+        conn.sync_connection.execute(sql.REVOKE_SESSION_TOKENS, {"match_session": "s-2", "revoked_at": T0}).rowcount
+        == 1
+    )
+    stored = conn.sync_connection.exec_driver_sql("SELECT revoked_at FROM api_tokens ORDER BY id").all()
+    assert len({row[0] for row in stored}) == 1  # the same text both ways
+
+
+async def test_a_known_head_moves_only_from_the_seq_it_was_read_at(conn: InlineConnection) -> None:
+    move = sql.move_known_head("sqlite")
+    head = {"chain_id": "session:s-2", "hash": "cd" * 32}
+    assert (await conn.execute(move, {**head, "old_seq": 6, "seq": 8})).rowcount == 0  # moved since: nothing
+    assert (await conn.execute(move, {**head, "old_seq": 7, "seq": 8})).rowcount == 1
+    created = {"chain_id": "session:s-1", "hash": "ef" * 32, "old_seq": 0, "seq": 2}
+    assert (await conn.execute(move, created)).rowcount == 1  # a chain's first head is created
+    rows = conn.sync_connection.exec_driver_sql("SELECT chain_id, seq, hash FROM audit_chains ORDER BY chain_id").all()
+    assert [tuple(r) for r in rows] == [("session:s-1", 2, "ef" * 32), ("session:s-2", 8, "cd" * 32)]
 
 
 async def test_a_version_checked_update_counts_rows_as_sqlalchemy_does(conn: InlineConnection) -> None:

@@ -67,9 +67,8 @@ class SqlAlchemyTokenRepository(SqlRepository):
         return (await self._conn.execute(stmt)).rowcount
 
     async def revoke_for_session(self, session_id: str, at: datetime) -> int:
-        c = t.api_tokens.c
-        stmt = update(t.api_tokens).where(c.session_id == session_id, c.revoked_at.is_(None)).values(revoked_at=at)
-        return (await self._conn.execute(stmt)).rowcount
+        params = {"match_session": session_id, "revoked_at": at}
+        return (await self._conn.execute(sql.REVOKE_SESSION_TOKENS, params)).rowcount
 
     async def revoke_dangling(self, at: datetime) -> list[str]:
         c, a, s = t.api_tokens.c, t.agents.c, t.sessions.c

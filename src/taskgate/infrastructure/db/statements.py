@@ -111,6 +111,16 @@ FINISH_OPEN_STEP_RUN = update(t.step_runs).where(
 
 AGENTS_BY_IDS = select(t.agents).where(t.agents.c.id.in_(bindparam("ids", expanding=True)))  # a workflow step's
 
+# A session's end: its plan closes when no task of it is left unfinished, and its agents' tokens are revoked.
+COUNT_UNFINISHED_TASKS = select(func.count()).where(
+    t.tasks.c.plan_id == bindparam("plan_id"), t.tasks.c.status != bindparam("finished")
+)
+REVOKE_SESSION_TOKENS = (
+    update(t.api_tokens)
+    .where(t.api_tokens.c.session_id == bindparam("match_session"), t.api_tokens.c.revoked_at.is_(None))
+    .values(revoked_at=bindparam("revoked_at"))
+)
+
 # -- The audit chains (issue 21): a unit of work that appended records locks each chain's head at commit, links
 # the records and advances the head (infrastructure/db/audit_trail.py).
 
@@ -255,6 +265,8 @@ HOT = (
     DECISIONS_OF_VERIFICATION,
     STEP_RUN_BY_ID,
     FINISH_OPEN_STEP_RUN,
+    COUNT_UNFINISHED_TASKS,
+    REVOKE_SESSION_TOKENS,
     INSERT_LINK,
     ADVANCE_CHAIN,
     CHAIN_HEAD,

@@ -7,7 +7,7 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, exists, func, insert, or_, select, update
+from sqlalchemy import and_, exists, insert, or_, select, update
 
 from taskgate.application.ports import TaskFacts
 from taskgate.domain.beads import WAITS_FOR_ANY
@@ -170,12 +170,8 @@ class SqlAlchemyTaskRepository(SqlRepository):
         await self._conn.execute(sql.SET_TASK_STATUS, {"match_id": task_id, "status": status.value})
 
     async def count_unfinished(self, plan_id: int) -> int:
-        stmt = (
-            select(func.count())
-            .select_from(t.tasks)
-            .where(t.tasks.c.plan_id == plan_id, t.tasks.c.status != TaskStatus.COMPLETED.value)
-        )
-        return (await self._conn.execute(stmt)).scalar_one()
+        params = {"plan_id": plan_id, "finished": TaskStatus.COMPLETED.value}
+        return (await self._conn.execute(sql.COUNT_UNFINISHED_TASKS, params)).scalar_one()
 
     async def _with_blockers(self, rows: list[Any]) -> list[Task]:
         if not rows:
