@@ -168,3 +168,12 @@ async def test_outside_a_transaction_a_hot_statement_goes_through_sqlalchemy(sql
             assert type(result).__name__ == "CursorResult"
     finally:
         await db.dispose()
+
+
+async def test_the_session_read_finds_its_chain_head_by_key_not_by_a_scan(conn: InlineConnection) -> None:
+    # Every transition runs it: a scan of audit_chains would grow with the number of sessions ever chained.
+    compiled = sql.SESSION_WITH_HEAD.compile(dialect=conn.sync_connection.dialect)
+    plan = conn.sync_connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled.string}", ("s-2",)).all()
+    details = [row[-1] for row in plan]
+    assert any(d.startswith("SEARCH audit_chains USING PRIMARY KEY") for d in details), details
+    assert not any(d.startswith("SCAN") for d in details), details
