@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import String, bindparam, func, insert, literal, literal_column, select, text, update
 
-from taskgate.domain.audit_chain import GENESIS
+from taskgate.domain.audit_chain import GENESIS, session_chain
 from taskgate.infrastructure.db import tables as t
 
 _s, _p, _t, _log, _dep = t.sessions.c, t.plans.c, t.tasks.c, t.transition_log.c, t.task_dependencies.c
@@ -191,7 +191,7 @@ def seal_chain_postgresql(count: int) -> Any:
 # The head of a session's chain, read by the statement that locks the session (a fire's first statement), so that
 # sealing its records needs no statement of its own to read the head: `move_known_head` moves it only from the
 # seq read then, and a head moved since (another writer of the chain) sends the seal back to `lock_chain`.
-_HEAD_OF_SESSION = t.audit_chains.c.chain_id == literal_column("'session:'", String) + _s.id
+_HEAD_OF_SESSION = t.audit_chains.c.chain_id == literal_column(f"'{session_chain('')}'", String) + _s.id
 SESSION_WITH_HEAD = (
     select(t.sessions, t.audit_chains.c.seq.label("head_seq"), t.audit_chains.c.hash.label("head_hash"))
     .select_from(t.sessions.outerjoin(t.audit_chains, _HEAD_OF_SESSION))
