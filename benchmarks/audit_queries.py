@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+from bench_support import reset_pg_schema_async
 from sqlalchemy import func, insert, select, text
 
 from taskgate.application.audit import AuditService
@@ -351,9 +352,7 @@ async def prepare_postgres(url: str, rows: int, seed: int) -> None:
     """Drop and recreate schema public, migrate, and build the same rows on PostgreSQL."""
     database = Database(url)
     try:
-        async with write_transaction(database) as conn:
-            await conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
-            await conn.execute(text("CREATE SCHEMA public"))
+        await reset_pg_schema_async(url)
         await migrations.upgrade(database)
         print(f"building {rows:,} rows on PostgreSQL")
         await build(database, rows, seed)

@@ -36,23 +36,25 @@ def reset_pg_schema(url: str) -> None:
     """Drop and recreate schema `public` of `url` (a PostgreSQL URL), so taskgate migrates it from empty."""
     import asyncio
 
+    asyncio.run(reset_pg_schema_async(url))
+
+
+async def reset_pg_schema_async(url: str) -> None:
+    """`reset_pg_schema` for a caller already inside an event loop; creates the database on a fresh server."""
     import asyncpg
 
-    async def reset() -> None:
-        dsn = url.replace("+asyncpg", "")
+    dsn = url.replace("+asyncpg", "")
+    try:
+        conn = await asyncpg.connect(dsn)
+    except asyncpg.InvalidCatalogNameError:  # a fresh server: create the database, once
+        base, _, name = dsn.rpartition("/")
+        admin = await asyncpg.connect(f"{base}/postgres")
         try:
-            conn = await asyncpg.connect(dsn)
-        except asyncpg.InvalidCatalogNameError:  # a fresh server: create the database, once
-            base, _, name = dsn.rpartition("/")
-            admin = await asyncpg.connect(f"{base}/postgres")
-            try:
-                await admin.execute(f'CREATE DATABASE "{name}"')
-            finally:
-                await admin.close()
-            conn = await asyncpg.connect(dsn)
-        try:
-            await conn.execute("DROP SCHEMA IF EXISTS public CASCADE; CREATE SCHEMA public")
+            await admin.execute(f'CREATE DATABASE "{name}"')
         finally:
-            await conn.close()
-
-    asyncio.run(reset())
+            await admin.close()
+        conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("DROP SCHEMA IF EXISTS public CASCADE; CREATE SCHEMA public")
+    finally:
+        await conn.close()

@@ -35,8 +35,8 @@ from typing import Any
 import aiosqlite
 import aiosqlite.core
 import asyncpg
-from bench_support import emit_row
-from sqlalchemy import event, text
+from bench_support import emit_row, reset_pg_schema_async
+from sqlalchemy import event
 
 from taskgate.application.sessions import FireTrigger, SessionService
 from taskgate.bootstrap import build_services
@@ -509,19 +509,6 @@ async def sqlite_throughput(workdir: Path, synchronous: str, sessions: int) -> t
     return total / elapsed, total / base_elapsed, failed
 
 
-async def reset_pg(url: str) -> None:
-    """Drop and recreate schema public of the benchmark database."""
-    database = Database(url)
-    try:
-        async with database.connect() as conn:
-            await conn.begin()
-            await conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
-            await conn.execute(text("CREATE SCHEMA public"))
-            await conn.commit()
-    finally:
-        await database.dispose()
-
-
 PG_UPDATE_SQL = (
     "UPDATE sessions SET task_id=$1, project_id=$2, plan_id=$3, operator_id=$4, version=$5, state_data=$6::json, "
     "workflow_stack=$7::json, branch_name=$8, worktree_path=$9, compensation_plan=$10, created_at=$11, "
@@ -596,7 +583,7 @@ async def bare_pg_transition(conn: asyncpg.Connection, row: BareRow, state: str)
 
 async def measure_pg_latency(url: str, n: int, warmup: int) -> Latency:
     """As `measure_latency`, on PostgreSQL: ours through SessionService, the minimal baseline on asyncpg."""
-    await reset_pg(url)
+    await reset_pg_schema_async(url)
     ours = await open_stack(url)
     conn = await asyncpg.connect(url.replace("+asyncpg", ""))
     try:
@@ -641,7 +628,7 @@ def report_pg_latency(result: Latency) -> None:
 
 async def pg_throughput(url: str, sessions: int) -> tuple[float, float, int]:
     """(ours tx/s, baseline tx/s, failures) on PostgreSQL; baseline = asyncpg pool of the same size (30)."""
-    await reset_pg(url)
+    await reset_pg_schema_async(url)
     stack = await open_stack(url)
     try:
         ids = await ready_sessions(stack, sessions)
