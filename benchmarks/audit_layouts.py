@@ -13,6 +13,10 @@ writes of each layout:
 - `in-row`: the hash in columns of the record rows, written by an UPDATE after each insert (the id is known only
   then), the head in columns of the session row (pages the transaction writes anyway, no new b-tree);
 - `in-row + head row`: the hash in the records' columns, the head in `audit_chains`.
+- `in-row, ids known`: the hash in the records' columns written by their own INSERT (their ids read before, with
+  the session, as the next rowids: a transaction holds SQLite's write lock), the head carried by the session's
+  own UPDATE: no statement and no page the bare transaction does not write;
+- `in-row, ids known + head row`: the same, the head upserted in `audit_chains` (one statement, one page).
 
 The layouts alternate transaction by transaction on random sessions of one file, so all see the same disk, cache
 and drift. Printed: the median per layout, its ratio to the bare transaction, and the load average.
@@ -104,6 +108,40 @@ def in_row_head_row(db: sqlite3.Connection, sid: str, tl: int, ev: int) -> None:
     db.execute(UPSERT_HEAD, (chain, seq + 2, HASH))
 
 
+_NEXT_IDS = (
+    "SELECT s.audit_seq, c.seq, (SELECT max(seq) FROM transition_log), (SELECT max(id) FROM events) FROM sessions s "
+    "LEFT JOIN audit_chains c ON c.chain_id = 'known:' || s.id WHERE s.id = ?"
+)
+
+
+def _known_ids(head_row: bool) -> Callable[[sqlite3.Connection, str], None]:
+    """A whole `plan_complete`-like transaction body whose records carry their hashes from their INSERT."""
+
+    def write(db: sqlite3.Connection, sid: str) -> None:
+        own, row_seq, tl, ev = db.execute(_NEXT_IDS, (sid,)).fetchone()
+        seq = (row_seq or 0) if head_row else own
+        head = "" if head_row else ", audit_seq = ?, audit_head = ?"
+        db.execute(f"UPDATE sessions SET state = 'executing', version = version + 1{head} WHERE id = ?",
+                   (sid,) if head_row else (seq + 2, HASH, sid))  # fmt: skip
+        db.execute("INSERT INTO transition_log (seq, session_id, trigger, from_state, to_state, actor, reason, "
+                   "guard_results, at, chain_seq, link_hash) VALUES (?, ?, 'plan_complete', 'planning', 'executing', "
+                   "'operator:alice', NULL, '[]', '2026-11-25 12:00:00.000000', ?, ?)",
+                   ((tl or 0) + 1, sid, seq + 1, HASH))  # fmt: skip
+        db.execute("INSERT INTO events (id, session_id, kind, payload, at, chain_seq, link_hash) VALUES "
+                   "(?, ?, 'session.transitioned', ?, '2026-11-25 12:00:00.000000', ?, ?)",
+                   ((ev or 0) + 1, sid, PAYLOAD, seq + 2, HASH))  # fmt: skip
+        if head_row:
+            db.execute(UPSERT_HEAD + " WHERE audit_chains.seq = ?", (f"known:{sid}", seq + 2, HASH, seq))
+
+    return write
+
+
+# The layouts whose records carry their links from their INSERT write the transaction's body themselves.
+WHOLE: dict[str, Callable[[sqlite3.Connection, str], None]] = {
+    "in-row, ids known": _known_ids(head_row=False),
+    "in-row, ids known + head row": _known_ids(head_row=True),
+}
+
 LAYOUTS: dict[str, Layout | None] = {
     "bare transaction": None,
     "links+index": _links("audit_links"),
@@ -111,13 +149,19 @@ LAYOUTS: dict[str, Layout | None] = {
     "links, no head row": links_no_head_row,
     "in-row": in_row,
     "in-row + head row": in_row_head_row,
+    **dict.fromkeys(WHOLE),
 }
 
 
-def transaction(db: sqlite3.Connection, sid: str, layout: Layout | None) -> int:
-    """One plan_complete-like transaction with `layout`'s link writes; its wall time in ns."""
+def transaction(db: sqlite3.Connection, sid: str, name: str) -> int:
+    """One plan_complete-like transaction with the link writes of layout `name`; its wall time in ns."""
+    layout = LAYOUTS[name]
     begin = time.perf_counter_ns()
     db.execute("BEGIN IMMEDIATE")
+    if name in WHOLE:
+        WHOLE[name](db, sid)
+        db.execute("COMMIT")
+        return time.perf_counter_ns() - begin
     db.execute("UPDATE sessions SET state = 'executing', version = version + 1 WHERE id = ?", (sid,))
     tl = db.execute("INSERT INTO transition_log (session_id, trigger, from_state, to_state, actor, reason, "
                     "guard_results, at) VALUES (?, 'plan_complete', 'planning', 'executing', 'operator:alice', "
@@ -150,13 +194,13 @@ def main() -> None:
         samples: dict[str, list[int]] = {name: [] for name in names}
         for i in range(args.n):
             name = names[i % len(names)]
-            samples[name].append(transaction(db, rng.choice(ids), LAYOUTS[name]))
+            samples[name].append(transaction(db, rng.choice(ids), name))
         db.close()
     bare = statistics.median(samples["bare transaction"])
     print(f"\n== one plan_complete-like transaction (SQLite WAL, synchronous=FULL), {args.n // len(names)} each ==")
     for name in names:
         median = statistics.median(samples[name])
-        print(f"  {name:20} {median / 1000:8.1f} µs   {median / bare:.3f}× the bare transaction")
+        print(f"  {name:30} {median / 1000:8.1f} µs   {median / bare:.3f}× the bare transaction")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
