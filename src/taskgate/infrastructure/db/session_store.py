@@ -60,7 +60,14 @@ class SqlAlchemySessionRepository(SqlRepository):
         return row
 
     async def update(self, session: Session, expected_version: int) -> None:
-        params = {**_session_values(session), "match_id": session.id, "match_version": expected_version}
+        """Write the session's mutable columns, if its row is still at `expected_version`. Its identity (id, task,
+        project, plan, creation time) is written once, by `add`: a SET of the primary key, even to the same
+        value, makes SQLite check every table that references sessions for the session's rows (transition log,
+        events, tokens, …), a cost that grew with the session's history on every transition.
+
+        Raises: ConcurrentModification when the row is not at `expected_version`."""
+        params = _session_values(session, _MUTABLE_FIELDS)
+        params.update(match_id=session.id, match_version=expected_version)
         if (await self._conn.execute(sql.UPDATE_SESSION, params)).rowcount != 1:
             raise ConcurrentModification(
                 f"session {session.id} changed concurrently (expected version {expected_version})"
@@ -234,11 +241,15 @@ _SESSION_FIELDS = (
 )
 
 
-def _session_values(session: Session) -> dict[str, Any]:
-    values = {name: getattr(session, name) for name in _SESSION_FIELDS}
+def _session_values(session: Session, names: tuple[str, ...] = _SESSION_FIELDS) -> dict[str, Any]:
+    values = {name: getattr(session, name) for name in names}
     values["state"] = session.state.value
     values["prior_state"] = session.prior_state.value if session.prior_state else None
     return values
+
+
+_IDENTITY = frozenset({"id", "task_id", "project_id", "plan_id", "created_at"})  # written once, by `add`
+_MUTABLE_FIELDS = tuple(name for name in _SESSION_FIELDS if name not in _IDENTITY)
 
 
 def _session(row: Any) -> Session:
