@@ -181,6 +181,35 @@ async def test_the_session_read_finds_its_chain_head_by_key_not_by_a_scan(conn: 
     assert not any(d.startswith("SCAN") for d in details), details
 
 
+async def test_in_lists_of_every_length_in_turn_read_what_sqlalchemy_reads(conn: InlineConnection) -> None:
+    # The driver keeps each IN-list rendering per tuple of lengths: lengths that come back after others, an empty
+    # list and a list longer than any before must each read exactly what SQLAlchemy reads.
+    runs = [["planning"], [s.value for s in WIP_STATES], [], ["executing", "planning"], ["planning"], ["x"] * 9]
+    for states in runs:
+        for statement, params in (
+            (sql.COUNT_PLAN_SESSIONS_IN, {"plan_id": 1, "states": states}),
+            (sql.TASK_FACTS, {"task_id": "D-3", "plan_id": 1, "states": states}),
+        ):
+            assert (await conn.execute(statement, params)).mappings().all() == through_sqlalchemy(
+                conn, statement, params
+            ), states
+
+
+async def test_an_in_list_beside_the_statements_own_literal_reads_what_sqlalchemy_reads(
+    conn: InlineConnection,
+) -> None:
+    conn.sync_connection.exec_driver_sql(
+        "INSERT INTO step_runs (session_id, depth, frame, step_id, attempt, status, agent_ids, started_at) "
+        "VALUES ('s-1', 1, 'wf', 'a', 1, 'running', '[]', '2026-11-25 06:30:15')"
+    )
+    run_id = conn.sync_connection.exec_driver_sql("SELECT max(id) FROM step_runs").scalar_one()
+    close = {"status": "succeeded", "ended_at": T0, "match_id": run_id}
+    assert (await conn.execute(sql.FINISH_OPEN_STEP_RUN, {**close, "open_statuses": ["waiting"]})).rowcount == 0
+    assert (await conn.execute(sql.FINISH_OPEN_STEP_RUN, {**close, "open_statuses": ["running", "waiting"]})).rowcount
+    stored = through_sqlalchemy(conn, sql.STEP_RUN_BY_ID, {"id": run_id})[0]
+    assert (stored["status"], stored["ended_at"]) == ("succeeded", T0)
+
+
 async def test_a_session_update_does_not_look_up_the_sessions_rows_in_the_tables_that_reference_it(
     conn: InlineConnection,
 ) -> None:
