@@ -24,13 +24,14 @@ How writes are serialised (DESIGN §3):
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from taskgate.domain.errors import ConcurrentModification, InvalidInput
 from taskgate.infrastructure.db.commit_group import MAX_MEMBERS, CommitGroups
@@ -245,6 +246,12 @@ def _sqlite_engine(url: Any, synchronous: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql(conn.info.pop(_BEGIN_KEY, "BEGIN"))
+        # On the driver: SQLAlchemy's execution path for a statement without parameters or rows cost more than the
+        # statement. Its errors are wrapped as SQLAlchemy wraps them, so callers catch the same OperationalError.
+        statement = conn.info.pop(_BEGIN_KEY, "BEGIN")
+        try:
+            conn.connection.dbapi_connection.execute(statement)  # type: ignore[union-attr]
+        except sqlite3.Error as exc:
+            raise DBAPIError.instance(statement, (), exc, sqlite3.Error) from exc
 
     return engine
