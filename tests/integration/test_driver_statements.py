@@ -4,6 +4,7 @@ counts, same error types. Each case runs the statement both ways on one connecti
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -246,3 +247,31 @@ def _tables_opened(conn: InlineConnection, statement: str) -> set[str]:
     owner = {row[0]: row[1] for row in run("SELECT rootpage, tbl_name FROM sqlite_master WHERE rootpage > 0").all()}
     program = run(f"EXPLAIN {statement}").all()
     return {owner[row[3]] for row in program if row[1] in ("OpenRead", "OpenWrite") and row[3] in owner}
+
+
+async def test_a_write_lock_held_by_another_connection_is_waited_for_then_named(sqlite_template, tmp_path) -> None:
+    """BEGIN IMMEDIATE runs on the driver from the begin listener: SQLITE_BUSY must still come back as the
+    OperationalError the writer retries on, and a lock held past the busy timeout as ConcurrentModification."""
+    import sqlite3
+
+    from taskgate.domain.errors import ConcurrentModification
+
+    target = tmp_path / "locked.db"
+    shutil.copy(sqlite_template, target)
+    other = sqlite3.connect(target, isolation_level=None)
+    db = Database(f"sqlite:///{target}", busy_timeout_ms=200)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(ConcurrentModification, match="stayed locked"):
+            await db.open(write=True)
+        opening = asyncio.ensure_future(db.open(write=True))
+        await asyncio.sleep(0.02)
+        assert not opening.done()  # still retrying while the other connection holds the lock
+        other.execute("COMMIT")
+        conn = await asyncio.wait_for(opening, timeout=5)
+        assert conn.in_transaction()
+        await conn.rollback()
+        await conn.close()
+    finally:
+        other.close()
+        await db.dispose()
