@@ -275,3 +275,40 @@ async def test_a_write_lock_held_by_another_connection_is_waited_for_then_named(
     finally:
         other.close()
         await db.dispose()
+
+
+async def test_a_session_update_writes_only_what_changed_since_the_unit_read_it(conn: InlineConnection) -> None:
+    """After a read in the same unit of work, an update sets only the columns that differ from it (and the
+    version); without one, every mutable column. Either way the stored row is the session given."""
+    read_first = SqlAlchemySessionRepository(conn, "sqlite", None)
+    session = await read_first.get("s-1")
+    moved = replace(session, state=SessionState.SUSPENDED, prior_state=SessionState.EXECUTING, version=5, updated_at=T0)
+    assert _set_columns(await _sent_update(conn, read_first.update(moved, expected_version=4))) == {
+        "state", "prior_state", "version", "updated_at"
+    }  # fmt: skip
+    back = replace(moved, state=SessionState.EXECUTING, prior_state=None, version=6, state_data={"k": 2})
+    assert _set_columns(await _sent_update(conn, read_first.update(back, expected_version=5))) == {
+        "state", "prior_state", "version", "state_data"
+    }  # fmt: skip
+    blind = SqlAlchemySessionRepository(conn, "sqlite", None)  # never read it: writes every mutable column
+    last = replace(back, version=7, branch_name="tg/s-1")
+    written = _set_columns(await _sent_update(conn, blind.update(last, expected_version=6)))
+    assert {"state", "state_data", "workflow_stack", "branch_name", "version", "node_id"} <= written
+    assert await SqlAlchemySessionRepository(conn, "sqlite", None).get("s-1") == last
+
+
+async def _sent_update(conn: InlineConnection, update) -> str:
+    sent: list[str] = []
+    dbapi = conn.sync_connection.connection.dbapi_connection
+    dbapi.set_trace_callback(sent.append)
+    try:
+        await update
+    finally:
+        dbapi.set_trace_callback(None)
+    [statement] = [s for s in sent if s.startswith("UPDATE sessions")]
+    return statement
+
+
+def _set_columns(statement: str) -> set[str]:
+    assignments = statement.split(" SET ", 1)[1].split(" WHERE ", 1)[0]
+    return {part.split("=", 1)[0].strip() for part in assignments.split(", ") if "=" in part}

@@ -28,6 +28,7 @@ from taskgate.domain.errors import AlreadyExists, ConcurrentModification, Sessio
 from taskgate.domain.states import SessionState
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
+from taskgate.infrastructure.db.engine import AnyConnection
 from taskgate.infrastructure.db.repository_base import TERMINAL, SqlRepository
 
 if TYPE_CHECKING:
@@ -35,6 +36,13 @@ if TYPE_CHECKING:
 
 
 class SqlAlchemySessionRepository(SqlRepository):
+    """Sessions. A unit of work's repository remembers the sessions it read or wrote, so that an update writes only
+    the columns that changed since (`update`)."""
+
+    def __init__(self, conn: AnyConnection, dialect: str, trail: AuditTrail | None = None) -> None:
+        super().__init__(conn, dialect, trail)
+        self._known: dict[str, Session] = {}
+
     async def add(self, session: Session) -> None:
         try:
             await self._conn.execute(insert(t.sessions).values(**_session_values(session)))
@@ -50,7 +58,8 @@ class SqlAlchemySessionRepository(SqlRepository):
             row = await self._one(self._pick(sql.SESSION_BY_ID, sql.SESSION_BY_ID_FOR_UPDATE, lock), {"id": session_id})
         if row is None:
             raise SessionNotFound(session_id)
-        return _session(row)
+        session = self._known[session_id] = _session(row)
+        return session
 
     async def _with_head(self, session_id: str, trail: AuditTrail) -> Any:
         stmt = sql.SESSION_WITH_HEAD_FOR_UPDATE if self._dialect == "postgresql" else sql.SESSION_WITH_HEAD
@@ -65,13 +74,23 @@ class SqlAlchemySessionRepository(SqlRepository):
         value, makes SQLite check every table that references sessions for the session's rows (transition log,
         events, tokens, …), a cost that grew with the session's history on every transition.
 
+        Only the columns that differ from the row this unit of work read (or wrote) at `expected_version` are
+        written (a transition changes four or five of fourteen; the JSON columns are not encoded again); the
+        version check guards the rest. Without such a read, every mutable column is.
+
         Raises: ConcurrentModification when the row is not at `expected_version`."""
-        params = _session_values(session, _MUTABLE_FIELDS)
+        before = self._known.get(session.id)
+        if before is not None and before.version == expected_version:
+            params = _changed_values(session, before)
+        else:
+            params = _session_values(session, _MUTABLE_FIELDS)
         params.update(match_id=session.id, match_version=expected_version)
         if (await self._conn.execute(sql.UPDATE_SESSION, params)).rowcount != 1:
+            self._known.pop(session.id, None)
             raise ConcurrentModification(
                 f"session {session.id} changed concurrently (expected version {expected_version})"
             )
+        self._known[session.id] = session
 
     async def list(
         self, *, project_id: int | None = None, plan_id: int | None = None, states: set[SessionState] | None = None
@@ -250,6 +269,19 @@ def _session_values(session: Session, names: tuple[str, ...] = _SESSION_FIELDS) 
 
 _IDENTITY = frozenset({"id", "task_id", "project_id", "plan_id", "created_at"})  # written once, by `add`
 _MUTABLE_FIELDS = tuple(name for name in _SESSION_FIELDS if name not in _IDENTITY)
+
+
+def _changed_values(session: Session, before: Session) -> dict[str, Any]:
+    """The mutable columns of `session` that differ from `before`, the version always (the UPDATE sets it)."""
+    values = {
+        name: getattr(session, name) for name in _MUTABLE_FIELDS if getattr(session, name) != getattr(before, name)
+    }
+    values["version"] = session.version
+    if session.state != before.state:
+        values["state"] = session.state.value
+    if session.prior_state != before.prior_state:
+        values["prior_state"] = session.prior_state.value if session.prior_state else None
+    return values
 
 
 def _session(row: Any) -> Session:
