@@ -47,7 +47,7 @@ from sqlalchemy.exc import DBAPIError
 if TYPE_CHECKING:
     from taskgate.infrastructure.db.engine import InlineConnection
 
-MAX_MEMBERS = 32  # bounds how long the first member of a busy group waits for the shared COMMIT
+MAX_MEMBERS = 64  # with MAX_OPEN_S, bounds how long the first member of a busy group waits for the COMMIT
 MAX_OPEN_S = 0.025
 
 
