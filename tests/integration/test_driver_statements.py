@@ -277,24 +277,36 @@ async def test_a_write_lock_held_by_another_connection_is_waited_for_then_named(
         await db.dispose()
 
 
-async def test_a_session_update_writes_only_what_changed_since_the_unit_read_it(conn: InlineConnection) -> None:
-    """After a read in the same unit of work, an update sets only the columns that differ from it (and the
-    version); without one, every mutable column. Either way the stored row is the session given."""
+async def test_a_session_update_writes_only_the_scalars_that_changed_since_the_unit_read_it(
+    conn: InlineConnection,
+) -> None:
+    """After a read in the same unit of work, an update sets only the scalar columns that differ from it, the JSON
+    columns and the version; without one, every mutable column. Either way the stored row is the session given."""
     read_first = SqlAlchemySessionRepository(conn, "sqlite", None)
     session = await read_first.get("s-1")
     moved = replace(session, state=SessionState.SUSPENDED, prior_state=SessionState.EXECUTING, version=5, updated_at=T0)
     assert _set_columns(await _sent_update(conn, read_first.update(moved, expected_version=4))) == {
-        "state", "prior_state", "version", "updated_at"
+        "state", "prior_state", "version", "updated_at", "state_data", "workflow_stack"
     }  # fmt: skip
     back = replace(moved, state=SessionState.EXECUTING, prior_state=None, version=6, state_data={"k": 2})
     assert _set_columns(await _sent_update(conn, read_first.update(back, expected_version=5))) == {
-        "state", "prior_state", "version", "state_data"
+        "state", "prior_state", "version", "state_data", "workflow_stack"
     }  # fmt: skip
     blind = SqlAlchemySessionRepository(conn, "sqlite", None)  # never read it: writes every mutable column
     last = replace(back, version=7, branch_name="tg/s-1")
     written = _set_columns(await _sent_update(conn, blind.update(last, expected_version=6)))
     assert {"state", "state_data", "workflow_stack", "branch_name", "version", "node_id"} <= written
     assert await SqlAlchemySessionRepository(conn, "sqlite", None).get("s-1") == last
+
+
+async def test_a_json_column_changed_in_place_after_the_read_is_written(conn: InlineConnection) -> None:
+    """A workflow frame holds its stack entry's own lists: a change made in place reaches the session the unit
+    read as well, so comparing with that read would find nothing to write."""
+    repository = SqlAlchemySessionRepository(conn, "sqlite", None)
+    session = await repository.get("s-1")
+    session.state_data["k"]["n"] = 2  # in place: the repository's read shares this dict
+    await repository.update(replace(session, version=5), expected_version=4)
+    assert (await SqlAlchemySessionRepository(conn, "sqlite", None).get("s-1")).state_data == {"k": {"n": 2}}
 
 
 async def _sent_update(conn: InlineConnection, update) -> str:

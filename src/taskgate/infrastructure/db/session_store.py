@@ -74,9 +74,9 @@ class SqlAlchemySessionRepository(SqlRepository):
         value, makes SQLite check every table that references sessions for the session's rows (transition log,
         events, tokens, …), a cost that grew with the session's history on every transition.
 
-        Only the columns that differ from the row this unit of work read (or wrote) at `expected_version` are
-        written (a transition changes four or five of fourteen; the JSON columns are not encoded again); the
-        version check guards the rest. Without such a read, every mutable column is.
+        Of the scalar columns, only those that differ from the row this unit of work read (or wrote) at
+        `expected_version` are written (a transition changes four or five of twelve); the version check guards
+        the rest. Without such a read, every mutable column is.
 
         Raises: ConcurrentModification when the row is not at `expected_version`."""
         before = self._known.get(session.id)
@@ -269,14 +269,16 @@ def _session_values(session: Session, names: tuple[str, ...] = _SESSION_FIELDS) 
 
 _IDENTITY = frozenset({"id", "task_id", "project_id", "plan_id", "created_at"})  # written once, by `add`
 _MUTABLE_FIELDS = tuple(name for name in _SESSION_FIELDS if name not in _IDENTITY)
+_SCALAR_FIELDS = tuple(name for name in _MUTABLE_FIELDS if name not in {"state_data", "workflow_stack"})
 
 
 def _changed_values(session: Session, before: Session) -> dict[str, Any]:
-    """The mutable columns of `session` that differ from `before`, the version always (the UPDATE sets it)."""
-    values = {
-        name: getattr(session, name) for name in _MUTABLE_FIELDS if getattr(session, name) != getattr(before, name)
-    }
-    values["version"] = session.version
+    """The scalar columns of `session` that differ from `before`, its JSON columns, and the version (always set).
+
+    The JSON columns are always written: their dicts and lists may be shared with what the unit read and changed in
+    place since (a workflow frame holds its stack entry's lists), so `before` may hold the change as well."""
+    values = {name: value for name in _SCALAR_FIELDS if (value := getattr(session, name)) != getattr(before, name)}
+    values.update(version=session.version, state_data=session.state_data, workflow_stack=session.workflow_stack)
     if session.state != before.state:
         values["state"] = session.state.value
     if session.prior_state != before.prior_state:
