@@ -84,6 +84,17 @@ def test_a_database_at_the_schema_head_is_opened_without_alembic(tmp_path):
     assert "alembic" not in loaded
 
 
+def test_a_command_that_opens_taskgate_and_launches_no_agent_loads_neither_the_mcp_sdk_nor_uvicorn(tmp_path):
+    """Every command that opens taskgate gives the agents it may launch an MCP endpoint; the SDK and uvicorn load
+    when the first agent needs it (~0.45 s of a command's ~1.3 s before), not for `session show` or `task add`."""
+    assert _loads(tmp_path, "project", "list")[0].returncode == 0  # migrated once, so the runs below are at head
+    for args in (["project", "list", "--json"], ["operator", "list"]):
+        done, loaded = _loads(tmp_path, *args)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "sqlalchemy" in loaded
+        assert loaded.isdisjoint({"mcp", "uvicorn", "starlette"}), (args, loaded & {"mcp", "uvicorn", "starlette"})
+
+
 def test_an_unknown_command_is_named_by_typer_with_every_command_loaded(tmp_path):
     done, _ = _loads(tmp_path, "sesion")
     assert done.returncode == 2

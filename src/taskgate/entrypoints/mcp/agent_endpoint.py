@@ -17,12 +17,15 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-
-import uvicorn
+from typing import TYPE_CHECKING
 
 from taskgate.bootstrap import App
 from taskgate.domain.errors import Unauthenticated
-from taskgate.entrypoints.mcp.server import ToolNames, build_server, http_app
+
+if TYPE_CHECKING:  # the MCP SDK and uvicorn load when an agent first needs the endpoint (~0.45 s), not before:
+    import uvicorn  # every CLI command that opens taskgate gives its agents this endpoint, and most launch none
+
+    from taskgate.entrypoints.mcp.server import ToolNames
 
 
 class FixedEndpoint:
@@ -82,6 +85,10 @@ class LoopbackEndpoint:
         return self._server is not None
 
     async def _start(self) -> None:
+        import uvicorn
+
+        from taskgate.entrypoints.mcp.server import build_server, http_app
+
         app = self._app
 
         @asynccontextmanager
