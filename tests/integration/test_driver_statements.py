@@ -324,3 +324,11 @@ async def _sent_update(conn: InlineConnection, update) -> str:
 def _set_columns(statement: str) -> set[str]:
     assignments = statement.split(" SET ", 1)[1].split(" WHERE ", 1)[0]
     return {part.split("=", 1)[0].strip() for part in assignments.split(", ") if "=" in part}
+
+
+async def test_the_very_session_the_unit_read_changed_in_place_is_written_whole(conn: InlineConnection) -> None:
+    repository = SqlAlchemySessionRepository(conn, "sqlite", None)
+    session = await repository.get("s-1")
+    session.branch_name = "tg/s-1"  # the object the repository remembers, changed in place; the version stays (as
+    await repository.update(session, expected_version=4)  # an annotation's does), so only identity tells
+    assert (await SqlAlchemySessionRepository(conn, "sqlite", None).get("s-1")).branch_name == "tg/s-1"

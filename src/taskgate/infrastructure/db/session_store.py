@@ -76,11 +76,12 @@ class SqlAlchemySessionRepository(SqlRepository):
 
         Of the scalar columns, only those that differ from the row this unit of work read (or wrote) at
         `expected_version` are written (a transition changes four or five of twelve); the version check guards
-        the rest. Without such a read, every mutable column is.
+        the rest. Without such a read (or given the very object it returned, which may have been changed in
+        place), every mutable column is.
 
         Raises: ConcurrentModification when the row is not at `expected_version`."""
         before = self._known.get(session.id)
-        if before is not None and before.version == expected_version:
+        if before is not None and before is not session and before.version == expected_version:
             params = _changed_values(session, before)
         else:
             params = _session_values(session, _MUTABLE_FIELDS)
