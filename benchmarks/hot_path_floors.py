@@ -226,71 +226,59 @@ def section_serve(folder: Path, n: int) -> None:
 # -- sqlite ---------------------------------------------------------------------------------------------------
 
 
+@contextmanager
+def _spending() -> Iterator[None]:
+    """Add the time of the block to `_TimedConnection.spent`."""
+    started = time.perf_counter_ns()
+    try:
+        yield
+    finally:
+        _TimedConnection.spent += time.perf_counter_ns() - started
+
+
 class _TimedConnection(sqlite3.Connection):
     """A sqlite3 connection that adds the time of every call into the driver to `spent` (class-wide)."""
 
     spent = 0
 
     def execute(self, *args: Any) -> Any:
-        started = time.perf_counter_ns()
-        try:
+        with _spending():
             return _TimedCursor(super().execute(*args))
-        finally:
-            _TimedConnection.spent += time.perf_counter_ns() - started
 
     def cursor(self, *args: Any) -> Any:
         return _TimedCursor(super().cursor(*args))
 
     def commit(self) -> None:
-        started = time.perf_counter_ns()
-        try:
+        with _spending():
             super().commit()
-        finally:
-            _TimedConnection.spent += time.perf_counter_ns() - started
 
     def rollback(self) -> None:
-        started = time.perf_counter_ns()
-        try:
+        with _spending():
             super().rollback()
-        finally:
-            _TimedConnection.spent += time.perf_counter_ns() - started
 
 
 class _TimedCursor:
-    """A cursor whose statement and fetches are timed into `_TimedConnection.spent`."""
+    """A cursor whose statements and fetches are timed into `_TimedConnection.spent`; the rest is passed through."""
+
+    _TIMED = frozenset({"execute", "executemany", "fetchone", "fetchall", "fetchmany"})
 
     def __init__(self, cursor: sqlite3.Cursor) -> None:
         self._cursor = cursor
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._cursor, name)
+        found = getattr(self._cursor, name)
+        if name not in self._TIMED:
+            return found
+
+        def timed(*args: Any) -> Any:
+            with _spending():
+                result = found(*args)
+            return self if result is self._cursor else result  # execute() returns the cursor: keep timing it
+
+        return timed
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.fetchall())
-
-    def _timed(self, name: str, *args: Any) -> Any:
-        started = time.perf_counter_ns()
-        try:
-            return getattr(self._cursor, name)(*args)
-        finally:
-            _TimedConnection.spent += time.perf_counter_ns() - started
-
-    def execute(self, *args: Any) -> _TimedCursor:
-        self._timed("execute", *args)
-        return self
-
-    def executemany(self, *args: Any) -> _TimedCursor:
-        self._timed("executemany", *args)
-        return self
-
-    def fetchone(self) -> Any:
-        return self._timed("fetchone")
-
-    def fetchall(self) -> Any:
-        return self._timed("fetchall")
-
-    def fetchmany(self, *args: Any) -> Any:
-        return self._timed("fetchmany", *args)
 
 
 @contextmanager
