@@ -72,7 +72,9 @@ def test_session_logs_follows_an_agent_live_without_escapes_and_status_shows_its
     follow = None
     try:
         deadline = time.monotonic() + 60
-        while not cli.json("session", "status", sid)["agents"]:  # the execute process queued it
+        # until the execute process has started it (the header below names its status when --follow starts; the
+        # first agent of a CLI process waits queued while its MCP endpoint starts, about half a second)
+        while [a["status"] for a in cli.json("session", "status", sid)["agents"]] != ["running"]:
             assert time.monotonic() < deadline and execute.poll() is None, execute.stderr and execute.stderr.read()
             time.sleep(0.2)
         follow = subprocess.Popen([TASKGATE, "session", "logs", sid[:8], "--follow"], cwd=cli.workdir, env=cli.env,
