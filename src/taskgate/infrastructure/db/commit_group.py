@@ -37,12 +37,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sqlalchemy.exc import DBAPIError
+from taskgate.infrastructure.db.driver_statements import run_bare
 
 if TYPE_CHECKING:
     from taskgate.infrastructure.db.engine import InlineConnection
@@ -228,12 +227,8 @@ class CommitGroups:
 
 
 def _driver_sql(conn: InlineConnection, statement: str) -> None:
-    """A savepoint statement straight on the sqlite3 connection (as the hot statements run, driver_statements.py):
-    SQLAlchemy's execution path costs more than the statement, twice per group member."""
-    try:
-        conn.sync_connection.connection.dbapi_connection.execute(statement)
-    except sqlite3.Error as exc:
-        raise DBAPIError.instance(statement, (), exc, sqlite3.Error) from exc
+    """A savepoint statement straight on the sqlite3 connection (driver_statements.run_bare), twice per member."""
+    run_bare(conn.sync_connection.connection.dbapi_connection, statement)
 
 
 def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:

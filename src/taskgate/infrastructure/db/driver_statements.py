@@ -112,6 +112,15 @@ def _convert(processors: Mapping[str, Any], values: Mapping[str, Any], key: str)
     return process(value) if process is not None else value
 
 
+def run_bare(dbapi_connection: sqlite3.Connection, statement: str) -> None:
+    """A statement without parameters or rows (BEGIN, SAVEPOINT, RELEASE, ROLLBACK TO) on the sqlite3 connection:
+    SQLAlchemy's execution path costs more than such a statement. Raises: SQLAlchemy's DBAPIError subclasses."""
+    try:
+        dbapi_connection.execute(statement)
+    except sqlite3.Error as exc:
+        raise DBAPIError.instance(statement, (), exc, sqlite3.Error) from exc
+
+
 class DriverResult:
     """What a hot statement returned: rows as dicts (already converted), or the write's counts."""
 

@@ -24,18 +24,17 @@ How writes are serialised (DESIGN §3):
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import OperationalError
 
 from taskgate.domain.errors import ConcurrentModification, InvalidInput
 from taskgate.infrastructure.db.commit_group import MAX_MEMBERS, CommitGroups
-from taskgate.infrastructure.db.driver_statements import DriverStatements
+from taskgate.infrastructure.db.driver_statements import DriverStatements, run_bare
 
 if TYPE_CHECKING:  # the asyncio extension (and the ORM it pulls in) loads only for PostgreSQL: ~70 ms of start-up
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -246,12 +245,7 @@ def _sqlite_engine(url: Any, synchronous: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        # On the driver: SQLAlchemy's execution path for a statement without parameters or rows cost more than the
-        # statement. Its errors are wrapped as SQLAlchemy wraps them, so callers catch the same OperationalError.
-        statement = conn.info.pop(_BEGIN_KEY, "BEGIN")
-        try:
-            conn.connection.dbapi_connection.execute(statement)  # type: ignore[union-attr]
-        except sqlite3.Error as exc:
-            raise DBAPIError.instance(statement, (), exc, sqlite3.Error) from exc
+        # On the driver; its errors are wrapped as SQLAlchemy wraps them, so callers catch the same OperationalError
+        run_bare(conn.connection.dbapi_connection, conn.info.pop(_BEGIN_KEY, "BEGIN"))  # type: ignore[arg-type]
 
     return engine
