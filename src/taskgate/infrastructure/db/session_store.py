@@ -278,12 +278,9 @@ def _changed_values(session: Session, before: Session) -> dict[str, Any]:
 
     The JSON columns are always written: their dicts and lists may be shared with what the unit read and changed in
     place since (a workflow frame holds its stack entry's lists), so `before` may hold the change as well."""
-    values = {name: value for name in _SCALAR_FIELDS if (value := getattr(session, name)) != getattr(before, name)}
+    old = _session_values(before, _SCALAR_FIELDS)
+    values = {name: value for name, value in _session_values(session, _SCALAR_FIELDS).items() if value != old[name]}
     values.update(version=session.version, state_data=session.state_data, workflow_stack=session.workflow_stack)
-    if session.state != before.state:
-        values["state"] = session.state.value
-    if session.prior_state != before.prior_state:
-        values["prior_state"] = session.prior_state.value if session.prior_state else None
     return values
 
 
