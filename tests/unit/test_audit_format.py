@@ -6,13 +6,17 @@ new format name, not a new expected value."""
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from enum import StrEnum
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from taskgate.domain import audit_chain
 from taskgate.domain.audit_chain import (
     AUDITED_FIELDS,
     FORMAT,
@@ -172,6 +176,67 @@ def test_a_str_enum_is_chained_as_its_value():
 def test_nan_is_refused_by_the_encoding():
     with pytest.raises(ValueError):
         encode({"x": float("nan")})
+
+
+def test_infinity_and_nan_inside_a_record_are_refused_where_a_null_is_accepted():
+    assert encode({"reason": None, "results": [{"ratio": 0.5}]}) == b'{"reason":null,"results":[{"ratio":0.5}]}'
+    for bad in (float("inf"), float("-inf"), float("nan")):
+        with pytest.raises(ValueError):
+            encode({"reason": None, "results": [{"ratio": bad}]})
+
+
+_REFERENCE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
+    | st.text()
+    | st.sampled_from(["executing", "1.5", "v2e3", "\x7f", "caf\u00e9", "\u2028", "\x00\x1f", "\ud800"])
+)
+_json_like = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _reference(value: object) -> bytes | type[Exception]:
+    try:
+        return _REFERENCE.encode(value).encode()
+    except (ValueError, TypeError, UnicodeEncodeError) as error:
+        return type(error)
+
+
+def _ours(value: object) -> bytes | type[Exception]:
+    try:
+        return encode(value)
+    except (ValueError, TypeError, UnicodeEncodeError) as error:
+        return type(error)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_json_like)
+def test_the_fast_encoding_writes_the_reference_encoders_bytes_or_its_error(value):
+    # The reference is the format's definition (json, sorted keys, no spaces, ASCII escapes, no NaN); encode()
+    # takes orjson's bytes only where they are the same, and must raise where the reference raises.
+    assert _ours(value) == _reference(value)
+
+
+def test_a_plain_record_takes_the_fast_path_and_a_float_the_reference(monkeypatch):
+    # With the reference encoder made to fail: an ASCII record of text, integers and nulls still encodes (the fast
+    # path is not dead code), and one holding a float goes to the reference.
+    fields = canonical_fields("transition_log", {**APPROVAL, "reason": "approved", "actor": "operator:ada"})
+    expected = _REFERENCE.encode(fields).encode()
+
+    class Refusing:
+        def encode(self, value: object) -> str:
+            raise AssertionError("the reference encoder was used")
+
+    monkeypatch.setattr(audit_chain, "_ENCODER", Refusing())
+    assert encode(fields) == expected
+    with pytest.raises(AssertionError, match="reference"):
+        encode({**fields, "guard_results": [{"coverage": 0.5}]})
 
 
 def test_a_missing_audited_field_is_a_key_error_naming_it():
