@@ -5,10 +5,13 @@ On a database built by the real migrations (SQLite synchronous=FULL, the product
 (planning → executing), as `transition_cost.py` does, each chaining its transition row and its event into the
 session's chain at commit ("on": the normal code). "Off" is the same code with `AuditTrail.add` and
 `AuditTrail.seal` replaced by no-ops **in this process only**, for the calls of the off half: the records are
-written, not linked. On and off alternate call by call, on two sessions per iteration (which one goes first
-alternates too), in the same database, so both halves see the same file, cache, WAL and machine drift.
+written, not linked. A third mode, "hashes only", is the floor of any layout that stores a hash per record: every
+record is noted and hashed in its chain as "on" does, the session is read alone, and nothing is stored (no head,
+no link). The three modes alternate call by call, on three sessions per iteration (the order rotates), in the
+same database, so all see the same file, cache, WAL and machine drift.
 
 Printed: per transition the median and p99 wall time on and off, the ratio (goal ≤ 1.05×: a `ROW` line each),
+the floor's ratio to off (a `FLOOR|…` line each: what is left for storage under the goal),
 the CPU time of the process per transition on and off (`time.process_time`), the statements each sends on and
 off (sqlite3's trace callback; SQLAlchemy's cursor events on PostgreSQL) and the ones chaining adds, and where
 the added time goes: over `--profile-n` more iterations (on and off alternating as above), the median wall time
@@ -51,6 +54,7 @@ _ADD, _SEAL = AuditTrail.add, AuditTrail.seal
 _WITH_HEAD = SqlAlchemySessionRepository._with_head
 _ON: dict[str, Any] = {"add": _ADD, "seal": _SEAL}  # what "on" installs: the product's own, or timing wrappers
 _MODE = ["on"]  # the mode the process is in now
+MODES = ("on", "hashes", "off")
 
 
 # -- chaining on and off ------------------------------------------------------------------------------------
@@ -65,24 +69,37 @@ async def _no_seal(_self: AuditTrail) -> int:
     return 0
 
 
+async def _hash_only_seal(trail: AuditTrail) -> int:
+    """`AuditTrail.seal` in the floor mode: each chain's links hashed from a head as "on" would, nothing stored."""
+    pending, trail._pending, trail._known = trail._pending, [], {}
+    by_chain: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
+    for chain, table, record_id, fields in pending:
+        by_chain.setdefault(chain, []).append((table, record_id, fields))
+    for chain in sorted(by_chain):
+        audit_trail._linked(chain, 0, audit_trail.GENESIS, by_chain[chain])
+    return len(pending)
+
+
 async def _plain_lock(repo: SqlAlchemySessionRepository, session_id: str, _trail: AuditTrail) -> Any:
     """The session lock's read when chaining is off: the session alone, without its chain's head."""
     stmt = sql.SESSION_BY_ID_FOR_UPDATE if repo._dialect == "postgresql" else sql.SESSION_BY_ID
     return await repo._one(stmt, {"id": session_id})
 
 
-def set_chaining(on: bool) -> None:
-    """Chaining on (the product's own `add`, `seal` and head read with the session lock) or off (no-ops, and the
-    session read alone), for this process."""
-    _MODE[0] = "on" if on else "off"
-    AuditTrail.add = _ON["add"] if on else _no_add  # type: ignore[method-assign]
-    AuditTrail.seal = _ON["seal"] if on else _no_seal  # type: ignore[method-assign]
-    SqlAlchemySessionRepository._with_head = _WITH_HEAD if on else _plain_lock  # type: ignore[method-assign]
+def set_chaining(on: bool | str) -> None:
+    """Chaining on (the product's own `add`, `seal` and head read with the session lock), off (no-ops, and the
+    session read alone) or "hashes" (the product's `add`, a seal that hashes and stores nothing, the session read
+    alone), for this process."""
+    mode = "on" if on is True else "off" if on is False else on
+    _MODE[0] = mode
+    AuditTrail.add = _no_add if mode == "off" else _ON["add"]  # type: ignore[method-assign]
+    AuditTrail.seal = {"on": _ON["seal"], "off": _no_seal, "hashes": _hash_only_seal}[mode]  # type: ignore[method-assign]
+    SqlAlchemySessionRepository._with_head = _WITH_HEAD if mode == "on" else _plain_lock  # type: ignore[method-assign]
 
 
 @contextmanager
-def chaining(on: bool) -> Iterator[None]:
-    """Chaining on or off for the block; on again afterwards."""
+def chaining(on: bool | str) -> Iterator[None]:
+    """Chaining on, off or "hashes" for the block; on again afterwards."""
     set_chaining(on)
     try:
         yield
@@ -109,25 +126,31 @@ async def timed(action: Callable[[], Awaitable[Any]]) -> tuple[int, int]:
     return time.perf_counter_ns() - wall, time.process_time_ns() - cpu
 
 
-async def one_iteration(stack: Stack, pair: dict[str, str], first: str, keep: Samples | None) -> None:
-    """`start` then `plan_complete` on the "on" and the "off" session of `pair`, alternating, `first` first."""
-    order = (first, "off" if first == "on" else "on")
+async def one_iteration(stack: Stack, trio: dict[str, str], order: tuple[str, ...], keep: Samples | None) -> None:
+    """`start` then `plan_complete` on each mode's session of `trio`, alternating modes in `order`."""
     for trigger in TRIGGERS:
         for mode in order:
-            with chaining(mode == "on"):
-                wall, cpu = await timed(fire(stack, pair[mode], trigger))
+            with chaining(mode):
+                wall, cpu = await timed(fire(stack, trio[mode], trigger))
             if keep is not None:
                 keep.wall[(trigger, mode)].append(wall)
                 keep.cpu[(trigger, mode)].append(cpu)
 
 
+def rotated(i: int) -> tuple[str, ...]:
+    """The modes in iteration `i`'s order: each goes first, second and last equally often."""
+    k = i % len(MODES)
+    return MODES[k:] + MODES[:k]
+
+
 async def measure(stack: Stack, ids: list[str], n: int, warmup: int) -> Samples:
-    """`warmup + n` iterations on `ids[4:]`, on/off alternating call by call; then one traced call per trigger and
-    mode, on `ids[2]` and `ids[3]` (their plan is in progress by then, as for most starts: no plan row update)."""
+    """`warmup + n` iterations on `ids[4:]`, the three modes alternating call by call; then one traced call per
+    trigger with chaining on and off, on `ids[2]` and `ids[3]` (their plan is in progress by then, as for most
+    starts: no plan row update)."""
     samples = Samples()
     for i in range(n + warmup):
-        pair = {"on": ids[4 + 2 * i], "off": ids[5 + 2 * i]}
-        await one_iteration(stack, pair, "on" if i % 2 == 0 else "off", samples if i >= warmup else None)
+        trio = dict(zip(MODES, ids[4 + 3 * i : 7 + 3 * i], strict=True))
+        await one_iteration(stack, trio, rotated(i), samples if i >= warmup else None)
     traced = {"on": ids[2], "off": ids[3]}
     for trigger in TRIGGERS:
         for mode, session_id in traced.items():
@@ -215,7 +238,7 @@ def breakdown() -> Iterator[Counter[str]]:
             totals[f"commit ({_MODE[0]})"] += time.perf_counter_ns() - begin
 
     patched = {"link_hash": _timed(totals, "seal: link hashes", audit_trail.link_hash),
-               "canonical_fields": _timed(totals, "add: canonical fields", audit_trail.canonical_fields)}  # fmt: skip
+               "appended_fields": _timed(totals, "add: canonical fields", audit_trail.appended_fields)}  # fmt: skip
     originals, commit_of_uow = {name: getattr(audit_trail, name) for name in patched}, SqlAlchemyUnitOfWork.commit
     _ON.update(add=_timed(totals, "add", _ADD), seal=seal)
     SqlAlchemyUnitOfWork.commit = commit  # type: ignore[method-assign]
@@ -272,6 +295,15 @@ def report(store: str, samples: Samples) -> None:
             f"{percentile(off, 99):7.3f}ms   {cpu_on:7.3f}ms {cpu_off:7.3f}ms {(cpu_on - cpu_off) * 1000:6.0f}µs"
         )
         emit_row(f"{store}: {trigger}, audit chaining on vs off", ms(on), ms(off), "ms", f"≤ {GOAL_RATIO}×")
+        floor = samples.wall[(trigger, "hashes")]
+        cpu_floor = ms(samples.cpu[(trigger, "hashes")])
+        print(
+            f"  {trigger + ': floor':16} {ms(floor):8.3f}ms {ms(off):8.3f}ms {ms(floor) / ms(off):5.3f}×   "
+            f"{percentile(floor, 99):7.3f}ms {percentile(off, 99):7.3f}ms   {cpu_floor:7.3f}ms {cpu_off:7.3f}ms "
+            f"{(cpu_floor - cpu_off) * 1000:6.0f}µs   (hashes only, nothing stored)"
+        )
+        name = f"{store}: {trigger}, audit hashes only vs off"
+        print(f"FLOOR|{name}|{ms(floor):.4g}|{ms(off):.4g}|ms|{ms(floor) / ms(off):.3f}|≤ {GOAL_RATIO}×")
     for trigger in TRIGGERS:
         on, off = samples.statements[(trigger, "on")], samples.statements[(trigger, "off")]
         added = Counter(on) - Counter(off)
@@ -318,7 +350,7 @@ async def run(url: str, store: str, args: argparse.Namespace) -> None:
     """Measure and report, then time the chaining code part by part, on one migrated database."""
     stack = await open_stack(url, synchronous="FULL")
     try:
-        measured = 4 + 2 * (args.n + args.warmup)
+        measured = 4 + 3 * (args.n + args.warmup)
         ids = await ready_sessions(stack, measured + 2 * args.profile_n)
         samples = await measure(stack, ids[:measured], args.n, args.warmup)
         report(store, samples)

@@ -22,7 +22,9 @@ from taskgate.domain.audit_chain import (
     FORMAT,
     GENESIS,
     PRIMARY_KEYS,
+    appended_fields,
     canonical_fields,
+    canonical_time,
     canonical_value,
     chain_of,
     encode,
@@ -237,6 +239,55 @@ def test_a_plain_record_takes_the_fast_path_and_a_float_the_reference(monkeypatc
     assert encode(fields) == expected
     with pytest.raises(AssertionError, match="reference"):
         encode({**fields, "guard_results": [{"coverage": 0.5}]})
+
+
+def _reference_time(moment: datetime) -> str:
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+_zones = st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)), timezone(-timedelta(hours=11)),
+                          ZoneInfo("Europe/Paris"), ZoneInfo("UTC")])  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.datetimes(min_value=datetime(1970, 1, 2)), _zones), min_size=1, max_size=8))
+def test_a_time_is_its_utc_text_whatever_came_before_it(moments):
+    # canonical_time keeps the last time it encoded; a run of times, some equal instants in other zones, each
+    # still encodes as its own instant.
+    for naive, zone in moments:
+        moment = naive.replace(tzinfo=zone)
+        assert canonical_time(moment) == _reference_time(moment)
+        assert canonical_time(moment.astimezone(UTC)) == _reference_time(moment)
+
+
+def test_a_naive_time_is_refused_even_right_after_the_same_wall_time_in_utc():
+    canonical_time(datetime(2026, 11, 27, 12, 0, tzinfo=UTC))
+    with pytest.raises(ValueError, match="naive"):
+        canonical_time(datetime(2026, 11, 27, 12, 0))
+
+
+DECISION_ROW = {
+    "id": 9, "session_id": SESSION, "operator_id": 3, "decision": "approve", "reason": "fine", "instructions": None,
+    "override_policies": [], "compensation": None, "session_version": 4,
+    "policy_results": [{"policy": "tests_pass", "passed": True}], "at": datetime(2026, 11, 27, 9, 0, tzinfo=UTC),
+    "outcome": "applied", "to_state": "approved",
+}  # fmt: skip
+EVENT_ROW = {"id": 12, "session_id": None, "kind": "operator.added", "payload": {"name": "ada"},
+             "at": datetime(2026, 11, 27, 9, 1, tzinfo=UTC)}  # fmt: skip
+
+
+@pytest.mark.parametrize("table", ["transition_log", "decisions", "events"])
+def test_an_appended_records_fields_are_its_canonical_fields(table):
+    row = {"transition_log": APPROVAL, "decisions": DECISION_ROW, "events": EVENT_ROW}[table]
+    key = PRIMARY_KEYS[table]
+    values = {name: value for name, value in row.items() if name != key}
+    assert appended_fields(table, values, 77) == canonical_fields(table, {**values, key: 77})
+
+
+def test_an_appended_record_missing_a_field_is_a_key_error_naming_it():
+    values = {k: v for k, v in APPROVAL.items() if k not in ("seq", "guard_results")}
+    with pytest.raises(KeyError, match="guard_results"):
+        appended_fields("transition_log", values, 1)
 
 
 def test_a_missing_audited_field_is_a_key_error_naming_it():

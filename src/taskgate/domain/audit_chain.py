@@ -20,6 +20,7 @@ import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import Enum
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -86,11 +87,23 @@ def canonical_value(value: Any) -> Any:
 
 def canonical_time(value: datetime) -> str:
     """`2026-11-25T10:00:00.000000Z`. Raises: ValueError for a naive datetime (its instant is unknown)."""
+    # The last pair is one tuple rebound whole: a thread reads the old pair or the new, never half of each.
+    global _last_time
+    last, text = _last_time
+    if value == last and value.tzinfo is not None:  # a transition row and its event share their time
+        return text
     if value.tzinfo is None:
         raise ValueError("a naive datetime cannot be chained: its instant is unknown")
     if value.tzinfo is not UTC:
         value = value.astimezone(UTC)
-    return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    text = value.isoformat(timespec="microseconds")[:-6] + "Z"  # "+00:00" off: UTC's offset, always six characters
+    _last_time = (value, text)
+    return text
+
+
+# The last time encoded and its text: equal aware datetimes are the same instant, whatever their zone, and so have
+# the same text.
+_last_time: tuple[datetime, str] = (datetime.min.replace(tzinfo=UTC), "0001-01-01T00:00:00.000000Z")
 
 
 def canonical_fields(table: str, row: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,6 +115,26 @@ def canonical_fields(table: str, row: Mapping[str, Any]) -> dict[str, Any]:
     fields = {name: row[name] for name in AUDITED_FIELDS[table]}
     fields["at"] = canonical_time(fields["at"])
     return fields
+
+
+def appended_fields(table: str, values: Mapping[str, Any], record_id: int) -> dict[str, Any]:
+    """`canonical_fields` of a record just appended with `values` (every audited field but its primary key) and
+    the id the database gave it, without copying `values` first: the append path runs this for every record.
+
+    Raises: KeyError for a missing field.
+    """
+    names, values_of, key = _APPENDED[table]
+    fields = dict(zip(names, values_of(values), strict=True))
+    fields[key] = record_id
+    fields["at"] = canonical_time(fields["at"])
+    return fields
+
+
+_APPENDED = {
+    table: (names, itemgetter(*names), PRIMARY_KEYS[table])
+    for table, fields in AUDITED_FIELDS.items()
+    for names in [tuple(name for name in fields if name != PRIMARY_KEYS[table])]
+}
 
 
 # The reference encoder, built once: `json.dumps` with options builds a new one per call, which cost a third of a link.
@@ -125,13 +158,14 @@ def encode(value: Any) -> bytes:
         fast = orjson.dumps(value, option=_SORTED_KEYS)
     except TypeError:  # orjson.JSONEncodeError: a type, an integer, a key or a text orjson refuses
         return _ENCODER.encode(value).encode()
-    if not fast.isascii() or b"\x7f" in fast or _holds_float(value):
+    if not fast.isascii() or b"\x7f" in fast or (type(value) not in _LEAVES and _holds_float(value)):
         return _ENCODER.encode(value).encode()
     return fast
 
 
 def _holds_float(value: Any) -> bool:
-    """Whether `value` is, or holds at any depth, a float. A flat walk: a recursive one cost twice as much."""
+    """Whether `value` is, or holds at any depth, a float. A flat walk: a recursive one cost twice as much, and
+    filtering each container's leaves with `map`/`compress` more than this loop on a record's few values."""
     todo = [value]
     for item in todo:  # grows as it goes
         kind = type(item)

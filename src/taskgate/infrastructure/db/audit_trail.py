@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskgate.domain.audit_chain import GENESIS, PRIMARY_KEYS, canonical_fields, chain_of, link_hash
+from taskgate.domain.audit_chain import GENESIS, appended_fields, chain_of, link_hash
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db.engine import AnyConnection
 
@@ -47,7 +47,7 @@ class AuditTrail:
 
         Raises: KeyError naming a field the chain covers that `values` lacks (a programming error).
         """
-        fields = canonical_fields(table, {**values, PRIMARY_KEYS[table]: record_id})
+        fields = appended_fields(table, values, record_id)
         self._pending.append((chain_of(table, fields), table, record_id, fields))
 
     async def seal(self) -> int:
