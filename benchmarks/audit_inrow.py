@@ -27,7 +27,10 @@ all a fire writes.
 Printed: per trigger and mode the median wall time, the ratio to off, and the process CPU added per transition;
 `ROW|` lines for the in-row modes against off (goal ≤ 1.05×).
 
-Run:  .venv/bin/python benchmarks/audit_inrow.py [--n 400] [--warmup 40]     (~20 s on 2 cores)
+On PostgreSQL (`--postgres`) the locking read takes the two ids from the sequences (`nextval`, one each: a fire
+appends one row to each table; the product would have to take them under the outbox's lock, docs/decisions.md).
+
+Run:  .venv/bin/python benchmarks/audit_inrow.py [--n 400] [--warmup 40] [--postgres [URL]]   (~5 s; ~30 s on PG)
 """
 
 from __future__ import annotations
@@ -36,7 +39,6 @@ import argparse
 import asyncio
 import hashlib
 import os
-import sqlite3
 import statistics
 import tempfile
 import time
@@ -47,8 +49,9 @@ from typing import Any
 
 import audit_cost
 import orjson
-from bench_support import emit_row
-from sqlalchemy import Column, Integer, MetaData, String, bindparam, create_engine, func, insert, select, update
+from bench_support import PG_BENCH_URL, emit_row, reset_pg_schema
+from sqlalchemy import Column, Integer, MetaData, String, bindparam, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
 from transition_cost import Stack, fire, open_stack, ready_sessions
 
 from taskgate.domain.audit_chain import (
@@ -89,6 +92,16 @@ SESSION_INROW = select(
     select(func.max(_TL.c.seq)).scalar_subquery().label("tl_top"),
     select(func.max(_EV.c.id)).scalar_subquery().label("ev_top"),
 ).where(_SESSIONS.c.id == bindparam("id"))
+# PostgreSQL: the ids come from the sequences, taken by the locking read (a fire appends one row to each table).
+SESSION_INROW_PG = (
+    select(
+        _SESSIONS,
+        (func.nextval("transition_log_seq_seq") - 1).label("tl_top"),
+        (func.nextval("events_id_seq") - 1).label("ev_top"),
+    )
+    .where(_SESSIONS.c.id == bindparam("id"))
+    .with_for_update(of=_SESSIONS)
+)
 INSERT_TL = insert(_TL)
 INSERT_EV = insert(_EV)
 SET_HEAD = (
@@ -112,12 +125,15 @@ _DDL = (
 class InRowChain:
     """A unit's session chain in the in-row layout: its head and the next ids, read with the session lock."""
 
-    __slots__ = ("chain", "hash", "moved", "next_event", "next_seq", "seq", "session_id")
+    __slots__ = ("chain", "hash", "last_event", "last_seq", "moved", "next_event", "next_seq", "seq", "session_id")
 
-    def __init__(self, row: Any) -> None:
+    def __init__(self, row: Any, reserved: bool) -> None:
         self.session_id, self.chain = row["id"], session_chain(row["id"])
         self.seq, self.hash = int(row["chain_seq"] or 0), row["chain_hash"] or GENESIS
         self.next_seq, self.next_event = int(row["tl_top"] or 0) + 1, int(row["ev_top"] or 0) + 1
+        # On PostgreSQL only the one id of each table the read took from its sequence is this unit's to use.
+        self.last_seq = self.next_seq if reserved else None
+        self.last_event = self.next_event if reserved else None
         self.moved = False
 
     def link(self, table: str, record_id: int, values: dict[str, Any]) -> dict[str, Any]:
@@ -148,9 +164,10 @@ def lean_hash(chain: str, seq: int, prev: str, table: str, record_id: int, value
 
 
 async def _inrow_lock(repo: SqlAlchemySessionRepository, session_id: str, trail: AuditTrail) -> Any:
-    row = await repo._one(SESSION_INROW, {"id": session_id})
+    postgres = repo._dialect == "postgresql"
+    row = await repo._one(SESSION_INROW_PG if postgres else SESSION_INROW, {"id": session_id})
     if row is not None:
-        _CHAINS[id(trail)] = InRowChain(row)
+        _CHAINS[id(trail)] = InRowChain(row, reserved=postgres)
     return row
 
 
@@ -160,6 +177,8 @@ async def _inrow_transition(repo: SqlAlchemyTransitionLog, record: Any) -> int:
     if chain is None or values["session_id"] != chain.session_id:
         raise AssertionError("the prototype covers only a unit that locked the record's session")
     seq, chain.next_seq = chain.next_seq, chain.next_seq + 1
+    if chain.last_seq is not None and seq > chain.last_seq:
+        raise AssertionError("the prototype reserves one transition_log id per unit on PostgreSQL")
     await repo._conn.execute(INSERT_TL, {**chain.link("transition_log", seq, values), "seq": seq})
     return seq
 
@@ -170,6 +189,8 @@ async def _inrow_event(repo: SqlAlchemyEventLog, kind: str, at: Any, payload: An
         raise AssertionError("the prototype covers only a unit that locked the record's session")
     values = {"kind": kind, "at": at, "payload": payload, "session_id": session_id}
     event_id, chain.next_event = chain.next_event, chain.next_event + 1
+    if chain.last_event is not None and event_id > chain.last_event:
+        raise AssertionError("the prototype reserves one events id per unit on PostgreSQL")
     await repo._conn.execute(INSERT_EV, {**chain.link("events", event_id, values), "id": event_id})
 
 
@@ -206,11 +227,17 @@ def set_mode(mode: str) -> None:
 # -- measuring ------------------------------------------------------------------------------------------------
 
 
-def prepare(path: Path) -> None:
-    """Add the prototype's columns to the migrated database (a plain sqlite3 connection, before the timed part)."""
-    with sqlite3.connect(path) as conn:
+async def prepare(stack: Stack) -> None:
+    """Add the prototype's columns to the migrated database, before the timed part."""
+    engine = stack.database.engine
+    if isinstance(engine, AsyncEngine):
+        async with engine.begin() as conn:
+            for statement in _DDL:
+                await conn.exec_driver_sql(statement)
+        return
+    with engine.begin() as conn:
         for statement in _DDL:
-            conn.execute(statement)
+            conn.exec_driver_sql(statement)
 
 
 async def measure(stack: Stack, ids: list[str], n: int, warmup: int) -> dict[tuple[str, str], list[tuple[int, int]]]:
@@ -233,19 +260,23 @@ async def measure(stack: Stack, ids: list[str], n: int, warmup: int) -> dict[tup
     return samples
 
 
-def check_chains(path: Path) -> int:
+async def check_chains(stack: Stack) -> int:
     """Re-hash every in-row chain the run wrote from the rows as stored (read back through the tables' own types);
     returns how many records matched. Raises AssertionError on the first that does not: the prototype must write
     what a verify would accept."""
-    engine = create_engine(f"sqlite:///{path}")
-    with engine.connect() as conn:
-        rows = [("transition_log", r) for r in conn.execute(select(_TL).where(_TL.c.chain_seq.is_not(None))).mappings()]
-        rows += [("events", r) for r in conn.execute(select(_EV).where(_EV.c.chain_seq.is_not(None))).mappings()]
-        heads = {r.id: (r.chain_seq, r.chain_hash) for r in conn.execute(select(_SESSIONS))}
-    engine.dispose()
+    queries = {
+        "transition_log": select(_TL).where(_TL.c.chain_seq.is_not(None)),
+        "events": select(_EV).where(_EV.c.chain_seq.is_not(None)),
+        "sessions": select(_SESSIONS.c.id, _SESSIONS.c.chain_seq, _SESSIONS.c.chain_hash),
+    }
+    async with stack.uow(write=False) as uow:
+        conn = uow._conn  # the unit's own connection: a plain read of the three tables
+        found = {name: [dict(r) for r in (await conn.execute(q)).mappings().all()] for name, q in queries.items()}
+    heads = {r["id"]: (r["chain_seq"], r["chain_hash"]) for r in found.pop("sessions")}
     by_session: dict[str, list[tuple[int, str, Any]]] = defaultdict(list)
-    for table, row in rows:
-        by_session[row["session_id"]].append((row["chain_seq"], table, row))
+    for table, rows in found.items():
+        for row in rows:
+            by_session[row["session_id"]].append((row["chain_seq"], table, row))
     checked = 0
     for session_id, records in by_session.items():
         if heads[session_id][1] is None:
@@ -259,9 +290,9 @@ def check_chains(path: Path) -> int:
     return checked
 
 
-def report(samples: dict[tuple[str, str], list[tuple[int, int]]]) -> None:
+def report(store: str, samples: dict[tuple[str, str], list[tuple[int, int]]]) -> None:
     """Median wall and ratio to off, CPU added; ROW lines for the in-row modes."""
-    print(f"\n== one transition, SQLite FULL, the modes alternating (n={len(samples[(TRIGGERS[0], 'off')])}) ==")
+    print(f"\n== one transition, {store}, the modes alternating (n={len(samples[(TRIGGERS[0], 'off')])}) ==")
     for trigger in TRIGGERS:
         off_wall = statistics.median(w for w, _ in samples[(trigger, "off")])
         off_cpu = statistics.median(c for _, c in samples[(trigger, "off")])
@@ -271,25 +302,24 @@ def report(samples: dict[tuple[str, str], list[tuple[int, int]]]) -> None:
             added = (cpu - off_cpu) / 1e3
             print(f"  {trigger:14} {mode:32} {wall / 1e6:7.3f} ms  {wall / off_wall:6.3f}×   CPU +{added:5.0f} µs")
             if mode.startswith("in-row"):
-                emit_row(f"SQLite FULL: {trigger}, audit {mode} vs off", wall / 1e6, off_wall / 1e6, "ms",
+                emit_row(f"{store}: {trigger}, audit {mode} vs off", wall / 1e6, off_wall / 1e6, "ms",
                          f"≤ {GOAL_RATIO}×")  # fmt: skip
 
 
-async def run(path: Path, args: argparse.Namespace) -> None:
+async def run(url: str, store: str, args: argparse.Namespace) -> None:
     """Migrate, add the prototype's columns, measure, check what the prototype wrote."""
-    stack = await open_stack(f"sqlite:///{path}", synchronous="FULL")
+    stack = await open_stack(url, synchronous="FULL")
     try:
-        prepare(path)
-        driver = stack.database._driver
-        assert driver is not None
-        for statement in (SESSION_INROW, INSERT_TL, INSERT_EV, SET_HEAD):
-            driver._hot[id(statement)] = statement  # run on the driver, as the product's hot statements are
+        await prepare(stack)
+        if stack.database._driver is not None:  # SQLite: run on the driver, as the product's hot statements are
+            for statement in (SESSION_INROW, INSERT_TL, INSERT_EV, SET_HEAD):
+                stack.database._driver._hot[id(statement)] = statement
         ids = await ready_sessions(stack, len(MODES) * (args.n + args.warmup))
         samples = await measure(stack, ids, args.n, args.warmup)
+        report(store, samples)
+        print(f"\n  the prototype's chains re-hash from the stored rows: {await check_chains(stack)} records")
     finally:
         await stack.database.dispose()
-    report(samples)
-    print(f"\n  the prototype's chains re-hash from the stored rows: {check_chains(path)} records")
 
 
 def main() -> None:
@@ -297,11 +327,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=400, help="timed iterations (each: start + plan_complete per mode)")
     parser.add_argument("--warmup", type=int, default=40, help="untimed iterations first")
+    parser.add_argument(
+        "--postgres", nargs="?", const=PG_BENCH_URL, default=None, metavar="URL",
+        help=f"run on PostgreSQL (schema public reset first; default {PG_BENCH_URL})",
+    )  # fmt: skip
     args = parser.parse_args()
     started = time.monotonic()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
-    with tempfile.TemporaryDirectory(prefix="taskgate-audit-inrow-") as tmp:
-        asyncio.run(run(Path(tmp) / "bench.db", args))
+    if args.postgres:
+        reset_pg_schema(args.postgres)
+        asyncio.run(run(args.postgres, "PostgreSQL", args))
+    else:
+        with tempfile.TemporaryDirectory(prefix="taskgate-audit-inrow-") as tmp:
+            asyncio.run(run(f"sqlite:///{Path(tmp) / 'bench.db'}", "SQLite FULL", args))
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\nload average after: {load}; total {time.monotonic() - started:.1f} s")
 
