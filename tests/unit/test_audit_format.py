@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
-from enum import StrEnum
+from enum import Enum, StrEnum
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -194,6 +195,8 @@ _scalars = (
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats()
     | st.text()
+    | st.uuids()
+    | st.datetimes(timezones=st.just(UTC))
     | st.sampled_from(["executing", "1.5", "v2e3", "\x7f", "caf\u00e9", "\u2028", "\x00\x1f", "\ud800"])
 )
 _json_like = st.recursive(
@@ -201,6 +204,16 @@ _json_like = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
     max_leaves=12,
 )
+
+
+def test_objects_json_cannot_hold_are_refused_though_orjson_could_write_them():
+    # orjson writes datetimes, UUIDs, dataclasses and plain enums; the format's reference refuses them, loudly.
+    class Colour(Enum):
+        RED = 1
+
+    for value in (datetime(2026, 11, 27, tzinfo=UTC), uuid.UUID(int=1), Colour.RED, replace(CHECKPOINT)):
+        with pytest.raises(TypeError):
+            encode({"payload": [value]})
 
 
 def _reference(value: object) -> bytes | type[Exception]:
