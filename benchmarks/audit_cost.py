@@ -27,19 +27,15 @@ Run:  .venv/bin/python benchmarks/audit_cost.py [--n 400] [--warmup 40] [--profi
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
 import statistics
-import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from bench_support import PG_BENCH_URL, emit_row, reset_pg_schema
+from bench_support import PG_BENCH_URL, emit_row, run_on_one_store
 from transition_cost import Stack, fire, open_stack, percentile, ready_sessions, statement_log
 
 from taskgate.infrastructure.db import audit_trail
@@ -72,9 +68,7 @@ async def _no_seal(_self: AuditTrail) -> int:
 async def _hash_only_seal(trail: AuditTrail) -> int:
     """`AuditTrail.seal` in the floor mode: each chain's links hashed from a head as "on" would, nothing stored."""
     pending, trail._pending, trail._known = trail._pending, [], {}
-    by_chain: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
-    for chain, table, record_id, fields in pending:
-        by_chain.setdefault(chain, []).append((table, record_id, fields))
+    by_chain = audit_trail._by_chain(pending)
     for chain in sorted(by_chain):
         audit_trail._linked(chain, 0, audit_trail.GENESIS, by_chain[chain])
     return len(pending)
@@ -363,16 +357,7 @@ async def run(url: str, store: str, args: argparse.Namespace) -> None:
 def main() -> None:
     """One run on SQLite (FULL) or on PostgreSQL, with the load average before and after."""
     args = parse_args()
-    started = time.monotonic()
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
-    if args.postgres:
-        reset_pg_schema(args.postgres)
-        asyncio.run(run(args.postgres, "PostgreSQL", args))
-    else:
-        with tempfile.TemporaryDirectory(prefix="taskgate-audit-cost-") as tmp:
-            asyncio.run(run(f"sqlite:///{Path(tmp) / 'bench.db'}", "SQLite FULL", args))
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"\nload average after: {load}; total {time.monotonic() - started:.1f} s")
+    run_on_one_store(args.postgres, "taskgate-audit-cost-", lambda url, store: run(url, store, args))
 
 
 if __name__ == "__main__":

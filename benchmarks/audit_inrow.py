@@ -36,20 +36,16 @@ Run:  .venv/bin/python benchmarks/audit_inrow.py [--n 400] [--warmup 40] [--post
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
-import os
 import statistics
-import tempfile
 import time
 from collections import defaultdict
 from operator import itemgetter
-from pathlib import Path
 from typing import Any
 
 import audit_cost
 import orjson
-from bench_support import PG_BENCH_URL, emit_row, reset_pg_schema
+from bench_support import PG_BENCH_URL, emit_row, run_on_one_store
 from sqlalchemy import Column, Integer, MetaData, String, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from transition_cost import Stack, fire, open_stack, ready_sessions
@@ -323,7 +319,7 @@ async def run(url: str, store: str, args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    """One run on a scratch SQLite database."""
+    """One run on a scratch SQLite database or on PostgreSQL, with the load average before and after."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=400, help="timed iterations (each: start + plan_complete per mode)")
     parser.add_argument("--warmup", type=int, default=40, help="untimed iterations first")
@@ -332,16 +328,7 @@ def main() -> None:
         help=f"run on PostgreSQL (schema public reset first; default {PG_BENCH_URL})",
     )  # fmt: skip
     args = parser.parse_args()
-    started = time.monotonic()
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
-    if args.postgres:
-        reset_pg_schema(args.postgres)
-        asyncio.run(run(args.postgres, "PostgreSQL", args))
-    else:
-        with tempfile.TemporaryDirectory(prefix="taskgate-audit-inrow-") as tmp:
-            asyncio.run(run(f"sqlite:///{Path(tmp) / 'bench.db'}", "SQLite FULL", args))
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"\nload average after: {load}; total {time.monotonic() - started:.1f} s")
+    run_on_one_store(args.postgres, "taskgate-audit-inrow-", lambda url, store: run(url, store, args))
 
 
 if __name__ == "__main__":

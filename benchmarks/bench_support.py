@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 
@@ -58,3 +63,18 @@ async def reset_pg_schema_async(url: str) -> None:
         await conn.execute("DROP SCHEMA IF EXISTS public CASCADE; CREATE SCHEMA public")
     finally:
         await conn.close()
+
+
+def run_on_one_store(postgres: str | None, prefix: str, run: Callable[[str, str], Awaitable[None]]) -> None:
+    """`run(url, store)` on PostgreSQL at `postgres` (its public schema reset first) or, when None, on a scratch
+    SQLite file in a temporary folder named after `prefix`; with the load average before and after."""
+    started = time.monotonic()
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
+    if postgres:
+        reset_pg_schema(postgres)
+        asyncio.run(run(postgres, "PostgreSQL"))
+    else:
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            asyncio.run(run(f"sqlite:///{Path(tmp) / 'bench.db'}", "SQLite FULL"))
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"\nload average after: {load}; total {time.monotonic() - started:.1f} s")

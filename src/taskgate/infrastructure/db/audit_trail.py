@@ -54,9 +54,7 @@ class AuditTrail:
         """Link the pending records into their chains; returns how many. Runs inside the unit's transaction."""
         if not self._pending:
             return 0
-        by_chain: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
-        for chain, table, record_id, fields in self._pending:
-            by_chain.setdefault(chain, []).append((table, record_id, fields))
+        by_chain = _by_chain(self._pending)
         count, self._pending, heads = len(self._pending), [], self._known
         self._known = {}
         for chain in sorted(by_chain):
@@ -150,6 +148,14 @@ def _numbered(links: list[dict[str, Any]], *, keep_chain: bool = False) -> dict[
         for key, value in link.items()
         if keep_chain or key != "chain_id"
     }
+
+
+def _by_chain(pending: list[tuple[str, str, int, dict[str, Any]]]) -> dict[str, list[tuple[str, int, dict[str, Any]]]]:
+    """The pending records (chain, table, id, fields) by chain, each chain's in the order they were appended."""
+    by_chain: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
+    for chain, table, record_id, fields in pending:
+        by_chain.setdefault(chain, []).append((table, record_id, fields))
+    return by_chain
 
 
 def _linked(
