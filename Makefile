@@ -37,15 +37,13 @@ lint: $(STAMP)
 # hot_path.py runs issue 20's rows (transition_cost, mcp_latency, decision_latency, workflow_overhead, cli_startup)
 # and issue 21's audit chaining cost (audit_cost) three times each and prints them as one table with their same-run
 # baselines; hot_path_floors.py what the missed rows would cost without taskgate's code; audit_verify.py builds
-# 1,000,000 chained records and verifies them three times (~12 min); audit_inrow.py what the in-row layout would
-# cost a real transition (a prototype patched into the product in its own process).
+# 1,000,000 chained records and verifies them three times (~12 min).
 bench: $(STAMP)
 	$(BIN)/python benchmarks/hot_path.py
 	$(BIN)/python benchmarks/hot_path_floors.py
 	$(BIN)/python benchmarks/audit_queries.py
 	$(BIN)/python benchmarks/audit_verify.py --runs 3 --links
 	$(BIN)/python benchmarks/audit_layouts.py
-	$(BIN)/python benchmarks/audit_inrow.py
 	$(BIN)/python benchmarks/worktree_cost.py
 	$(BIN)/python benchmarks/recovery.py
 	$(BIN)/python benchmarks/console.py

@@ -14,7 +14,7 @@ Rows come on SQLite (the default) and on PostgreSQL where they apply (`--skip-pg
 | `project_decide` vs `session_status` (SQLite, PostgreSQL) | decision_latency.py |
 | workflow engine bare agent step vs one transition (SQLite, PostgreSQL) | workflow_overhead.py |
 | `taskgate --help` vs `python -c pass`; `serve` until `tools/list` vs a bare MCPServer | cli_startup.py |
-| issue 21: `start`, `plan_complete` with audit chaining vs without (SQLite FULL, PostgreSQL) | audit_cost.py |
+| issue 21: a transition plus its share of the audit linker vs alone; 200 walks (SQLite, PostgreSQL) | audit_cost.py |
 
 Run:  .venv/bin/python benchmarks/hot_path.py [--runs 3] [--skip-pg]      (~15 min on 2 cores; `make bench`)
 """
@@ -55,14 +55,14 @@ def scripts(skip_pg: bool) -> list[list[str]]:
         ["decision_latency.py", "--n", "30", "--warmup", "5"],
         ["workflow_overhead.py", "--runs", "3"],
         ["cli_startup.py", "--rounds", "1"],
-        ["audit_cost.py", "--n", "300", "--warmup", "30", "--profile-n", "100"],
+        ["audit_cost.py", "--n", "750", "--walks", "200"],
     ]
     if not skip_pg:
         found += [
             ["mcp_latency.py", "--n", "150", "--skip-http", "--postgres"],
             ["decision_latency.py", "--n", "30", "--warmup", "5", "--postgres"],
             ["workflow_overhead.py", "--runs", "3", "--postgres"],
-            ["audit_cost.py", "--n", "300", "--warmup", "30", "--profile-n", "100", "--postgres"],
+            ["audit_cost.py", "--n", "750", "--walks", "200", "--postgres"],
         ]
     return found
 

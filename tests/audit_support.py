@@ -11,6 +11,7 @@ from sqlalchemy import text
 
 from taskgate.application.audit_export import export
 from taskgate.application.audit_ledger import AuditLedger, Scope, VerifyReport
+from taskgate.application.audit_linking import link_pending
 from taskgate.infrastructure.audit_keys import AuditPublicKey, AuditSigner, create_key
 from taskgate.infrastructure.db.audit_store import CHECKPOINT_CHAIN
 from taskgate.infrastructure.system import SystemClock
@@ -70,9 +71,12 @@ async def record_count(target: Any) -> int:
     return total
 
 
-async def whole_chains(target: Any) -> dict[str, int]:
-    """Every chain's length, after checking that its links are seqs 1..N without a gap or a repeat, that every
-    audited record has exactly one link, and that its head row holds seq N and the hash of link N."""
+async def whole_chains(services: Any) -> dict[str, int]:
+    """Every chain's length, once the linker has linked every committed record, after checking that its links are
+    seqs 1..N without a gap or a repeat, that every audited record has exactly one link, and that its head row
+    holds seq N and the hash of link N."""
+    await link_pending(services.uow)
+    target = services
     links = await raw(target, "SELECT chain_id, count(*), min(chain_seq), max(chain_seq) FROM audit_links "
                               "GROUP BY chain_id")  # fmt: skip
     lengths = {}

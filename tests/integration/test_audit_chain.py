@@ -1,17 +1,19 @@
-"""The tamper-evident audit log on SQLite and PostgreSQL: every audited write is chained, checkpoints are signed,
-and `verify` names the first broken record for each way of editing the database by hand (issue 21)."""
+"""The tamper-evident audit log on SQLite and PostgreSQL: every audited write is chained by the linker after its
+commit, checkpoints are signed, and `verify` names the first broken record for each way of editing the database by
+hand (issue 21)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from datetime import timedelta
 
 import pytest
 
 from taskgate.application.audit_ledger import AuditLedger, Scope
+from taskgate.application.audit_linking import link_pending
 from taskgate.domain.audit_chain import session_chain
 from taskgate.infrastructure.audit_keys import create_key, load_public
-from taskgate.infrastructure.db import statements as sql
-from taskgate.infrastructure.db.audit_trail import AuditTrail, _PostgresSealer, _SqliteSealer
 from taskgate.infrastructure.system import SystemClock
 from tests.audit_support import Keys, raw
 from tests.builders import fire, seed, start
@@ -30,12 +32,14 @@ def ledger_of(services, key) -> AuditLedger:
 
 
 async def busy(services, git_repo, sessions: int = 2):
-    """A few sessions moved through some transitions: transitions, events and a blocked row to chain."""
+    """A few sessions moved through some transitions (transitions, events and a blocked row), then linked, as
+    `taskgate serve`'s linker does within a second."""
     seeded = await seed(services, git_repo, tasks=sessions)
     made = []
     for task in seeded.tasks:
         session = await start(services, task)
         made.append(await fire(services, session, "plan_complete", "suspend", "resume"))
+    assert await link_pending(services.uow) > 10
     return made
 
 
@@ -198,16 +202,26 @@ async def test_a_forged_checkpoint_signed_with_another_key_fails(sql_services, g
     assert report.findings[0].where == "checkpoint #1" and "not by the verifying key" in report.findings[0].problem
 
 
-async def test_a_record_added_by_hand_is_named(sql_services, git_repo, key):
+async def test_a_record_added_by_hand_below_the_mark_is_named(sql_services, git_repo, key):
+    # Every record at or below its table's mark was linked; one there without a link was not written by taskgate.
     sessions = await busy(sql_services, git_repo)
     await raw(
         sql_services,
-        "INSERT INTO events (session_id, kind, payload, at) VALUES (:s, 'decision.recorded', '{}', :at)",
+        "INSERT INTO events (id, session_id, kind, payload, at) VALUES (0, :s, 'decision.recorded', '{}', :at)",
         s=sessions[0].id,
         at=(SystemClock().now() - timedelta(hours=1)).replace(tzinfo=None),
     )
     report = await ledger_of(sql_services, key).verify(Scope(), record=False)
-    assert not report.ok and "has no link" in report.findings[-1].problem
+    assert not report.ok and report.findings[-1].where == "events 0" and "has no link" in report.findings[-1].problem
+
+
+async def test_a_verify_links_what_was_committed_before_it_first(sql_services, git_repo, key):
+    [session] = await busy(sql_services, git_repo, sessions=1)
+    await fire(sql_services, session, "suspend")  # a transition row and its events, not linked yet
+    assert (await ledger_of(sql_services, key).status())["pending_records"] >= 2
+    report = await ledger_of(sql_services, key).verify(Scope(), record=False)
+    assert report.ok and report.linked_now >= 2, [f.describe() for f in report.findings]
+    assert (await ledger_of(sql_services, key).status())["pending_records"] == 0
 
 
 async def test_prune_removes_a_finished_sessions_old_records_behind_a_signed_anchor(sql_services, git_repo, key):
@@ -234,11 +248,11 @@ async def test_a_reason_with_a_nul_character_is_refused_by_name_and_nothing_is_w
     assert await sql_services.snapshot() == before
 
 
-@pytest.mark.parametrize("appended", [1, 4, 5, 9])
-async def test_one_unit_appending_many_records_to_a_chain_links_them_all_in_order(sql_services, git_repo, key,
-                                                                                  appended):  # fmt: skip
-    # A transition links two records in one statement with the head's move on PostgreSQL (up to four); more go
-    # through the links' executemany and the head's UPDATE. Both ways must leave the same contiguous chain.
+@pytest.mark.parametrize(("appended", "batch"), [(1, 2000), (9, 2000), (9, 4), (40, 3)])
+async def test_records_one_unit_appended_are_linked_in_order_in_batches(sql_services, git_repo, key, appended,
+                                                                        batch):  # fmt: skip
+    # A batch holds `batch` records of each table; more go into the batches after it. Either way the chain ends
+    # contiguous, in the order the records were written.
     [session] = await busy(sql_services, git_repo, sessions=1)
     chain = session_chain(session.id)
     [[before]] = await raw(sql_services, "SELECT seq FROM audit_chains WHERE chain_id = :c", c=chain)
@@ -246,9 +260,11 @@ async def test_one_unit_appending_many_records_to_a_chain_links_them_all_in_orde
         for i in range(appended):
             await uow.events.append("test.noted", SystemClock().now(), {"i": i}, session.id)
         await uow.commit()
-    seqs = [row[0] for row in await raw(sql_services, "SELECT chain_seq FROM audit_links WHERE chain_id = :c "
-                                                      "ORDER BY chain_seq", c=chain)]  # fmt: skip
-    assert seqs == list(range(1, before + appended + 1))
+    assert await link_pending(sql_services.uow, batch=batch) == appended
+    rows = await raw(sql_services, "SELECT l.chain_seq, e.payload FROM audit_links l JOIN events e "
+                                   "ON l.record_table = 'events' AND e.id = l.record_id WHERE l.chain_id = :c "
+                                   "AND l.chain_seq > :b ORDER BY l.chain_seq", c=chain, b=before)  # fmt: skip
+    assert [(seq, _json(payload)["i"]) for seq, payload in rows] == [(before + 1 + i, i) for i in range(appended)]
     [[head]] = await raw(sql_services, "SELECT seq FROM audit_chains WHERE chain_id = :c", c=chain)
     assert head == before + appended
     report = await ledger_of(sql_services, key).verify(Scope(session_id=session.id), record=False)
@@ -256,69 +272,45 @@ async def test_one_unit_appending_many_records_to_a_chain_links_them_all_in_orde
     assert report.records == before + appended
 
 
-async def _noted_event(uow, session_id: str, note: str) -> tuple[int, dict]:
-    """An event inserted on `uow`'s connection but outside its repositories (so not on its trail): what another
-    writer of the same chain in the same transaction (the commit group's member before) would have added."""
-    values = {"kind": "test.noted", "at": SystemClock().now(), "payload": {"note": note}, "session_id": session_id}
-    result = await uow.events._conn.execute(sql.INSERT_EVENT, values)
-    return result.inserted_primary_key[0], values
+async def test_two_linkers_at_once_link_every_record_once(sql_services, git_repo, key):
+    # The second linker waits for the first one's marks, then starts after them: no record linked twice, none
+    # skipped (whole_chains checks both), whichever wins.
+    from tests.audit_support import whole_chains
 
-
-async def test_a_head_moved_after_the_session_was_read_is_linked_after_not_overwritten(sql_services, git_repo, key):
-    # A writer that locks the session reads its chain's head with it, and seals without reading it again: the
-    # head moves only from the seq read then. Here another writer moves it in between; the seal must notice,
-    # read the head again and link after it, so that both writers' records stay in one contiguous chain.
-    [session] = await busy(sql_services, git_repo, sessions=1)
-    chain = session_chain(session.id)
-    [[before]] = await raw(sql_services, "SELECT seq FROM audit_chains WHERE chain_id = :c", c=chain)
-    async with sql_services.uow(write=True) as uow:
-        await uow.sessions.get(session.id, lock=True)
-        other = AuditTrail(uow.events._conn, uow.events._dialect)
-        other.add("events", *await _noted_event(uow, session.id, "the other writer's"))
-        assert await other.seal() == 1
-        await uow.events.append("test.noted", SystemClock().now(), {"note": "this unit's"}, session.id)
-        await uow.commit()
-    rows = await raw(sql_services, "SELECT chain_seq FROM audit_links WHERE chain_id = :c ORDER BY chain_seq", c=chain)
-    assert [row[0] for row in rows] == list(range(1, before + 3))
-    report = await ledger_of(sql_services, key).verify(Scope(session_id=session.id), record=False)
-    assert report.ok, [f.describe() for f in report.findings]
-    assert report.records == before + 2
-
-
-async def test_a_fire_seals_its_records_without_reading_the_head_again(sql_services, git_repo, key, monkeypatch):
-    # The fire's session lock read the head with the session; its seal must not read (or lock) it again.
-    [session] = await busy(sql_services, git_repo, sessions=1)
-
-    async def no_head_read(_trail, chain):
-        raise AssertionError(f"the seal read the head of {chain} again")
-
-    for sealer in (_SqliteSealer, _PostgresSealer):
-        monkeypatch.setattr(sealer, "head", no_head_read)
-    await fire(sql_services, session, "suspend", "resume")
-    monkeypatch.undo()
-    report = await ledger_of(sql_services, key).verify(Scope(session_id=session.id), record=False)
+    sessions = await busy(sql_services, git_repo, sessions=3)
+    for session in sessions:
+        await fire(sql_services, session, "suspend", "resume")
+    linked = await asyncio.gather(*(link_pending(sql_services.uow, batch=5) for _ in range(4)))
+    assert sum(linked) >= 3 * 4
+    lengths = await whole_chains(sql_services)
+    assert all(lengths[session_chain(s.id)] > 6 for s in sessions)
+    report = await ledger_of(sql_services, key).verify(Scope(), record=False)
     assert report.ok, [f.describe() for f in report.findings]
 
 
 @pytest.mark.parametrize("sql_services", ["postgresql"], indirect=True)
-async def test_an_event_another_connection_commits_after_the_session_lock_is_linked_first(sql_services, git_repo,
-                                                                                            key):  # fmt: skip
-    # PostgreSQL, two connections: A locks the session (reading the head with it); B, which appends to the same
-    # chain without locking the session (as an agent's event does), commits in between. A's seal finds the head
-    # moved and links after B's record.
+async def test_a_record_whose_transaction_commits_after_a_later_one_is_not_skipped(sql_services, git_repo, key):
+    # PostgreSQL hands ids out before commit: A takes an event id, B a later one and commits first. A linker that
+    # marked B's id as linked without A's would skip A's record forever; its SHARE lock waits for A instead.
     [session] = await busy(sql_services, git_repo, sessions=1)
-    chain = session_chain(session.id)
-    [[before]] = await raw(sql_services, "SELECT seq FROM audit_chains WHERE chain_id = :c", c=chain)
     async with sql_services.uow(write=True) as a:
-        await a.sessions.get(session.id, lock=True)
+        await a.events.append("test.noted", SystemClock().now(), {"note": "A"}, session.id)
         async with sql_services.uow(write=True) as b:
             await b.events.append("test.noted", SystemClock().now(), {"note": "B"}, session.id)
             await b.commit()
-        await a.events.append("test.noted", SystemClock().now(), {"note": "A"}, session.id)
+        linking = asyncio.create_task(link_pending(sql_services.uow))
+        await asyncio.sleep(0.3)
+        assert not linking.done(), "the linker read its tops while A could still commit an id below them"
         await a.commit()
-    rows = await raw(sql_services, "SELECT l.chain_seq, e.payload FROM audit_links l JOIN events e "
-                                   "ON l.record_table = 'events' AND e.id = l.record_id WHERE l.chain_id = :c "
-                                   "ORDER BY l.chain_seq DESC LIMIT 2", c=chain)  # fmt: skip
-    assert [(seq, payload["note"]) for seq, payload in rows] == [(before + 2, "A"), (before + 1, "B")]
+    assert await asyncio.wait_for(linking, 10) == 2
+    rows = await raw(sql_services, "SELECT e.payload FROM audit_links l JOIN events e ON l.record_table = 'events' "
+                                   "AND e.id = l.record_id WHERE l.chain_id = :c ORDER BY l.chain_seq DESC LIMIT 2",
+                     c=session_chain(session.id))  # fmt: skip
+    assert sorted(_json(payload)["note"] for (payload,) in rows) == ["A", "B"]
     report = await ledger_of(sql_services, key).verify(Scope(session_id=session.id), record=False)
     assert report.ok, [f.describe() for f in report.findings]
+
+
+def _json(value):
+    """A JSON column as raw SQL reads it back: text on SQLite, decoded on PostgreSQL."""
+    return json.loads(value) if isinstance(value, str) else value

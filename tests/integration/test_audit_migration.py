@@ -28,7 +28,7 @@ pytestmark = pytest.mark.asyncio
 T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
 A = "00000000-0000-4000-8000-00000000000a"  # a session that went as far as an approval, then back to verifying
 B = "00000000-0000-4000-8000-00000000000b"  # a session whose start the WIP limit refused
-AUDIT_TABLES = {"audit_links", "audit_chains", "audit_checkpoints"}
+AUDIT_TABLES = {"audit_links", "audit_chains", "audit_marks", "audit_checkpoints"}
 
 
 @pytest.fixture(params=SQL_BACKENDS)
@@ -170,8 +170,13 @@ async def tables_of(database: Database) -> set[str]:
 
 
 async def assert_migrated_and_sealed(svc: Services, ledger, history: History) -> None:
-    """Every record linked in the documented order; verified unsigned; sealed once by checkpoint #1; verified."""
+    """Every record linked in the documented order, each table's linker mark at its newest record (0016: all of
+    them linked already); verified unsigned; sealed once by checkpoint #1; verified."""
     assert await chain_labels(svc, history) == CHAINS
+    marks = dict(await raw(svc, "SELECT record_table, linked_upto FROM audit_marks"))
+    tops = {table: (await raw(svc, f"SELECT coalesce(max({key}), 0) FROM {table}"))[0][0]
+            for table, key in (("transition_log", "seq"), ("decisions", "id"), ("events", "id"))}  # fmt: skip
+    assert marks == tops and all(tops.values())
     lengths = await whole_chains(svc)
     unsigned = await ledger.verify(Scope(), record=False)
     assert unsigned.ok, problems(unsigned)

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from taskgate.application.audit_ledger import Scope
+from taskgate.application.audit_linking import link_pending
 from taskgate.application.decisions import Decide
 from taskgate.application.outbox import Subscriber, WebhookDispatcher
 from taskgate.domain.audit_chain import session_chain
@@ -56,6 +57,7 @@ async def make_history(svc: Services, repo) -> History:
     before = SystemClock().now()
     late = await fire(svc, late, "cancel")
     running = await fire(svc, running, "suspend")
+    await link_pending(svc.uow)  # as `taskgate serve` does within a second
     return History(completed, late, running, before)
 
 
@@ -240,6 +242,7 @@ async def test_a_prune_waits_for_the_webhook_deliveries_still_pending(sql_servic
     hook = Subscriber("late", "http://127.0.0.1:9/hook", "s3cret", backfill="all")
     await WebhookDispatcher(svc.uow, SystemClock(), HttpWebhookSender(), [hook]).enqueue_new()
     ledger = ledger_of(svc, new_signer(tmp_path / "keys"))
+    await link_pending(svc.uow)
     first_event = await raw(
         svc,
         "SELECT min(chain_seq) FROM audit_links WHERE chain_id = :c AND record_table = 'events'",
@@ -254,3 +257,24 @@ async def test_a_prune_waits_for_the_webhook_deliveries_still_pending(sql_servic
     report = await ledger.prune(SystemClock().now())
     assert report.records["events"] > 0
     assert (await ledger.verify(Scope(), record=False)).ok
+
+
+async def test_records_taking_ids_a_prune_freed_are_linked_too(sql_services, git_repo, tmp_path):
+    """SQLite hands the largest rowid out again once its row is deleted: when a prune removes a table's newest
+    records, the next ones take their ids, below the linker's mark. The prune brings the mark down with them."""
+    svc = sql_services
+    seeded = await seed(svc, git_repo, tasks=1)
+    done = await fire(svc, await start(svc, seeded.tasks[0]), "plan_complete", "cancel")  # the newest records
+    await link_pending(svc.uow)
+    [[newest]] = await raw(svc, "SELECT max(id) FROM events")
+    ledger = ledger_of(svc, new_signer(tmp_path / "keys"))
+    assert (await ledger.prune(SystemClock().now())).records["events"] > 0
+    assert await records_of(svc, done.id) == dict.fromkeys(AUDITED_TABLES, 0)
+    async with svc.uow(write=True) as uow:  # a record after the prune (its own audit.pruned event is one too)
+        await uow.events.append("test.noted", SystemClock().now(), {"after": "prune"})
+        await uow.commit()
+    [[top]] = await raw(svc, "SELECT max(id) FROM events")
+    if svc.backend == "sqlite":
+        assert top <= newest, "the new records did not take the ids the prune freed: this test proves nothing"
+    report = await ledger.verify(Scope(), record=False)
+    assert report.ok and report.linked_now >= 2, [f.describe() for f in report.findings]  # not left "has no link"

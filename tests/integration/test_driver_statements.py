@@ -86,8 +86,6 @@ def through_sqlalchemy(conn: InlineConnection, statement, params) -> list[dict]:
         (sql.OPERATOR_BY_ID, {"id": "alice"}),
         (sql.DECISIONS_OF_VERIFICATION, {"session_id": "s-1", "session_version": 4}),
         (sql.COUNT_UNFINISHED_TASKS, {"plan_id": 1, "finished": "completed"}),
-        (sql.SESSION_WITH_HEAD, {"id": "s-1"}),  # no chain head yet: NULLs
-        (sql.SESSION_WITH_HEAD, {"id": "s-2"}),
     ],
 )
 async def test_a_hot_read_returns_what_sqlalchemy_returns(conn: InlineConnection, statement, params) -> None:
@@ -129,17 +127,6 @@ async def test_revoking_a_sessions_tokens_stores_and_counts_what_sqlalchemy_does
     assert len({row[0] for row in stored}) == 1  # the same text both ways
 
 
-async def test_a_known_head_moves_only_from_the_seq_it_was_read_at(conn: InlineConnection) -> None:
-    move = sql.move_known_head("sqlite")
-    head = {"chain_id": "session:s-2", "hash": "cd" * 32}
-    assert (await conn.execute(move, {**head, "old_seq": 6, "seq": 8})).rowcount == 0  # moved since: nothing
-    assert (await conn.execute(move, {**head, "old_seq": 7, "seq": 8})).rowcount == 1
-    created = {"chain_id": "session:s-1", "hash": "ef" * 32, "old_seq": 0, "seq": 2}
-    assert (await conn.execute(move, created)).rowcount == 1  # a chain's first head is created
-    rows = conn.sync_connection.exec_driver_sql("SELECT chain_id, seq, hash FROM audit_chains ORDER BY chain_id").all()
-    assert [tuple(r) for r in rows] == [("session:s-1", 2, "ef" * 32), ("session:s-2", 8, "cd" * 32)]
-
-
 async def test_a_version_checked_update_counts_rows_as_sqlalchemy_does(conn: InlineConnection) -> None:
     changes = {"state": "suspended", "version": 5, "updated_at": T0, "state_data": {"k": 1}}
     stale = await conn.execute(sql.UPDATE_SESSION, {**changes, "match_id": "s-1", "match_version": 3})
@@ -171,15 +158,6 @@ async def test_outside_a_transaction_a_hot_statement_goes_through_sqlalchemy(sql
             assert type(result).__name__ == "CursorResult"
     finally:
         await db.dispose()
-
-
-async def test_the_session_read_finds_its_chain_head_by_key_not_by_a_scan(conn: InlineConnection) -> None:
-    # Every transition runs it: a scan of audit_chains would grow with the number of sessions ever chained.
-    compiled = sql.SESSION_WITH_HEAD.compile(dialect=conn.sync_connection.dialect)
-    plan = conn.sync_connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled.string}", ("s-2",)).all()
-    details = [row[-1] for row in plan]
-    assert any(d.startswith("SEARCH audit_chains USING PRIMARY KEY") for d in details), details
-    assert not any(d.startswith("SCAN") for d in details), details
 
 
 async def test_in_lists_of_every_length_in_turn_read_what_sqlalchemy_reads(conn: InlineConnection) -> None:
@@ -218,7 +196,7 @@ async def test_a_session_update_does_not_look_up_the_sessions_rows_in_the_tables
     foreign key to sessions (FkCounter steps in the statement's program): a transition then cost more the longer
     the session's history (64 µs after 2,000 transitions of one session, 10 µs without). The repository writes
     the mutable columns only."""
-    repository = SqlAlchemySessionRepository(conn, "sqlite", None)
+    repository = SqlAlchemySessionRepository(conn, "sqlite")
     session = await repository.get("s-1")
     sent: list[str] = []
     dbapi = conn.sync_connection.connection.dbapi_connection
@@ -282,7 +260,7 @@ async def test_a_session_update_writes_only_the_scalars_that_changed_since_the_u
 ) -> None:
     """After a read in the same unit of work, an update sets only the scalar columns that differ from it, the JSON
     columns and the version; without one, every mutable column. Either way the stored row is the session given."""
-    read_first = SqlAlchemySessionRepository(conn, "sqlite", None)
+    read_first = SqlAlchemySessionRepository(conn, "sqlite")
     session = await read_first.get("s-1")
     moved = replace(session, state=SessionState.SUSPENDED, prior_state=SessionState.EXECUTING, version=5, updated_at=T0)
     assert _set_columns(await _sent_update(conn, read_first.update(moved, expected_version=4))) == {
@@ -292,21 +270,21 @@ async def test_a_session_update_writes_only_the_scalars_that_changed_since_the_u
     assert _set_columns(await _sent_update(conn, read_first.update(back, expected_version=5))) == {
         "state", "prior_state", "version", "state_data", "workflow_stack"
     }  # fmt: skip
-    blind = SqlAlchemySessionRepository(conn, "sqlite", None)  # never read it: writes every mutable column
+    blind = SqlAlchemySessionRepository(conn, "sqlite")  # never read it: writes every mutable column
     last = replace(back, version=7, branch_name="tg/s-1")
     written = _set_columns(await _sent_update(conn, blind.update(last, expected_version=6)))
     assert {"state", "state_data", "workflow_stack", "branch_name", "version", "node_id"} <= written
-    assert await SqlAlchemySessionRepository(conn, "sqlite", None).get("s-1") == last
+    assert await SqlAlchemySessionRepository(conn, "sqlite").get("s-1") == last
 
 
 async def test_a_json_column_changed_in_place_after_the_read_is_written(conn: InlineConnection) -> None:
     """A workflow frame holds its stack entry's own lists: a change made in place reaches the session the unit
     read as well, so comparing with that read would find nothing to write."""
-    repository = SqlAlchemySessionRepository(conn, "sqlite", None)
+    repository = SqlAlchemySessionRepository(conn, "sqlite")
     session = await repository.get("s-1")
     session.state_data["k"]["n"] = 2  # in place: the repository's read shares this dict
     await repository.update(replace(session, version=5), expected_version=4)
-    assert (await SqlAlchemySessionRepository(conn, "sqlite", None).get("s-1")).state_data == {"k": {"n": 2}}
+    assert (await SqlAlchemySessionRepository(conn, "sqlite").get("s-1")).state_data == {"k": {"n": 2}}
 
 
 async def _sent_update(conn: InlineConnection, update) -> str:
@@ -327,8 +305,8 @@ def _set_columns(statement: str) -> set[str]:
 
 
 async def test_the_very_session_the_unit_read_changed_in_place_is_written_whole(conn: InlineConnection) -> None:
-    repository = SqlAlchemySessionRepository(conn, "sqlite", None)
+    repository = SqlAlchemySessionRepository(conn, "sqlite")
     session = await repository.get("s-1")
     session.branch_name = "tg/s-1"  # the object the repository remembers, changed in place; the version stays (as
     await repository.update(session, expected_version=4)  # an annotation's does), so only identity tells
-    assert (await SqlAlchemySessionRepository(conn, "sqlite", None).get("s-1")).branch_name == "tg/s-1"
+    assert (await SqlAlchemySessionRepository(conn, "sqlite").get("s-1")).branch_name == "tg/s-1"

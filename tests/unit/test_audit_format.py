@@ -23,13 +23,13 @@ from taskgate.domain.audit_chain import (
     FORMAT,
     GENESIS,
     PRIMARY_KEYS,
-    appended_fields,
     canonical_fields,
     canonical_time,
     canonical_value,
     chain_of,
     encode,
     link_hash,
+    link_records,
     session_chain,
 )
 from taskgate.domain.audit_checkpoints import Checkpoint, digest
@@ -289,18 +289,39 @@ EVENT_ROW = {"id": 12, "session_id": None, "kind": "operator.added", "payload": 
              "at": datetime(2026, 11, 27, 9, 1, tzinfo=UTC)}  # fmt: skip
 
 
-@pytest.mark.parametrize("table", ["transition_log", "decisions", "events"])
-def test_an_appended_records_fields_are_its_canonical_fields(table):
-    row = {"transition_log": APPROVAL, "decisions": DECISION_ROW, "events": EVENT_ROW}[table]
-    key = PRIMARY_KEYS[table]
-    values = {name: value for name, value in row.items() if name != key}
-    assert appended_fields(table, values, 77) == canonical_fields(table, {**values, key: 77})
+def _record(table: str, row: dict, record_id: int, **changes) -> tuple[str, int, dict, bool]:
+    fields = canonical_fields(table, {**row, **changes, PRIMARY_KEYS[table]: record_id})
+    return table, record_id, fields, record_id % 2 == 0  # plain or not: the same hash either way for these
 
 
-def test_an_appended_record_missing_a_field_is_a_key_error_naming_it():
-    values = {k: v for k, v in APPROVAL.items() if k not in ("seq", "guard_results")}
-    with pytest.raises(KeyError, match="guard_results"):
-        appended_fields("transition_log", values, 1)
+def test_the_linker_orders_a_chains_records_by_time_then_table_then_id_after_its_head():
+    at = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)
+    event = {**EVENT_ROW, "session_id": SESSION}
+    records = [  # as read: table by table, each in id order
+        _record("transition_log", APPROVAL, 50, at=at),
+        _record("transition_log", APPROVAL, 40, at=at.replace(minute=5)),
+        _record("decisions", DECISION_ROW, 9, at=at),
+        _record("events", event, 31, at=at),
+        _record("events", event, 30, at=at),
+        _record("events", EVENT_ROW, 32),  # no session: the chain of its kind
+    ]
+    head = (7, "ab" * 32)
+    links, heads = link_records({f"session:{SESSION}": head}, records)
+    chained = [(chain, table, record_id, seq) for chain, seq, table, record_id, _hash in links]
+    assert chained == [
+        ("global:operator", "events", 32, 1),
+        (f"session:{SESSION}", "transition_log", 50, 8),
+        (f"session:{SESSION}", "decisions", 9, 9),
+        (f"session:{SESSION}", "events", 30, 10),
+        (f"session:{SESSION}", "events", 31, 11),
+        (f"session:{SESSION}", "transition_log", 40, 12),
+    ]
+    prev, fields_of = head[1], {(t, i): f for t, i, f, _plain in records}
+    for chain, seq, table, record_id, hashed in links[1:]:
+        prev = link_hash(chain, seq, prev, table, fields_of[(table, record_id)])
+        assert hashed == prev
+    assert heads == {"global:operator": (1, links[0][4]), f"session:{SESSION}": (12, prev)}
+    assert links[0][4] == link_hash("global:operator", 1, GENESIS, "events", fields_of[("events", 32)])
 
 
 def test_a_missing_audited_field_is_a_key_error_naming_it():

@@ -23,6 +23,7 @@ from taskgate.application.audit_ledger import (
     links_in,
     walk_checkpoints,
 )
+from taskgate.application.audit_linking import link_pending
 from taskgate.application.audit_ports import AuditUnitOfWorkFactory, PublicKey
 from taskgate.application.ports import Clock
 from taskgate.domain.audit_chain import FORMAT, canonical_value
@@ -37,8 +38,10 @@ def _line(obj: dict[str, Any]) -> str:
 
 async def export(uow: AuditUnitOfWorkFactory, clock: Clock, scope: Scope, key_id: str | None,
                  write: Callable[[str], None], progress: Progress | None = None) -> dict[str, int]:  # fmt: skip
-    """Write the scope's export, a line at a time, from one read transaction; the counts written. `progress` is
-    told the records written, every PROGRESS_EVERY and once at the end."""
+    """Write the scope's export, a line at a time, from one read transaction, once every record committed before
+    it is linked; the counts written. `progress` is told the records written, every PROGRESS_EVERY and once at
+    the end."""
+    await link_pending(uow)
     counts = {"checkpoints": 0, "records": 0}
     async with uow(write=False) as unit:
         write(_line({"type": "header", "format": FORMAT, "exported_at": canonical_value(clock.now()),

@@ -1,8 +1,9 @@
 """The audit ledger: signed checkpoints over the chains, verification, retention (docs/audit.md).
 
-Every audited record is chained as it is written (infrastructure/db/audit_trail.py). This service signs
-checkpoints over the chains' heads (on demand, and every `[audit] checkpoint_interval_s` from the sweeper's turn),
-re-computes the chains to verify them, and prunes finished sessions' old records behind a signed anchor.
+Every audited record is chained after its commit by the linker (application/audit_linking.py). This service
+links what is pending, then signs checkpoints over the chains' heads (on demand, and every `[audit]
+checkpoint_interval_s` from the sweeper's turn), re-computes the chains to verify them, and prunes finished
+sessions' old records behind a signed anchor.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from taskgate.application.audit_linking import link_pending
 from taskgate.application.audit_ports import (
     AuditUnitOfWork,
     AuditUnitOfWorkFactory,
@@ -64,6 +66,7 @@ class VerifyReport:
     chains: int = 0
     checkpoints: int = 0
     unsigned: int = 0
+    linked_now: int = 0
     last_checkpoint: dict[str, Any] | None = None
     findings: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
@@ -76,7 +79,7 @@ class VerifyReport:
         findings = [f.as_dict() for f in self.findings[:_MAX_FINDINGS]]
         return {"ok": self.ok, "scope": self.scope.as_dict(), "key": self.key_id, "records": self.records,
                 "chains": self.chains, "checkpoints": self.checkpoints, "unsigned_records": self.unsigned,
-                "last_checkpoint": self.last_checkpoint, "findings": findings,
+                "linked_now": self.linked_now, "last_checkpoint": self.last_checkpoint, "findings": findings,
                 "seconds": round(self.seconds, 3)}  # fmt: skip
 
 
@@ -128,10 +131,13 @@ class AuditLedger:
         self, reason: str = "demand", *, only_if_grown: bool = False, actor: str = "system"
     ) -> Checkpoint | None:
         """Sign the heads of every chain that grew since it was last signed. `only_if_grown`: none if none grew.
-        `actor` (who asked) is signed into the checkpoint's body.
+        `actor` (who asked) is signed into the checkpoint's body. Every record committed before it is linked
+        first, so the heads signed cover it.
 
         Raises: InvalidInput when this process has no signing key.
         """
+        self._require_signer()
+        await self.link()
         async with self._uow(write=True) as uow:
             cp = await self._checkpoint_in(uow, reason, {}, only_if_grown=only_if_grown, actor=actor)
             if cp is not None:
@@ -143,6 +149,7 @@ class AuditLedger:
         migration to 0014 (or written before any key existed): made at start when this process has the key."""
         if self._keys.signer() is None:
             return None
+        await self.link()
         async with self._uow(write=False) as uow:
             if await uow.audit.last_checkpoint_at() is not None or not await uow.audit.unsigned_heads():
                 return None
@@ -172,6 +179,10 @@ class AuditLedger:
         await uow.audit.add_checkpoint(cp.number, now, reason, body, signer.sign(body), signer.key_id, heads)
         return cp
 
+    async def link(self) -> int:
+        """Link every audited record committed so far (application/audit_linking.py); how many were."""
+        return await link_pending(self._uow)
+
     def _require_signer(self) -> Signer:
         signer = self._keys.signer()
         if signer is None:
@@ -198,6 +209,7 @@ class AuditLedger:
         if key is None:
             raise InvalidInput("no public key to verify with: pass --public-key, or run `taskgate init` for one")
         started, report = time.perf_counter(), VerifyReport(scope, key.key_id)
+        report.linked_now = await self.link()  # what is committed is verified, not left pending
         async with self._uow(write=False) as uow:
             # Checkpoints and head rows first: a record appended while the links are read only extends a chain.
             checks = verify_checkpoints(await uow.audit.checkpoints(), key.key_id, key.verifies)
@@ -230,6 +242,7 @@ class AuditLedger:
             raise InvalidInput("--before must carry a timezone")
         if not dry_run:  # a dry run signs nothing: a machine that can only verify may ask what a prune would remove
             self._require_signer()
+        await self.link()  # a record waiting for its link is neither prunable nor left behind unlinked
         async with self._uow(write=True) as uow:
             finished = await uow.audit.sessions_in(TERMINAL_STATES)
             points = await uow.audit.prunable(before, finished)
@@ -256,6 +269,7 @@ class AuditLedger:
             heads = await uow.audit.stored_heads()
             unsigned = await uow.audit.unsigned_heads()
             unsigned_records = await uow.audit.unsigned_records()
+            pending = await uow.audit.pending_records()
             verified = await uow.events.list(None, 1, kind=VERIFIED_EVENT)
         last = Checkpoint.parse(stored[-1].body) if stored else None
         key_id, can_sign, key_error = None, False, None
@@ -274,6 +288,7 @@ class AuditLedger:
             "records": sum(seq for seq, _hash in heads.values()),
             "unsigned_chains": len(unsigned),
             "unsigned_records": unsigned_records,
+            "pending_records": pending,
             "last_verified": _verified(verified[-1]) if verified else None,
         }
 

@@ -69,7 +69,23 @@ class AuditRepository(Protocol):
         ...
 
     async def unlinked(self, chain: str | None, since: datetime | None, limit: int) -> list[tuple[str, int]]:
-        """Audited records that have no link: (table, id), at most `limit`."""
+        """Audited records at or below their table's mark that have no link: (table, id), at most `limit`."""
+        ...
+
+    async def pending_records(self) -> int:
+        """How many audited records wait for the linker (above their table's mark)."""
+        ...
+
+    async def committed_tops(self) -> dict[str, int] | None:
+        """Per audited table, the largest id no uncommitted transaction can still hold (PostgreSQL: read under a
+        SHARE lock that waits for the tables' writers; it holds until this transaction ends); None, with no lock
+        taken, when no table has a record above its mark."""
+        ...
+
+    async def link_pending(self, tops: dict[str, int], limit: int) -> tuple[int, bool]:
+        """Link up to `limit` records of each table above its mark and at most its top, into their chains, and
+        move the marks; holds the marks for this transaction. Returns how many were linked and whether any table
+        has more below its top."""
         ...
 
     async def sessions_in(self, states: Iterable[SessionState]) -> list[str]:

@@ -9,18 +9,17 @@ the record before it in its chain (the genesis hash, 64 zeros, for the first). C
 format's name.
 
 Chains: a session's records form the chain `session:<id>`; a record of no session forms the chain of its event
-kind's noun (`global:operator`, `global:task`, …). Concurrent writers thus meet on a chain only when they write the
-same session, which they already serialise on.
+kind's noun (`global:operator`, `global:task`, …). Records are linked after their commit, in batches, by one
+linker at a time (`link_records`, application/audit_linking.py): writers never meet on a chain.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from enum import Enum
-from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -60,6 +59,10 @@ AUDITED_FIELDS: dict[str, tuple[str, ...]] = {
     "events": ("id", "session_id", "kind", "payload", "at"),
 }
 PRIMARY_KEYS = {"transition_log": "seq", "decisions": "id", "events": "id"}
+# A chain's records are linked in the order of their time, then of this rank, then of their id: within one instant
+# the order a fire writes them (its transition row, a decision, their events). Migration 0014 linked the records
+# written before the chains existed in the same order.
+TABLE_RANK = {"transition_log": 0, "decisions": 1, "events": 2}
 
 
 def chain_of(table: str, fields: Mapping[str, Any]) -> str:
@@ -117,26 +120,6 @@ def canonical_fields(table: str, row: Mapping[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def appended_fields(table: str, values: Mapping[str, Any], record_id: int) -> dict[str, Any]:
-    """`canonical_fields` of a record just appended with `values` (every audited field but its primary key) and
-    the id the database gave it, without copying `values` first: the append path runs this for every record.
-
-    Raises: KeyError for a missing field.
-    """
-    names, values_of, key = _APPENDED[table]
-    fields = dict(zip(names, values_of(values), strict=True))
-    fields[key] = record_id
-    fields["at"] = canonical_time(fields["at"])
-    return fields
-
-
-_APPENDED = {
-    table: (names, itemgetter(*names), PRIMARY_KEYS[table])
-    for table, fields in AUDITED_FIELDS.items()
-    for names in [tuple(name for name in fields if name != PRIMARY_KEYS[table])]
-}
-
-
 # The reference encoder, built once: `json.dumps` with options builds a new one per call, which cost a third of a link.
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 # orjson writes the same bytes as the reference several times faster (0.5 µs against 3.3 for a transition row),
@@ -150,8 +133,10 @@ _SORTED_KEYS = orjson.OPT_SORT_KEYS
 _LEAVES = frozenset({str, int, bool, type(None)})
 
 
-def encode(value: Any) -> bytes:
+def encode(value: Any, *, plain: bool = False) -> bytes:
     """The canonical JSON bytes of `value` (sorted keys, no spaces, ASCII with backslash-u escapes, no NaN).
+    `plain`: the caller vouches that `value` holds only dicts, lists, texts, integers, booleans and None (no
+    float): the walk that looks for anything else is skipped.
 
     Raises: ValueError for NaN or an infinity, TypeError for an object JSON cannot hold (the reference's errors).
     """
@@ -159,12 +144,12 @@ def encode(value: Any) -> bytes:
         fast = orjson.dumps(value, option=_SORTED_KEYS)
     except TypeError:  # orjson.JSONEncodeError: a type, an integer, a key or a text orjson refuses
         return _ENCODER.encode(value).encode()
-    if not fast.isascii() or b"\x7f" in fast or (type(value) not in _LEAVES and _needs_reference(value)):
+    if not fast.isascii() or b"\x7f" in fast or (not plain and type(value) not in _LEAVES and needs_reference(value)):
         return _ENCODER.encode(value).encode()
     return fast
 
 
-def _needs_reference(value: Any) -> bool:
+def needs_reference(value: Any) -> bool:
     """Whether `value` holds, at any depth, a float or an object that orjson writes and the reference refuses (a
     datetime, a UUID, a dataclass, a plain enum): the reference must then write it, or raise. A flat walk: a
     recursive one cost twice as much, and filtering each container's leaves with `map`/`compress` more than this
@@ -191,6 +176,40 @@ def _needs_reference(value: Any) -> bool:
     return False
 
 
-def link_hash(chain: str, seq: int, prev: str, table: str, fields: Mapping[str, Any]) -> str:
-    """The hash of the record at `seq` of `chain`, after the record whose hash is `prev`; `fields` canonical."""
-    return hashlib.sha256(encode([FORMAT, chain, seq, prev, table, fields])).hexdigest()
+def link_hash(chain: str, seq: int, prev: str, table: str, fields: Mapping[str, Any], *, plain: bool = False) -> str:
+    """The hash of the record at `seq` of `chain`, after the record whose hash is `prev`; `fields` canonical
+    (`plain`: holding no float nor any object but JSON's, as `encode` says)."""
+    return hashlib.sha256(encode([FORMAT, chain, seq, prev, table, fields], plain=plain)).hexdigest()
+
+
+Record = tuple[str, int, dict[str, Any], bool]
+"""A record to link: its table, its id, its canonical fields, and whether they are plain (see `encode`)."""
+
+
+def link_records(
+    heads: Mapping[str, tuple[int, str]], records: Iterable[Record]
+) -> tuple[list[tuple[str, int, str, int, str]], dict[str, tuple[int, str]]]:
+    """Link `records` into their chains after the chains' `heads` (seq, hash; a chain not in `heads` starts at the
+    genesis), each chain's in the order (time, TABLE_RANK, id).
+
+    Returns the links, as rows of `audit_links` (chain, seq, table, record id, hash), and the new head of every
+    chain that grew.
+    """
+    by_chain: dict[str, list[Record]] = {}
+    for record in records:
+        by_chain.setdefault(chain_of(record[0], record[2]), []).append(record)
+    links: list[tuple[str, int, str, int, str]] = []
+    moved: dict[str, tuple[int, str]] = {}
+    for chain in sorted(by_chain):
+        seq, prev = heads.get(chain, (0, GENESIS))
+        for table, record_id, fields, plain in sorted(by_chain[chain], key=_link_order):
+            seq += 1
+            prev = link_hash(chain, seq, prev, table, fields, plain=plain)
+            links.append((chain, seq, table, record_id, prev))
+        moved[chain] = (seq, prev)
+    return links, moved
+
+
+def _link_order(record: Record) -> tuple[str, int, int]:
+    table, record_id, fields, _plain = record
+    return fields["at"], TABLE_RANK[table], record_id  # `at` as canonical text: fixed width, so it sorts as time

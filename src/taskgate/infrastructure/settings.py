@@ -227,6 +227,9 @@ class AuditSettings(BaseModel):
     key_file: Path | None = None
     # How often the sweeper's turn signs a checkpoint over the chains that grew (0: only on demand).
     checkpoint_interval_s: float = Field(default=300.0, ge=0, le=7 * 86_400)
+    # How often `taskgate serve` links the audited records committed since its last pass (0: only before a
+    # checkpoint, verify, export or prune). Until linked, a record is not yet covered by its chain.
+    link_interval_s: float = Field(default=1.0, ge=0, le=3600)
 
 
 class OutputsSettings(BaseModel):

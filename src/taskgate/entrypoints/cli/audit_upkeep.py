@@ -68,6 +68,15 @@ def _status_lines(status: dict[str, Any]) -> list[tuple[str, str]]:
         ("checkpoints", str(status["checkpoints"])),
         ("last checkpoint", _checkpoint_line(last)),
         ("not yet signed", unsigned),
+        (
+            "not yet linked",
+            f"{status['pending_records']} record(s)"
+            + (
+                ": `taskgate serve` links them within a second; a checkpoint, verify or export links them first"
+                if status["pending_records"]
+                else ""
+            ),
+        ),
         ("last verified", _verified_line(verified)),
     ]
 

@@ -49,6 +49,9 @@ class AuditStatusOut(BaseModel):
     records: int = Field(description="Records ever chained (pruned ones included).")
     unsigned_chains: int = Field(description="Chains holding records that no checkpoint covers yet.")
     unsigned_records: int = Field(default=0, description="Records that no checkpoint covers yet.")
+    pending_records: int = Field(
+        default=0, description="Records committed but not linked into their chain yet (the linker runs every second)."
+    )
     last_verified: LastVerification | None
 
     @classmethod
@@ -72,6 +75,7 @@ class VerifyOut(BaseModel):
     chains: int
     checkpoints: int
     unsigned_records: int = Field(description="Records written after the newest checkpoint: chained, not signed.")
+    linked_now: int = Field(default=0, description="Records this verify linked first (committed, not linked yet).")
     last_checkpoint: SignedCheckpoint | None
     findings: list[FindingOut] = Field(description="In the order met, the first broken thing first (100 at most).")
     seconds: float
@@ -157,6 +161,8 @@ def _status_line(status: dict[str, Any]) -> str:
     if last is not None and last.get("first"):
         verified += f" (first: {last['first']})"
     unsigned = f"{status['unsigned_records']} record(s) in {status['unsigned_chains']} chain(s) no checkpoint covers"
+    if status.get("pending_records"):
+        unsigned += f", {status['pending_records']} waiting for their link"
     key = f"; the key file cannot be read: {status['key_error']}" if status.get("key_error") else ""
     return f"{signed}; {verified}; {unsigned}{key}"
 

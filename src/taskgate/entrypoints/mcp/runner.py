@@ -42,6 +42,7 @@ class _OpenApp:
         beating = await _start_heartbeat(app)
         sweeping = _start_sweeper(self.settings, app)
         sealing = asyncio.create_task(_seal_audit_log(app), name="taskgate-audit-seal")  # off the first answer's path
+        linking = _start_linker(self.settings, app)
         delivering = None
         try:
             delivering = _start_webhooks(self.settings, app)  # raises for a webhook whose secret is missing
@@ -51,6 +52,7 @@ class _OpenApp:
             await asyncio.wait({sealing}, timeout=_WEBHOOK_GRACE_S)  # a checkpoint in flight is signed, not cut
             sealing.cancel()
             await _stop_webhooks(delivering)
+            await _stop_sweeper(linking)  # a pass in flight rolls back whole; the next start links its records
             await _stop_sweeper(sweeping)
             await _stop_sweeper(beating)
             await app.close()
@@ -91,6 +93,17 @@ async def _start_heartbeat(app: App) -> tuple[asyncio.Event, asyncio.Task[None]]
     await app.nodes.beat()
     stop = asyncio.Event()
     return stop, asyncio.create_task(app.nodes.run(stop), name="taskgate-node-heartbeat")
+
+
+def _start_linker(settings: Settings, app: App) -> tuple[asyncio.Event, asyncio.Task[None]] | None:
+    """The audit linker (application/audit_linking.py) every `[audit] link_interval_s`, unless that is 0."""
+    if settings.audit.link_interval_s <= 0 or app.uow is None:
+        return None
+    from taskgate.application.audit_linking import run_linker
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_linker(app.uow, settings.audit.link_interval_s, stop), name="taskgate-audit-link")
+    return stop, task
 
 
 def _start_sweeper(settings: Settings, app: App) -> tuple[asyncio.Event, asyncio.Task[None]] | None:

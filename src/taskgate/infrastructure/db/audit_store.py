@@ -1,4 +1,5 @@
-"""The audit chains' storage: checkpoints, chain heads, and the links read back with their records to verify them.
+"""The audit chains' storage: checkpoints, chain heads, and the links read back with their records to verify them
+(the linker's half, which writes the links, is audit_link_store.py).
 
 `links()` reads a batch of links in (chain, seq) order, each joined to its record (one LEFT JOIN per audited
 table, so a deleted record comes back as a link without fields) and to the link before it (so a window that
@@ -21,13 +22,13 @@ from taskgate.domain.audit_verify import LinkRow
 from taskgate.domain.states import SessionState
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
-from taskgate.infrastructure.db.repository_base import SqlRepository
+from taskgate.infrastructure.db.audit_link_store import AUDITED_TABLES, AuditLinkStore, mark_of
 
 # The checkpoint chain's head row: the last checkpoint's number and body hash; never a record chain. A checkpoint
 # locks it first, then raises `signed_seq` on chain heads in sorted order; appenders lock chain heads in sorted
 # order too. "!" sorts before every chain id ("global:", "session:"), so all take these locks in one order.
 CHECKPOINT_CHAIN = "!checkpoints"
-_TABLES = {"transition_log": t.transition_log, "decisions": t.decisions, "events": t.events}
+_TABLES = AUDITED_TABLES
 _PREFIX = {"transition_log": "tl_", "decisions": "d_", "events": "e_"}
 _links, _prev, _chains = t.audit_links, t.audit_links.alias("prev"), t.audit_chains
 
@@ -69,7 +70,7 @@ _OUTBOX_NEEDS = (
 _record_at = func.coalesce(*(table.c.at for table in _TABLES.values()))
 
 
-class SqlAlchemyAuditRepository(SqlRepository):
+class SqlAlchemyAuditRepository(AuditLinkStore):
     async def lock_checkpoints(self) -> tuple[int, str]:
         row = (await self._conn.execute(sql.lock_chain(self._dialect), {"chain_id": CHECKPOINT_CHAIN})).mappings()
         head = row.first()
@@ -126,7 +127,7 @@ class SqlAlchemyAuditRepository(SqlRepository):
         found: list[tuple[str, int]] = []
         for name, table in _TABLES.items():
             key = table.c[PRIMARY_KEYS[name]]
-            stmt = select(key).where(self._unlinked(name, key))
+            stmt = select(key).where(key <= mark_of(name), self._unlinked(name, key))  # above it: not linked yet
             if chain is not None:
                 stmt = stmt.where(table.c.session_id == chain.removeprefix("session:"))
             if since is not None:
@@ -177,6 +178,7 @@ class SqlAlchemyAuditRepository(SqlRepository):
                 result = await self._conn.execute(delete(table).where(table.c[PRIMARY_KEYS[name]].in_(ids)))
                 removed[name] += int(result.rowcount or 0)
             await self._conn.execute(delete(_links).where(upto))
+        await self.lower_marks_to_tops()
         return removed
 
 

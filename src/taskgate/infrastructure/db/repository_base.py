@@ -11,16 +11,12 @@ on SQLite the unit of work already holds the database write lock (`BEGIN IMMEDIA
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Select
 
-from taskgate.domain.errors import StorageError
 from taskgate.domain.states import TERMINAL_STATES
 from taskgate.infrastructure.db.engine import AnyConnection
-
-if TYPE_CHECKING:
-    from taskgate.infrastructure.db.audit_trail import AuditTrail
 
 TERMINAL = [s.value for s in TERMINAL_STATES]
 _INTEGER_IDS = range(-(2**31), 2**31)  # INTEGER id columns: 32-bit on PostgreSQL, 64-bit on SQLite
@@ -34,16 +30,10 @@ def storable(ident: int) -> bool:
 
 class SqlRepository:
     """The base of every repository on SQLAlchemy here (audit_store.py's too): the unit of work's connection and
-    dialect, its audit trail, and the few helpers every repository uses to run its statements."""
+    dialect, and the few helpers every repository uses to run its statements."""
 
-    def __init__(self, conn: AnyConnection, dialect: str, trail: AuditTrail | None = None) -> None:
+    def __init__(self, conn: AnyConnection, dialect: str) -> None:
         self._conn, self._dialect = conn, dialect
-        self._trail = trail  # where an audited record goes to be chained at commit (audit_trail.py)
-
-    def _audited(self, table: str, record_id: int, values: dict[str, Any]) -> None:
-        if self._trail is None:
-            raise StorageError(f"{type(self).__name__} appends audited records: it needs its unit of work's trail")
-        self._trail.add(table, record_id, values)
 
     def _pick(self, plain: Select[Any], for_update: Select[Any], lock: bool) -> Select[Any]:
         return for_update if lock and self._dialect == "postgresql" else plain

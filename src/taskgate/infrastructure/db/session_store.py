@@ -1,20 +1,19 @@
 """Sessions and what is recorded of them: the transition log, the event log, decisions and snapshots.
 
-Transition rows, events and decisions are audited: each goes to the unit of work's audit trail (audit_trail.py)
-to be chained in the transaction that writes it.
+Transition rows, events and decisions are audited: the linker chains each after its commit
+(application/audit_linking.py); writing one here is a plain INSERT.
 """
 
 from __future__ import annotations
 
 from dataclasses import fields
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from taskgate.application.ports import TransitionQuery
-from taskgate.domain.audit_chain import session_chain
 from taskgate.domain.entities import (
     Compensation,
     Decision,
@@ -31,16 +30,13 @@ from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.engine import AnyConnection
 from taskgate.infrastructure.db.repository_base import TERMINAL, SqlRepository
 
-if TYPE_CHECKING:
-    from taskgate.infrastructure.db.audit_trail import AuditTrail
-
 
 class SqlAlchemySessionRepository(SqlRepository):
     """Sessions. A unit of work's repository remembers the sessions it read or wrote, so that an update writes only
     the columns that changed since (`update`)."""
 
-    def __init__(self, conn: AnyConnection, dialect: str, trail: AuditTrail | None = None) -> None:
-        super().__init__(conn, dialect, trail)
+    def __init__(self, conn: AnyConnection, dialect: str) -> None:
+        super().__init__(conn, dialect)
         self._known: dict[str, Session] = {}
 
     async def add(self, session: Session) -> None:
@@ -50,23 +46,13 @@ class SqlAlchemySessionRepository(SqlRepository):
             raise SessionAlreadyActive(f"task {session.task_id} already has an active session") from exc
 
     async def get(self, session_id: str, *, lock: bool = False) -> Session:
-        """The session; `lock=True` (a writer of its records) also reads its chain's head for the trail, so that
-        sealing them at commit needs no statement to read it (audit_trail.py)."""
-        if lock and self._trail is not None:
-            row = await self._with_head(session_id, self._trail)
-        else:
-            row = await self._one(self._pick(sql.SESSION_BY_ID, sql.SESSION_BY_ID_FOR_UPDATE, lock), {"id": session_id})
+        """The session; `lock=True` holds its row for this transaction (PostgreSQL: FOR UPDATE; SQLite's unit of
+        work holds the write lock already)."""
+        row = await self._one(self._pick(sql.SESSION_BY_ID, sql.SESSION_BY_ID_FOR_UPDATE, lock), {"id": session_id})
         if row is None:
             raise SessionNotFound(session_id)
         session = self._known[session_id] = _session(row)
         return session
-
-    async def _with_head(self, session_id: str, trail: AuditTrail) -> Any:
-        stmt = sql.SESSION_WITH_HEAD_FOR_UPDATE if self._dialect == "postgresql" else sql.SESSION_WITH_HEAD
-        row = await self._one(stmt, {"id": session_id})
-        if row is not None:
-            trail.known_head(session_chain(session_id), row["head_seq"], row["head_hash"])
-        return row
 
     async def update(self, session: Session, expected_version: int) -> None:
         """Write the session's mutable columns, if its row is still at `expected_version`. Its identity (id, task,
@@ -134,9 +120,7 @@ class SqlAlchemySessionRepository(SqlRepository):
 class SqlAlchemyTransitionLog(SqlRepository):
     async def append(self, record: TransitionRecord) -> int:
         values = _record_values(record)
-        seq = (await self._conn.execute(sql.INSERT_TRANSITION, values)).inserted_primary_key[0]
-        self._audited("transition_log", seq, values)
-        return seq
+        return (await self._conn.execute(sql.INSERT_TRANSITION, values)).inserted_primary_key[0]
 
     async def history(self, session_id: str, *, limit: int) -> list[TransitionRecord]:
         rows = (await self._conn.execute(sql.HISTORY, {"session_id": session_id, "limit": limit})).all()
@@ -166,7 +150,7 @@ class SqlAlchemyTransitionLog(SqlRepository):
 class SqlAlchemyEventLog(SqlRepository):
     async def append(self, kind: str, at: datetime, payload: dict[str, Any], session_id: str | None = None) -> None:
         values = {"kind": kind, "at": at, "payload": payload, "session_id": session_id}
-        self._audited("events", (await self._conn.execute(sql.INSERT_EVENT, values)).inserted_primary_key[0], values)
+        await self._conn.execute(sql.INSERT_EVENT, values)
 
     async def list(self, session_id=None, limit=100, *, kind=None, since=None, until=None) -> list[dict[str, Any]]:
         c = t.events.c
@@ -199,7 +183,6 @@ class SqlAlchemyDecisionRepository(SqlRepository):
                 f"operator {decision.operator_id} already decided session {decision.session_id} "
                 f"at version {decision.session_version}"
             ) from exc
-        self._audited("decisions", decision_id, values)
         return decision_id
 
     async def for_verification(self, session_id: str, session_version: int) -> list[Decision]:

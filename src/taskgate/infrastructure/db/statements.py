@@ -10,9 +10,9 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sqlalchemy import String, bindparam, func, insert, literal, literal_column, select, text, update
+from sqlalchemy import bindparam, func, insert, literal, literal_column, select, update
 
-from taskgate.domain.audit_chain import GENESIS, session_chain
+from taskgate.domain.audit_chain import GENESIS
 from taskgate.infrastructure.db import tables as t
 
 _s, _p, _t, _log, _dep = t.sessions.c, t.plans.c, t.tasks.c, t.transition_log.c, t.task_dependencies.c
@@ -121,8 +121,8 @@ REVOKE_SESSION_TOKENS = (
     .values(revoked_at=bindparam("revoked_at"))
 )
 
-# -- The audit chains (issue 21): a unit of work that appended records locks each chain's head at commit, links
-# the records and advances the head (infrastructure/db/audit_trail.py).
+# -- The audit chains (issue 21): the linker inserts a batch's links and moves their chains' heads
+# (application/audit_linking.py, infrastructure/db/audit_store.py). Writers of audited records send none of these.
 
 INSERT_LINK = insert(t.audit_links)
 ADVANCE_CHAIN = update(t.audit_chains).where(t.audit_chains.c.chain_id == bindparam("match_id"))
@@ -151,96 +151,11 @@ def lock_chain(dialect: str) -> Any:
     return stmt.on_conflict_do_update(index_elements=[c.chain_id], set_={"seq": c.seq}).returning(c.seq, c.hash)
 
 
-# SQLite's writers already take turns on the database: a chain's head is read with a plain SELECT and written once,
-# with the links, by one upsert (where PostgreSQL locks it with `lock_chain` and updates it with ADVANCE_CHAIN).
-CHAIN_HEAD = select(t.audit_chains.c.seq, t.audit_chains.c.hash).where(
-    t.audit_chains.c.chain_id == bindparam("chain_id")
-)
-
-
-_LINK_COLUMNS = ("chain_id", "chain_seq", "record_table", "record_id", "hash")
-
-
 @cache
-def insert_links_sqlite(count: int) -> Any:
-    """One INSERT of `count` links, parameters `<column>_<i>`: a transition's links in one driver call."""
-    rows = [{c: bindparam(f"{c}_{i}") for c in _LINK_COLUMNS} for i in range(count)]
-    return insert(t.audit_links).values(rows)
-
-
-MULTI_LINK_INSERTS = 4  # up to this many links of one chain go in one statement (a transition has 2)
-
-
-@cache
-def seal_chain_postgresql(count: int) -> Any:
-    """PostgreSQL: `count` links of one chain inserted and its head row moved, in one statement (one round trip
-    where two were: the INSERT runs as a data-modifying CTE). Parameters: `match_id` (the chain), `seq` and `hash`
-    (its new head), `<column>_<i>` for each link's other columns.
-
-    Written as text: SQLAlchemy cannot cache a statement with a DML CTE ("no key"), and compiling it anew on every
-    transition cost more than the round trip it saves."""
-    values = ", ".join(
-        f"(:match_id, :chain_seq_{i}, :record_table_{i}, :record_id_{i}, :hash_{i})" for i in range(count)
-    )
-    return text(
-        f"WITH links AS (INSERT INTO audit_links (chain_id, chain_seq, record_table, record_id, hash) VALUES {values})"
-        " UPDATE audit_chains SET seq = :seq, hash = :hash WHERE chain_id = :match_id"
-    )
-
-
-# The head of a session's chain, read by the statement that locks the session (a fire's first statement), so that
-# sealing its records needs no statement of its own to read the head: `move_known_head` moves it only from the
-# seq read then, and a head moved since (another writer of the chain) sends the seal back to `lock_chain`.
-_HEAD_OF_SESSION = t.audit_chains.c.chain_id == literal_column(f"'{session_chain('')}'", String) + _s.id
-SESSION_WITH_HEAD = (
-    select(t.sessions, t.audit_chains.c.seq.label("head_seq"), t.audit_chains.c.hash.label("head_hash"))
-    .select_from(t.sessions.outerjoin(t.audit_chains, _HEAD_OF_SESSION))
-    .where(_s.id == bindparam("id"))
-)
-SESSION_WITH_HEAD_FOR_UPDATE = SESSION_WITH_HEAD.with_for_update(of=t.sessions)
-
-
-@cache
-def move_known_head(dialect: str) -> Any:
-    """Create or move a chain's head to `seq`/`hash` only if it is still at `old_seq` (0: not created yet):
-    rowcount 1 if it moved, 0 if another writer moved it since it was read."""
-    c = t.audit_chains.c
+def set_chain_head(dialect: str) -> Any:
+    """Create or move a chain's head to `seq`/`hash` (its `signed_seq` left as it is): one statement, run for a
+    batch's chains at once (executemany)."""
     stmt = dialect_insert(dialect)(t.audit_chains).values(
-        chain_id=bindparam("chain_id"), seq=bindparam("seq"), hash=bindparam("hash"), signed_seq=literal_column("0")
-    )
-    return stmt.on_conflict_do_update(
-        index_elements=[c.chain_id],
-        set_={"seq": stmt.excluded.seq, "hash": stmt.excluded.hash},
-        where=c.seq == bindparam("old_seq"),
-    )
-
-
-@cache
-def seal_known_chain_postgresql(count: int) -> Any:
-    """PostgreSQL: `move_known_head` and, only if the head moved, the insert of `count` links: one round trip.
-    The statement's rowcount is the number of links inserted (0: the head had moved, nothing was written).
-    Parameters as `seal_chain_postgresql`'s, plus `old_seq`. Text for the reason given there."""
-    values = ", ".join(
-        f"(CAST(:chain_seq_{i} AS BIGINT), CAST(:record_table_{i} AS VARCHAR), CAST(:record_id_{i} AS BIGINT),"
-        f" CAST(:hash_{i} AS VARCHAR))"
-        for i in range(count)
-    )
-    return text(
-        "WITH moved AS (INSERT INTO audit_chains AS c (chain_id, seq, hash, signed_seq)"
-        " VALUES (:match_id, :seq, :hash, 0) ON CONFLICT (chain_id) DO UPDATE"
-        " SET seq = EXCLUDED.seq, hash = EXCLUDED.hash WHERE c.seq = :old_seq RETURNING c.chain_id)"
-        " INSERT INTO audit_links (chain_id, chain_seq, record_table, record_id, hash)"
-        " SELECT moved.chain_id, v.chain_seq, v.record_table, v.record_id, v.hash"
-        f" FROM moved CROSS JOIN (VALUES {values}) AS v (chain_seq, record_table, record_id, hash)"
-    )
-
-
-@cache
-def set_chain_head_sqlite() -> Any:
-    """Create or move a chain's head on SQLite: one statement, every value a parameter (the driver runs it)."""
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    stmt = sqlite_insert(t.audit_chains).values(
         chain_id=bindparam("chain_id"), seq=bindparam("seq"), hash=bindparam("hash"), signed_seq=literal_column("0")
     )
     return stmt.on_conflict_do_update(
@@ -267,13 +182,9 @@ HOT = (
     FINISH_OPEN_STEP_RUN,
     COUNT_UNFINISHED_TASKS,
     REVOKE_SESSION_TOKENS,
-    INSERT_LINK,
-    ADVANCE_CHAIN,
-    CHAIN_HEAD,
 )
 
 
 def hot_statements() -> tuple[Any, ...]:
-    """`HOT` and SQLite's chain lock (built on first use: it loads SQLite's dialect module)."""
-    links = tuple(insert_links_sqlite(n) for n in range(2, MULTI_LINK_INSERTS + 1))
-    return (*HOT, SESSION_WITH_HEAD, lock_chain("sqlite"), set_chain_head_sqlite(), move_known_head("sqlite"), *links)
+    """The statements SQLite's driver runs directly (`HOT`)."""
+    return HOT

@@ -360,8 +360,8 @@ tracker_writebacks = Table(
 
 # -- The audit chains (0014, docs/audit.md) ---------------------------------------------------------------------------
 # Each audited record (a row of transition_log, decisions or events) has one link: its place in its chain and its
-# link hash (domain/audit_chain.py). A chain's head row is what concurrent appenders to that chain lock and advance;
-# `signed_seq` is how far the newest checkpoint covers it.
+# link hash (domain/audit_chain.py), written by the linker after the record's commit (since 0016). A chain's head
+# row is the last link's seq and hash; `signed_seq` is how far the newest checkpoint covers it.
 audit_links = Table(
     "audit_links",
     metadata,
@@ -382,6 +382,16 @@ audit_chains = Table(
     Column("seq", BigInteger, nullable=False),
     Column("hash", String(64), nullable=False),
     Column("signed_seq", BigInteger, nullable=False, server_default=text("0")),
+    sqlite_with_rowid=False,
+)
+
+# How far each audited table's records are linked (0016): every record of `record_table` with a primary key up to
+# `linked_upto` has its link; those above it wait for the linker (application/audit_linking.py, docs/audit.md).
+audit_marks = Table(
+    "audit_marks",
+    metadata,
+    Column("record_table", String(20), primary_key=True),
+    Column("linked_upto", BigInteger, nullable=False),
     sqlite_with_rowid=False,
 )
 
@@ -417,5 +427,6 @@ ALL_TABLES = [
     leases,
     audit_links,
     audit_chains,
+    audit_marks,
     audit_checkpoints,
 ]

@@ -14,7 +14,6 @@ from taskgate.infrastructure.db.agent_store import (
     SqlAlchemyTestRunRepository,
 )
 from taskgate.infrastructure.db.audit_store import SqlAlchemyAuditRepository
-from taskgate.infrastructure.db.audit_trail import AuditTrail
 from taskgate.infrastructure.db.commit_group import Member
 from taskgate.infrastructure.db.engine import AnyConnection, Database
 from taskgate.infrastructure.db.node_store import SqlAlchemyLeaseRepository, SqlAlchemyNodeRepository
@@ -47,7 +46,6 @@ class SqlAlchemyUnitOfWork:
         self._conn: AnyConnection | None = None
         self._member: Member | None = None
         self._committed = False
-        self._trail: AuditTrail | None = None
 
     async def __aenter__(self) -> SqlAlchemyUnitOfWork:
         groups = self._db.groups if self._write else None
@@ -70,17 +68,11 @@ class SqlAlchemyUnitOfWork:
 
     def _bind(self, conn: AnyConnection) -> None:
         dialect = self._db.dialect or "sqlite"
-        self._trail = AuditTrail(conn, dialect)
         for name, repository in _BOUND_CLASSES.items():
-            setattr(self, name, repository(conn, dialect, self._trail))
+            setattr(self, name, repository(conn, dialect))
 
     async def commit(self) -> None:
         """Make the work durable; returns once it is (for a group member: once the group's COMMIT returned)."""
-        if self._trail is not None:  # the audited records join their chains, in this same transaction; a failure
-            try:  # here leaves the unit open, and leaving it rolls it back
-                await self._trail.seal()
-            except DBAPIError as exc:
-                raise _translate(exc) from exc
         member, self._member = self._member, None  # whatever happens, this member is done with the group
         try:
             if member is not None:
