@@ -7,8 +7,9 @@ revoked, and the `task.created` event of its task in the `global:task` chain): 1
 decisions and 31 events per session, with the field shapes the services write. The rows (and their tasks,
 sessions, plans, project and operators, so that every foreign key holds) are written directly, not fired: SQLite
 with executemany and SQLAlchemy's own bind conversions, PostgreSQL with COPY. Each record's link is computed
-with `taskgate.domain.audit_chain` exactly as `AuditTrail` does (canonical fields, then the link hash over the
-previous one), and the chains' head rows are written; then `AuditLedger.checkpoint` signs every head.
+with `taskgate.domain.audit_chain` exactly as the linker does (canonical fields, then the link hash over the
+previous one), the chains' head rows are written and each table's linker mark set past its records; then
+`AuditLedger.checkpoint` signs every head.
 
 Then `--runs` rounds, each phase in a fresh child process (so its peak memory is its own):
 
@@ -209,7 +210,7 @@ def session_life(number: int, plan_id: int, project_id: int, rng: random.Random)
 
 @dataclass
 class Chainer:
-    """Gives records their ids and links them, as `AuditTrail` does at commit, chain by chain."""
+    """Gives records their ids and links them, as the linker does after their commit, chain by chain."""
 
     next_id: dict[str, int] = field(default_factory=lambda: dict.fromkeys(AUDITED_FIELDS, 1))
     heads: dict[str, tuple[int, str]] = field(default_factory=dict)
@@ -358,6 +359,19 @@ async def seed_owners(database: Database, plans: int) -> tuple[int, list[int]]:
     return project_id, plan_ids
 
 
+async def mark_linked(database: Database) -> None:
+    """Every record written here has its link: each table's linker mark goes to its largest id (as migration 0016
+    sets it), so the checkpoint's linker finds nothing to link."""
+    conn = await database.open(write=True)
+    try:
+        for table, key in PRIMARY_KEYS.items():
+            top = f"(SELECT coalesce(max({key}), 0) FROM {table})"
+            await conn.exec_driver_sql(f"UPDATE audit_marks SET linked_upto = {top} WHERE record_table = '{table}'")
+        await conn.commit()
+    finally:
+        await conn.close()
+
+
 async def build(database: Database, writer: Any, sessions: int, seed: int) -> Chainer:
     """Write `sessions` sessions' lives in batches, printing progress; the chains' heads rows last."""
     rng, chainer = random.Random(seed), Chainer()
@@ -373,6 +387,7 @@ async def build(database: Database, writer: Any, sessions: int, seed: int) -> Ch
     heads = [{"chain_id": c, "seq": s, "hash": h, "signed_seq": 0} for c, (s, h) in sorted(chainer.heads.items())]
     await writer.write({"audit_chains": heads})
     await writer.close()
+    await mark_linked(database)
     print(f"  built in {time.perf_counter() - begin:.1f} s: {sessions:,} sessions, {len(heads):,} chains")
     return chainer
 
