@@ -288,6 +288,25 @@ async def test_two_linkers_at_once_link_every_record_once(sql_services, git_repo
     assert report.ok, [f.describe() for f in report.findings]
 
 
+async def test_a_linker_with_older_tops_never_moves_a_mark_back(sql_services, git_repo, key):
+    # A reads its tops; B (another process) reads later ones and links past them; A then links nothing, and must
+    # leave the marks where B put them, or the next pass would link B's records a second time.
+    from tests.audit_support import whole_chains
+
+    [session] = await busy(sql_services, git_repo, sessions=1)
+    await fire(sql_services, session, "suspend")
+    async with sql_services.uow(write=False) as unit:
+        older = await unit.audit.committed_tops()
+    await fire(sql_services, session, "resume")
+    assert await link_pending(sql_services.uow) >= 4  # B: both transitions' records
+    marks = dict(await raw(sql_services, "SELECT record_table, linked_upto FROM audit_marks"))
+    async with sql_services.uow(write=True) as unit:
+        assert await unit.audit.link_pending(older, 500) == (0, False)
+        await unit.commit()
+    assert dict(await raw(sql_services, "SELECT record_table, linked_upto FROM audit_marks")) == marks
+    await whole_chains(sql_services)  # every record linked exactly once
+
+
 @pytest.mark.parametrize("sql_services", ["postgresql"], indirect=True)
 async def test_a_record_whose_transaction_commits_after_a_later_one_is_not_skipped(sql_services, git_repo, key):
     # PostgreSQL hands ids out before commit: A takes an event id, B a later one and commits first. A linker that

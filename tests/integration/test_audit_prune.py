@@ -278,3 +278,27 @@ async def test_records_taking_ids_a_prune_freed_are_linked_too(sql_services, git
         assert top <= newest, "the new records did not take the ids the prune freed: this test proves nothing"
     report = await ledger.verify(Scope(), record=False)
     assert report.ok and report.linked_now >= 2, [f.describe() for f in report.findings]  # not left "has no link"
+
+
+async def test_a_linker_with_tops_read_before_a_prune_links_the_ids_it_freed(sql_services, git_repo, tmp_path):
+    """Tops read before a prune that freed the largest ids must not lift a mark over them once they are given out
+    again (SQLite): every record written after the prune is linked, none is left "has no link"."""
+    svc = sql_services
+    seeded = await seed(svc, git_repo, tasks=1)
+    await fire(svc, await start(svc, seeded.tasks[0]), "plan_complete", "cancel")
+    async with svc.uow(write=False) as unit:
+        older = await unit.audit.committed_tops()  # the newest records' ids among them
+    assert older is not None
+    await link_pending(svc.uow)
+    ledger = ledger_of(svc, new_signer(tmp_path / "keys"))
+    await ledger.prune(SystemClock().now())
+    for note in ("one", "two", "three"):
+        async with svc.uow(write=True) as uow:
+            await uow.events.append("test.noted", SystemClock().now(), {"note": note})
+            await uow.commit()
+        if note == "one":
+            async with svc.uow(write=True) as unit:
+                await unit.audit.link_pending(older, 500)
+                await unit.commit()
+    report = await ledger.verify(Scope(), record=False)
+    assert report.ok, [f.describe() for f in report.findings]

@@ -105,6 +105,10 @@ class AuditLinkStore(SqlRepository):
 
     async def link_pending(self, tops: dict[str, int], limit: int) -> tuple[int, bool]:
         marks = await self._locked_marks()
+        if self._dialect != "postgresql":
+            # SQLite: this transaction holds the write lock, so the tops read now are committed, and they are the
+            # ones to use: tops read before a prune freed the largest ids could lift a mark over ids given out again.
+            tops = {name: int(top) for name, top in (await self._conn.execute(_TOPS)).mappings().one().items()}
         records: list[Record] = []
         more = False
         for name in AUDITED_TABLES:
@@ -112,8 +116,8 @@ class AuditLinkStore(SqlRepository):
             records += found
             if len(found) == limit:  # more below the top: the next batch starts after the last one read
                 more, marks[name] = True, found[-1][1]
-            else:
-                marks[name] = tops[name]
+            else:  # never down: another linker may have read later tops, and linked past these, since they were read
+                marks[name] = max(marks[name], tops[name])
         if records:
             links, heads = link_records(await self._heads(records), records)
             await self._write(links, sorted(heads.items()))
