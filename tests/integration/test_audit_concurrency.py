@@ -143,13 +143,16 @@ def acknowledged(reports: list[dict[str, Any]], versions: dict[str, int], per_se
 
 
 async def checkpoints_until(ledger: AuditLedger, done: asyncio.Task) -> list[int]:
-    """Sign checkpoints (over whatever grew) until `done` is; the numbers of those made."""
+    """Sign checkpoints (over whatever grew) until `done` is; the numbers of those made. Each links what the workers
+    committed first; a round that ended before any checkpoint found something grown is signed by one more after it."""
     made = []
     while not done.done():
         cp = await ledger.checkpoint(only_if_grown=True)
         if cp is not None:
             made.append(cp.number)
         await asyncio.sleep(0.005)  # leave the workers room between two checkpoints
+    if not made and (cp := await ledger.checkpoint(only_if_grown=True)) is not None:
+        made.append(cp.number)
     return made
 
 
