@@ -5,6 +5,7 @@ been changed by hand in the database and verified again."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -49,6 +50,15 @@ async def mcp_as(site: ConsoleSite, who: str) -> AsyncIterator[Client]:
         yield client
 
 
+async def linked(client: Client) -> None:
+    """Wait (up to 10 s) until the server's linker has linked every record committed so far."""
+    for _ in range(100):
+        if (await ok(client, "audit_status"))["pending_records"] == 0:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the server's linker left records pending for 10 s")
+
+
 def tamper(site: ConsoleSite) -> int:
     """Change the actor of the first transition row, as someone with write access to the database would."""
     with sqlite3.connect(Path(site.env["TASKGATE_DATA_DIR"]) / "taskgate.db") as db:
@@ -63,6 +73,7 @@ async def test_the_audit_page_shows_the_checkpoint_and_verification_then_the_bro
     async with mcp_as(site, "alice") as client:
         signed = await ok(client, "audit_checkpoint")
         assert (await ok(client, "audit_verify"))["ok"]
+        await linked(client)  # the verification's own event, by the server's linker (every second)
     page = await signed_in(browser, site, "alice")
     await page.goto(f"{site.url}/audit")
     proofs = page.get_by_role("region", name="Proofs")
