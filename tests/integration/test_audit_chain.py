@@ -272,6 +272,24 @@ async def test_records_one_unit_appended_are_linked_in_order_in_batches(sql_serv
     assert report.records == before + appended
 
 
+@pytest.mark.parametrize(("appended", "expected"), [(4, (4, False)), (5, (4, True))])
+async def test_a_batch_asks_for_another_only_while_records_are_left_below_the_tops(sql_services, git_repo, appended,
+                                                                                  expected):  # fmt: skip
+    # A full batch that ends at its table's top leaves nothing: another unit would cost a commit for nothing (an
+    # fsync on SQLite).
+    [session] = await busy(sql_services, git_repo, sessions=1)
+    await link_pending(sql_services.uow)
+    async with sql_services.uow(write=True) as uow:
+        for i in range(appended):
+            await uow.events.append("test.noted", SystemClock().now(), {"i": i}, session.id)
+        await uow.commit()
+    async with sql_services.uow(write=False) as unit:
+        tops = await unit.audit.committed_tops()
+    async with sql_services.uow(write=True) as unit:
+        assert await unit.audit.link_pending(tops, 4) == expected
+        await unit.commit()
+
+
 async def test_two_linkers_at_once_link_every_record_once(sql_services, git_repo, key):
     # The second linker waits for the first one's marks, then starts after them: no record linked twice, none
     # skipped (whole_chains checks both), whichever wins.
