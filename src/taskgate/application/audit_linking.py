@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
+from collections.abc import Iterator
 
 from taskgate.application.audit_ports import AuditUnitOfWorkFactory
 
@@ -39,11 +41,34 @@ async def link_pending(uow: AuditUnitOfWorkFactory, *, batch: int = LINK_BATCH) 
         return 0
     total, more = 0, True
     while more:
-        async with uow(write=True) as unit:
-            linked, more = await unit.audit.link_pending(tops, batch)
-            await unit.commit()
+        with collector_paused():
+            async with uow(write=True) as unit:
+                linked, more = await unit.audit.link_pending(tops, batch)
+                await unit.commit()
         total += linked
     return total
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for one batch, back on after it (if it was on).
+
+    A batch builds thousands of short-lived dicts and lists (the records' fields, their links) that live until
+    the batch ends and hold no cycles: refcounting frees them all. With the collector on, they drive its young
+    generations over their thresholds again and again, each collection walks them, and every few of those a full
+    collection walks the whole process heap: 7-8 µs a record in a service holding a few thousand sessions' worth
+    of objects, a quarter of a batch (benchmarks/README.md, "2026-11-27, night"). Other tasks that run while a
+    batch awaits its database (PostgreSQL) also run with the collector off, for the batch's tens of milliseconds;
+    their cycles are collected after it. Two batches at once: the first to end turns it back on, which is safe.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 async def run_linker(uow: AuditUnitOfWorkFactory, interval_s: float, stop: asyncio.Event) -> None:
