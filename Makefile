@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/audit_queries.py
 	$(BIN)/python benchmarks/audit_verify.py --runs 3 --links
 	$(BIN)/python benchmarks/audit_layouts.py
+	$(BIN)/python benchmarks/audit_link_batches.py
 	$(BIN)/python benchmarks/worktree_cost.py
 	$(BIN)/python benchmarks/recovery.py
 	$(BIN)/python benchmarks/console.py

@@ -21,14 +21,17 @@ wall and CPU, and the ratio (transition + its share of the linker) / transition 
 `--walks N` also runs N concurrent sessions through the whole happy path (`transition_cost.py`'s walk), timing the
 walks alone against the walks plus linking everything they wrote, alternating, three rounds each.
 
-Run:  .venv/bin/python benchmarks/audit_cost.py [--n 300] [--walks 200] [--postgres [URL]]   (~1 min on SQLite)
+Run:  .venv/bin/python benchmarks/audit_cost.py [--n 300] [--walks 200] [--history 20000] [--postgres [URL]]  (~1 min on SQLite)
 """
 
 from __future__ import annotations
 
 import argparse
+import random
+import sqlite3
 import statistics
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -173,6 +176,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=50, help="untimed iterations first")
     parser.add_argument("--walks", type=int, default=200, help="concurrent walks (0: none)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of walks per mode")
+    parser.add_argument("--history", type=int, default=0, metavar="SESSIONS",
+                        help="SQLite: that many other sessions' chains (50 links each) stored first")  # fmt: skip
     parser.add_argument(
         "--postgres", nargs="?", const=PG_BENCH_URL, default=None, metavar="URL",
         help=f"run on PostgreSQL (schema public reset first; default {PG_BENCH_URL})",
@@ -180,9 +185,47 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def add_history(url: str, sessions: int, per_session: int = 50) -> None:
+    """`sessions` other sessions' chains, `per_session` links each, written straight into `audit_links` and
+    `audit_chains` of the SQLite file at `url` (their records are not there: the linker never reads an old link,
+    only the heads of the chains it grows; nothing here verifies). They grow organically, 200 at a time, 500
+    links a transaction, as a service's history would fill the b-tree's pages."""
+    rng = random.Random(sessions)
+    conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+    waiting = [f"session:{uuid.UUID(int=rng.getrandbits(128), version=4)}" for _ in range(sessions)]
+    live: list[str] = []
+    seqs: dict[str, int] = {}
+    record_id, links = 10**12, []  # ids far above the benchmark's own records
+    while waiting or live:
+        while len(live) < 200 and waiting:
+            live.append(waiting.pop())
+        chain = rng.choice(live)
+        seqs[chain] = seqs.get(chain, 0) + 1
+        record_id += 1
+        links.append((chain, seqs[chain], "events", record_id, "ab" * 32))
+        if seqs[chain] == per_session:
+            live.remove(chain)
+        if len(links) == 500 or not (waiting or live):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("INSERT INTO audit_links VALUES (?, ?, ?, ?, ?)", sorted(links))
+            heads = {chain: (seq, digest) for chain, seq, _table, _id, digest in sorted(links)}
+            conn.executemany("INSERT INTO audit_chains VALUES (?, ?, ?, 0) ON CONFLICT (chain_id) DO UPDATE SET "
+                             "seq = excluded.seq, hash = excluded.hash",
+                             [(chain, seq, digest) for chain, (seq, digest) in heads.items()])  # fmt: skip
+            conn.execute("COMMIT")
+            links = []
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    print(f"history: {sessions:,} other sessions' chains, {sessions * per_session:,} links, in the database first")
+
+
 async def run(url: str, store: str, args: argparse.Namespace) -> None:
     """Measure and report on one migrated database."""
     stack = await open_stack(url, synchronous="FULL")
+    if args.history:
+        if not url.startswith("sqlite:///"):
+            raise SystemExit("--history is for SQLite only")
+        add_history(url, args.history)
     try:
         walking = 2 * args.rounds * args.walks
         ids = await ready_sessions(stack, args.n + args.warmup + 1 + walking)

@@ -1,0 +1,168 @@
+"""What a linker pass's writes cost on SQLite, by link layout and by the size of the history: plain sqlite3.
+
+The linker (application/audit_linking.py) writes, per pass, a link row per record and the new head of every chain
+that grew. `audit_cost.py` measures it on a small database (a few thousand sessions of a few records each); this
+asks how the writes alone (no reading, no hashing: fixed 64-character hashes) scale with the history already
+stored, and what another layout of `audit_links` would cost. Each layout gets a file of its own, with the same
+history grown organically (`--active` sessions at a time, each getting its `--per-session` links in turns, so the
+b-trees' pages fill as they would in service), then passes of `--chains` recent chains × 4 links each, alternating
+file by file, pass by pass:
+
+- `by chain` (taskgate since 0015): `audit_links` WITHOUT ROWID keyed by (chain_id, chain_seq), the heads upserted
+  in `audit_chains`;
+- `in link order`: `audit_links` a rowid table in the order links are written, with a unique index on
+  (record_table, record_id) (both grow at their right edge), the same head upserts;
+- `in link order, no head rows`: the same without the `audit_chains` writes (what is left if the head were read
+  from elsewhere).
+
+Printed per history size: each layout's median pass (BEGIN IMMEDIATE, the inserts, the head writes, COMMIT), per
+record, the WAL frames it wrote, and its ratio to `by chain` (the baseline, measured in the same run).
+
+Run:  .venv/bin/python benchmarks/audit_link_batches.py [--sessions 2800,20000] [--passes 12]   (~1 min)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sqlite3
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+HASH = "ab" * 32
+LINKS_PER_CHAIN_PER_PASS = 4
+LAYOUTS: dict[str, str] = {
+    "by chain": """
+        CREATE TABLE audit_links (chain_id TEXT, chain_seq INT, record_table TEXT, record_id INT, hash TEXT,
+                                  PRIMARY KEY (chain_id, chain_seq)) WITHOUT ROWID;""",
+    "in link order": """
+        CREATE TABLE audit_links (link_no INTEGER PRIMARY KEY, chain_id TEXT, chain_seq INT, record_table TEXT,
+                                  record_id INT, hash TEXT);
+        CREATE UNIQUE INDEX uq_links_record ON audit_links (record_table, record_id);""",
+    "in link order, no head rows": """
+        CREATE TABLE audit_links (link_no INTEGER PRIMARY KEY, chain_id TEXT, chain_seq INT, record_table TEXT,
+                                  record_id INT, hash TEXT);
+        CREATE UNIQUE INDEX uq_links_record ON audit_links (record_table, record_id);""",
+}
+HEADS = "CREATE TABLE audit_chains (chain_id TEXT PRIMARY KEY, seq INT, hash TEXT, signed_seq INT) WITHOUT ROWID;"
+INSERT_LINK = "INSERT INTO audit_links (chain_id, chain_seq, record_table, record_id, hash) VALUES (?, ?, ?, ?, ?)"
+SET_HEAD = (
+    "INSERT INTO audit_chains (chain_id, seq, hash, signed_seq) VALUES (?, ?, ?, 0) "
+    "ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash"
+)
+
+
+class Store:
+    """One layout's file, its chains' lengths and the next record id."""
+
+    def __init__(self, folder: Path, layout: str) -> None:
+        self.layout, self.path = layout, folder / f"{layout.replace(' ', '_').replace(',', '')}.db"
+        self.conn = sqlite3.connect(self.path, isolation_level=None)
+        for pragma in ("journal_mode=WAL", "synchronous=FULL", "foreign_keys=ON"):
+            self.conn.execute(f"PRAGMA {pragma}")
+        self.conn.executescript(LAYOUTS[layout] + HEADS)
+        self.seqs: dict[str, int] = {}
+        self.next_id = 1
+
+    def write(self, counts: dict[str, int]) -> None:
+        """One transaction: `counts[chain]` links for each chain (in chain order, as the linker writes them), and
+        the heads of the chains that grew (but in the layout without head rows)."""
+        links = []
+        for chain in sorted(counts):
+            for _ in range(counts[chain]):
+                self.seqs[chain] = self.seqs.get(chain, 0) + 1
+                links.append((chain, self.seqs[chain], "events", self.next_id, HASH))
+                self.next_id += 1
+        self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.executemany(INSERT_LINK, links)
+        if self.layout != "in link order, no head rows":
+            self.conn.executemany(SET_HEAD, [(chain, self.seqs[chain], HASH) for chain in sorted(counts)])
+        self.conn.execute("COMMIT")
+
+    def wal_frames(self) -> int:
+        """Frames in the WAL since the last truncating checkpoint."""
+        return max(0, os.path.getsize(f"{self.path}-wal") - 32) // (4096 + 24)
+
+    def truncate_wal(self) -> None:
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def grow(stores: list[Store], sessions: list[str], per_session: int, active: int, seed: int) -> None:
+    """The same organic history in every store: `active` sessions at a time, each next link going to a random one
+    of them, written 500 links a transaction (the linker's batches); a session leaves after `per_session`."""
+    rng = random.Random(seed)
+    waiting, live = list(reversed(sessions)), []
+    planned: dict[str, int] = {}
+    batch: dict[str, int] = {}
+    while waiting or live:
+        while len(live) < active and waiting:
+            live.append(waiting.pop())
+        chain = rng.choice(live)
+        batch[chain] = batch.get(chain, 0) + 1
+        planned[chain] = planned.get(chain, 0) + 1
+        if planned[chain] == per_session:
+            live.remove(chain)
+        if sum(batch.values()) == 500 or not (waiting or live):
+            for store in stores:
+                store.write(batch)
+            batch = {}
+    for store in stores:
+        store.truncate_wal()
+
+
+def measure(folder: Path, sessions: int, args: argparse.Namespace) -> None:
+    """Grow the history, then time alternating passes; print a line per layout."""
+    stores = [Store(folder, layout) for layout in LAYOUTS]
+    names = [f"session:{uuid.UUID(int=random.Random(i).getrandbits(128), version=4)}" for i in range(sessions)]
+    begin = time.perf_counter()
+    grow(stores, names, args.per_session, args.active, seed=sessions)
+    built = time.perf_counter() - begin
+    recent = names[-max(args.active, args.chains * 4) :]  # the sessions grown last: those still at work
+    timings: dict[str, list[float]] = {s.layout: [] for s in stores}
+    frames: dict[str, list[int]] = {s.layout: [] for s in stores}
+    rng = random.Random(1)
+    for index in range(args.passes):
+        chains = rng.sample(recent, args.chains)
+        for store in stores if index % 2 == 0 else reversed(stores):
+            store.truncate_wal()
+            start = time.perf_counter()
+            store.write(dict.fromkeys(chains, LINKS_PER_CHAIN_PER_PASS))
+            timings[store.layout].append(time.perf_counter() - start)
+            frames[store.layout].append(store.wal_frames())
+    records = args.chains * LINKS_PER_CHAIN_PER_PASS
+    links = stores[0].next_id - 1
+    print(f"\n== history: {sessions:,} sessions, {links:,} links (grown in {built:.0f} s); passes of {args.chains} "
+          f"chains × {LINKS_PER_CHAIN_PER_PASS} links ==")  # fmt: skip
+    baseline = statistics.median(timings["by chain"])
+    for layout in LAYOUTS:
+        median = statistics.median(timings[layout])
+        print(f"  {layout:28} {median * 1e3:7.2f} ms a pass, {median / records * 1e6:6.2f} µs a record, "
+              f"{statistics.median(frames[layout]):6.0f} WAL frames; {median / baseline:5.2f}× by chain")  # fmt: skip
+        print(f"ROW|linker pass writes, {links:,} links: {layout} vs by chain|{median * 1e3:.4g}|"
+              f"{baseline * 1e3:.4g}|ms|{median / baseline:.3f}|")  # fmt: skip
+    for store in stores:
+        store.conn.close()
+
+
+def main() -> None:
+    """Each history size in its own temporary folder."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", default="2800,20000", help="history sizes, in sessions (comma-separated)")
+    parser.add_argument("--per-session", type=int, default=50, help="links per session in the history")
+    parser.add_argument("--active", type=int, default=200, help="sessions growing at a time in the history")
+    parser.add_argument("--chains", type=int, default=250, help="chains a pass touches")
+    parser.add_argument("--passes", type=int, default=12, help="timed passes per layout")
+    args = parser.parse_args()
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for sessions in (int(s) for s in args.sessions.split(",")):
+        with tempfile.TemporaryDirectory(prefix="taskgate-link-batches-") as folder:
+            measure(Path(folder), sessions, args)
+    print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
