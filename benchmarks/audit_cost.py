@@ -21,7 +21,10 @@ wall and CPU, and the ratio (transition + its share of the linker) / transition 
 `--walks N` also runs N concurrent sessions through the whole happy path (`transition_cost.py`'s walk), timing the
 walks alone against the walks plus linking everything they wrote, alternating, three rounds each.
 
-Run:  .venv/bin/python benchmarks/audit_cost.py [--n 300] [--walks 200] [--history 20000] [--postgres [URL]]  (~1 min on SQLite)
+`--history N` (SQLite) first stores N other sessions' chains of 50 links each (`add_history`): the linker's
+writes grow with the links already stored.
+
+Run:  .venv/bin/python benchmarks/audit_cost.py [--n 300] [--walks 200] [--history 20000] [--postgres [URL]]
 """
 
 from __future__ import annotations
