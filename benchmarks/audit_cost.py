@@ -30,15 +30,14 @@ Run:  .venv/bin/python benchmarks/audit_cost.py [--n 300] [--walks 200] [--histo
 from __future__ import annotations
 
 import argparse
-import random
 import sqlite3
 import statistics
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from audit_link_batches import HASH, INSERT_LINK, SET_HEAD, chain_names, link_rows, organic_batches
 from bench_support import PG_BENCH_URL, emit_row, run_on_one_store
 from transition_cost import WALK, Stack, fire, open_stack, ready_sessions, run_walks, statement_log
 
@@ -192,31 +191,17 @@ def add_history(url: str, sessions: int, per_session: int = 50) -> None:
     """`sessions` other sessions' chains, `per_session` links each, written straight into `audit_links` and
     `audit_chains` of the SQLite file at `url` (their records are not there: the linker never reads an old link,
     only the heads of the chains it grows; nothing here verifies). They grow organically, 200 at a time, 500
-    links a transaction, as a service's history would fill the b-tree's pages."""
-    rng = random.Random(sessions)
+    links a transaction (`audit_link_batches.organic_batches`), as a service's history would fill the b-tree."""
     conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
-    waiting = [f"session:{uuid.UUID(int=rng.getrandbits(128), version=4)}" for _ in range(sessions)]
-    live: list[str] = []
     seqs: dict[str, int] = {}
-    record_id, links = 10**12, []  # ids far above the benchmark's own records
-    while waiting or live:
-        while len(live) < 200 and waiting:
-            live.append(waiting.pop())
-        chain = rng.choice(live)
-        seqs[chain] = seqs.get(chain, 0) + 1
-        record_id += 1
-        links.append((chain, seqs[chain], "events", record_id, "ab" * 32))
-        if seqs[chain] == per_session:
-            live.remove(chain)
-        if len(links) == 500 or not (waiting or live):
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany("INSERT INTO audit_links VALUES (?, ?, ?, ?, ?)", sorted(links))
-            heads = {chain: (seq, digest) for chain, seq, _table, _id, digest in sorted(links)}
-            conn.executemany("INSERT INTO audit_chains VALUES (?, ?, ?, 0) ON CONFLICT (chain_id) DO UPDATE SET "
-                             "seq = excluded.seq, hash = excluded.hash",
-                             [(chain, seq, digest) for chain, (seq, digest) in heads.items()])  # fmt: skip
-            conn.execute("COMMIT")
-            links = []
+    next_id = 10**12  # ids far above the benchmark's own records
+    for counts in organic_batches(chain_names(sessions, seed=sessions), per_session, 200, seed=sessions):
+        links = link_rows(counts, seqs, next_id)
+        next_id += len(links)
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(INSERT_LINK, links)
+        conn.executemany(SET_HEAD, [(chain, seqs[chain], HASH) for chain in sorted(counts)])
+        conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
     print(f"history: {sessions:,} other sessions' chains, {sessions * per_session:,} links, in the database first")

@@ -31,6 +31,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 HASH = "ab" * 32
@@ -71,12 +72,8 @@ class Store:
     def write(self, counts: dict[str, int]) -> None:
         """One transaction: `counts[chain]` links for each chain (in chain order, as the linker writes them), and
         the heads of the chains that grew (but in the layout without head rows)."""
-        links = []
-        for chain in sorted(counts):
-            for _ in range(counts[chain]):
-                self.seqs[chain] = self.seqs.get(chain, 0) + 1
-                links.append((chain, self.seqs[chain], "events", self.next_id, HASH))
-                self.next_id += 1
+        links = link_rows(counts, self.seqs, self.next_id)
+        self.next_id += len(links)
         self.conn.execute("BEGIN IMMEDIATE")
         self.conn.executemany(INSERT_LINK, links)
         if self.layout != "in link order, no head rows":
@@ -91,25 +88,50 @@ class Store:
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
-def grow(stores: list[Store], sessions: list[str], per_session: int, active: int, seed: int) -> None:
-    """The same organic history in every store: `active` sessions at a time, each next link going to a random one
-    of them, written 500 links a transaction (the linker's batches); a session leaves after `per_session`."""
+def chain_names(count: int, seed: int) -> list[str]:
+    """`count` session chains with random (repeatable) ids."""
+    rng = random.Random(seed)
+    return [f"session:{uuid.UUID(int=rng.getrandbits(128), version=4)}" for _ in range(count)]
+
+
+def organic_batches(sessions: list[str], per_session: int, active: int, seed: int) -> Iterator[dict[str, int]]:
+    """A history grown organically, as batches of 500 links (the linker's): `active` sessions at a time, each next
+    link going to a random one of them; a session leaves after `per_session`. Each batch: links per chain."""
     rng = random.Random(seed)
     waiting, live = list(reversed(sessions)), []
     planned: dict[str, int] = {}
     batch: dict[str, int] = {}
+    filled = 0
     while waiting or live:
         while len(live) < active and waiting:
             live.append(waiting.pop())
         chain = rng.choice(live)
         batch[chain] = batch.get(chain, 0) + 1
         planned[chain] = planned.get(chain, 0) + 1
+        filled += 1
         if planned[chain] == per_session:
             live.remove(chain)
-        if sum(batch.values()) == 500 or not (waiting or live):
-            for store in stores:
-                store.write(batch)
-            batch = {}
+        if filled == 500 or not (waiting or live):
+            yield batch
+            batch, filled = {}, 0
+
+
+def link_rows(counts: dict[str, int], seqs: dict[str, int], first_id: int) -> list[tuple[str, int, str, int, str]]:
+    """`audit_links` rows for `counts[chain]` links per chain, chains in order, record ids from `first_id`;
+    `seqs` (each chain's length) moves on."""
+    links = []
+    for chain in sorted(counts):
+        for _ in range(counts[chain]):
+            seqs[chain] = seqs.get(chain, 0) + 1
+            links.append((chain, seqs[chain], "events", first_id + len(links), HASH))
+    return links
+
+
+def grow(stores: list[Store], sessions: list[str], per_session: int, active: int, seed: int) -> None:
+    """The same organic history in every store (`organic_batches`)."""
+    for batch in organic_batches(sessions, per_session, active, seed):
+        for store in stores:
+            store.write(batch)
     for store in stores:
         store.truncate_wal()
 
@@ -117,7 +139,7 @@ def grow(stores: list[Store], sessions: list[str], per_session: int, active: int
 def measure(folder: Path, sessions: int, args: argparse.Namespace) -> None:
     """Grow the history, then time alternating passes; print a line per layout."""
     stores = [Store(folder, layout) for layout in LAYOUTS]
-    names = [f"session:{uuid.UUID(int=random.Random(i).getrandbits(128), version=4)}" for i in range(sessions)]
+    names = chain_names(sessions, seed=0)
     begin = time.perf_counter()
     grow(stores, names, args.per_session, args.active, seed=sessions)
     built = time.perf_counter() - begin
