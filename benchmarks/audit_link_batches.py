@@ -12,6 +12,8 @@ file by file, pass by pass:
   in `audit_chains`;
 - `in link order`: `audit_links` a rowid table in the order links are written, with a unique index on
   (record_table, record_id) (both grow at their right edge), the same head upserts;
+- `in link order, chain index`: the same rowid table with a unique index on (chain_id, chain_seq) instead (the
+  queries by chain kept as they are), the same head upserts;
 - `in link order, no head rows`: the same without the `audit_chains` writes (what is left if the head were read
   from elsewhere).
 
@@ -44,6 +46,10 @@ LAYOUTS: dict[str, str] = {
         CREATE TABLE audit_links (link_no INTEGER PRIMARY KEY, chain_id TEXT, chain_seq INT, record_table TEXT,
                                   record_id INT, hash TEXT);
         CREATE UNIQUE INDEX uq_links_record ON audit_links (record_table, record_id);""",
+    "in link order, chain index": """
+        CREATE TABLE audit_links (link_no INTEGER PRIMARY KEY, chain_id TEXT, chain_seq INT, record_table TEXT,
+                                  record_id INT, hash TEXT);
+        CREATE UNIQUE INDEX uq_links_chain ON audit_links (chain_id, chain_seq);""",
     "in link order, no head rows": """
         CREATE TABLE audit_links (link_no INTEGER PRIMARY KEY, chain_id TEXT, chain_seq INT, record_table TEXT,
                                   record_id INT, hash TEXT);
