@@ -73,8 +73,9 @@ async def record_count(target: Any) -> int:
 
 async def whole_chains(services: Any) -> dict[str, int]:
     """Every chain's length, once the linker has linked every committed record, after checking that its links are
-    seqs 1..N without a gap or a repeat, that every audited record has exactly one link, and that its head row
-    holds seq N and the hash of link N."""
+    seqs 1..N without a gap or a repeat, numbered in seq order with each `prev_no` the chain's link before, that
+    every audited record has exactly one link, and that its head row holds seq N, the hash of link N and its
+    number."""
     await link_pending(services.uow)
     target = services
     links = await raw(target, "SELECT chain_id, count(*), min(chain_seq), max(chain_seq) FROM audit_links "
@@ -83,16 +84,29 @@ async def whole_chains(services: Any) -> dict[str, int]:
     for chain, count, first, last in links:
         assert (first, last) == (1, count), f"chain {chain} holds {count} links from #{first} to #{last}"
         lengths[chain] = count
+    last = numbered_in_seq_order(await raw(target, "SELECT chain_id, chain_seq, link_no, prev_no FROM audit_links"))
     heads = await raw(
         target,
-        "SELECT h.chain_id, h.seq, h.hash, l.hash FROM audit_chains h LEFT JOIN audit_links l "
+        "SELECT h.chain_id, h.seq, h.hash, l.hash, h.link_no, l.link_no FROM audit_chains h LEFT JOIN audit_links l "
         "ON l.chain_id = h.chain_id AND l.chain_seq = h.seq WHERE h.chain_id <> :checkpoints",
         checkpoints=CHECKPOINT_CHAIN,
     )
-    assert {chain: seq for chain, seq, _h, _l in heads} == lengths, "the head rows disagree with the links"
-    assert all(head == link for _c, _s, head, link in heads), "a head row's hash is not its last link's"
+    assert {chain: seq for chain, seq, *_rest in heads} == lengths, "the head rows disagree with the links"
+    assert all(head == link for _c, _s, head, link, _n, _ln in heads), "a head row's hash is not its last link's"
+    assert all(number == linked == last[chain] for chain, _s, _h, _l, number, linked in heads), "a head's link_no"
     assert sum(lengths.values()) == await record_count(target), "a record has no link, or a link no record"
     return lengths
+
+
+def numbered_in_seq_order(links: list) -> dict[str, int]:
+    """Check (chain, seq, link_no, prev_no) rows: by number, each chain's seqs run 1, 2, ... and each link's
+    `prev_no` is its chain's link before (None for the first). Each chain's last number."""
+    last: dict[str, tuple[int, int]] = {}
+    for chain, seq, number, prev in sorted(links, key=lambda link: link[2]):
+        seq_before, number_before = last.get(chain, (0, None))
+        assert (seq, prev) == (seq_before + 1, number_before), f"{chain} #{seq} is link {number} after {prev}"
+        last[chain] = (seq, number)
+    return {chain: number for chain, (_seq, number) in last.items()}
 
 
 def problems(report: VerifyReport) -> list[str]:

@@ -15,7 +15,7 @@ from taskgate.application.audit_linking import link_pending
 from taskgate.domain.audit_chain import session_chain
 from taskgate.infrastructure.audit_keys import create_key, load_public
 from taskgate.infrastructure.system import SystemClock
-from tests.audit_support import Keys, raw
+from tests.audit_support import Keys, problems, raw, stored_time
 from tests.builders import fire, seed, start
 
 pytestmark = pytest.mark.asyncio
@@ -89,6 +89,48 @@ async def test_deleting_a_row_in_the_middle_is_named(sql_services, git_repo, key
     await raw(sql_services, "DELETE FROM audit_links WHERE record_table = 'events' AND record_id = :i", i=event)
     report = await ledger.verify(Scope(), record=False)
     assert "follows no record" in report.findings[0].problem
+
+
+async def test_a_session_verify_names_records_deleted_in_the_middle_and_at_the_end(sql_services, git_repo, key):
+    # Nothing is indexed by chain (0017): a session's links are found through its records, and walked back by
+    # `prev_no` from its head and from each of them, so a link whose record is gone is still found and named.
+    sessions = await busy(sql_services, git_repo)
+    ledger = ledger_of(sql_services, key)
+    chain = session_chain(sessions[0].id)
+    links = await raw(sql_services, "SELECT record_table, record_id FROM audit_links WHERE chain_id = :c "
+                                    "ORDER BY chain_seq", c=chain)  # fmt: skip
+    events = [link for link in links if link[0] == "events"]
+    gone = [events[1], events[-1]]
+    assert links[-1] == events[-1], "the chain ends with an event"
+    for _table, record_id in gone:
+        await raw(sql_services, "DELETE FROM events WHERE id = :i", i=record_id)
+    for scope in (Scope(session_id=sessions[0].id), Scope()):
+        report = await ledger.verify(scope, record=False)
+        assert [f.where for f in report.findings] == [f"events {i}" for _t, i in gone], problems(report)
+        assert all("the record was deleted, its link remains" in f.problem for f in report.findings)
+    assert (await ledger.verify(Scope(session_id=sessions[0].id), record=False)).records == len(links)
+    assert (await ledger.verify(Scope(session_id=sessions[1].id), record=False)).ok
+
+
+async def test_a_window_starts_from_the_hash_its_first_records_prev_no_leads_to(sql_services, git_repo, key):
+    [session] = await busy(sql_services, git_repo, sessions=1)
+    ledger = ledger_of(sql_services, key)
+    chain = session_chain(session.id)
+    [[seq, record_id]] = await raw(sql_services, "SELECT chain_seq, record_id FROM audit_links WHERE chain_id = :c "
+                                                 "ORDER BY chain_seq DESC LIMIT 1", c=chain)  # fmt: skip
+    [[at]] = await raw(sql_services, "SELECT at FROM events WHERE id = :i", i=record_id)
+    window = Scope(session_id=session.id, since=stored_time(at))
+    report = await ledger.verify(window, record=False)
+    assert report.ok and 1 <= report.records < seq, problems(report)
+    first = seq - report.records + 1  # the window holds the chain's tail
+    [[foreign]] = await raw(sql_services, "SELECT min(link_no) FROM audit_links WHERE chain_id <> :c", c=chain)
+    await raw(sql_services, "UPDATE audit_links SET prev_no = :f WHERE chain_id = :c AND chain_seq = :s",
+              f=foreign, c=chain, s=first)  # fmt: skip
+    report = await ledger.verify(window, record=False)
+    assert (report.findings[0].seq, report.findings[0].chain) == (first, chain), problems(report)
+    assert "follows no record" in report.findings[0].problem
+    # a whole chain's verify carries each link's hash to the next: the altered number misleads it nowhere
+    assert (await ledger.verify(Scope(session_id=session.id), record=False)).ok
 
 
 async def test_swapping_two_rows_is_named(sql_services, git_repo, key):

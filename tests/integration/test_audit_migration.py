@@ -2,7 +2,7 @@
 at revision 0013 (with the tables' own column types, as 0013's code wrote them) are linked into their chains in the
 order they were written (time, then table, then id), verify unsigned, and are sealed by checkpoint #1 (reason
 "seal") at the first start that has the key; taskgate's own writes then extend those chains; a downgrade to
-0013 and a second upgrade do it all again."""
+0013 and a second upgrade do it all again. And 0017, which stores the links in the order they are written."""
 
 from __future__ import annotations
 
@@ -15,12 +15,14 @@ import pytest
 from sqlalchemy import insert, inspect
 
 from taskgate.application.audit_ledger import Scope
+from taskgate.application.audit_linking import link_pending
 from taskgate.application.sessions import FireTrigger
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.db.tables import ALL_TABLES
 from tests.audit_support import ledger_of, new_signer, problems, raw, record_count, whole_chains
+from tests.builders import fire, seed, start
 from tests.conftest import SQL_BACKENDS, Services, wire
 
 pytestmark = pytest.mark.asyncio
@@ -169,6 +171,11 @@ async def tables_of(database: Database) -> set[str]:
         return set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
 
 
+async def columns_of(database: Database, table: str) -> set[str]:
+    async with database.connect() as conn:
+        return {c["name"] for c in await conn.run_sync(lambda c: inspect(c).get_columns(table))}
+
+
 async def assert_migrated_and_sealed(svc: Services, ledger, history: History) -> None:
     """Every record linked in the documented order, each table's linker mark at its newest record (0016: all of
     them linked already); verified unsigned; sealed once by checkpoint #1; verified."""
@@ -226,3 +233,44 @@ async def test_a_downgrade_to_0013_and_a_second_upgrade_link_and_seal_the_histor
 
     assert await migrations.current_revision(at_0013.database) == migrations.head_revision()
     await assert_migrated_and_sealed(at_0013, ledger, history)
+
+
+async def test_0017_numbers_the_links_in_chain_order_and_a_downgrade_keys_them_by_chain_again(sql_services, git_repo,
+                                                                                              tmp_path):  # fmt: skip
+    # 0017 stores links in the order they are written. The links already there are numbered chain by chain, each
+    # chain's in seq order; a link after a gap (where a prune resumed a chain) follows no `prev_no`.
+    svc = sql_services
+    seeded = await seed(svc, git_repo, tasks=3)
+    for task in seeded.tasks:
+        await fire(svc, await start(svc, task), "plan_complete", "suspend", "resume")
+    ledger = ledger_of(svc, new_signer(tmp_path / "keys"))
+    await ledger.checkpoint()
+    lengths = await whole_chains(svc)
+    try:
+        await migrations.downgrade(svc.database, "0016")
+        assert "link_no" not in await columns_of(svc.database, "audit_links")
+        gapped = next(chain for chain, length in sorted(lengths.items()) if length > 3)
+        await raw(svc, "DELETE FROM audit_links WHERE chain_id = :c AND chain_seq = 2", c=gapped)
+    finally:
+        await migrations.upgrade(svc.database)
+
+    links = await raw(svc, "SELECT chain_id, chain_seq, link_no, prev_no FROM audit_links ORDER BY link_no")
+    assert [(chain, seq) for chain, seq, _n, _p in links] == sorted((c, s) for c, s, _n, _p in links)
+    assert [number for _c, _s, number, _p in links] == list(range(1, len(links) + 1))
+    numbers = {(chain, seq): number for chain, seq, number, _p in links}
+    for chain, seq, _number, prev in links:
+        assert prev == numbers.get((chain, seq - 1)), f"{chain} #{seq} follows {prev}"
+    assert numbers.get((gapped, 2)) is None and numbers[(gapped, 3)] > numbers[(gapped, 1)]
+    heads = dict(await raw(svc, "SELECT chain_id, link_no FROM audit_chains WHERE link_no IS NOT NULL"))
+    assert heads == {chain: numbers[(chain, length)] for chain, length in lengths.items()}
+    report = await ledger.verify(Scope(), record=False)
+    assert [f.seq for f in report.findings if f.chain == gapped] == [3], problems(report)  # the record after the gap
+
+    # the linker numbers on from the largest, each chain after its head
+    session = next(chain for chain in sorted(lengths) if chain.startswith("session:") and chain != gapped)
+    await svc.sessions.fire(FireTrigger(session.removeprefix("session:"), "suspend", "operator:alice"))
+    await link_pending(svc.uow)
+    grown = await raw(svc, "SELECT chain_id, chain_seq, link_no, prev_no FROM audit_links WHERE link_no > :n "
+                           "ORDER BY link_no", n=len(links))  # fmt: skip
+    first = next(link for link in grown if link[0] == session)
+    assert tuple(first) == (session, lengths[session] + 1, len(links) + 1, heads[session])

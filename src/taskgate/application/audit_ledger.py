@@ -327,12 +327,12 @@ async def counted(links: AsyncIterator[LinkRow], progress: Progress | None) -> A
 
 
 async def links_in(uow: AuditUnitOfWork, scope: Scope) -> AsyncIterator[LinkRow]:
-    """Every link in scope, in (chain, seq) order, a batch at a time."""
-    after = ("", 0)
+    """Every link in scope, in the order they were written (each chain's in seq order), a batch at a time."""
+    after = 0
     while True:
         batch = await uow.audit.links(LinkQuery(after, scope.chain, scope.since, _BATCH))
         for link in batch:
             yield link
         if len(batch) < _BATCH:
             return
-        after = (batch[-1].chain, batch[-1].seq)
+        after = batch[-1].no

@@ -16,9 +16,10 @@ from taskgate.domain.states import SessionState
 
 @dataclass(frozen=True, slots=True)
 class LinkQuery:
-    """Which links to read: after `after` (chain, seq) in (chain, seq) order, of one chain, of records since."""
+    """Which links to read: after link number `after`, in the order they were written (each chain's in seq
+    order), of one chain, of records since."""
 
-    after: tuple[str, int] = ("", 0)
+    after: int = 0
     chain: str | None = None
     since: datetime | None = None
     limit: int = 5000

@@ -36,7 +36,8 @@ class Finding:
 @dataclass(frozen=True, slots=True)
 class LinkRow:
     """One link with its record: `fields` canonical, or None when the record is gone; `prev` is the stored hash of
-    the link at `seq - 1` (None when there is none)."""
+    the link at `seq - 1` (None when there is none); `no` its place in the order links were written (0 when it
+    does not come from a database)."""
 
     chain: str
     seq: int
@@ -45,6 +46,7 @@ class LinkRow:
     hash: str
     prev: str | None
     fields: Mapping[str, Any] | None
+    no: int = 0
 
 
 @dataclass(slots=True)

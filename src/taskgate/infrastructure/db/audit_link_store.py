@@ -4,6 +4,11 @@
 above each mark (at most its table's top, `committed_tops`), links them in their chains after the heads stored in
 `audit_chains` (domain/audit_chain.py `link_records`), and writes the links, the new heads and the marks in the
 linker's transaction (application/audit_linking.py says why that cannot skip or repeat a record).
+
+Links are numbered here, in the order `link_records` returns them (each chain's in seq order), from the largest
+number stored: one linker at a time holds the marks, so numbers follow the order links are written, and a chain's
+links are in seq order by number too (the verify pages by number: audit_store.py). Each link names its chain's
+link before (`prev_no`, from the head row's `link_no`).
 """
 
 from __future__ import annotations
@@ -70,19 +75,24 @@ _PENDING_SQLITE = {
     for name in AUDITED_TABLES
 }
 _INSERT_LINKS_SQLITE = (
-    "INSERT INTO audit_links (chain_id, chain_seq, record_table, record_id, hash) VALUES (?, ?, ?, ?, ?)"
+    "INSERT INTO audit_links (link_no, chain_id, chain_seq, record_table, record_id, hash, prev_no) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 _SET_HEADS_SQLITE = (
-    "INSERT INTO audit_chains (chain_id, seq, hash, signed_seq) VALUES (?, ?, ?, 0) "
-    "ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash"
+    "INSERT INTO audit_chains (chain_id, seq, hash, signed_seq, link_no) VALUES (?, ?, ?, 0, ?) "
+    "ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, link_no = excluded.link_no"
 )
+_LAST_LINK_NO = select(func.coalesce(func.max(t.audit_links.c.link_no), 0))
+_LINK_COLUMNS = ("link_no", "chain_id", "chain_seq", "record_table", "record_id", "hash", "prev_no")
+NumberedLink = tuple[int, str, int, str, int, str, int | None]
+Head = tuple[str, int, str, int]
 _JSON_COLUMNS = {
     name: frozenset(c.name for c in table.columns if isinstance(c.type, JSON)) for name, table in AUDITED_TABLES.items()
 }
 
 _HEADS_CHUNK = 500  # chains per IN list: well inside SQLite's and asyncpg's parameter limits
 _c = t.audit_chains.c
-_HEADS = select(_c.chain_id, _c.seq, _c.hash).where(_c.chain_id.in_(bindparam("chains", expanding=True)))
+_HEADS = select(_c.chain_id, _c.seq, _c.hash, _c.link_no).where(_c.chain_id.in_(bindparam("chains", expanding=True)))
 _LOCK_TIMEOUT = "5s"  # a SHARE lock queued behind a long writer would hold up every writer queued behind it
 
 
@@ -119,8 +129,9 @@ class AuditLinkStore(SqlRepository):
             else:  # never down: another linker may have read later tops, and linked past these, since they were read
                 marks[name] = max(marks[name], tops[name])
         if records:
-            links, heads = link_records(await self._heads(records), records)
-            await self._write(links, sorted(heads.items()))
+            heads, numbers = await self._heads(records)
+            links, moved = link_records(heads, records)
+            await self._write(*await self._numbered(links, moved, numbers))
         await self._conn.execute(_SET_MARK, [{"match_table": n, "linked_upto": v} for n, v in marks.items()])
         return len(records), more
 
@@ -133,18 +144,31 @@ class AuditLinkStore(SqlRepository):
         rows = (await self._conn.exec_driver_sql(_PENDING_SQLITE[name], (after, upto, limit))).all()
         return [_stored_record(name, row) for row in rows]
 
-    async def _write(
-        self, links: list[tuple[str, int, str, int, str]], heads: list[tuple[str, tuple[int, str]]]
-    ) -> None:
+    async def _numbered(
+        self, links: list[tuple[str, int, str, int, str]], moved: dict[str, tuple[int, str]], numbers: dict[str, int]
+    ) -> tuple[list[NumberedLink], list[Head]]:
+        """`links` numbered on from the largest stored number (this linker holds the marks: no other numbers
+        links meanwhile), each with its chain's link before; and the heads `moved` to, with their links' numbers.
+
+        A number freed by a prune of the newest links may be given again: a `prev_no` is only ever followed to a
+        link of the same chain and seq before (audit_store.py), so a stale one leads nowhere."""
+        number = int((await self._conn.execute(_LAST_LINK_NO)).scalar_one())
+        numbered: list[NumberedLink] = []
+        for chain, seq, table, record_id, link in links:
+            number += 1
+            numbered.append((number, chain, seq, table, record_id, link, numbers.get(chain)))
+            numbers[chain] = number
+        return numbered, [(chain, seq, head, numbers[chain]) for chain, (seq, head) in sorted(moved.items())]
+
+    async def _write(self, links: list[NumberedLink], heads: list[Head]) -> None:
         """Insert the links and move the heads (executemany, one statement each)."""
         if self._dialect == "postgresql":
-            columns = ("chain_id", "chain_seq", "record_table", "record_id", "hash")
-            await self._conn.execute(sql.INSERT_LINK, [dict(zip(columns, link, strict=True)) for link in links])
-            moved = [{"chain_id": chain, "seq": seq, "hash": head} for chain, (seq, head) in heads]
+            await self._conn.execute(sql.INSERT_LINK, [dict(zip(_LINK_COLUMNS, link, strict=True)) for link in links])
+            moved = [{"chain_id": chain, "seq": seq, "hash": head, "link_no": no} for chain, seq, head, no in heads]
             await self._conn.execute(sql.set_chain_head(self._dialect), moved)
             return
         await self._conn.exec_driver_sql(_INSERT_LINKS_SQLITE, links)
-        await self._conn.exec_driver_sql(_SET_HEADS_SQLITE, [(chain, seq, head) for chain, (seq, head) in heads])
+        await self._conn.exec_driver_sql(_SET_HEADS_SQLITE, heads)
 
     async def _locked_marks(self) -> dict[str, int]:
         """The marks, held for this transaction: a second linker waits here for the first one's commit."""
@@ -154,18 +178,22 @@ class AuditLinkStore(SqlRepository):
             raise StorageError("the audit marks are missing: the database is not migrated to 0016 (taskgate migrate)")
         return marks
 
-    async def _heads(self, records: list[Record]) -> dict[str, tuple[int, str]]:
-        """The stored heads of the chains `records` go to (a new chain has none)."""
+    async def _heads(self, records: list[Record]) -> tuple[dict[str, tuple[int, str]], dict[str, int]]:
+        """The stored heads (seq, hash) of the chains `records` go to (a new chain has none), and their links'
+        numbers."""
         chains = sorted({chain_of(record[0], record[2]) for record in records})
-        heads = {}
+        heads, numbers = {}, {}
         for first in range(0, len(chains), _HEADS_CHUNK):
             chunk = chains[first : first + _HEADS_CHUNK]
             if self._dialect == "postgresql":
                 rows = (await self._conn.execute(_HEADS, {"chains": chunk})).all()
             else:  # on the driver: SQLAlchemy's expanding IN cost ~1 µs a record
                 rows = (await self._conn.exec_driver_sql(_heads_sqlite(len(chunk)), tuple(chunk))).all()
-            heads.update({chain: (int(seq), head) for chain, seq, head in rows})
-        return heads
+            for chain, seq, head, number in rows:
+                heads[chain] = (int(seq), head)
+                if number is not None:
+                    numbers[chain] = int(number)
+        return heads, numbers
 
     async def lower_marks_to_tops(self) -> None:
         """SQLite reuses the largest rowid once its row is deleted: after a prune, a mark above its table's largest
@@ -182,7 +210,7 @@ class AuditLinkStore(SqlRepository):
 @cache
 def _heads_sqlite(count: int) -> str:
     """The heads of `count` chains, on SQLite's driver."""
-    return f"SELECT chain_id, seq, hash FROM audit_chains WHERE chain_id IN ({', '.join('?' * count)})"
+    return f"SELECT chain_id, seq, hash, link_no FROM audit_chains WHERE chain_id IN ({', '.join('?' * count)})"
 
 
 def _stored_record(name: str, row: Any) -> Record:

@@ -1,10 +1,14 @@
 """The audit chains' storage: checkpoints, chain heads, and the links read back with their records to verify them
 (the linker's half, which writes the links, is audit_link_store.py).
 
-`links()` reads a batch of links in (chain, seq) order, each joined to its record (one LEFT JOIN per audited
-table, so a deleted record comes back as a link without fields) and to the link before it (so a window that
-starts mid-chain still has each record's predecessor hash). Batches are keyset-paged on (chain, seq), the
-primary key, so a verify of millions of rows holds one batch in memory.
+`links()` reads a batch of links in the order they were written (`link_no`, the primary key since 0017; each
+chain's links in seq order within it), each joined to its record (one LEFT JOIN per audited table, so a deleted
+record comes back as a link without fields) and to its chain's link before (`prev_no`, so a window that starts
+mid-chain still has each record's predecessor hash). Batches are keyset-paged on `link_no`, so a verify of
+millions of rows holds one batch in memory. Nothing is indexed by chain (a chain's links would scatter over the
+pages a linker batch writes): one session's links are found through its records' `session_id` indexes and the
+index on (record_table, record_id), and walked back by `prev_no` from the head and from each of them, which also
+finds a link whose record was deleted.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, delete, exists, func, insert, literal, or_, select, tuple_, update
+from sqlalchemy import and_, bindparam, delete, exists, func, insert, or_, select, union, union_all, update
 
 from taskgate.application.audit_ports import LinkQuery, PrunePoint
 from taskgate.domain.audit_chain import AUDITED_FIELDS, PRIMARY_KEYS, canonical_fields, session_chain
@@ -35,9 +39,10 @@ _links, _prev, _chains = t.audit_links, t.audit_links.alias("prev"), t.audit_cha
 
 def _joined() -> Any:
     """Links, each with the link before it and its record's audited columns (prefixed per table)."""
-    columns = [_links.c.chain_id, _links.c.chain_seq, _links.c.record_table, _links.c.record_id, _links.c.hash,
-               _prev.c.hash.label("prev_hash")]  # fmt: skip
-    source = _links.outerjoin(_prev, and_(_prev.c.chain_id == _links.c.chain_id,
+    columns = [_links.c.link_no, _links.c.chain_id, _links.c.chain_seq, _links.c.record_table, _links.c.record_id,
+               _links.c.hash, _prev.c.hash.label("prev_hash")]  # fmt: skip
+    # `prev_no` is followed only to the same chain's seq - 1: a stale or altered number leads nowhere.
+    source = _links.outerjoin(_prev, and_(_prev.c.link_no == _links.c.prev_no, _prev.c.chain_id == _links.c.chain_id,
                                           _prev.c.chain_seq == _links.c.chain_seq - 1))  # fmt: skip
     for name, table in _TABLES.items():
         columns += [table.c[f].label(_PREFIX[name] + f) for f in AUDITED_FIELDS[name]]
@@ -114,20 +119,20 @@ class SqlAlchemyAuditRepository(AuditLinkStore):
         return {r.chain_id: (int(r.seq), r.hash) for r in (await self._conn.execute(stmt)).all()}
 
     async def links(self, query: LinkQuery) -> list[LinkRow]:
-        key = tuple_(_links.c.chain_id, _links.c.chain_seq)
-        stmt = _JOINED.where(key > tuple_(literal(query.after[0]), literal(query.after[1])))
+        stmt = _JOINED.where(_links.c.link_no > query.after)
         if query.chain is not None:
-            stmt = stmt.where(_links.c.chain_id == query.chain)
+            stmt = stmt.where(_links.c.chain_id == query.chain, _links.c.link_no.in_(_chain_link_nos(query.chain)))
         if query.since is not None:
             stmt = stmt.where(query.since <= _record_at)
-        stmt = stmt.order_by(_links.c.chain_id, _links.c.chain_seq).limit(query.limit)
+        stmt = stmt.order_by(_links.c.link_no).limit(query.limit)
         return [_link_row(row) for row in (await self._conn.execute(stmt)).mappings().all()]
 
     async def unlinked(self, chain: str | None, since: datetime | None, limit: int) -> list[tuple[str, int]]:
         found: list[tuple[str, int]] = []
         for name, table in _TABLES.items():
             key = table.c[PRIMARY_KEYS[name]]
-            stmt = select(key).where(key <= mark_of(name), self._unlinked(name, key))  # above it: not linked yet
+            linked = exists().where(_links.c.record_table == name, _links.c.record_id == key)  # the record index
+            stmt = select(key).where(key <= mark_of(name), ~linked)  # above the mark: not linked yet
             if chain is not None:
                 stmt = stmt.where(table.c.session_id == chain.removeprefix("session:"))
             if since is not None:
@@ -138,78 +143,108 @@ class SqlAlchemyAuditRepository(AuditLinkStore):
                 break
         return found
 
-    def _unlinked(self, name: str, key: Any) -> Any:
-        """`key` has no link: an anti-join, as no index leads from a record to its link (0015).
-
-        SQLite builds the table's linked ids once for NOT IN (a correlated NOT EXISTS would scan the links per
-        record); PostgreSQL plans NOT EXISTS as a hash anti-join, where a NOT IN over more ids than `work_mem`
-        holds would re-scan them per record.
-        """
-        linked = _links.c.record_table == name
-        if self._dialect == "postgresql":
-            return ~exists().where(linked, _links.c.record_id == key)
-        return key.not_in(select(_links.c.record_id).where(linked))
-
     async def sessions_in(self, states: Iterable[SessionState]) -> list[str]:
         c = t.sessions.c
         stmt = select(c.id).where(c.state.in_([s.value for s in states])).order_by(c.id)
         return [r[0] for r in (await self._conn.execute(stmt)).all()]
 
     async def prunable(self, before: datetime, sessions: Sequence[str]) -> list[PrunePoint]:
-        # A few queries for many sessions at once (_PRUNE_CHUNK chains each), not three per session: a prune of
-        # 2,000 sessions took 8.5 s that way, all of it holding the write lock.
+        # A few queries for many sessions at once (_PRUNE_CHUNK each), not three per session: a prune of 2,000
+        # sessions took 8.5 s that way, all of it holding the write lock.
         points: list[PrunePoint] = []
         for first in range(0, len(sessions), _PRUNE_CHUNK):
-            chains = [session_chain(s) for s in sessions[first : first + _PRUNE_CHUNK]]
-            rows = (await self._conn.execute(_prune_points(chains, before))).all()
+            rows = (await self._conn.execute(_prune_points(list(sessions[first : first + _PRUNE_CHUNK]), before))).all()
             points += [PrunePoint(r.chain_id, int(r.upto), r.hash, int(r.records)) for r in rows]
         return points
 
     async def prune(self, points: Sequence[PrunePoint]) -> dict[str, int]:
         removed = dict.fromkeys(_TABLES, 0)
-        for first in range(0, len(points), _DELETE_CHUNK):  # five statements per chunk of chains, not per chain
+        for first in range(0, len(points), _DELETE_CHUNK):  # a few statements per chunk of chains, not per chain
             chunk = points[first : first + _DELETE_CHUNK]
-            upto = or_(*(and_(_links.c.chain_id == p.chain, _links.c.chain_seq <= p.seq) for p in chunk))
-            for name, table in _TABLES.items():
-                ids = select(_links.c.record_id).where(upto, _links.c.record_table == name)
-                if name == "events":
-                    deliveries = t.webhook_deliveries.c.event_id.in_(ids)
-                    await self._conn.execute(delete(t.webhook_deliveries).where(deliveries))
-                result = await self._conn.execute(delete(table).where(table.c[PRIMARY_KEYS[name]].in_(ids)))
-                removed[name] += int(result.rowcount or 0)
-            await self._conn.execute(delete(_links).where(upto))
+            found = _session_links([p.chain.removeprefix("session:") for p in chunk])
+            upto = or_(*(and_(found.c.chain_id == p.chain, found.c.chain_seq <= p.seq) for p in chunk))
+            for name in _TABLES:
+                # The ids first: once a record is gone, its link cannot be found from its session any more.
+                stmt = select(found.c.record_id).where(upto, found.c.record_table == name)
+                ids = [int(r[0]) for r in (await self._conn.execute(stmt)).all()]
+                for start in range(0, len(ids), _IDS_CHUNK):
+                    removed[name] += await self._remove(name, ids[start : start + _IDS_CHUNK])
         await self.lower_marks_to_tops()
         return removed
 
+    async def _remove(self, name: str, ids: list[int]) -> int:
+        """Delete records `ids` of table `name` and their links (and an event's webhook deliveries): how many."""
+        table = _TABLES[name]
+        if name == "events":
+            await self._conn.execute(delete(t.webhook_deliveries).where(t.webhook_deliveries.c.event_id.in_(ids)))
+        result = await self._conn.execute(delete(table).where(table.c[PRIMARY_KEYS[name]].in_(ids)))
+        await self._conn.execute(delete(_links).where(_links.c.record_table == name, _links.c.record_id.in_(ids)))
+        return int(result.rowcount or 0)
 
-_PRUNE_CHUNK = 500  # chains per query: an IN list well inside SQLite's and asyncpg's parameter limits
+
+_PRUNE_CHUNK = 500  # sessions per query: an IN list well inside SQLite's and asyncpg's parameter limits
 # Chains per DELETE: one `chain = ? AND seq <= ?` term each, ORed; SQLite refuses an expression deeper than 1,000.
 _DELETE_CHUNK = 200
+_IDS_CHUNK = 500  # record ids per DELETE's IN list
 
 
-def _prune_points(chains: list[str], before: datetime) -> Any:
-    """For each of `chains`: the last seq a prune before `before` may remove, its hash and how many records go.
+def _session_links(sessions: list[str]) -> Any:
+    """The links of these sessions' records, each with its record's time: through the records' `session_id`
+    indexes, then the index on (record_table, record_id) (a deleted record's link is not among them)."""
+    parts = []
+    for name, table in _TABLES.items():
+        on_record = and_(_links.c.record_table == name, _links.c.record_id == table.c[PRIMARY_KEYS[name]])
+        columns = (_links.c.link_no, _links.c.chain_id, _links.c.chain_seq, _links.c.record_table,
+                   _links.c.record_id, _links.c.hash, table.c.at)  # fmt: skip
+        parts.append(
+            select(*columns).select_from(table.join(_links, on_record)).where(table.c.session_id.in_(sessions))
+        )
+    return union_all(*parts).subquery("session_links")
+
+
+def _chain_link_nos(chain: str) -> Any:
+    """The numbers of `chain`'s links: its head's, its records' (a session chain's), and every link reached back
+    from these by `prev_no` within the chain. UNION keeps each number once, so the walk ends, even on a cycle."""
+    seeds = [select(_chains.c.link_no.label("no")).where(_chains.c.chain_id == chain, _chains.c.link_no.is_not(None))]
+    if chain.startswith("session:"):
+        found = _session_links([chain.removeprefix("session:")])
+        seeds.append(select(found.c.link_no).where(found.c.chain_id == chain))
+    start = union(*seeds).subquery("seeds") if len(seeds) > 1 else seeds[0].subquery("seeds")
+    walked = select(start.c.no).cte("walked", recursive=True)
+    step = _links.alias("step")
+    back = select(step.c.prev_no).where(step.c.link_no == walked.c.no, step.c.chain_id == chain,
+                                         step.c.prev_no.is_not(None))  # fmt: skip
+    return select(walked.union(back).c.no)
+
+
+def _prune_points(sessions: list[str], before: datetime) -> Any:
+    """For each of these sessions' chains: the last seq a prune before `before` may remove, its hash and how many
+    records go.
 
     The webhook outbox still needs an event a delivery is pending for, and the event a subscriber's cursor rests
     on (its newest row: application/outbox.py): a chain is pruned up to the record before the first such event,
     never past it. A chain with nothing to remove has no row.
     """
-    in_scope = _links.c.chain_id.in_(chains)
+    found = _session_links(sessions).element.cte("found")  # one scan of the sessions' records, read three times
+    chains = [session_chain(s) for s in sessions]
     needed = (
-        select(_links.c.chain_id, func.min(_links.c.chain_seq).label("stop"))
-        .where(in_scope, _links.c.record_table == "events", _links.c.record_id.in_(_OUTBOX_NEEDS))
-        .group_by(_links.c.chain_id)
+        select(found.c.chain_id, func.min(found.c.chain_seq).label("stop"))
+        .where(found.c.record_table == "events", found.c.record_id.in_(_OUTBOX_NEEDS))
+        .group_by(found.c.chain_id)
         .subquery("needed")
     )
-    source = _with_records(_links.outerjoin(needed, needed.c.chain_id == _links.c.chain_id))  # records: their time
     old = (
-        select(_links.c.chain_id, func.max(_links.c.chain_seq).label("upto"), func.count().label("records"))
-        .select_from(source)
-        .where(in_scope, _record_at < before, or_(needed.c.stop.is_(None), _links.c.chain_seq < needed.c.stop))
-        .group_by(_links.c.chain_id)
+        select(found.c.chain_id, func.max(found.c.chain_seq).label("upto"), func.count().label("records"))
+        .select_from(found.outerjoin(needed, needed.c.chain_id == found.c.chain_id))
+        .where(
+            found.c.chain_id.in_(chains),
+            found.c.at < before,
+            or_(needed.c.stop.is_(None), found.c.chain_seq < needed.c.stop),
+        )
+        .group_by(found.c.chain_id)
         .subquery("old")
     )
-    last = _links.alias("last")
+    last = found.alias("last")
     at_upto = and_(last.c.chain_id == old.c.chain_id, last.c.chain_seq == old.c.upto)
     return (
         select(old.c.chain_id, old.c.upto, old.c.records, last.c.hash)
@@ -225,4 +260,4 @@ def _link_row(row: Any) -> LinkRow:
     if prefix is not None and row[prefix + PRIMARY_KEYS[table]] is not None:
         fields = canonical_fields(table, {f: row[prefix + f] for f in AUDITED_FIELDS[table]})
     return LinkRow(row["chain_id"], int(row["chain_seq"]), table, int(row["record_id"]), row["hash"],
-                   row["prev_hash"], fields)  # fmt: skip
+                   row["prev_hash"], fields, int(row["link_no"]))  # fmt: skip

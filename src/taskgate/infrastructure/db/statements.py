@@ -153,14 +153,17 @@ def lock_chain(dialect: str) -> Any:
 
 @cache
 def set_chain_head(dialect: str) -> Any:
-    """Create or move a chain's head to `seq`/`hash` (its `signed_seq` left as it is): one statement, run for a
-    batch's chains at once (executemany)."""
+    """Create or move a chain's head to `seq`/`hash`/`link_no` (its `signed_seq` left as it is): one statement,
+    run for a batch's chains at once (executemany)."""
     stmt = dialect_insert(dialect)(t.audit_chains).values(
-        chain_id=bindparam("chain_id"), seq=bindparam("seq"), hash=bindparam("hash"), signed_seq=literal_column("0")
+        chain_id=bindparam("chain_id"),
+        seq=bindparam("seq"),
+        hash=bindparam("hash"),
+        signed_seq=literal_column("0"),
+        link_no=bindparam("link_no"),
     )
-    return stmt.on_conflict_do_update(
-        index_elements=[t.audit_chains.c.chain_id], set_={"seq": stmt.excluded.seq, "hash": stmt.excluded.hash}
-    )
+    moved = {"seq": stmt.excluded.seq, "hash": stmt.excluded.hash, "link_no": stmt.excluded.link_no}
+    return stmt.on_conflict_do_update(index_elements=[t.audit_chains.c.chain_id], set_=moved)
 
 
 # Run on SQLite's driver directly inside a transaction (driver_statements.py): a transition's statements.

@@ -365,14 +365,20 @@ tracker_writebacks = Table(
 audit_links = Table(
     "audit_links",
     metadata,
-    Column("chain_id", String(120), primary_key=True),
-    Column("chain_seq", BigInteger, primary_key=True, autoincrement=False),
+    # Since 0017 links are stored in the order the linker writes them: `link_no` is given out by the linker (one
+    # at a time holds the marks), so the table and its one index grow at their right edge, a few pages a batch
+    # whatever the history. Keyed by (chain_id, chain_seq) before, each chain a batch grew was a page of its own in
+    # a b-tree that deepened with the history (benchmarks/audit_link_batches.py). A chain's links are in seq order
+    # within link order; `prev_no` is the chain's link before (a window's first record needs its hash).
+    Column("link_no", BigId, primary_key=True, autoincrement=False),
+    Column("chain_id", String(120), nullable=False),
+    Column("chain_seq", BigInteger, nullable=False),
     Column("record_table", String(20), nullable=False),
     Column("record_id", BigInteger, nullable=False),
     Column("hash", String(64), nullable=False),
-    # No index on (record_table, record_id) since 0015: it was a b-tree more to write per record; the verify's
-    # search for unlinked records is an anti-join instead (audit_store.py).
-    sqlite_with_rowid=False,  # the row lives in its primary key's b-tree: one b-tree less to write per link
+    Column("prev_no", BigInteger, nullable=True),  # None at a chain's first link
+    # A record's link, and a session's links through its records' session_id indexes (audit_store.py).
+    Index("uq_audit_links_record", "record_table", "record_id", unique=True),
 )
 
 audit_chains = Table(
@@ -382,6 +388,7 @@ audit_chains = Table(
     Column("seq", BigInteger, nullable=False),
     Column("hash", String(64), nullable=False),
     Column("signed_seq", BigInteger, nullable=False, server_default=text("0")),
+    Column("link_no", BigInteger, nullable=True),  # the head's link (0017); None for the checkpoint chain
     sqlite_with_rowid=False,
 )
 
