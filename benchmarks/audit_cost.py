@@ -37,7 +37,15 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from audit_link_batches import HASH, INSERT_LINK, SET_HEAD, chain_names, link_rows, organic_batches
+from audit_link_batches import (
+    HASH,
+    INSERT_NUMBERED_LINK,
+    SET_NUMBERED_HEAD,
+    chain_names,
+    link_rows,
+    numbered,
+    organic_batches,
+)
 from bench_support import PG_BENCH_URL, emit_row, run_on_one_store
 from transition_cost import WALK, Stack, fire, open_stack, ready_sessions, run_walks, statement_log
 
@@ -194,25 +202,30 @@ def add_history(url: str, sessions: int, per_session: int = 50) -> None:
     links a transaction (`audit_link_batches.organic_batches`), as a service's history would fill the b-tree."""
     conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
     seqs: dict[str, int] = {}
-    next_id = 10**12  # ids far above the benchmark's own records
+    numbers: dict[str, int] = {}
+    next_id = 10**12  # ids (and link numbers) far above the benchmark's own records
     for counts in organic_batches(chain_names(sessions, seed=sessions), per_session, 200, seed=sessions):
         links = link_rows(counts, seqs, next_id)
         next_id += len(links)
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(INSERT_LINK, links)
-        conn.executemany(SET_HEAD, [(chain, seqs[chain], HASH) for chain in sorted(counts)])
+        conn.executemany(INSERT_NUMBERED_LINK, numbered(links, numbers))
+        conn.executemany(SET_NUMBERED_HEAD, [(chain, seqs[chain], HASH, numbers[chain]) for chain in sorted(counts)])
         conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
     print(f"history: {sessions:,} other sessions' chains, {sessions * per_session:,} links, in the database first")
 
 
-# PostgreSQL: the same history in two statements, the links in random order (as many chains growing at once
-# would leave the primary key's pages); the table itself is a heap, appended to in any order.
+# PostgreSQL: the same history in two statements, the chains' links interleaved (every session's first link, then
+# every session's second, ...), numbered in that order, as many chains growing at once would leave them.
 _PG_HISTORY = (
-    "INSERT INTO audit_links SELECT 'session:' || md5(s::text)::uuid, n, 'events', 1000000000000 + s * 100 + n, "
-    "repeat('ab', 32) FROM generate_series(1, {sessions}) s, generate_series(1, {per_session}) n ORDER BY random()",
-    "INSERT INTO audit_chains SELECT 'session:' || md5(s::text)::uuid, {per_session}, repeat('ab', 32), 0 "
+    "INSERT INTO audit_links (link_no, chain_id, chain_seq, record_table, record_id, hash, prev_no) "
+    "SELECT 1000000000000 + (n - 1) * {sessions} + s, 'session:' || md5(s::text)::uuid, n, 'events', "
+    "1000000000000 + (n - 1) * {sessions} + s, repeat('ab', 32), "
+    "CASE WHEN n > 1 THEN 1000000000000 + (n - 2) * {sessions} + s END "
+    "FROM generate_series(1, {per_session}) n, generate_series(1, {sessions}) s ORDER BY 1",
+    "INSERT INTO audit_chains (chain_id, seq, hash, signed_seq, link_no) SELECT 'session:' || md5(s::text)::uuid, "
+    "{per_session}, repeat('ab', 32), 0, 1000000000000 + ({per_session} - 1) * {sessions} + s "
     "FROM generate_series(1, {sessions}) s",
 )
 

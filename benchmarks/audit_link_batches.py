@@ -8,10 +8,11 @@ history grown organically (`--active` sessions at a time, each getting its `--pe
 b-trees' pages fill as they would in service), then passes of `--chains` recent chains × 4 links each, alternating
 file by file, pass by pass:
 
-- `by chain` (taskgate since 0015): `audit_links` WITHOUT ROWID keyed by (chain_id, chain_seq), the heads upserted
-  in `audit_chains`;
-- `in link order`: `audit_links` a rowid table in the order links are written, with a unique index on
-  (record_table, record_id) (both grow at their right edge), the same head upserts;
+- `by chain` (taskgate 0015 to 0016): `audit_links` WITHOUT ROWID keyed by (chain_id, chain_seq), the heads
+  upserted in `audit_chains`;
+- `in link order` (taskgate since 0017): `audit_links` a rowid table keyed by the link's number, in the order links
+  are written, each naming its chain's link before (`prev_no`), with a unique index on (record_table, record_id)
+  (both grow at their right edge), the heads upserted with their links' numbers;
 - `in link order, chain index`: the same rowid table with a unique index on (chain_id, chain_seq) instead (the
   queries by chain kept as they are), the same head upserts;
 - `in link order, no head rows`: the same without the `audit_chains` writes (what is left if the head were read
@@ -35,6 +36,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 HASH = "ab" * 32
 LINKS_PER_CHAIN_PER_PASS = 4
@@ -44,7 +46,7 @@ LAYOUTS: dict[str, str] = {
                                   PRIMARY KEY (chain_id, chain_seq)) WITHOUT ROWID;""",
     "in link order": """
         CREATE TABLE audit_links (link_no INTEGER PRIMARY KEY, chain_id TEXT, chain_seq INT, record_table TEXT,
-                                  record_id INT, hash TEXT);
+                                  record_id INT, hash TEXT, prev_no INT);
         CREATE UNIQUE INDEX uq_links_record ON audit_links (record_table, record_id);""",
     "in link order, chain index": """
         CREATE TABLE audit_links (link_no INTEGER PRIMARY KEY, chain_id TEXT, chain_seq INT, record_table TEXT,
@@ -55,11 +57,23 @@ LAYOUTS: dict[str, str] = {
                                   record_id INT, hash TEXT);
         CREATE UNIQUE INDEX uq_links_record ON audit_links (record_table, record_id);""",
 }
-HEADS = "CREATE TABLE audit_chains (chain_id TEXT PRIMARY KEY, seq INT, hash TEXT, signed_seq INT) WITHOUT ROWID;"
+HEADS = (
+    "CREATE TABLE audit_chains (chain_id TEXT PRIMARY KEY, seq INT, hash TEXT, signed_seq INT, link_no INT) "
+    "WITHOUT ROWID;"
+)
 INSERT_LINK = "INSERT INTO audit_links (chain_id, chain_seq, record_table, record_id, hash) VALUES (?, ?, ?, ?, ?)"
 SET_HEAD = (
     "INSERT INTO audit_chains (chain_id, seq, hash, signed_seq) VALUES (?, ?, ?, 0) "
     "ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash"
+)
+# taskgate's own statements since 0017 (infrastructure/db/audit_link_store.py)
+INSERT_NUMBERED_LINK = (
+    "INSERT INTO audit_links (link_no, chain_id, chain_seq, record_table, record_id, hash, prev_no) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+SET_NUMBERED_HEAD = (
+    "INSERT INTO audit_chains (chain_id, seq, hash, signed_seq, link_no) VALUES (?, ?, ?, 0, ?) "
+    "ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, link_no = excluded.link_no"
 )
 
 
@@ -73,6 +87,7 @@ class Store:
             self.conn.execute(f"PRAGMA {pragma}")
         self.conn.executescript(LAYOUTS[layout] + HEADS)
         self.seqs: dict[str, int] = {}
+        self.numbers: dict[str, int] = {}  # each chain's last link number (the numbered layout)
         self.next_id = 1
 
     def write(self, counts: dict[str, int]) -> None:
@@ -81,9 +96,14 @@ class Store:
         links = link_rows(counts, self.seqs, self.next_id)
         self.next_id += len(links)
         self.conn.execute("BEGIN IMMEDIATE")
-        self.conn.executemany(INSERT_LINK, links)
-        if self.layout != "in link order, no head rows":
-            self.conn.executemany(SET_HEAD, [(chain, self.seqs[chain], HASH) for chain in sorted(counts)])
+        if self.layout == "in link order":  # as taskgate writes them
+            self.conn.executemany(INSERT_NUMBERED_LINK, numbered(links, self.numbers))
+            heads = [(chain, self.seqs[chain], HASH, self.numbers[chain]) for chain in sorted(counts)]
+            self.conn.executemany(SET_NUMBERED_HEAD, heads)
+        else:
+            self.conn.executemany(INSERT_LINK, links)
+            if self.layout != "in link order, no head rows":
+                self.conn.executemany(SET_HEAD, [(chain, self.seqs[chain], HASH) for chain in sorted(counts)])
         self.conn.execute("COMMIT")
 
     def wal_frames(self) -> int:
@@ -131,6 +151,16 @@ def link_rows(counts: dict[str, int], seqs: dict[str, int], first_id: int) -> li
             seqs[chain] = seqs.get(chain, 0) + 1
             links.append((chain, seqs[chain], "events", first_id + len(links), HASH))
     return links
+
+
+def numbered(links: list[tuple[str, int, str, int, str]], numbers: dict[str, int]) -> list[tuple[Any, ...]]:
+    """`links` as taskgate 0017 stores them: numbered by their record ids (given out in order here), each with its
+    chain's link before; `numbers` (each chain's last link number) moves on."""
+    rows = []
+    for chain, seq, table, record_id, link in links:
+        rows.append((record_id, chain, seq, table, record_id, link, numbers.get(chain)))
+        numbers[chain] = record_id
+    return rows
 
 
 def grow(stores: list[Store], sessions: list[str], per_session: int, active: int, seed: int) -> None:

@@ -214,9 +214,11 @@ class Chainer:
 
     next_id: dict[str, int] = field(default_factory=lambda: dict.fromkeys(AUDITED_FIELDS, 1))
     heads: dict[str, tuple[int, str]] = field(default_factory=dict)
+    numbers: dict[str, int] = field(default_factory=dict)  # each chain's last link number
+    next_no: int = 1
 
     def link(self, table: str, row: dict[str, Any]) -> dict[str, Any]:
-        """Give `row` its id; its link row (the chain's head moves on)."""
+        """Give `row` its id; its link row, numbered on (the chain's head moves on)."""
         record_id = self.next_id[table]
         self.next_id[table] += 1
         row[PRIMARY_KEYS[table]] = record_id
@@ -225,7 +227,10 @@ class Chainer:
         seq, prev = self.heads.get(chain, (0, GENESIS))
         digest = link_hash(chain, seq + 1, prev, table, fields)
         self.heads[chain] = (seq + 1, digest)
-        return {"chain_id": chain, "chain_seq": seq + 1, "record_table": table, "record_id": record_id, "hash": digest}
+        number, prev_no = self.next_no, self.numbers.get(chain)
+        self.next_no, self.numbers[chain] = number + 1, number
+        return {"link_no": number, "chain_id": chain, "chain_seq": seq + 1, "record_table": table,
+                "record_id": record_id, "hash": digest, "prev_no": prev_no}  # fmt: skip
 
 
 def batch_rows(lives: list[SessionLife], chainer: Chainer) -> dict[str, list[dict[str, Any]]]:
@@ -384,7 +389,8 @@ async def build(database: Database, writer: Any, sessions: int, seed: int) -> Ch
             batch, done = [], (number + 1) * PER_SESSION
             if (number + 1) % (sessions // 5 or 1) == 0:
                 print(f"  built {done:>9,} records ({done / (time.perf_counter() - begin):,.0f} records/s)", flush=True)
-    heads = [{"chain_id": c, "seq": s, "hash": h, "signed_seq": 0} for c, (s, h) in sorted(chainer.heads.items())]
+    heads = [{"chain_id": c, "seq": s, "hash": h, "signed_seq": 0, "link_no": chainer.numbers[c]}
+             for c, (s, h) in sorted(chainer.heads.items())]  # fmt: skip
     await writer.write({"audit_chains": heads})
     await writer.close()
     await mark_linked(database)
@@ -440,7 +446,7 @@ async def pg_execute(url: str, statement: str) -> list[Any]:
 
 # -- the phases, each in a child process ---------------------------------------------------------------------
 
-LINK_COLUMNS = ("chain_id", "chain_seq", "record_table", "record_id", "hash")
+LINK_COLUMNS = ("link_no", "chain_id", "chain_seq", "record_table", "record_id", "hash", "prev_no")
 
 
 def plain_queries() -> Iterator[tuple[str, str]]:

@@ -3,8 +3,8 @@ database (`taskgate audit verify --file EXPORT --public-key KEY`, on any machine
 
 An export is, one JSON object per line: a `header` (format, scope, time, the exporting key's id), every
 `checkpoint` (its body text and signature: the chain of checkpoints is verified whole), every `record` of the
-scope in (chain, seq) order (`chain`, `seq`, `table`, `id`, `hash`, `prev`: the hash before it, `fields`:
-canonical), then an `end` line with the counts, so a file cut short shows.
+scope in the order they were linked, each chain's in seq order (`chain`, `seq`, `table`, `id`, `hash`, `prev`: the
+hash before it, `fields`: canonical), then an `end` line with the counts, so a file cut short shows.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ def verify_export(
     lines: Iterable[str], public: PublicKey, source: str, progress: Callable[[int], None] | None = None
 ) -> VerifyReport:
     """Verify an export file's lines with `public`, without a database, a line at a time (memory stays flat
-    whatever the size: records are checked as they are read, in the (chain, seq) order an export is written in).
+    whatever the size but for a few bytes a chain: records are checked as they are read, in the order an export is
+    written in, each chain's in seq order).
     `progress` is told the lines read, every PROGRESS_EVERY and once at the end (synchronously: this runs offline,
     outside any event loop).
 

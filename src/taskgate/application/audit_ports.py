@@ -66,7 +66,7 @@ class AuditRepository(Protocol):
         ...
 
     async def links(self, query: LinkQuery) -> list[LinkRow]:
-        """A batch of links with their records' canonical fields, in (chain, seq) order."""
+        """A batch of links with their records' canonical fields, in the order they were written (by number)."""
         ...
 
     async def unlinked(self, chain: str | None, since: datetime | None, limit: int) -> list[tuple[str, int]]:
