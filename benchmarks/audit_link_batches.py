@@ -12,7 +12,9 @@ file by file, pass by pass:
   upserted in `audit_chains`;
 - `in link order` (taskgate since 0017): `audit_links` a rowid table keyed by the link's number, in the order links
   are written, each naming its chain's link before (`prev_no`), with a unique index on (record_table, record_id)
-  (both grow at their right edge), the heads upserted with their links' numbers;
+  (both grow at their right edge), the heads upserted with their links' numbers in a rowid table (rows in the
+  order chains were created, the chain id in an index of its own: the heads of the sessions at work sit together);
+- `in link order, heads by chain`: the same links, the heads WITHOUT ROWID keyed by chain id (as before 0017);
 - `in link order, chain index`: the same rowid table with a unique index on (chain_id, chain_seq) instead (the
   queries by chain kept as they are), the same head upserts;
 - `in link order, no head rows`: the same without the `audit_chains` writes (what is left if the head were read
@@ -45,6 +47,10 @@ LAYOUTS: dict[str, str] = {
         CREATE TABLE audit_links (chain_id TEXT, chain_seq INT, record_table TEXT, record_id INT, hash TEXT,
                                   PRIMARY KEY (chain_id, chain_seq)) WITHOUT ROWID;""",
     "in link order": """
+        CREATE TABLE audit_links (link_no INTEGER PRIMARY KEY, chain_id TEXT, chain_seq INT, record_table TEXT,
+                                  record_id INT, hash TEXT, prev_no INT);
+        CREATE UNIQUE INDEX uq_links_record ON audit_links (record_table, record_id);""",
+    "in link order, heads by chain": """
         CREATE TABLE audit_links (link_no INTEGER PRIMARY KEY, chain_id TEXT, chain_seq INT, record_table TEXT,
                                   record_id INT, hash TEXT, prev_no INT);
         CREATE UNIQUE INDEX uq_links_record ON audit_links (record_table, record_id);""",
@@ -85,7 +91,9 @@ class Store:
         self.conn = sqlite3.connect(self.path, isolation_level=None)
         for pragma in ("journal_mode=WAL", "synchronous=FULL", "foreign_keys=ON"):
             self.conn.execute(f"PRAGMA {pragma}")
-        self.conn.executescript(LAYOUTS[layout] + HEADS)
+        # taskgate's heads since 0017 are a rowid table (rows in the order chains were created); WITHOUT ROWID before
+        heads = HEADS.replace(" WITHOUT ROWID", "") if layout == "in link order" else HEADS
+        self.conn.executescript(LAYOUTS[layout] + heads)
         self.seqs: dict[str, int] = {}
         self.numbers: dict[str, int] = {}  # each chain's last link number (the numbered layout)
         self.next_id = 1
@@ -96,7 +104,7 @@ class Store:
         links = link_rows(counts, self.seqs, self.next_id)
         self.next_id += len(links)
         self.conn.execute("BEGIN IMMEDIATE")
-        if self.layout == "in link order":  # as taskgate writes them
+        if self.layout in ("in link order", "in link order, heads by chain"):  # numbered, as taskgate writes them
             self.conn.executemany(INSERT_NUMBERED_LINK, numbered(links, self.numbers))
             heads = [(chain, self.seqs[chain], HASH, self.numbers[chain]) for chain in sorted(counts)]
             self.conn.executemany(SET_NUMBERED_HEAD, heads)

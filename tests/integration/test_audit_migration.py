@@ -263,6 +263,9 @@ async def test_0017_numbers_the_links_in_chain_order_and_a_downgrade_keys_them_b
     assert numbers.get((gapped, 2)) is None and numbers[(gapped, 3)] > numbers[(gapped, 1)]
     heads = dict(await raw(svc, "SELECT chain_id, link_no FROM audit_chains WHERE link_no IS NOT NULL"))
     assert heads == {chain: numbers[(chain, length)] for chain, length in lengths.items()}
+    if svc.database.url.startswith("sqlite"):  # the heads' rows in the order their chains last grew
+        stored = [chain for (chain,) in await raw(svc, "SELECT chain_id FROM audit_chains ORDER BY rowid")]
+        assert stored[1:] == sorted(heads, key=heads.__getitem__) and stored[0] == "!checkpoints"
     report = await ledger.verify(Scope(), record=False)
     assert [f.seq for f in report.findings if f.chain == gapped] == [3], problems(report)  # the record after the gap
 
