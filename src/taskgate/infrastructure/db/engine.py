@@ -232,11 +232,14 @@ def _sqlite_engine(url: Any, synchronous: str) -> Engine:
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # BEGIN comes from `_on_begin`, not from pysqlite
         cursor = dbapi_connection.cursor()
-        # WAL needs a moment of exclusive access the first time: wait for it here, then never again.
+        # WAL needs a moment of exclusive access the first time: wait for it here, then never again. A page cache of
+        # 16 MiB (SQLite's default is 2): with a history of 1,000,000 audit links the linker's b-tree descents
+        # missed the default cache and cost it a third more CPU (benchmarks/audit_cost.py --history; docs/decisions.md).
         for pragma in (
             "busy_timeout=5000",
             "journal_mode=WAL",
             "foreign_keys=ON",
+            "cache_size=-16384",
             f"synchronous={synchronous}",
             "busy_timeout=0",
         ):
