@@ -154,11 +154,11 @@ async def test_prune_removes_finished_sessions_records_before_the_time_behind_a_
 async def test_a_prune_reads_its_sessions_a_chunk_at_a_time_with_the_same_outcome(
     sql_services, git_repo, tmp_path, monkeypatch
 ):
-    # The prunable records are read _PRUNE_CHUNK chains per query (500) and deleted _DELETE_CHUNK chains per
-    # statement (200); one chain each here, so the two finished sessions above take two of each: the same
-    # removals, anchors, checkpoints and verify.
+    # The prunable records are read _PRUNE_CHUNK sessions per query (500) and deleted _IDS_CHUNK records per
+    # statement (5,000); one session and one record each here, so the two finished sessions above take two reads
+    # and a delete per record: the same removals, anchors, checkpoints and verify.
     monkeypatch.setattr("taskgate.infrastructure.db.audit_store._PRUNE_CHUNK", 1)
-    monkeypatch.setattr("taskgate.infrastructure.db.audit_store._DELETE_CHUNK", 1)
+    monkeypatch.setattr("taskgate.infrastructure.db.audit_store._IDS_CHUNK", 1)
     await test_prune_removes_finished_sessions_records_before_the_time_behind_a_signed_anchor(
         sql_services, git_repo, tmp_path
     )

@@ -159,16 +159,19 @@ class SqlAlchemyAuditRepository(AuditLinkStore):
 
     async def prune(self, points: Sequence[PrunePoint]) -> dict[str, int]:
         removed = dict.fromkeys(_TABLES, 0)
-        for first in range(0, len(points), _DELETE_CHUNK):  # a few statements per chunk of chains, not per chain
-            chunk = points[first : first + _DELETE_CHUNK]
-            found = _session_links([p.chain.removeprefix("session:") for p in chunk])
-            upto = or_(*(and_(found.c.chain_id == p.chain, found.c.chain_seq <= p.seq) for p in chunk))
-            for name in _TABLES:
-                # The ids first: once a record is gone, its link cannot be found from its session any more.
-                stmt = select(found.c.record_id).where(upto, found.c.record_table == name)
-                ids = [int(r[0]) for r in (await self._conn.execute(stmt)).all()]
-                for start in range(0, len(ids), _IDS_CHUNK):
-                    removed[name] += await self._remove(name, ids[start : start + _IDS_CHUNK])
+        for first in range(0, len(points), _PRUNE_CHUNK):  # one read and a few deletes per chunk of sessions
+            upto = {p.chain: p.seq for p in points[first : first + _PRUNE_CHUNK]}
+            # The ids first, filtered here (an OR of a term per chain cost SQLite ~20 µs a record): once a record
+            # is gone, its link cannot be found from its session any more.
+            found = _session_links([chain.removeprefix("session:") for chain in upto])
+            ids: dict[str, list[int]] = {name: [] for name in _TABLES}
+            stmt = select(found.c.chain_id, found.c.chain_seq, found.c.record_table, found.c.record_id)
+            for chain, seq, table, record_id in (await self._conn.execute(stmt)).all():
+                if seq <= upto.get(chain, 0):
+                    ids[table].append(int(record_id))
+            for name, chosen in ids.items():
+                for start in range(0, len(chosen), _IDS_CHUNK):
+                    removed[name] += await self._remove(name, chosen[start : start + _IDS_CHUNK])
         await self.lower_marks_to_tops()
         return removed
 
@@ -183,9 +186,7 @@ class SqlAlchemyAuditRepository(AuditLinkStore):
 
 
 _PRUNE_CHUNK = 500  # sessions per query: an IN list well inside SQLite's and asyncpg's parameter limits
-# Chains per DELETE: one `chain = ? AND seq <= ?` term each, ORed; SQLite refuses an expression deeper than 1,000.
-_DELETE_CHUNK = 200
-_IDS_CHUNK = 500  # record ids per DELETE's IN list
+_IDS_CHUNK = 5000  # record ids per DELETE: inside SQLite's (32,766 since 3.32) and asyncpg's parameter limits
 
 
 def _session_links(sessions: list[str]) -> Any:
