@@ -191,16 +191,23 @@ _IDS_CHUNK = 5000  # record ids per DELETE: inside SQLite's (32,766 since 3.32) 
 
 def _session_links(sessions: list[str]) -> Any:
     """The links of these sessions' records, each with its record's time: through the records' `session_id`
-    indexes, then the index on (record_table, record_id) (a deleted record's link is not among them)."""
+    indexes, then the index on (record_table, record_id) (a deleted record's link is not among them).
+
+    Each record's link number is a correlated lookup, which makes every planner start from the records: joined
+    on the record index instead, SQLite without statistics started from the index's equality on `record_table`
+    and read a third of the links for one session (0.5 s on 1,000,000 links)."""
     parts = []
     for name, table in _TABLES.items():
-        on_record = and_(_links.c.record_table == name, _links.c.record_id == table.c[PRIMARY_KEYS[name]])
+        key = table.c[PRIMARY_KEYS[name]]
+        link_of = select(_by_record.c.link_no).where(_by_record.c.record_table == name, _by_record.c.record_id == key)
         columns = (_links.c.link_no, _links.c.chain_id, _links.c.chain_seq, _links.c.record_table,
                    _links.c.record_id, _links.c.hash, table.c.at)  # fmt: skip
-        parts.append(
-            select(*columns).select_from(table.join(_links, on_record)).where(table.c.session_id.in_(sessions))
-        )
+        on_link = _links.c.link_no == link_of.scalar_subquery()
+        parts.append(select(*columns).select_from(table.join(_links, on_link)).where(table.c.session_id.in_(sessions)))
     return union_all(*parts).subquery("session_links")
+
+
+_by_record = t.audit_links.alias("by_record")
 
 
 def _chain_link_nos(chain: str) -> Any:
