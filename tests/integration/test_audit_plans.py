@@ -45,11 +45,11 @@ async def test_a_sessions_verify_reads_its_links_from_its_records(tmp_path):
     stmt = audit_store._JOINED.where(
         audit_store._links.c.link_no > query.after,
         audit_store._links.c.chain_id == chain,
-        audit_store._links.c.link_no.in_(audit_store._chain_link_nos(chain)),
+        audit_store._links.c.link_no.in_(audit_store._chain_link_nos(chain, "sqlite")),
     )
     assert_starts_from_the_records(await plan_of(tmp_path, stmt))
 
 
 async def test_a_prune_reads_its_sessions_links_from_their_records(tmp_path):
-    found = audit_store._session_links([SESSION])
+    found = audit_store._session_links([SESSION], "sqlite")
     assert_starts_from_the_records(await plan_of(tmp_path, select(found.c.link_no, found.c.chain_seq)))

@@ -121,7 +121,8 @@ class SqlAlchemyAuditRepository(AuditLinkStore):
     async def links(self, query: LinkQuery) -> list[LinkRow]:
         stmt = _JOINED.where(_links.c.link_no > query.after)
         if query.chain is not None:
-            stmt = stmt.where(_links.c.chain_id == query.chain, _links.c.link_no.in_(_chain_link_nos(query.chain)))
+            walked = _chain_link_nos(query.chain, self._dialect)
+            stmt = stmt.where(_links.c.chain_id == query.chain, _links.c.link_no.in_(walked))
         if query.since is not None:
             stmt = stmt.where(query.since <= _record_at)
         stmt = stmt.order_by(_links.c.link_no).limit(query.limit)
@@ -153,7 +154,8 @@ class SqlAlchemyAuditRepository(AuditLinkStore):
         # sessions took 8.5 s that way, all of it holding the write lock.
         points: list[PrunePoint] = []
         for first in range(0, len(sessions), _PRUNE_CHUNK):
-            rows = (await self._conn.execute(_prune_points(list(sessions[first : first + _PRUNE_CHUNK]), before))).all()
+            chunk = list(sessions[first : first + _PRUNE_CHUNK])
+            rows = (await self._conn.execute(_prune_points(chunk, before, self._dialect))).all()
             points += [PrunePoint(r.chain_id, int(r.upto), r.hash, int(r.records)) for r in rows]
         return points
 
@@ -163,7 +165,7 @@ class SqlAlchemyAuditRepository(AuditLinkStore):
             upto = {p.chain: p.seq for p in points[first : first + _PRUNE_CHUNK]}
             # The ids first, filtered here (an OR of a term per chain cost SQLite ~20 µs a record): once a record
             # is gone, its link cannot be found from its session any more.
-            found = _session_links([chain.removeprefix("session:") for chain in upto])
+            found = _session_links([chain.removeprefix("session:") for chain in upto], self._dialect)
             ids: dict[str, list[int]] = {name: [] for name in _TABLES}
             stmt = select(found.c.chain_id, found.c.chain_seq, found.c.record_table, found.c.record_id)
             for chain, seq, table, record_id in (await self._conn.execute(stmt)).all():
@@ -189,20 +191,26 @@ _PRUNE_CHUNK = 500  # sessions per query: an IN list well inside SQLite's and as
 _IDS_CHUNK = 5000  # record ids per DELETE: inside SQLite's (32,766 since 3.32) and asyncpg's parameter limits
 
 
-def _session_links(sessions: list[str]) -> Any:
+def _session_links(sessions: list[str], dialect: str) -> Any:
     """The links of these sessions' records, each with its record's time: through the records' `session_id`
     indexes, then the index on (record_table, record_id) (a deleted record's link is not among them).
 
-    Each record's link number is a correlated lookup, which makes every planner start from the records: joined
-    on the record index instead, SQLite without statistics started from the index's equality on `record_table`
-    and read a third of the links for one session (0.5 s on 1,000,000 links)."""
+    On SQLite each record's link number is a correlated lookup, which makes its planner start from the records:
+    joined on the record index instead, SQLite without statistics started from the index's equality on
+    `record_table` and read a third of the links for one session (0.5 s on 1,000,000 links; test_audit_plans.py).
+    PostgreSQL plans the join from its statistics, and ran the correlated form as a subplan per record (a prune
+    of 98,000 records: 4.0 s against 2.5)."""
     parts = []
     for name, table in _TABLES.items():
         key = table.c[PRIMARY_KEYS[name]]
-        link_of = select(_by_record.c.link_no).where(_by_record.c.record_table == name, _by_record.c.record_id == key)
+        if dialect == "postgresql":
+            on_link = and_(_links.c.record_table == name, _links.c.record_id == key)
+        else:
+            link_of = select(_by_record.c.link_no).where(_by_record.c.record_table == name,
+                                                         _by_record.c.record_id == key)  # fmt: skip
+            on_link = _links.c.link_no == link_of.scalar_subquery()
         columns = (_links.c.link_no, _links.c.chain_id, _links.c.chain_seq, _links.c.record_table,
                    _links.c.record_id, _links.c.hash, table.c.at)  # fmt: skip
-        on_link = _links.c.link_no == link_of.scalar_subquery()
         parts.append(select(*columns).select_from(table.join(_links, on_link)).where(table.c.session_id.in_(sessions)))
     return union_all(*parts).subquery("session_links")
 
@@ -210,12 +218,12 @@ def _session_links(sessions: list[str]) -> Any:
 _by_record = t.audit_links.alias("by_record")
 
 
-def _chain_link_nos(chain: str) -> Any:
+def _chain_link_nos(chain: str, dialect: str) -> Any:
     """The numbers of `chain`'s links: its head's, its records' (a session chain's), and every link reached back
     from these by `prev_no` within the chain. UNION keeps each number once, so the walk ends, even on a cycle."""
     seeds = [select(_chains.c.link_no.label("no")).where(_chains.c.chain_id == chain, _chains.c.link_no.is_not(None))]
     if chain.startswith("session:"):
-        found = _session_links([chain.removeprefix("session:")])
+        found = _session_links([chain.removeprefix("session:")], dialect)
         seeds.append(select(found.c.link_no).where(found.c.chain_id == chain))
     start = union(*seeds).subquery("seeds") if len(seeds) > 1 else seeds[0].subquery("seeds")
     walked = select(start.c.no).cte("walked", recursive=True)
@@ -225,7 +233,7 @@ def _chain_link_nos(chain: str) -> Any:
     return select(walked.union(back).c.no)
 
 
-def _prune_points(sessions: list[str], before: datetime) -> Any:
+def _prune_points(sessions: list[str], before: datetime, dialect: str) -> Any:
     """For each of these sessions' chains: the last seq a prune before `before` may remove, its hash and how many
     records go.
 
@@ -233,7 +241,7 @@ def _prune_points(sessions: list[str], before: datetime) -> Any:
     on (its newest row: application/outbox.py): a chain is pruned up to the record before the first such event,
     never past it. A chain with nothing to remove has no row.
     """
-    found = _session_links(sessions).element.cte("found")  # one scan of the sessions' records, read three times
+    found = _session_links(sessions, dialect).element.cte("found")  # the sessions' records read once, used thrice
     chains = [session_chain(s) for s in sessions]
     needed = (
         select(found.c.chain_id, func.min(found.c.chain_seq).label("stop"))
