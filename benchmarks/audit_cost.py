@@ -37,15 +37,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from audit_link_batches import (
-    HASH,
-    INSERT_NUMBERED_LINK,
-    SET_NUMBERED_HEAD,
-    chain_names,
-    link_rows,
-    numbered,
-    organic_batches,
-)
+from audit_link_batches import chain_names, link_rows, organic_batches, write_numbered
 from bench_support import PG_BENCH_URL, emit_row, run_on_one_store
 from transition_cost import WALK, Stack, fire, open_stack, ready_sessions, run_walks, statement_log
 
@@ -208,8 +200,7 @@ def add_history(url: str, sessions: int, per_session: int = 50) -> None:
         links = link_rows(counts, seqs, next_id)
         next_id += len(links)
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(INSERT_NUMBERED_LINK, numbered(links, numbers))
-        conn.executemany(SET_NUMBERED_HEAD, [(chain, seqs[chain], HASH, numbers[chain]) for chain in sorted(counts)])
+        write_numbered(conn, links, counts, seqs, numbers)
         conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()

@@ -42,26 +42,21 @@ from typing import Any
 
 HASH = "ab" * 32
 LINKS_PER_CHAIN_PER_PASS = 4
+_IN_LINK_ORDER = """
+    CREATE TABLE audit_links (link_no INTEGER PRIMARY KEY, chain_id TEXT, chain_seq INT, record_table TEXT,
+                              record_id INT, hash TEXT{prev_no});
+    CREATE UNIQUE INDEX {index} ON audit_links ({columns});"""
+_BY_RECORD = {"prev_no": ", prev_no INT", "index": "uq_links_record", "columns": "record_table, record_id"}
 LAYOUTS: dict[str, str] = {
     "by chain": """
         CREATE TABLE audit_links (chain_id TEXT, chain_seq INT, record_table TEXT, record_id INT, hash TEXT,
                                   PRIMARY KEY (chain_id, chain_seq)) WITHOUT ROWID;""",
-    "in link order": """
-        CREATE TABLE audit_links (link_no INTEGER PRIMARY KEY, chain_id TEXT, chain_seq INT, record_table TEXT,
-                                  record_id INT, hash TEXT, prev_no INT);
-        CREATE UNIQUE INDEX uq_links_record ON audit_links (record_table, record_id);""",
-    "in link order, heads by chain": """
-        CREATE TABLE audit_links (link_no INTEGER PRIMARY KEY, chain_id TEXT, chain_seq INT, record_table TEXT,
-                                  record_id INT, hash TEXT, prev_no INT);
-        CREATE UNIQUE INDEX uq_links_record ON audit_links (record_table, record_id);""",
-    "in link order, chain index": """
-        CREATE TABLE audit_links (link_no INTEGER PRIMARY KEY, chain_id TEXT, chain_seq INT, record_table TEXT,
-                                  record_id INT, hash TEXT);
-        CREATE UNIQUE INDEX uq_links_chain ON audit_links (chain_id, chain_seq);""",
-    "in link order, no head rows": """
-        CREATE TABLE audit_links (link_no INTEGER PRIMARY KEY, chain_id TEXT, chain_seq INT, record_table TEXT,
-                                  record_id INT, hash TEXT);
-        CREATE UNIQUE INDEX uq_links_record ON audit_links (record_table, record_id);""",
+    "in link order": _IN_LINK_ORDER.format(**_BY_RECORD),
+    "in link order, heads by chain": _IN_LINK_ORDER.format(**_BY_RECORD),
+    "in link order, chain index": _IN_LINK_ORDER.format(
+        prev_no="", index="uq_links_chain", columns="chain_id, chain_seq"
+    ),
+    "in link order, no head rows": _IN_LINK_ORDER.format(**{**_BY_RECORD, "prev_no": ""}),
 }
 HEADS = (
     "CREATE TABLE audit_chains (chain_id TEXT PRIMARY KEY, seq INT, hash TEXT, signed_seq INT, link_no INT) "
@@ -105,9 +100,7 @@ class Store:
         self.next_id += len(links)
         self.conn.execute("BEGIN IMMEDIATE")
         if self.layout in ("in link order", "in link order, heads by chain"):  # numbered, as taskgate writes them
-            self.conn.executemany(INSERT_NUMBERED_LINK, numbered(links, self.numbers))
-            heads = [(chain, self.seqs[chain], HASH, self.numbers[chain]) for chain in sorted(counts)]
-            self.conn.executemany(SET_NUMBERED_HEAD, heads)
+            write_numbered(self.conn, links, counts, self.seqs, self.numbers)
         else:
             self.conn.executemany(INSERT_LINK, links)
             if self.layout != "in link order, no head rows":
@@ -169,6 +162,19 @@ def numbered(links: list[tuple[str, int, str, int, str]], numbers: dict[str, int
         rows.append((record_id, chain, seq, table, record_id, link, numbers.get(chain)))
         numbers[chain] = record_id
     return rows
+
+
+def write_numbered(
+    conn: sqlite3.Connection,
+    links: list[tuple[str, int, str, int, str]],
+    grown: dict[str, int],
+    seqs: dict[str, int],
+    numbers: dict[str, int],
+) -> None:
+    """`links` and the heads of the `grown` chains, as taskgate writes them since 0017 (in the caller's
+    transaction); `numbers` moves on."""
+    conn.executemany(INSERT_NUMBERED_LINK, numbered(links, numbers))
+    conn.executemany(SET_NUMBERED_HEAD, [(chain, seqs[chain], HASH, numbers[chain]) for chain in sorted(grown)])
 
 
 def grow(stores: list[Store], sessions: list[str], per_session: int, active: int, seed: int) -> None:

@@ -35,6 +35,7 @@ CHECKPOINT_CHAIN = "!checkpoints"
 _TABLES = AUDITED_TABLES
 _PREFIX = {"transition_log": "tl_", "decisions": "d_", "events": "e_"}
 _links, _prev, _chains = t.audit_links, t.audit_links.alias("prev"), t.audit_chains
+_by_record = t.audit_links.alias("by_record")  # a record's link, looked up from the record (`_session_links`)
 
 
 def _joined() -> Any:
@@ -213,9 +214,6 @@ def _session_links(sessions: list[str], dialect: str) -> Any:
                    _links.c.record_id, _links.c.hash, table.c.at)  # fmt: skip
         parts.append(select(*columns).select_from(table.join(_links, on_link)).where(table.c.session_id.in_(sessions)))
     return union_all(*parts).subquery("session_links")
-
-
-_by_record = t.audit_links.alias("by_record")
 
 
 def _chain_link_nos(chain: str, dialect: str) -> Any:
