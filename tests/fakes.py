@@ -872,6 +872,9 @@ class FakeVcs:
             base_history[:] = [*base_history, *new, merge]
         return MergeOutcome(True, base, merged_commit=base_history[-1], rebased=rebased)
 
+    async def is_merged(self, repo_root: str, commit: str, base: str) -> bool:
+        return commit in self._repo(repo_root).branches.get(base, [])
+
     async def repo_context(self, repo_root: str, *, recent: int = 10) -> RepoContext:
         repo = self._repo(repo_root)
         root = repo.worktrees[repo_root]

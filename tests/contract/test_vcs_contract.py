@@ -333,6 +333,21 @@ async def test_a_no_ff_merge_records_a_merge_commit_containing_the_branch(driver
     assert driver.contains("main", sha)
 
 
+@pytest.mark.parametrize("mode", ["ff-only", "no-ff"])
+async def test_is_merged_says_whether_a_commit_is_in_the_base_before_and_after_a_rebasing_merge(
+    driver: Driver, mode: str
+) -> None:
+    await create(driver)
+    sha = driver.commit(driver.path("s1"), ["feature.txt"], "feature")
+    driver.advance_base(["other.txt"], "another session")
+    assert not await driver.vcs.is_merged(driver.root, sha, "main")
+    outcome = await merge(driver, mode=mode)
+    rebased_head = driver.head(BRANCH)
+    assert outcome.rebased and rebased_head != sha
+    assert await driver.vcs.is_merged(driver.root, rebased_head, "main")
+    assert not await driver.vcs.is_merged(driver.root, rebased_head, "no-such-branch")
+
+
 async def test_merge_recreates_a_worktree_folder_deleted_by_hand(driver: Driver) -> None:
     await create(driver)
     sha = driver.commit(driver.path("s1"), ["feature.txt"], "feature")

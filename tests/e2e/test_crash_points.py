@@ -63,6 +63,11 @@ class Case:
     before: str  # "" (no session yet), planning, verifying, awaiting_merge, failed
     call: str  # start | execute | request_changes | retry | reject | merge
     expected: str
+    base_moved: bool = False  # someone committed to main after the approval: the merge must rebase first
+
+    @property
+    def name(self) -> str:
+        return f"{self.point}-after-rebase" if self.base_moved else self.point
 
 
 CASES = [
@@ -76,11 +81,14 @@ CASES = [
                                                              "compensate.rolled_back")),
     *(Case(p, "awaiting_merge", "merge", "completed") for p in ("merge.requested", "merge.git_done",
                                                                  "merge.merged", "cleanup.discarded")),
+    # git rebased the branch and moved main, then the crash: the resumed merge meets a head that is not the
+    # approved one, but is on main already (issue 36: it was refused as "changed after it was approved")
+    Case("merge.git_done", "awaiting_merge", "merge", "completed", base_moved=True),
 ]  # fmt: skip
 
 
 def test_every_named_crash_point_has_a_case():
-    assert sorted(c.point for c in CASES) == sorted(POINTS)
+    assert sorted({c.point for c in CASES}) == sorted(POINTS)
 
 
 class CrashService(Service):
@@ -179,7 +187,7 @@ def _arguments(case: Case, task: str, sid: str | None) -> tuple[str, dict[str, A
     return "project_decide", {"session_id": sid, **decision[case.call]}  # fmt: skip
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.point for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 async def test_a_crash_at_every_step_boundary_is_carried_forward_at_restart(deployment: CrashService, case: Case):
     svc = deployment
     task = f"DEMO-{CASES.index(case) + 1}"
@@ -189,6 +197,8 @@ async def test_a_crash_at_every_step_boundary_is_carried_forward_at_restart(depl
     async with connect(svc) as client:
         acknowledged = await log_of(client, sid) if sid else []
     svc.stop()
+    if case.base_moved:
+        _commit_on_main(svc, f"elsewhere-{task}.md")
 
     svc.start_armed(case.point)
     tool, arguments = _arguments(case, task, sid)
@@ -208,6 +218,14 @@ async def test_a_crash_at_every_step_boundary_is_carried_forward_at_restart(depl
     named = [line for line in recovery.splitlines() if "start-up recovery: " in line and sid in line]
     assert named, f"recovery did not name {sid}: {recovery}"
     assert "Traceback" not in recovery and "Traceback" not in crashed_log, recovery
+
+
+def _commit_on_main(svc: CrashService, name: str) -> None:
+    """Someone else's commit on main, in the project checkout (main is checked out there)."""
+    (svc.repo / name).write_text("another change\n")
+    identity = ("-c", "user.name=colleague", "-c", "user.email=colleague@taskgate.invalid")
+    svc.git("add", name)
+    svc.git(*identity, "commit", "-q", "-m", f"chore: {name}")
 
 
 async def _session_of(client: Any, task: str) -> str:
@@ -241,3 +259,6 @@ async def _assert_git_follows(svc: CrashService, client: Any, sid: str, case: Ca
         assert on_main == (1 if case.call == "merge" else 0), f"the work is on main {on_main} time(s)"
         ending = [r["trigger"] for r in (await log_of(client, sid))[-2:]]
         assert ending == ["merge" if case.call == "merge" else "compensate", "cleanup_done"], ending
+        if case.base_moved:  # the colleague's commit stays, under the rebased work
+            subjects = svc.git("log", "--format=%s", "main").splitlines()
+            assert subjects[0] == f"feat: DEMO-{CASES.index(case) + 1}" and subjects[1].startswith("chore:"), subjects

@@ -579,6 +579,9 @@ class VcsProvider(Protocol):
         overwrite, base moved meanwhile, ...). Nothing changed in every case.
         """
 
+    async def is_merged(self, repo_root: str, commit: str, base: str) -> bool:
+        """Whether `commit` is in the history of branch `base` (false when either does not exist)."""
+
     async def repo_context(self, repo_root: str, *, recent: int = 10) -> RepoContext: ...
     async def worktrees(self, repo_root: str) -> list[WorktreeEntry]: ...
     async def branches(self, repo_root: str, prefix: str) -> list[str]:

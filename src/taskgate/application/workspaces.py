@@ -373,6 +373,11 @@ class WorkspaceService:
             return  # a branch or worktree that is gone or foreign: the merge itself refuses it, naming it
         if change.head_commit == approved["head"] or change_id(change) == approved["change"]:
             return
+        if session.state_data.get(MERGE_REQUESTED) and await self._landed(session, change.head_commit):
+            # A resumed merge whose git work was done before a crash (`merge.git_done`): the head is the one the
+            # interrupted merge rebased and landed, after this same check had passed on the approved head. It is
+            # on the base already, so nothing unreviewed can land: let the merge find it merged and record it.
+            return
         hint = "fire reverify to send it back to verifying for a new decision (MCP session_fire, CLI session fire)"
         message = (
             f"branch {session.branch_name} changed after it was approved (approved {approved['head'][:12]}, now "
@@ -393,6 +398,11 @@ class WorkspaceService:
             str(session.state_data.get("base_ref") or self._base(session)),
             max_patch_bytes=self._options.max_patch_bytes,
         )
+
+    async def _landed(self, session: Session, commit: str) -> bool:
+        """Whether `commit` is in the history of the session's base branch (a merge landed it)."""
+        project = await self._project(session.project_id)
+        return await self._vcs.is_merged(project.root_path, commit, self._base(session))
 
     async def _record_merge_request(self, session: Session, cmd: FireTrigger) -> None:
         """Write who asked for the merge onto the session before git moves anything, so that a crash anywhere

@@ -394,6 +394,9 @@ class GitPythonVcs:
     ) -> MergeOutcome:
         return await asyncio.to_thread(_merge, repo_root, path, branch, base, strategy, mode)
 
+    async def is_merged(self, repo_root: str, commit: str, base: str) -> bool:
+        return await asyncio.to_thread(_ok, repo_root, "merge-base", "--is-ancestor", commit, f"refs/heads/{base}")
+
     async def repo_context(self, repo_root: str, *, recent: int = 10) -> RepoContext:
         return await asyncio.to_thread(_repo_context, repo_root, recent)
 
