@@ -178,11 +178,12 @@ def build_agents(
     runner: AgentRunner | None = None,
     outputs: OutputService | None = None,
 ) -> AgentService:
-    """The agent supervisor, added after the engine's current effects (it stops agents on cancel and fail,
-    and relaunches them on request_changes)."""
+    """The agent supervisor, put before the engine's current effects (it stops agents on cancel and fail, and
+    relaunches them on request_changes): a cancel stops the agents before its worktree is removed, so an agent
+    is never left working in a folder that is being deleted under it (issue 36)."""
     agents = AgentService(uow, sessions, runner or SubprocessAgentRunner(), access, clock, ids, types, options,
                           outputs_root, outputs)  # fmt: skip
-    sessions.use_effects(CompositeEffects([sessions.effects, agents]))
+    sessions.use_effects(CompositeEffects([agents, sessions.effects]))
     return agents
 
 
@@ -365,6 +366,7 @@ async def bootstrap(
     people = OperatorService(uow, clock), DecisionService(uow, services[0], clock)
     queue = ReviewQueue(uow, services[0], extras[0])
     outputs = OutputService(uow, session_folders(settings), clock)
+    outputs.on_node(settings.resolved_node_id)
     agents = build_agents(
         services[0], uow, access=services[3], clock=clock, ids=ids or UuidGenerator(), types=agent_types(settings),
         options=execution_options(settings), outputs_root=str(settings.data_dir / "agent-outputs"), outputs=outputs,

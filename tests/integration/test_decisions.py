@@ -345,3 +345,28 @@ async def test_review_approval_with_two_reviewers_counts_the_first_as_pending(se
     second = await services.decisions.decide(Decide(session.id, "bob", "approve"))
     assert not second.pending and second.session.state == SessionState.AWAITING_MERGE
     assert sorted(d.operator_id for d in await decisions_of(services, session.id)) == ["alice", "bob"]
+
+
+async def test_an_approval_whose_branch_a_cancel_removed_meanwhile_is_told_the_session_was_cancelled(
+    services, git_repo, monkeypatch
+):
+    """Issue 36: the approval read the branch after a cancel (from another caller) removed it, and answered
+    BranchGone with advice to recover it from the reflog. It is the cancel that the approver lost to."""
+    [session] = await verifying(services, git_repo)
+    vcs = services.workspaces._vcs
+    real = vcs.branch_change
+    async with services.uow(write=False) as uow:
+        root = (await uow.projects.get(session.project_id)).root_path
+
+    async def cancelled_first(*args, **kwargs):
+        monkeypatch.setattr(vcs, "branch_change", real)
+        # the other caller's cancel, committed while this approval does its git work (no fire lock: another process)
+        await services.sessions.transition(FireTrigger(session.id, "cancel", "operator:bob", reason="not needed"))
+        await vcs.remove_worktree(root, session.worktree_path, session.branch_name)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(vcs, "branch_change", cancelled_first)
+    with pytest.raises(InvalidTransition, match=rf"session {session.id} was cancelled \(cancel by operator:bob at "):
+        await services.decisions.decide(Decide(session.id, OPERATOR, "approve"))
+    assert await decisions_of(services, session.id) == []
+    assert (await services.sessions.get(session.id)).state == SessionState.CANCELLED

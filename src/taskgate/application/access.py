@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from taskgate.application.ports import Clock, UnitOfWorkFactory
+from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from taskgate.domain.access import Principal, PrincipalKind
 from taskgate.domain.entities import ApiToken
 from taskgate.domain.errors import InvalidInput, Unauthenticated
@@ -45,10 +45,17 @@ class AccessService:
             await uow.operators.get(operator_id)
             return await self._issue(uow, PrincipalKind.OPERATOR, label, operator_id=operator_id)
 
-    async def create_agent_token(self, session_id: str, label: str = "", agent_id: str | None = None) -> IssuedToken:
+    async def create_agent_token(
+        self, session_id: str, label: str = "", agent_id: str | None = None,
+        check: Callable[[UnitOfWork], Awaitable[None]] | None = None,
+    ) -> IssuedToken:  # fmt: skip
         """A token that reaches only `session_id`; with `agent_id`, that agent's own, revoked when it ends.
-        Every token of a session is revoked when the session ends. Raises: SessionNotFound."""
+        Every token of a session is revoked when the session ends. `check` runs first in the same transaction (the
+        agent supervisor claims the agent's start there, fenced: application/agents.py) and may refuse.
+        Raises: SessionNotFound, and what `check` raises (nothing written)."""
         async with self._uow(write=True) as uow:
+            if check is not None:
+                await check(uow)
             await uow.sessions.get(session_id)
             owner = {"session_id": session_id} | ({"agent_id": agent_id} if agent_id else {})
             return await self._issue(uow, PrincipalKind.AGENT, label, **owner)

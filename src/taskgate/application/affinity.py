@@ -13,9 +13,13 @@ A refusal is unambiguous: nothing happened here.
 
 from __future__ import annotations
 
+import logging
+
 from taskgate.application.ports import NodeRecord, UnitOfWork
 from taskgate.domain.entities import Session
 from taskgate.domain.errors import WrongNode
+
+_log = logging.getLogger("taskgate.nodes")
 
 
 def held_here(session: Session, node_id: str | None) -> bool:
@@ -45,3 +49,24 @@ def _advice(session_id: str, holder: NodeRecord | None) -> str:
         )
     where = f"its MCP server at {holder.url}" if holder.url else f"`taskgate` on host {holder.host}"
     return f"Node {holder.id} last beat at {seen}: use {where}."
+
+
+async def fence(uow: UnitOfWork, session_id: str, node_id: str | None, what: str) -> Session:
+    """The session, its row locked for the caller's transaction, when this node still holds it: the fence of
+    every write a node makes about a session or its agents (agent rows, heartbeats, events, tokens, outputs).
+
+    Why in the same transaction as the write: a node paused past its lease (SIGSTOP, a partition) may wake up
+    with writes half-way, after another node adopted the session (application/adoption.py). Adoption changes
+    `sessions.node_id` under the same row lock (PostgreSQL: FOR UPDATE; SQLite: one writer at a time), so a write
+    either commits before the adoption does, or reads the new holder here and is refused: never after it.
+
+    Raises: WrongNode (naming the holder), after logging on this node that `what` was not written.
+    """
+    session = await uow.sessions.get(session_id, lock=True)
+    if not held_here(session, node_id):
+        _log.warning(
+            "fenced: node %s no longer holds session %s (node %s does): %s was not written",
+            node_id, session_id, session.node_id, what,
+        )  # fmt: skip
+        await refuse_unless_held(uow, session, node_id)
+    return session

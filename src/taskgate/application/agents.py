@@ -35,13 +35,14 @@ from taskgate.application.ports import (
     Clock,
     IdGenerator,
     StepClaim,
+    UnitOfWork,
     UnitOfWorkFactory,
 )
 from taskgate.application.sessions import FireResult, FireTrigger, SessionService
 from taskgate.domain.agent_reports import parse_report
 from taskgate.domain.agents import AgentType, render_command, why_stopped
 from taskgate.domain.entities import Agent, AgentStatus, Session
-from taskgate.domain.errors import InvalidInput, InvalidTransition, TaskgateError
+from taskgate.domain.errors import ConflictError, InvalidInput, InvalidTransition, TaskgateError, WrongNode
 from taskgate.domain.states import SessionState, Trigger
 
 SYSTEM_ACTOR = "system"
@@ -94,6 +95,7 @@ class AgentService:
         self._global = asyncio.Semaphore(options.max_total)
         self._per_session: dict[str, asyncio.Semaphore] = {}
         self._stops: dict[str, asyncio.Event] = {}  # agent id → set to stop it
+        self._gone: dict[str, asyncio.Event] = {}  # agent id → set once its process is gone (or never started)
         self._tasks: dict[str, set[asyncio.Task]] = {}  # session id → supervising tasks
         self._done_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         # A session that runs a workflow hands the end of its agents to the workflow engine instead
@@ -201,16 +203,27 @@ class AgentService:
         await self.stop(session_id, only=frozenset(agent_ids))
 
     async def stop(self, session_id: str, only: frozenset[str] | None = None) -> None:
-        """Stop every agent of the session (their process groups are killed; they end as cancelled)."""
+        """Stop every agent of the session (their process groups are killed; they end as cancelled), and return
+        once this process's supervisors of them have ended (bounded), so that what follows a cancel (the worktree's
+        removal) never runs under a live agent."""
         async with self._uow(write=False) as uow:
             running = [a for a in await uow.agents.of_session(session_id) if a.status in _LIVE]
         if only is not None:
             running = [a for a in running if a.id in only]
+        gone: list[asyncio.Event] = []
         for agent in running:
             if agent.id in self._stops:
                 self._stops[agent.id].set()
+                gone += [self._gone[agent.id]] if agent.id in self._gone else []
             else:  # queued, or owned by no task of this process: nothing to wait for
                 await self._finish(agent, AgentExit(None, "cancelled", ""), notify=False)
+        # Until their processes are gone (SIGTERM, its grace, SIGKILL: a few seconds), not until their rows are
+        # written: that may wait on this very session's lock, which the caller (a cancel's `after`) holds.
+        waits = [asyncio.ensure_future(event.wait()) for event in gone]
+        if waits:
+            _done, pending = await asyncio.wait(waits, timeout=_STOP_WAIT_S)
+            for waiting in pending:
+                waiting.cancel()
 
     def process_alive(self, pid: int) -> bool:
         """Whether a process with this pid runs on this host (session adoption asks it of a down node's agents)."""
@@ -347,6 +360,13 @@ class AgentService:
         if not self._sessions.holds(session):  # its worktree is on another node's disk (application/affinity.py)
             await self._sessions.refuse_unless_held(session.id)
         async with self._uow(write=True) as uow:
+            # Under the session's row lock: a cancel (or any move out of executing) either commits before this, and
+            # nothing is launched, or after, and its stop finds these agents' rows (see `stop`).
+            current = await self._sessions.fence(uow, session.id, f"the launch of {len(kinds)} agent(s)")
+            if current.state != SessionState.EXECUTING:
+                since = await SessionService.since(uow, current)
+                raise ConflictError(f"session {session.id} {since or f'is {current.state.value}'}: no agent was "
+                                    f"launched (agents run while a session is executing)")  # fmt: skip
             run = run or await uow.agents.last_run(session.id) + 1
             given = prompts if prompts is not None else [None] * len(kinds)
             made = [
@@ -397,10 +417,18 @@ class AgentService:
 
     def _supervise(self, agent: Agent, kind: AgentType, *, reattach: bool) -> None:
         stop = self._stops[agent.id] = asyncio.Event()
+        gone = self._gone[agent.id] = asyncio.Event()
         task = asyncio.create_task(self._run(agent, kind, stop, reattach=reattach))
         tasks = self._tasks.setdefault(agent.session_id, set())
         tasks.add(task)
-        task.add_done_callback(lambda t: (tasks.discard(t), self._stops.pop(agent.id, None)))
+
+        def done(finished: asyncio.Task) -> None:
+            tasks.discard(finished)
+            self._stops.pop(agent.id, None)
+            self._gone.pop(agent.id, None)
+            gone.set()
+
+        task.add_done_callback(done)
 
     async def _run(self, agent: Agent, kind: AgentType, stop: asyncio.Event, *, reattach: bool) -> None:
         slot = self._per_session.setdefault(agent.session_id, asyncio.Semaphore(self._options.max_per_session))
@@ -409,13 +437,23 @@ class AgentService:
                 if stop.is_set():
                     outcome = AgentExit(None, "cancelled", "")
                 else:
-                    agent = agent if reattach else await self._start(agent, kind)
+                    agent = agent if reattach else await self._start(agent, kind, stop)
                     outcome = (
                         await self._watch(agent, kind, stop)
                         if agent.pid
                         else AgentExit(None, "start_failed", agent.error or "")
                     )
+            self._gone.get(agent.id, asyncio.Event()).set()  # its process is gone: a waiting `stop` may go on
+            if stop.is_set() and not (outcome.reason == "exited" and outcome.exit_code == 0):
+                # stopped (a cancel, a fail): however the process ended, or failed to start in a worktree the
+                # cancel removed meanwhile, the agent was cancelled, not failed
+                outcome = AgentExit(outcome.exit_code, "cancelled", outcome.output_tail)
             await self._finish(agent, outcome, notify=True)
+        except _NotStarted as exc:  # the session moved on (or the agent was stopped) before its process started
+            if not exc.ended:
+                await self._finish(agent, AgentExit(None, "cancelled", ""), notify=False, error=str(exc))
+        except WrongNode:
+            return  # another node holds the session now: this node writes nothing about it (logged by the fence)
         except TaskgateError as exc:  # the database or the engine refused: record it, never lose the agent
             await self._finish(agent, AgentExit(None, "start_failed", ""), notify=True, error=str(exc))
         finally:
@@ -423,9 +461,24 @@ class AgentService:
                 self._holding.discard(agent.id)
                 await self._endpoint.release()
 
-    async def _start(self, agent: Agent, kind: AgentType) -> Agent:
+    async def _start(self, agent: Agent, kind: AgentType, stop: asyncio.Event) -> Agent:
+        """Start the agent's process, once its start is claimed: in the transaction that issues its token, this
+        node still holds the session (fenced), the session is executing and the agent still queued (a cancel's
+        stop may have ended it before this task ran). A stop asked for after the claim is seen by `_watch`, which
+        kills the process it finds started. Raises: _NotStarted, WrongNode (nothing written)."""
         session = await self._sessions.get(agent.session_id)
-        token = await self._access.create_agent_token(session.id, f"agent {agent.id}", agent_id=agent.id)
+
+        async def claim(uow: UnitOfWork) -> None:
+            current = await self._sessions.fence(uow, agent.session_id, f"the start of agent {agent.id}")
+            (row,) = await uow.agents.many([agent.id])
+            if row.status != AgentStatus.QUEUED or stop.is_set():
+                raise _NotStarted(f"stopped before its process started ({row.status.value})", ended=row.status
+                                  not in _LIVE)  # fmt: skip
+            if current.state != SessionState.EXECUTING:
+                since = await SessionService.since(uow, current)
+                raise _NotStarted(f"not started: session {current.id} {since or current.state.value}", ended=False)
+
+        token = await self._access.create_agent_token(session.id, f"agent {agent.id}", agent_id=agent.id, check=claim)
         folder = self._folder_of(session.id)
         url = self._options.mcp_url
         if self._endpoint is not None:
@@ -444,7 +497,11 @@ class AgentService:
             started = replace(agent, status=AgentStatus.RUNNING, pid=pid, started_at=self._clock.now())
         except InvalidInput as exc:
             started = replace(agent, error=str(exc))
-        await self._save(started, {"to": started.status.value, "pid": started.pid, "error": started.error})
+        if not await self._save(started, {"to": started.status.value, "pid": started.pid, "error": started.error}):
+            if started.pid:  # adopted elsewhere in the instant since the claim: the process must not work on
+                stop.set()
+                await self._watch(started, kind, stop)
+            raise WrongNode(agent.session_id, "another node", str(self._options.node_id), "see the log")
         return started
 
     def _wire_mcp(self, kind: AgentType, agent: Agent, folder: str, url: str, token: str) -> None:
@@ -459,9 +516,13 @@ class AgentService:
 
     async def _watch(self, agent: Agent, kind: AgentType, stop: asyncio.Event) -> AgentExit:
         async def beat() -> None:
-            async with self._uow(write=True) as uow:
-                await uow.agents.heartbeat(agent.id, self._clock.now())
-                await uow.commit()
+            try:
+                async with self._uow(write=True) as uow:
+                    await self._sessions.fence(uow, agent.session_id, f"the heartbeat of agent {agent.id}")
+                    await uow.agents.heartbeat(agent.id, self._clock.now())
+                    await uow.commit()
+            except WrongNode:  # another node adopted the session: its worktree is not this agent's any more
+                stop.set()
 
         assert agent.pid is not None and agent.output_path is not None
         return await self._runner.wait(
@@ -481,8 +542,8 @@ class AgentService:
         done = replace(agent, status=status, exit_code=outcome.exit_code, output_tail=outcome.output_tail[-4000:],
                        completed_at=self._clock.now(), error=reason, report=report)  # fmt: skip
         # the agent's token dies in the transaction that records its end (durable: see `_save`)
-        await self._save(done, {"to": status.value, "exit_code": outcome.exit_code, "reason": outcome.reason})
-        if notify and status != AgentStatus.CANCELLED:
+        saved = await self._save(done, {"to": status.value, "exit_code": outcome.exit_code, "reason": outcome.reason})
+        if saved and notify and status != AgentStatus.CANCELLED:
             await self._after_agent(agent.session_id)
 
     def _reported(self, agent: Agent, outcome: AgentExit, reason: str | None) -> tuple[dict | None, str | None]:
@@ -540,22 +601,32 @@ class AgentService:
                               expected_version=session.version, changes=note)  # fmt: skip
         return cmd
 
-    async def _save(self, agent: Agent, change: dict[str, object]) -> None:
-        async with self._uow(write=True) as uow:
-            await uow.agents.update(agent)
-            if agent.status not in _LIVE and await uow.tokens.revoke_for_agent(agent.id, self._clock.now()):
-                # ended: its token stops working with the same commit, and the audit log says so
-                revoked = {"agent": agent.id, "why": "agent ended"}
-                await uow.events.append("token.revoked", self._clock.now(), revoked, agent.session_id)
-            payload = {"agent": agent.id, "type": agent.agent_type, **change}
-            await uow.events.append("agent.status", self._clock.now(), payload, agent.session_id)
-            await uow.commit()
+    async def _save(self, agent: Agent, change: dict[str, object]) -> bool:
+        """Write the agent's row, its token's revocation when it ended, and an `agent.status` event, fenced: False
+        (nothing written, logged by the fence) when this node no longer holds the session."""
+        try:
+            async with self._uow(write=True) as uow:
+                await self._sessions.fence(uow, agent.session_id, f"agent {agent.id} {agent.status.value}")
+                await self._write_agent(uow, agent, change)
+                await uow.commit()
+        except WrongNode:
+            return False
         if self._outputs is not None:  # manifest.json follows the agents
             entry = {"id": agent.id, "name": agent.agent_type, "run": agent.run, "status": agent.status.value,
                      "exit_code": agent.exit_code, "output": agent.output_path, "error": agent.error,
                      "started_at": _iso(agent.started_at), "completed_at": _iso(agent.completed_at)}  # fmt: skip
             with suppress(TaskgateError):  # a manifest that cannot be written never loses the agent's row
                 await self._outputs.record_agents(agent.session_id, [entry], status=f"agent {agent.status.value}")
+        return True
+
+    async def _write_agent(self, uow: UnitOfWork, agent: Agent, change: dict[str, object]) -> None:
+        await uow.agents.update(agent)
+        if agent.status not in _LIVE and await uow.tokens.revoke_for_agent(agent.id, self._clock.now()):
+            # ended: its token stops working with the same commit, and the audit log says so
+            revoked = {"agent": agent.id, "why": "agent ended"}
+            await uow.events.append("token.revoked", self._clock.now(), revoked, agent.session_id)
+        payload = {"agent": agent.id, "type": agent.agent_type, **change}
+        await uow.events.append("agent.status", self._clock.now(), payload, agent.session_id)
 
     async def _previous_kinds(self, session_id: str) -> list[AgentType]:
         async with self._uow(write=False) as uow:
@@ -586,6 +657,18 @@ class AgentService:
 
 
 _LIVE = frozenset({AgentStatus.QUEUED, AgentStatus.RUNNING})
+_STOP_WAIT_S = 15.0  # how long `stop` waits for the stopped agents' supervisors (a kill takes ~2 s)
+
+
+class _NotStarted(TaskgateError):
+    """An agent's start was not claimed: the session left executing, or the agent was stopped, before its process
+    started. `ended`: its row says so already (a stop finished it), so nothing is left to record."""
+
+    def __init__(self, message: str, *, ended: bool) -> None:
+        super().__init__(message)
+        self.ended = ended
+
+
 _RELAUNCH_ON = frozenset({Trigger.REQUEST_CHANGES, Trigger.RETRY})
 
 

@@ -201,7 +201,7 @@ class DecisionService:
     # -- internals ---------------------------------------------------------------------------------------------
 
     async def _settled(
-        self, session: Session, operator_id: str, kind: DecisionKind, lost: ConflictError
+        self, session: Session, operator_id: str, kind: DecisionKind, lost: ConflictError | InvalidTransition
     ) -> DecisionResult:
         """This decision lost the race to write the verification `session` was read at (another process wrote
         first): the winner's result when it is the same decision by the same operator.
@@ -292,7 +292,8 @@ class DecisionService:
             allowed = allowed_triggers(session.state, session.prior_state)
             if session.state != SessionState.VERIFYING and not waiting and kind.value not in allowed:
                 decidable = [d.value for d in DecisionKind if d.value in allowed]
-                raise InvalidTransition(session.id, session.state.value, kind.value, decidable)
+                since = await SessionService.since(uow, session)  # e.g. "was cancelled (cancel by …)"
+                raise InvalidTransition(session.id, session.state.value, kind.value, decidable, since=since)
             return None
         first = mine[0]
         if first.decision != kind or first.operator_id != operator_id:
@@ -357,7 +358,7 @@ class DecisionService:
         """An approval that review_approval does not find enough yet: stored as pending, the session waits."""
         pending = replace(decision, outcome="pending", to_state=session.state.value)
         async with self._uow(write=True) as uow:
-            await uow.sessions.get(session.id, lock=True)
+            await self._sessions.fence(uow, session.id, f"the pending approval of {decision.operator_id}")
             await uow.operators.lock(decision.operator_id)
             pending = replace(pending, id=await uow.decisions.add(pending))
             payload = {"operator": decision.operator_id, "decision": "approve", "outcome": "pending"}
@@ -421,7 +422,9 @@ class DecisionService:
         )
         try:
             return await self._sessions.fire(cmd)
-        except ConcurrentModification as exc:  # the decision's own transition found the session moved on
+        except (ConcurrentModification, InvalidTransition) as exc:
+            # the decision's own transition found the session moved on since `_earlier` read it decidable:
+            # another process decided it first (a replay, see `_settled`), or cancelled it (its refusal says so)
             raise _Overtaken(exc) from exc
 
     async def _stored(self, decision: Decision) -> Decision:
@@ -432,16 +435,18 @@ class DecisionService:
 
     async def _event(self, kind: str, session_id: str, payload: dict[str, Any]) -> None:
         async with self._uow(write=True) as uow:
+            await self._sessions.fence(uow, session_id, f"the {kind} event")
             await uow.events.append(kind, self._clock.now(), payload, session_id)
             await uow.commit()
 
 
 class _Overtaken(Exception):
-    """The decision's own fire met ConcurrentModification: the session changed after it was read (in practice
-    another process decided it first). Raised only around that fire, so that the failure of what a decision
-    fires afterwards (the compensation, the merge of approve_and_merge) is never mistaken for a lost race."""
+    """The decision's own fire met ConcurrentModification or InvalidTransition: the session changed after it was
+    read (another process decided it first, or cancelled it). Raised only around that fire, so that the failure of
+    what a decision fires afterwards (the compensation, the merge of approve_and_merge) is never mistaken for a
+    lost race."""
 
-    def __init__(self, cause: ConcurrentModification) -> None:
+    def __init__(self, cause: ConcurrentModification | InvalidTransition) -> None:
         super().__init__(str(cause))
         self.cause = cause
 

@@ -287,7 +287,7 @@ class Dispatcher:
         `waiting_since` under the session's row lock, after checking the mark (a note, not a transition: the
         session's version stays)."""
         async with self._uow(write=True) as uow:
-            session = await uow.sessions.get(session_id, lock=True)
+            session = await self._sessions.fence(uow, session_id, "the dispatch.waiting event")
             mark = dict(session.state_data.get(DISPATCHED) or {})
             if mark.get("waiting_since"):
                 return

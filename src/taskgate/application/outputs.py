@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from taskgate import __version__
+from taskgate.application.affinity import fence, held_here
 from taskgate.application.effects import NOTHING, Aftermath, NoEffects
 from taskgate.application.ports import Clock, SessionFolders, UnitOfWorkFactory
 from taskgate.domain.entities import Session
@@ -54,6 +55,11 @@ class OutputService:
 
     def __init__(self, uow: UnitOfWorkFactory, folders: SessionFolders, clock: Clock) -> None:
         self._uow, self._folders, self._clock = uow, folders, clock
+        self._node_id: str | None = None
+
+    def on_node(self, node_id: str | None) -> None:
+        """Write outputs only for sessions `node_id` holds (application/affinity.py): the composition root's node."""
+        self._node_id = node_id
 
     def folder(self, session_id: str) -> str:
         """The session folder's absolute path (`TASKGATE_SESSION_FOLDER`); it may not exist yet."""
@@ -119,10 +125,15 @@ class OutputService:
         session, task = await self._session(cmd.session_id)
         if session.state in TERMINAL_STATES:
             raise InvalidInput(f"session {session.id} is {session.state.value}; its folder takes no more outputs")
+        what = f"the output {path}"
+        if not held_here(session, self._node_id):  # before the file: a node that lost the session writes nothing
+            async with self._uow(write=False) as uow:
+                await fence(uow, session.id, self._node_id, what)
         at = self._clock.now()
         record = await self._folders.write_output(session.id, path, data, at=at, by=cmd.actor, task=task)
         async with self._uow(write=True) as uow:
-            await uow.sessions.get(session.id)
+            # fenced again with the event: an adoption in between leaves a file no event names, never the reverse
+            await fence(uow, session.id, self._node_id, f"the output.saved event of {path}")
             payload = {"path": record.path, "bytes": record.bytes, "sha256": record.sha256, "actor": cmd.actor}
             await uow.events.append(OUTPUT_SAVED_EVENT, at, payload, session.id)
             await uow.commit()

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from taskgate.application import crashpoints
-from taskgate.application.affinity import held_here, refuse_unless_held
+from taskgate.application.affinity import fence, held_here, refuse_unless_held
 from taskgate.application.effects import Aftermath, NoEffects, SessionEffects
 from taskgate.application.guards import GuardEvaluator, PolicyCheck
 from taskgate.application.policy_config import PolicyEntry
@@ -44,6 +44,7 @@ from taskgate.domain.entities import (
     Session,
     SessionSnapshot,
     TransitionRecord,
+    how_it_got_there,
     task_status_for,
 )
 from taskgate.domain.errors import (
@@ -217,6 +218,12 @@ class SessionService:
         """Whether this process's node may change `session` (application/affinity.py)."""
         return held_here(session, self.node_id)
 
+    async def fence(self, uow: UnitOfWork, session_id: str, what: str) -> Session:
+        """The session, row-locked in `uow`'s transaction, when this node holds it (application/affinity.py
+        `fence`): called first by every write about a session or its agents. Raises: SessionNotFound, WrongNode
+        (logged here, naming `what` was not written)."""
+        return await fence(uow, session_id, self.node_id, what)
+
     async def refuse_unless_held(self, session_id: str) -> Session:
         """The session, when this node holds it. Raises: SessionNotFound, WrongNode (naming the holder)."""
         async with self._uow(write=False) as uow:
@@ -290,6 +297,7 @@ class SessionService:
                 done.append(await self._resume_start(session))
         if done:
             async with self._uow(write=True) as uow:
+                await self.fence(uow, session_id, "the session.resumed event")
                 await uow.events.append("session.resumed", self._clock.now(), {"actions": done}, session_id)
                 await uow.commit()
         return done
@@ -333,7 +341,7 @@ class SessionService:
         optional event: a note on the session, not a transition, so its version stays and a caller's
         expected_version still holds. Raises: SessionNotFound."""
         async with self._uow(write=True) as uow:
-            session = await uow.sessions.get(session_id, lock=True)
+            session = await self.fence(uow, session_id, f"a note on the session ({', '.join(sorted(data))})")
             await uow.sessions.update(_with_changes(session, {"state_data": data}), expected_version=session.version)
             if event is not None:
                 await uow.events.append(event[0], self._clock.now(), event[1], session_id)
@@ -375,6 +383,9 @@ class SessionService:
         except EffectRefused as refused:
             await self.log_refusal(replace(cmd, changes=refused.changes), refused.violations)
             raise refused.error from None
+        except TaskgateError:
+            await self._refuse_if_overtaken(prepared.session, trigger)
+            raise
 
     async def _follow(self, result: FireResult, follow_up: FireTrigger, *, fatal: bool) -> FireResult:
         try:
@@ -400,8 +411,8 @@ class SessionService:
                 violations=list(violations),
             )
         async with self._uow(write=True) as uow:
-            session = await uow.sessions.get(cmd.session_id, lock=True)
-            row = self._select_row(session, parse_trigger(cmd.trigger), None)
+            session = await self.fence(uow, cmd.session_id, f"the refusal of '{cmd.trigger}'")
+            row = await self._row(uow, session, parse_trigger(cmd.trigger), None)
             if cmd.changes:  # e.g. the conflicting files, kept on the session for the operator
                 await uow.sessions.update(_with_changes(session, cmd.changes), expected_version=session.version)
             await self._log_blocked(uow, session, row, cmd, verdict)
@@ -430,7 +441,7 @@ class SessionService:
                 await cmd.authorize(uow)
             session = await uow.sessions.get(cmd.session_id, lock=True)
             await refuse_unless_held(uow, session, self.node_id)
-            row = self._select_row(session, trigger, cmd.expected_version)
+            row = await self._row(uow, session, trigger, cmd.expected_version)
             plan = await self._lock_for(uow, session, row, cmd)
             verdict = Verdict()
             project = await self._project_name(uow, session.project_id)
@@ -482,10 +493,8 @@ class SessionService:
                 await self._forget_start(session.id)
             note = f"session {session.id} stays ready; start it again once the guards allow"
             raise PolicyViolation(exc.trigger, exc.violations, session.id, note) from None
-        except InvalidTransition as exc:  # a concurrent caller started this ready session first
-            raise SessionAlreadyActive(
-                f"task {cmd.task_id} already has session {session.id} in state '{exc.state}'"
-            ) from None
+        except InvalidTransition:  # a concurrent caller started this ready session first
+            raise await self._already_active(cmd.task_id) from None
 
     async def resolve_id(self, ref: str) -> str:
         """The full id of the session whose id is or starts with `ref` (at least 4 characters).
@@ -563,6 +572,42 @@ class SessionService:
             return await uow.sessions.list(project_id=project_id, states=states)
 
     # -- internals ---------------------------------------------------------------------------------------------
+
+    async def _row(
+        self, uow: UnitOfWork, session: Session, trigger: Trigger, expected_version: int | None
+    ) -> TransitionSpec:
+        """`_select_row`, whose refusal names what brought the session where it is: a caller who lost a race
+        (a cancel that came first, another operator's decision) hears the winner's outcome, not only the state.
+        The extra read is on the refusal's path only."""
+        try:
+            return self._select_row(session, trigger, expected_version)
+        except InvalidTransition as exc:
+            since = await self.since(uow, session)
+            raise InvalidTransition(exc.session_id, exc.state, exc.trigger, exc.allowed, since=since) from None
+        except ConcurrentModification:  # the caller's expected_version: stale, and by whose move
+            since = await self.since(uow, session)
+            raise ConcurrentModification(
+                f"session {session.id} {since or 'changed'} and is at version {session.version}, not "
+                f"{expected_version} as read; reload and retry"
+            ) from None
+
+    async def _refuse_if_overtaken(self, seen: Session, trigger: Trigger) -> None:
+        """When the session moved on while this call did its outside work (`seen` is what it read before), raise
+        what the concurrent caller did: the git error that work met (a branch a cancel removed meanwhile) is a
+        symptom of it, not the cause. Returns when the session is still as `seen`."""
+        async with self._uow(write=False) as uow:
+            now = await uow.sessions.get(seen.id)
+            if now.version != seen.version:
+                await self._row(uow, now, trigger, None)  # not possible any more (cancelled): InvalidTransition
+                await self._row(uow, now, trigger, seen.version)  # possible, but on what it is now: read it again
+
+    @staticmethod
+    async def since(uow: UnitOfWork, session: Session) -> str:
+        """How the session got to its state: its last applied transition, described (empty if it has none), for
+        a refusal to name (InvalidTransition's `since`)."""
+        rows = await uow.transitions.history(session.id, limit=20)
+        applied = [r for r in rows if r.outcome == Outcome.APPLIED and r.session_version == session.version]
+        return how_it_got_there(applied[-1]) if applied else ""
 
     def _select_row(self, session: Session, trigger: Trigger, expected_version: int | None) -> TransitionSpec:
         if expected_version is not None and expected_version != session.version:
@@ -660,7 +705,7 @@ class SessionService:
             if held:
                 await refuse_unless_held(uow, session, self.node_id)
             project = await uow.projects.get(session.project_id)
-        row = self._select_row(session, trigger, expected_version)
+            row = await self._row(uow, session, trigger, expected_version)
         slow = await self._guards.prepare(row, session, project, dry_run=dry_run, run_tests=run_tests)
         return _Prepared(session, row, project.name, slow)
 
@@ -816,6 +861,12 @@ class SessionService:
             await uow.plans.set_status(after.plan_id, PlanStatus.CLOSED)
 
     async def _ready_session_for(self, cmd: StartTask) -> Session:
+        """The task's session, brought to ready: created and prepared here, or one a crash left half-made carried
+        on. How concurrent starts of one task are told apart: the task row lock and the partial unique index let
+        one `create` through; every later step names the session's current state in its transaction and refuses
+        a trigger that state no longer allows. So a caller that finds its step done by another caller (an
+        `initialize` or `context_discovered` refused as not allowed) has lost the race to it, and is answered
+        with the winner's outcome, SessionAlreadyActive, never the state machine's refusal."""
         async with self._uow(write=False) as uow:
             await uow.tasks.get(cmd.task_id, with_blockers=False)  # raises TaskNotFound before anything else
             active = await uow.sessions.active_for_task(cmd.task_id)
@@ -823,18 +874,22 @@ class SessionService:
         if existing is None:
             try:
                 return await self._create_and_prepare(cmd)
-            except PolicyViolation as exc:
-                if {v.policy for v in exc.violations} != {"one_active_session_per_task"}:
+            except (PolicyViolation, SessionAlreadyActive) as exc:
+                if isinstance(exc, PolicyViolation) and {v.policy for v in exc.violations} != {
+                    "one_active_session_per_task"
+                }:
                     raise
-                # a concurrent caller created the task's session between our read and our write
-                raise SessionAlreadyActive(f"task {cmd.task_id} got an active session concurrently") from None
+                # a concurrent caller created the task's session between our read and our write (seen by the
+                # guard, or by the unique index)
+                raise await self._already_active(cmd.task_id) from None
         if existing.state in (SessionState.CREATED, SessionState.INITIALIZING):  # a start a crash cut off
-            await self.resume(existing.id, start=False)
+            try:
+                await self.resume(existing.id, start=False)
+            except InvalidTransition:  # another caller carried it on first (it was not cut off, only young)
+                raise await self._already_active(cmd.task_id) from None
             existing = await self.get(existing.id)
         if existing.state != SessionState.READY:
-            raise SessionAlreadyActive(
-                f"task {cmd.task_id} already has session {existing.id} in state '{existing.state.value}'"
-            )
+            raise _already_active(cmd.task_id, existing)
         return existing
 
     async def _create_and_prepare(self, cmd: StartTask) -> Session:
@@ -843,10 +898,31 @@ class SessionService:
                           note=cmd.note)
         )  # fmt: skip
         crashpoints.reached("start.created")
-        session = (await self.fire(FireTrigger(session.id, Trigger.INITIALIZE.value, SYSTEM_ACTOR))).session
-        if session.state == SessionState.INITIALIZING:  # no effect moved it on: discover nothing, go on
-            session = (await self.fire(FireTrigger(session.id, Trigger.CONTEXT_DISCOVERED.value, SYSTEM_ACTOR))).session
+        try:
+            session = (await self.fire(FireTrigger(session.id, Trigger.INITIALIZE.value, SYSTEM_ACTOR))).session
+            if session.state == SessionState.INITIALIZING:  # no effect moved it on: discover nothing, go on
+                cmd_next = FireTrigger(session.id, Trigger.CONTEXT_DISCOVERED.value, SYSTEM_ACTOR)
+                session = (await self.fire(cmd_next)).session
+        except InvalidTransition:
+            # A concurrent start found our young session and carried it on itself (`resume`), so it goes on to
+            # start it: that caller is the winner, and this one answers as the loser it now is.
+            raise await self._already_active(cmd.task_id) from None
         return session
+
+    async def _already_active(self, task_id: str) -> SessionAlreadyActive:
+        """The refusal of a start that lost a race: names the task's session as the winner left it. Read in a
+        write unit of work: on SQLite the winner's `create` may share a group commit with the refused one, and a
+        plain read would not see it until that COMMIT; the write turn comes after it (nothing is written)."""
+        async with self._uow(write=True) as uow:
+            active = await uow.sessions.active_for_task(task_id)
+            session = await uow.sessions.get(active[0]) if active else None
+        if session is None:  # the winner's session ended meanwhile (cancelled): still, this start lost
+            return SessionAlreadyActive(f"task {task_id} was started concurrently by another caller; start it again")
+        return _already_active(task_id, session)
+
+
+def _already_active(task_id: str, session: Session) -> SessionAlreadyActive:
+    return SessionAlreadyActive(f"task {task_id} already has session {session.id} in state '{session.state.value}'")
 
 
 def _advance(session: Session, row: TransitionSpec, new_state: SessionState, now: datetime) -> Session:

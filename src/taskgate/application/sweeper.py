@@ -368,7 +368,7 @@ class Sweeper:
     async def _escalate(self, seen: Session, plan: _Plan, now: datetime) -> bool:
         """Append `session.escalated` once per verification; the mark in `state_data` is not a transition."""
         async with self._uow(write=True) as uow:
-            current = await uow.sessions.get(seen.id, lock=True)
+            current = await self._sessions.fence(uow, seen.id, "the session.escalated event")
             if current.version != seen.version or current.state != SessionState.VERIFYING or _escalated(current):
                 return False
             mark = {"escalated_at": now.isoformat(), "escalated_version": current.version}

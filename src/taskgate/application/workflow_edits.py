@@ -10,7 +10,6 @@ from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from taskgate.application.affinity import refuse_unless_held
 from taskgate.application.workflow_records import StepEvent, StepRecords
 from taskgate.application.workflow_views import StackView
 from taskgate.domain.entities import Decision, Session, StepStatus
@@ -281,8 +280,7 @@ class StackEdits(StepRecords):
         status = {"approve": StepStatus.APPROVED, "reject": StepStatus.REJECTED,
                   "request_changes": StepStatus.CHANGES_REQUESTED}[decision.decision.value]  # fmt: skip
         async with self._lock(session.id), self._uow(write=True) as uow:
-            current = await uow.sessions.get(session.id, lock=True)
-            await refuse_unless_held(uow, current, self._sessions.node_id)
+            current = await self._sessions.fence(uow, session.id, "the answer to a workflow approval step")
             step = self.approval_step(current)
             if current.version != session.version or step is None:
                 raise ConflictError(f"session {session.id} moved on before the decision; read its status again")

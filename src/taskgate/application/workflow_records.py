@@ -8,7 +8,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from taskgate.application.affinity import refuse_unless_held
 from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.sessions import FireTrigger, SessionService
 from taskgate.domain.agents import why_stopped
@@ -89,9 +88,8 @@ class StepRecords:
         """`_save`'s writes inside `uow` (the caller commits)."""
         if carry is not None:
             runs, finish, events = [*carry.runs, *runs], [*carry.finish, *finish], [*carry.events, *events]
-        current = await uow.sessions.get(session.id, lock=True)
         # a stack edit on another node's session would drive its steps here, away from its worktree
-        await refuse_unless_held(uow, current, self._sessions.node_id)
+        current = await self._sessions.fence(uow, session.id, "the workflow stack and its step runs")
         if current.version != session.version:
             raise ConcurrentModification(session.id, session.version, current.version)
         now = self._clock.now()

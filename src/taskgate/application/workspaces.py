@@ -28,6 +28,7 @@ from taskgate.application.effects import NOTHING, Aftermath
 from taskgate.application.ports import (
     BranchChange,
     Clock,
+    UnitOfWork,
     UnitOfWorkFactory,
     VcsProvider,
     WorkspaceContext,
@@ -237,7 +238,7 @@ class WorkspaceService:
         context = await self.review(session_id)
         snapshot = SessionSnapshot(session_id, "checkpoint", actor, _checkpoint_data(context), self._clock.now(), note)
         async with self._uow(write=True) as uow:
-            await uow.sessions.get(session_id, lock=True)
+            await self._held(uow, session_id, "a checkpoint")
             snapshot = replace(snapshot, id=await uow.snapshots.add(snapshot))
             payload = {"snapshot_id": snapshot.id, "note": note, "head": context.head_commit, "actor": actor}
             await uow.events.append("session.checkpoint", snapshot.at, payload, session_id)
@@ -425,9 +426,17 @@ class WorkspaceService:
             await self._discard(session)
         except TaskgateError as exc:
             async with self._uow(write=True) as uow:
+                await self._held(uow, session.id, "the worktree.cleanup_failed event")
                 payload = {"error": str(exc), "worktree": session.worktree_path}
                 await uow.events.append("worktree.cleanup_failed", self._clock.now(), payload, session.id)
                 await uow.commit()
+
+    async def _held(self, uow: UnitOfWork, session_id: str, what: str) -> None:
+        """Fence a write about the session (SessionService.fence); a bare row lock without the engine attached."""
+        if self._sessions is not None:
+            await self._sessions.fence(uow, session_id, what)
+        else:
+            await uow.sessions.get(session_id, lock=True)
 
     def _fire(self, session: Session, trigger: Trigger, *, reason: str | None = None, **extra: Any) -> FireTrigger:
         return FireTrigger(session.id, trigger.value, SYSTEM_ACTOR, reason=reason, **extra)

@@ -251,6 +251,17 @@ class TransitionRecord:
     at: datetime
 
 
+_ENDED_AS = {"cancelled": "cancelled", "completed": "completed", "failed": "failed", "merged": "merged"}
+
+
+def how_it_got_there(row: TransitionRecord) -> str:
+    """What an applied row did, as a refusal names it to a caller who lost the race to it: "was cancelled (cancel
+    by operator:bob at 2026-11-28T10:00:01+00:00: not needed)"."""
+    verb = _ENDED_AS.get(row.to_state, f"moved to '{row.to_state}'")
+    reason = f": {row.reason[:200]}" if row.reason else ""
+    return f"was {verb} ({row.trigger} by {row.actor} at {row.at.isoformat(timespec='seconds')}{reason})"
+
+
 _TASK_STATUS_BY_SESSION_STATE: dict[SessionState, TaskStatus] = {
     SessionState.PLANNING: TaskStatus.IN_PROGRESS,
     SessionState.EXECUTING: TaskStatus.IN_PROGRESS,

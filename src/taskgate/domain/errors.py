@@ -81,12 +81,17 @@ class InvalidInput(TaskgateError):
 class InvalidTransition(TaskgateError):
     """The trigger is not allowed from the session's current state."""
 
-    def __init__(self, session_id: str, state: str, trigger: str, allowed: Sequence[str]) -> None:
+    def __init__(self, session_id: str, state: str, trigger: str, allowed: Sequence[str], since: str = "") -> None:
+        """`since` names what brought the session to `state` ("was cancelled (cancel by operator:bob at …)"),
+        so that a caller who lost a race to it hears the winner's outcome, not only the state."""
         self.session_id, self.state, self.trigger, self.allowed = session_id, state, trigger, list(allowed)
+        self.since = since
         hint = ", ".join(self.allowed) if self.allowed else "none (the session is terminal)"
-        super().__init__(
-            f"trigger '{trigger}' is not allowed for session {session_id} in state '{state}'; allowed: {hint}"
-        )
+        if since:
+            message = f"session {session_id} {since}: trigger '{trigger}' is not allowed in state '{state}'"
+        else:
+            message = f"trigger '{trigger}' is not allowed for session {session_id} in state '{state}'"
+        super().__init__(f"{message}; allowed: {hint}")
 
 
 class PolicyViolation(TaskgateError):
