@@ -700,6 +700,7 @@ class _FakeWorktree:
     untracked: list[str] = field(default_factory=list)
     missing: bool = False  # the folder was deleted by hand; git still lists it until `prune`
     replaced: str | None = None  # what the folder is now when it is no longer the worktree ("an empty folder")
+    reflog_head: str | None = None  # its HEAD's last commit, kept (as git's worktree reflog) once its branch is gone
 
 
 @dataclass
@@ -807,7 +808,7 @@ class FakeVcs:
     ) -> WorkspaceContext:
         repo = self._repo(repo_root)
         if branch not in repo.branches:
-            raise BranchGone(branch, path, repo_root)
+            raise self._gone(repo, branch, path, repo_root)
         worktree = repo.worktrees.get(path)
         live = worktree is not None and not worktree.missing
         if live:
@@ -840,7 +841,7 @@ class FakeVcs:
     ) -> MergeOutcome:
         repo = self._repo(repo_root)
         if branch not in repo.branches:
-            raise BranchGone(branch, path, repo_root)
+            raise self._gone(repo, branch, path, repo_root)
         worktree = repo.worktrees.get(path)
         if worktree is None or worktree.missing:  # recreated from its branch
             worktree = repo.worktrees[path] = _FakeWorktree(branch)
@@ -871,6 +872,9 @@ class FakeVcs:
             merge = self._new_commit(f"Merge branch '{branch}' (taskgate)", frozenset())
             base_history[:] = [*base_history, *new, merge]
         return MergeOutcome(True, base, merged_commit=base_history[-1], rebased=rebased)
+
+    async def base_exists(self, repo_root: str, base: str) -> bool:
+        return base in self._repo(repo_root).branches
 
     async def is_merged(self, repo_root: str, commit: str, base: str) -> bool:
         return commit in self._repo(repo_root).branches.get(base, [])
@@ -951,8 +955,17 @@ class FakeVcs:
         self._worktree(path).replaced = what
 
     def delete_branch_by_hand(self, repo_root: str, branch: str) -> None:
-        """`git update-ref -d refs/heads/<branch>`: the branch goes even though a worktree has it checked out."""
-        self._repo(repo_root).branches.pop(branch)
+        """`git update-ref -d refs/heads/<branch>`: the branch goes even though a worktree has it checked out (whose
+        reflog keeps its last commit)."""
+        repo = self._repo(repo_root)
+        head = repo.branches.pop(branch)[-1]
+        for worktree in repo.worktrees.values():
+            if worktree.branch == branch:
+                worktree.reflog_head = head
+
+    def _gone(self, repo: _FakeRepo, branch: str, path: str, repo_root: str) -> BranchGone:
+        worktree = repo.worktrees.get(path)
+        return BranchGone(branch, path, repo_root, last_commit=worktree.reflog_head if worktree else None)
 
     def head(self, repo_root: str, branch: str) -> str | None:
         history = self._repo(repo_root).branches.get(branch)

@@ -457,3 +457,30 @@ async def test_a_branch_deleted_by_hand_is_named_before_anything_looks_at_its_wo
         with pytest.raises(BranchGone, match=f"branch '{BRANCH}' of the session at .* no longer exists"):
             await call()
     assert driver.head("main") == base and driver.head(BRANCH) is None
+
+
+async def test_a_branch_deleted_by_hand_is_refused_naming_its_last_commit_from_the_worktrees_reflog(
+    driver: Driver,
+) -> None:
+    await create(driver)
+    sha = driver.commit(driver.path("s1"), ["feature.txt"], "feature")
+    driver.delete_branch_by_hand(BRANCH)
+    with pytest.raises(BranchGone) as refused:
+        await context(driver)
+    assert refused.value.last_commit == sha
+    assert f"`git branch {BRANCH} {sha}`" in str(refused.value) and "fsck" not in str(refused.value)
+
+
+async def test_a_branch_and_worktree_both_deleted_by_hand_point_to_the_dangling_commit_not_a_reflog(
+    driver: Driver,
+) -> None:
+    """Issue 36: the advice said to use the worktree's reflog, which had gone with the worktree."""
+    await create(driver)
+    driver.commit(driver.path("s1"), ["feature.txt"], "feature")
+    driver.delete_branch_by_hand(BRANCH)
+    driver.delete_folder(driver.path("s1"))
+    await driver.vcs.prune(driver.root)
+    with pytest.raises(BranchGone) as refused:
+        await merge(driver)
+    assert refused.value.last_commit is None
+    assert "git fsck --lost-found" in str(refused.value) and "reflog`" not in str(refused.value)

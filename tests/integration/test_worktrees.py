@@ -16,7 +16,7 @@ import pytest
 from taskgate.application.sessions import CreateSession, FireTrigger
 from taskgate.application.workspaces import GitOptions
 from taskgate.domain.entities import Session, TaskStatus
-from taskgate.domain.errors import ConflictError, MergeConflict, VcsError
+from taskgate.domain.errors import ConflictError, MergeConflict, VcsError, WorktreeNotCreated
 from taskgate.domain.states import SessionState
 from tests.builders import ACTOR, OPERATOR, fire, seed, start
 from tests.conftest import Services, open_database, wire
@@ -205,17 +205,40 @@ async def test_reject_with_auto_revert_resets_and_discards_the_worktree(services
     assert git(git_repo, "rev-parse", "main") == main_before and not (git_repo / "bad.txt").exists()
 
 
-async def test_a_missing_base_branch_fails_the_session_and_leaves_nothing_behind(sql_services, git_repo):
+async def test_a_missing_base_branch_refuses_the_start_and_writes_nothing(sql_services, git_repo):
+    """Issue 36: it answered "Nothing was changed" but left a failed session that held the task."""
     services = wire(sql_services.backend, sql_services.database, sql_services.url, git=GitOptions(base_branch="dev"))
     seeded = await seed(services, git_repo, tasks=1)
-    with pytest.raises(VcsError, match="base 'dev' does not exist"):
+    before = await services.snapshot()
+    with pytest.raises(
+        VcsError, match=r"the base branch 'dev' does not exist in .*: create it, or set git\.base_branch"
+    ):
         await start(services, seeded.tasks[0])
-    [session] = await services.sessions.list_sessions(seeded.project.id)
-    assert session.state == SessionState.FAILED
-    history = await services.sessions.history(session.id)
-    assert history[-1].trigger == "fail" and "worktree could not be created" in history[-1].reason
+    assert await services.snapshot() == before
     assert branches(git_repo) == ["main"] and worktree_paths(git_repo) == [str(git_repo)]
-    assert (await services.tracker.list_tasks(seeded.project.id))[0].status == TaskStatus.OPEN
+
+
+async def test_a_worktree_that_cannot_be_created_cancels_its_session_and_frees_the_task(
+    sql_services, git_repo, monkeypatch
+):
+    seeded = await seed(sql_services, git_repo, tasks=1)
+    vcs = sql_services.workspaces._vcs
+    real = vcs.create_worktree
+
+    async def refused(*args, **kwargs):
+        raise VcsError("git worktree failed: No space left on device")
+
+    monkeypatch.setattr(vcs, "create_worktree", refused)
+    with pytest.raises(WorktreeNotCreated, match=r"session \S+ was cancelled: its worktree could not be created: git"):
+        await start(sql_services, seeded.tasks[0])
+    [session] = await sql_services.sessions.list_sessions(seeded.project.id)
+    assert session.state == SessionState.CANCELLED
+    history = await sql_services.sessions.history(session.id)
+    assert history[-1].trigger == "cancel" and "worktree could not be created" in history[-1].reason
+    assert (await sql_services.tracker.list_tasks(seeded.project.id))[0].status == TaskStatus.OPEN
+    monkeypatch.setattr(vcs, "create_worktree", real)
+    again = await start(sql_services, seeded.tasks[0])  # the task is free: a new session starts
+    assert again.id != session.id and again.state == SessionState.PLANNING
 
 
 HOSTILE_TITLES = [

@@ -41,7 +41,7 @@ from taskgate.application.ports import (
 from taskgate.application.sessions import FireResult, FireTrigger, SessionService
 from taskgate.domain.agent_reports import parse_report
 from taskgate.domain.agents import AgentType, render_command, why_stopped
-from taskgate.domain.entities import Agent, AgentStatus, Session
+from taskgate.domain.entities import Agent, AgentStatus, Project, Session
 from taskgate.domain.errors import ConflictError, InvalidInput, InvalidTransition, TaskgateError, WrongNode
 from taskgate.domain.states import SessionState, Trigger
 
@@ -266,6 +266,9 @@ class AgentService:
         return f"marked failed (process gone){was}"
 
     # -- session effects ---------------------------------------------------------------------------------------
+
+    async def check_new_session(self, project: Project) -> None:
+        return None  # agents are checked when they are launched (`check_installed`)
 
     def wants_before(self, trigger: Trigger) -> bool:
         return trigger in _RELAUNCH_ON

@@ -26,7 +26,7 @@ from taskgate.domain.states import Trigger
 
 if TYPE_CHECKING:
     from taskgate.application.sessions import FireResult, FireTrigger
-    from taskgate.domain.entities import Session
+    from taskgate.domain.entities import Project, Session
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,9 @@ NOTHING = Aftermath()
 
 
 class SessionEffects(Protocol):
+    async def check_new_session(self, project: Project) -> None:
+        """Refuse a new session of `project` before anything is written (its base branch is missing). Raises."""
+
     def wants_before(self, trigger: Trigger) -> bool:
         """Whether `before` has work for `trigger` (saves a session read on every other trigger)."""
 
@@ -63,6 +66,9 @@ class SessionEffects(Protocol):
 class NoEffects:
     """For engines that only keep state (unit tests of the engine, benchmarks of the bare transition), and the
     base of effects that act only after a transition (they override `after`)."""
+
+    async def check_new_session(self, project: Project) -> None:
+        return None
 
     def wants_before(self, trigger: Trigger) -> bool:
         return False
@@ -82,6 +88,10 @@ class CompositeEffects:
 
     def __init__(self, parts: Sequence[SessionEffects]) -> None:
         self._parts = list(parts)
+
+    async def check_new_session(self, project: Project) -> None:
+        for part in self._parts:
+            await part.check_new_session(project)
 
     def wants_before(self, trigger: Trigger) -> bool:
         return any(p.wants_before(trigger) for p in self._parts)

@@ -579,6 +579,9 @@ class VcsProvider(Protocol):
         overwrite, base moved meanwhile, ...). Nothing changed in every case.
         """
 
+    async def base_exists(self, repo_root: str, base: str) -> bool:
+        """Whether a worktree can branch from `base`: the local branch, or `origin/<base>`, exists (no fetch)."""
+
     async def is_merged(self, repo_root: str, commit: str, base: str) -> bool:
         """Whether `commit` is in the history of branch `base` (false when either does not exist)."""
 

@@ -236,12 +236,17 @@ class SessionService:
         self._write_back_to = sources
 
     async def create_session(self, cmd: CreateSession) -> Session:
-        """Create a session in `created` for a task. Nothing is written when a guard refuses.
+        """Create a session in `created` for a task. Nothing is written when a guard refuses, or an effect (its
+        worktree's base branch is missing).
 
-        Raises: TaskNotFound, OperatorNotFound, ProjectArchived, PolicyViolation, SessionAlreadyActive.
+        Raises: TaskNotFound, OperatorNotFound, ProjectArchived, PolicyViolation, SessionAlreadyActive, VcsError.
         """
         row = find_transition(None, Trigger.CREATE, None)
         assert row is not None
+        async with self._uow(write=False) as uow:
+            task = await uow.tasks.get(cmd.task_id, with_blockers=False)
+            project = await uow.projects.get(task.project_id)
+        await self._effects.check_new_session(project)  # e.g. no base branch to branch from: nothing written
         async with self._uow(write=True) as uow:
             facts = await self._creation_facts(uow, cmd, row)
             verdict = await self._guards.evaluate(row, _constant(facts), project=facts.project.name)

@@ -44,6 +44,7 @@ from taskgate.domain.errors import (
     TaskgateError,
     VcsError,
     WorktreeMismatch,
+    WorktreeNotCreated,
 )
 from taskgate.domain.naming import DEFAULT_BRANCH_PATTERN, branch_name, check_branch_pattern, check_ref_name
 from taskgate.domain.policies import Violation
@@ -147,6 +148,16 @@ class WorkspaceService:
         sessions.use_effects(self)
 
     # -- SessionEffects ------------------------------------------------------------------------------------------
+
+    async def check_new_session(self, project: Project) -> None:
+        """A session's worktree branches from the base: refuse its creation, with nothing written, when the base
+        branch does not exist (a session created anyway would be cancelled at once, see `_prepare`)."""
+        base = self._options.base_branch
+        if not await self._vcs.base_exists(project.root_path, base):
+            raise VcsError(
+                f"the base branch '{base}' does not exist in {project.root_path} (nor as origin/{base}), so no "
+                f"session can branch from it: create it, or set git.base_branch in the project's taskgate.toml"
+            )
 
     def wants_before(self, trigger: Trigger) -> bool:
         return trigger in _BEFORE
@@ -299,8 +310,14 @@ class WorkspaceService:
                 project.root_path, session.worktree_path, session.branch_name, self._base(session)
             )
         except VcsError as exc:
+            # Cancelled, not failed: a session that never had a worktree has no work to review, retry or
+            # compensate, and a failed one would hold its task (one active session per task) until cancelled by hand
             reason = f"worktree could not be created: {exc}"
-            return Aftermath(self._fire(session, Trigger.FAIL, reason=reason[:2000]), error=exc)
+            error = WorktreeNotCreated(
+                f"session {session.id} was cancelled: its worktree could not be created: {exc}. Fix that and start "
+                f"the task again"
+            )
+            return Aftermath(self._fire(session, Trigger.CANCEL, reason=reason[:2000]), error=error)
         crashpoints.reached("start.worktree")
         context = await self._scout.discover(project.id, refresh=True)
         data = {"project": context.as_dict(), "worktree": jsonable(created)}

@@ -17,6 +17,7 @@
     ├── VcsError                a git operation failed; the message carries git's own reason
     │   ├── MergeConflict       the branch does not merge cleanly; carries the conflicting files
     │   ├── WorktreeMismatch    the folder at a worktree path is not that worktree; git was not run there
+    │   ├── WorktreeNotCreated  a new session's worktree could not be made: the session was cancelled
     │   └── BranchGone          a session's branch was deleted outside taskgate
     └── TrackerError            an external tracker (Beads' `bd`) is missing, timed out or failed
 
@@ -33,7 +34,10 @@ if TYPE_CHECKING:
 
 
 class TaskgateError(Exception):
-    """Base of every error taskgate raises on purpose."""
+    """Base of every error taskgate raises on purpose. Nothing was written when one is raised, unless `wrote` says
+    otherwise (and then its message says what was)."""
+
+    wrote = False
 
 
 class NotFound(TaskgateError):
@@ -158,6 +162,12 @@ class MergeConflict(VcsError):
         )
 
 
+class WorktreeNotCreated(VcsError):
+    """A new session's worktree could not be created; the session was cancelled (so its task is free again)."""
+
+    wrote = True
+
+
 class WorktreeMismatch(VcsError):
     """A folder taskgate would run git in is not the checkout it should be (emptied, a symbolic link, another
     repository, another branch). Git would have acted on whatever encloses it, so nothing was run there."""
@@ -168,16 +178,25 @@ class WorktreeMismatch(VcsError):
 
 
 class BranchGone(VcsError):
-    """A session's branch was deleted outside taskgate (its worktree, if any, has nothing to stand on)."""
+    """A session's branch was deleted outside taskgate (its worktree, if any, has nothing to stand on). The advice
+    follows what git still holds: the last commit from the worktree's own reflog while the worktree is registered;
+    once it is gone too (and pruned), the commit is only reachable as a dangling object."""
 
-    def __init__(self, branch: str, path: str, repo_root: str) -> None:
-        self.branch, self.path = branch, path
-        super().__init__(
-            f"branch '{branch}' of the session at {path} no longer exists in {repo_root} (deleted outside "
-            f"taskgate). Nothing was changed; to keep its work, find its last commit in git's reflog (`git "
-            f"reflog` inside the worktree) and recreate the branch (`git branch {branch} <commit>`), else cancel "
-            f"the session"
-        )
+    def __init__(self, branch: str, path: str, repo_root: str, last_commit: str | None = None) -> None:
+        self.branch, self.path, self.last_commit = branch, path, last_commit
+        gone = f"branch '{branch}' of the session at {path} no longer exists in {repo_root} (deleted outside taskgate)"
+        if last_commit:
+            advice = (
+                f"its last commit was {last_commit} (the worktree's reflog): to keep its work, recreate the branch "
+                f"there (`git branch {branch} {last_commit}`), else cancel the session"
+            )
+        else:
+            advice = (
+                f"its worktree is gone too, so no reflog names its last commit: git keeps it as a dangling commit "
+                f"until it is garbage-collected (`git fsck --lost-found` lists them; `git show <commit>` shows one). "
+                f"To keep its work, recreate the branch at it (`git branch {branch} <commit>`), else cancel the session"
+            )
+        super().__init__(f"{gone}. Nothing was changed; {advice}")
 
 
 class TrackerError(TaskgateError):

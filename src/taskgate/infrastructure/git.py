@@ -178,8 +178,27 @@ def _require_branch(repo_root: str, branch: str, path: str) -> str:
     """The commit of `branch`. Raises: BranchGone, before anything looks at (or into) its worktree."""
     head = _rev(repo_root, f"refs/heads/{branch}")
     if not head:
-        raise BranchGone(branch, path, repo_root)
+        raise _branch_gone(repo_root, branch, path)
     return head
+
+
+def _branch_gone(repo_root: str, branch: str, path: str) -> BranchGone:
+    """BranchGone, naming the branch's last commit when the worktree's own reflog still holds it: git keeps a
+    registered worktree's `logs/HEAD` in its admin folder (`<common dir>/worktrees/<name>`), also once its branch is
+    deleted and its folder removed, until `git worktree prune`. Reads files only."""
+    admins = _common_dir(repo_root) / "worktrees"
+    wanted = os.path.realpath(path)
+    for admin in sorted(admins.iterdir()) if admins.is_dir() else ():
+        if _listed_path(admin) != wanted:
+            continue
+        try:
+            lines = (admin / "logs" / "HEAD").read_text().splitlines()
+        except OSError:
+            break
+        fields = lines[-1].split() if lines else []
+        if len(fields) > 1 and len(fields[1]) in (40, 64) and not fields[1].strip(_HEX):
+            return BranchGone(branch, path, repo_root, last_commit=fields[1])
+    return BranchGone(branch, path, repo_root)
 
 
 def _session_worktree(repo_root: str, path: str, branch: str | None) -> _Checkout | None:
@@ -394,6 +413,9 @@ class GitPythonVcs:
     ) -> MergeOutcome:
         return await asyncio.to_thread(_merge, repo_root, path, branch, base, strategy, mode)
 
+    async def base_exists(self, repo_root: str, base: str) -> bool:
+        return await asyncio.to_thread(_base_exists, repo_root, base)
+
     async def is_merged(self, repo_root: str, commit: str, base: str) -> bool:
         return await asyncio.to_thread(_ok, repo_root, "merge-base", "--is-ancestor", commit, f"refs/heads/{base}")
 
@@ -473,6 +495,11 @@ def _base_commit(repo_root: str, base: str) -> tuple[str, str | None]:
     except VcsError as exc:
         raise VcsError(f"fetching '{base}' from origin failed: {exc}") from None
     return f"origin/{base}", _rev(repo_root, f"origin/{base}") or None
+
+
+def _base_exists(repo_root: str, base: str) -> bool:
+    commit, has_origin = _resolve_in_process(repo_root, base)
+    return bool(commit) or (has_origin and bool(_rev(repo_root, f"refs/remotes/origin/{base}")))
 
 
 def _existing_worktree(repo_root: str, path: str, branch: str, base: str) -> WorktreeCreated:
@@ -639,7 +666,7 @@ def _branch_head(repo_root: str, branch: str, path: str) -> str:
     if len(head) not in (40, 64) or head.strip(_HEX):
         head = _resolve_in_process(repo_root, branch)[0] or ""
     if not head:
-        raise BranchGone(branch, path, repo_root)
+        raise _branch_gone(repo_root, branch, path)
     return head
 
 
