@@ -24,8 +24,9 @@ Invariants, per call:
   and for the one documented exception: a guard refusal appends its `blocked` row to the history);
 - a successful call returns structured content with a summary; an agent succeeds only on its own session,
   with read tools and the triggers agents may fire;
-- no tool crashes: a call that ends in the SDK's bare "Error executing tool X" (an exception taskgate did not
-  turn into a reason) is recorded with the smallest arguments seen for it, and `test_no_tool_crashed` fails
+- no tool crashes: a call that ends in an exception taskgate did not turn into a reason (answered "Error executing
+  tool X: Unexpected <type>: …" and logged with its traceback; the SDK's bare "Error executing tool X" before
+  `tool_errors` said more) is recorded with the smallest arguments seen for it, and `test_no_tool_crashed` fails
   listing them.
 
 The examples are derandomized (`derandomize=True`, no example database), so CI runs are reproducible.
@@ -60,6 +61,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import UnexpectedToolError
 
 from taskgate.domain.access import AGENT_TRIGGERS, Principal
 from taskgate.domain.bounds import INT32_MAX
@@ -152,6 +154,7 @@ items:
 """The workflow runtime the fuzzed server runs: the names match the clean values of `workflow_name` and
 `checklist_name`, so clean calls reach the engine's use cases (its agents are scripted and exit 0 at once)."""
 SDK_SERVER_LOGGER = "mcp.server.mcpserver.server"
+CRASH_LOGGERS = (SDK_SERVER_LOGGER, "taskgate.entrypoints.mcp.calls")  # the SDK's, and taskgate's `crashed`
 
 # ----------------------------------------------------------------------------------------------------------------
 # Strategies: hostile values
@@ -430,7 +433,8 @@ def tool_arguments(schema: dict[str, Any], seed: Seed) -> st.SearchStrategy[dict
 
 
 class _CrashLog(logging.Handler):
-    """Collects the SDK server's "raised an unexpected exception" records (instead of rendering tracebacks)."""
+    """Collects the records of a crash ("failed unexpectedly", or the SDK's "raised an unexpected exception")
+    instead of rendering their tracebacks."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
@@ -439,23 +443,25 @@ class _CrashLog(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
-            cause = exc.__cause__ or exc
+            cause = exc.__cause__ if isinstance(exc, UnexpectedToolError) and exc.__cause__ else exc
             lines = str(cause).splitlines() or [""]
             self.crashes.append((type(cause).__name__, lines[0][:120]))
 
 
 @contextmanager
 def _sdk_log_captured() -> Iterator[_CrashLog]:
-    """Route the SDK server logger to a `_CrashLog` only: its rich tracebacks take ~2 s to render per crash."""
-    logger = logging.getLogger(SDK_SERVER_LOGGER)
-    handler, saved = _CrashLog(), (logger.handlers[:], logger.propagate, logger.level)
-    logger.handlers, logger.propagate = [handler], False
-    logger.setLevel(logging.DEBUG)
+    """Route the crash loggers to a `_CrashLog` only: rich tracebacks take ~2 s to render per crash."""
+    handler, loggers = _CrashLog(), [logging.getLogger(name) for name in CRASH_LOGGERS]
+    saved = [(logger.handlers[:], logger.propagate, logger.level) for logger in loggers]
+    for logger in loggers:
+        logger.handlers, logger.propagate = [handler], False
+        logger.setLevel(logging.DEBUG)
     try:
         yield handler
     finally:
-        logger.handlers, logger.propagate = saved[0], saved[1]
-        logger.setLevel(saved[2])
+        for logger, (handlers, propagate, level) in zip(loggers, saved, strict=True):
+            logger.handlers, logger.propagate = handlers, propagate
+            logger.setLevel(level)
 
 
 def _short(value: Any, limit: int = 300) -> str:
@@ -537,7 +543,7 @@ class Harness:
     def note_crash(self, tool: str, args: Any, result: Any, logged: list[tuple[str, str]]) -> None:
         """Remember an unexplained internal error, keeping the smallest arguments per (tool, exception type)."""
         text = result.content[0].text if result.is_error and result.content else ""
-        if not logged and text != f"Error executing tool {tool}":
+        if not logged and not _crashed(tool, text):
             return
         kind, message = logged[0] if logged else ("(no log record)", text)
         shown = _short(args, 240)
@@ -593,7 +599,13 @@ def _outcome(tool: str, result: Any) -> str:
     if "validation error" in text:
         return "invalid arguments"
     found = re.match(rf"Error executing tool {re.escape(tool)}: (\w+):", text)
-    return found.group(1) if found else "internal error" if text == f"Error executing tool {tool}" else text[:30]
+    return found.group(1) if found else "internal error" if _crashed(tool, text) else text[:30]
+
+
+def _crashed(tool: str, text: str) -> bool:
+    """Whether `text` answers a crash: `calls.crashed`'s words, or the SDK's bare ones."""
+    bare = f"Error executing tool {tool}"
+    return text == bare or text.startswith(f"{bare}: Unexpected ")
 
 
 def _rows(rows: list) -> Counter[str]:

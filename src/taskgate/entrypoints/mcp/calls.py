@@ -1,10 +1,12 @@
-"""What every MCP tool shares: the caller of a call (its principal and the services), the refusal wrapper that
-turns taskgate's errors into tool errors, the parameter types, and the lookups most tools start with.
+"""What every MCP tool shares: the caller of a call (its principal and the services), the wrapper that turns
+whatever a tool raises into a tool error that says what happened, the parameter types, and the lookups most tools
+start with.
 
 No annotation here may be a string: the SDK reads the tools' annotations at runtime.
 """
 
 import functools
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,6 +14,7 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 from pydantic import Field
 
 from taskgate.application.timestamps import parse_timestamp
@@ -33,6 +36,8 @@ from taskgate.entrypoints.mcp.models import (
 )
 
 PRINCIPAL_SCOPE_KEY = "taskgate.principal"
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -74,7 +79,11 @@ def _refuse_nul(arguments: dict[str, Any]) -> None:
 
 
 def tool_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """Turn taskgate errors into tool errors that say what was wrong; anything else stays an internal error."""
+    """Every failure of the tool `fn` as a tool error that says what happened: a taskgate error as what was wrong
+    (and that nothing changed), anything else as `crashed` words it, its traceback logged here. The SDK would answer
+    the latter with a bare "Error executing tool X".
+
+    `build_server` refuses a tool without this wrapper (`wrapped_by_tool_errors`)."""
 
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -83,9 +92,36 @@ def tool_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
             return await fn(*args, **kwargs)
         except TaskgateError as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}.{_hint(exc)}") from exc
+        except (ToolError, MCPError):
+            raise  # in the words the client gets already (an MCPError is answered as a protocol error)
+        except Exception as exc:
+            raise ToolError(crashed(fn.__name__, exc)) from exc
 
+    wrapper.taskgate_tool_errors = True  # type: ignore[attr-defined]
     return wrapper
 
+
+def wrapped_by_tool_errors(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` is a tool wrapped by `tool_errors`."""
+    return getattr(fn, "taskgate_tool_errors", False) is True
+
+
+def crashed(tool: str, exc: BaseException) -> str:
+    """What the caller is told of a tool that failed in a way taskgate did not foresee (a bug, a library's own
+    error), once its traceback is logged here: the exception's type and the first line of its message (a database
+    error's next lines carry its SQL and parameters). Not "Nothing was changed": after a crash nobody knows."""
+    logger.error("MCP tool %s failed unexpectedly", tool, exc_info=exc)
+    first, _, more = str(exc).strip().partition("\n")
+    detail = first[:_DETAIL_CHARS] + (" …" if more or len(first) > _DETAIL_CHARS else "")
+    what = f"{type(exc).__name__}: {detail}" if first else type(exc).__name__
+    stop = "" if what.endswith((".", "…")) else "."
+    return (
+        f"Unexpected {what}{stop} The server logged it with its traceback. Whether the call changed anything is not "
+        "known: look before you retry."
+    )
+
+
+_DETAIL_CHARS = 500
 
 ProjectRef = Annotated[
     str | None,

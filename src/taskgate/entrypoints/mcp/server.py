@@ -30,7 +30,7 @@ from taskgate.domain.access import Principal
 from taskgate.domain.errors import Unauthenticated
 from taskgate.entrypoints.mcp import session_items
 from taskgate.entrypoints.mcp.annotations import AGENT_TOOLS, annotated, visible_to_operator
-from taskgate.entrypoints.mcp.calls import PRINCIPAL_SCOPE_KEY, Runtime
+from taskgate.entrypoints.mcp.calls import PRINCIPAL_SCOPE_KEY, Runtime, crashed, wrapped_by_tool_errors
 from taskgate.entrypoints.mcp.names import ToolNames, canonical, renamed, tool_name
 from taskgate.entrypoints.mcp.tools import TOOLS
 
@@ -53,7 +53,11 @@ def build_server(
     """The taskgate MCP server. `open_app` is entered once per server run (the lifespan) and yields the services.
 
     `local_principal` is the caller when the transport carries no token (stdio, in-process clients).
+
+    Raises: TypeError for a tool of TOOLS not wrapped by `tool_errors` (its failures would not be explained).
     """
+    if unwrapped := [fn.__name__ for fn in TOOLS if not wrapped_by_tool_errors(fn)]:
+        raise TypeError(f"MCP tools not wrapped by tool_errors: {', '.join(unwrapped)}")
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[Runtime]:
@@ -94,17 +98,21 @@ class TaskgateServer(MCPServer):
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         """A call by either style's name (an agent written for the other style works too); errors name tools in
-        this server's style."""
+        this server's style. What fails outside the tool's own `tool_errors` (the SDK's conversion of its result,
+        an argument validator that crashed) is said as `crashed` says it too, never as a bare "Error executing
+        tool X"."""
         if name not in self.tool_of:
             name = tool_name(canonical(name), self.style)
         try:
             return await super().call_tool(name, arguments, context)
-        except UnexpectedToolError:
-            raise
+        except UnexpectedToolError as exc:
+            cause = exc.__cause__ or exc
+            error = ToolError(f"Error executing tool {name}: {crashed(name, cause)}")
         except ToolError as exc:
             if self.style == "underscore":
                 raise
-            raise ToolError(renamed(str(exc), self.style)) from exc.__cause__
+            error, cause = exc, exc.__cause__
+        raise ToolError(renamed(str(error), self.style)) from cause
 
     async def _handle_list_tools(self, ctx: Any, params: Any) -> ListToolsResult:
         listed = await super()._handle_list_tools(ctx, params)
