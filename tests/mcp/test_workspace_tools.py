@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -61,6 +62,27 @@ async def test_a_conflicting_merge_is_a_tool_error_naming_the_files_and_nothing_
         status = await tools.ok("session_status", session_id=session["id"])
         assert status["state"] == "awaiting_merge" and status["workspace"]["merge_conflicts"] == ["README.md"]
         assert "last merge conflicted in README.md" in status["summary"]
+
+
+async def test_a_session_whose_bytes_are_not_utf8_is_reviewed_with_replacement_characters(services, tmp_path):
+    """git hands taskgate a Latin-1 file name and line as lone surrogates (surrogateescape), which JSON cannot carry:
+    the tools answer with U+FFFD in their place instead of the SDK's bare "Error executing tool X"."""
+    async with connect(services, ALICE) as tools:
+        _, session = await started(tools, tmp_path)
+        worktree = os.fsencode(session["worktree"])
+        Path(os.fsdecode(worktree + b"/caf\xe9.txt")).write_bytes(b"caf\xe9\n")
+        git = [b"git", *(arg.encode() for arg in IDENTITY)]
+        for command in ([b"add", b"-A"], [b"commit", b"-q", b"-m", b"a Latin-1 file"]):
+            subprocess.run([*git, *command], cwd=worktree, check=True, capture_output=True)
+
+        review = await tools.ok("session_review", session_id=session["id"], patch=True)
+        assert review["files"][0]["path"] == "caf\ufffd.txt" and "+caf\ufffd" in review["patch"]
+        checkpoint = await tools.ok("session_review_checkpoint", session_id=session["id"])
+        assert "1 file(s) changed" in checkpoint["summary"]
+        for trigger in ("plan_complete", "work_complete"):
+            await tools.ok("session_fire", session_id=session["id"], trigger=trigger)
+        waiting = await tools.ok("project_sessions_ready")
+        assert "1 session(s) waiting" in waiting["summary"], waiting
 
 
 async def test_context_discover_reports_git_and_tracker_and_caches(services, tmp_path):

@@ -7,15 +7,17 @@ No annotation here may be a string: the SDK reads the tools' annotations at runt
 
 import functools
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
+import pydantic_core
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from taskgate.application.timestamps import parse_timestamp
 from taskgate.application.workflow_engine import WorkflowEngine
@@ -81,7 +83,7 @@ def _refuse_nul(arguments: dict[str, Any]) -> None:
 def tool_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     """Every failure of the tool `fn` as a tool error that says what happened: a taskgate error as what was wrong
     (and that nothing changed), anything else as `crashed` words it, its traceback logged here. The SDK would answer
-    the latter with a bare "Error executing tool X".
+    the latter with a bare "Error executing tool X". The result is made fit for JSON (`json_safe`).
 
     `build_server` refuses a tool without this wrapper (`wrapped_by_tool_errors`)."""
 
@@ -89,7 +91,7 @@ def tool_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             _refuse_nul(kwargs)
-            return await fn(*args, **kwargs)
+            return json_safe(await fn(*args, **kwargs))
         except TaskgateError as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}.{_hint(exc)}") from exc
         except (ToolError, MCPError):
@@ -122,6 +124,33 @@ def crashed(tool: str, exc: BaseException) -> str:
 
 
 _DETAIL_CHARS = 500
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def json_safe(result: Any) -> Any:
+    """`result`, or, when it holds lone surrogates, a copy with U+FFFD in their place: JSON cannot carry them, and
+    the SDK's conversion of the result would fail. They stand for bytes that were not UTF-8: git's output (file
+    names, diffs, commit messages) is decoded with surrogateescape.
+
+    Raises: pydantic_core.PydanticSerializationError when `result` does not serialize for another reason."""
+    if not isinstance(result, BaseModel):
+        return result
+    try:
+        pydantic_core.to_json(result, fallback=str)
+    except pydantic_core.PydanticSerializationError:
+        return type(result).model_validate(_replace_surrogates(result.model_dump(mode="json")))
+    return result
+
+
+def _replace_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\N{REPLACEMENT CHARACTER}", value)
+    if isinstance(value, list):
+        return [_replace_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
+    return value
+
 
 ProjectRef = Annotated[
     str | None,
