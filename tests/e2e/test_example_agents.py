@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -134,3 +137,90 @@ def test_an_agent_saves_its_output_over_mcp_with_its_token(http_server: HttpServ
     fallback = run_agent("failing_agent.py", cwd=tmp_path, folder=tmp_path / "fallback", env=bad)
     assert "writing into the session folder instead" in fallback.stdout
     assert (tmp_path / "fallback" / "failure.txt").is_file()
+
+
+class DyingMcpServer:
+    """A local HTTP server that speaks just enough MCP (initialize, the initialized notification) and then dies in
+    the middle of its reply to tools/call, as `mode` says: headers and part of a Content-Length body, part of a
+    chunked body, headers alone, part of a body and then a TCP reset, or nothing at all. `calls` counts the
+    tools/call replies it broke off."""
+
+    BODY = json.dumps({"jsonrpc": "2.0", "id": 2, "result": {"content": [], "structuredContent": {"ok": True}}})
+
+    def __init__(self, mode: str) -> None:
+        self.mode, self.calls, self.stop = mode, 0, threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.05)  # closing a socket does not wake a thread blocked in accept()
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/mcp"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+        self.listener.close()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            with connection:
+                connection.settimeout(10)
+                self._answer(connection)
+
+    def _answer(self, connection: socket.socket) -> None:
+        stream = connection.makefile("rb")
+        headers = {}
+        stream.readline()  # the request line
+        while (line := stream.readline().strip()) != b"":
+            name, _, value = line.decode().partition(":")
+            headers[name.strip().lower()] = value.strip()
+        message = json.loads(stream.read(int(headers["content-length"])))
+        if message.get("method") == "initialize":
+            info = {"name": "dying", "version": "1"}
+            result = {"protocolVersion": "2025-06-18", "capabilities": {}, "serverInfo": info}
+            body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
+            connection.sendall(self._head(len(body), "Mcp-Session-Id: s1\r\n") + body.encode())
+        elif "id" not in message:  # the initialized notification
+            connection.sendall(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        else:
+            self.calls += 1
+            self._die(connection)
+
+    def _die(self, connection: socket.socket) -> None:
+        body = self.BODY.encode()
+        if self.mode == "no status line":
+            return  # closed unanswered: the client reads RemoteDisconnected
+        if self.mode == "chunked":
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            connection.sendall(head + f"{len(body):x}\r\n".encode() + body[:20])
+        elif self.mode == "headers only":
+            connection.sendall(self._head(len(body)))
+        else:
+            connection.sendall(self._head(len(body)) + body[:20])
+        if self.mode == "reset":  # SO_LINGER 0: close sends RST instead of FIN
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    @staticmethod
+    def _head(length: int, extra: str = "") -> bytes:
+        return (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n{extra}"
+                "Connection: close\r\n\r\n").encode()  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["content-length", "chunked", "headers only", "reset", "no status line"])
+def test_the_coder_survives_an_mcp_server_that_dies_mid_reply(worktree, folder, mode):
+    """A server that dies while answering save_output is a transient failure like one that is not there: the
+    agent writes its output into the session folder itself and finishes its work."""
+    server = DyingMcpServer(mode)
+    try:
+        env = {"TASKGATE_MCP_URL": server.url, "TASKGATE_TOKEN": "tg_agent"}
+        done = run_agent("scripted_coder.py", "Add a login page", cwd=worktree, folder=folder, env=env)
+    finally:
+        server.close()
+    assert server.calls == 1, done.stdout + done.stderr
+    assert done.returncode == 0, done.stderr
+    assert "writing into the session folder instead" in done.stdout and "summary saved (file)" in done.stdout
+    assert (folder / "coder" / "summary.md").read_text().startswith("# Add a login page")
+    assert git_log(worktree)[0] == "feat: Add a login page"

@@ -7,6 +7,7 @@ to its own session) and TASKGATE_AGENT_ID. Its working directory is the session'
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -40,7 +41,8 @@ def slug(text: str, fallback: str = "task") -> str:
 def save_output(path: str, content: str) -> str:
     """Save `content` as `path` in the session folder: through taskgate's `save_output` MCP tool when
     TASKGATE_MCP_URL and TASKGATE_TOKEN are set and the server answers (the file is then listed in the
-    manifest), else straight into TASKGATE_SESSION_FOLDER. Returns how it was saved."""
+    manifest), else straight into TASKGATE_SESSION_FOLDER: also when the server refuses, is not there, or dies
+    in the middle of its reply. Returns how it was saved."""
     if os.environ.get("TASKGATE_MCP_URL") and os.environ.get("TASKGATE_TOKEN"):
         try:
             McpClient(os.environ["TASKGATE_MCP_URL"], os.environ["TASKGATE_TOKEN"]).call(
@@ -66,7 +68,10 @@ class McpClient:
         self._id = 0
 
     def call(self, tool: str, arguments: dict) -> dict:
-        """The tool's structured result. Raises: RuntimeError with the tool's error text; OSError."""
+        """The tool's structured result.
+
+        Raises: RuntimeError with the tool's error text; OSError when the server cannot be reached or its reply
+        breaks off (ConnectionError: the server died mid-reply); ValueError for a reply that is not JSON."""
         if self.session is None:
             client = {"name": "taskgate-scripted-agent", "version": "1"}
             self._request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client})
@@ -89,9 +94,12 @@ class McpClient:
         if self.session:
             headers["Mcp-Session-Id"] = self.session
         request = urllib.request.Request(self.url, json.dumps(message).encode(), headers, method="POST")
-        with urllib.request.urlopen(request, timeout=self.timeout) as response:
-            self.session = response.headers.get("Mcp-Session-Id") or self.session
-            body = response.read().decode()
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                self.session = response.headers.get("Mcp-Session-Id") or self.session
+                body = response.read().decode()
+        except http.client.HTTPException as exc:  # IncompleteRead, BadStatusLine...: not OSErrors, unlike a reset
+            raise ConnectionError(f"the MCP server's reply was not a whole HTTP response: {exc!r}") from exc
         if not body.strip():
             return None
         if response.headers.get("Content-Type", "").startswith("text/event-stream"):
