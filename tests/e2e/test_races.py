@@ -44,6 +44,8 @@ def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     svc.start()
     try:
         yield svc
+        log = svc.log()
+        assert "Traceback" not in log, f"the server crashed on a call (the SDK answers it with its bare error): {log}"
     finally:
         svc.stop()
         if url is None:

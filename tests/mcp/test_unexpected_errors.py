@@ -248,3 +248,32 @@ def test_a_crash_is_told_by_the_first_line_of_its_message_only():
     assert said.startswith("Unexpected RuntimeError: the driver failed … The server logged it with its traceback.")
     assert "SQL" not in said and "parameters" not in said
     assert crashed("plan_add", RuntimeError("x" * 600)).startswith(f"Unexpected RuntimeError: {'x' * 500} …")
+
+
+@pytest.mark.parametrize("crash", list(CRASHES))
+async def test_every_session_resource_and_the_prompt_say_what_crashed(crash):
+    """The resources and the prompt (entrypoints/mcp/session_items.py) as the tools: never the SDK's bare "Error
+    reading resource", every template the server lists swept."""
+    expected = CRASHES[crash]()
+    said = f"{type(expected).__name__}: {expected}" if str(expected) else type(expected).__name__
+    failures: list[str] = []
+    with _logged() as records:
+        async with server_over(exploding_app(CRASHES[crash]), "underscore") as (_tools, client):
+            templates = (await client.list_resource_templates()).resource_templates
+            assert len(templates) >= 3
+            for template in templates:
+                uri = template.uri_template.replace("{session_id}", "3f2a0000")
+                try:
+                    await client.read_resource(uri)
+                    failures.append(f"{uri}: read without an error")
+                except Exception as exc:  # the SDK raises the server's error to the client
+                    if said not in str(exc) or "traceback" not in str(exc):
+                        failures.append(f"{uri}: {exc}")
+            try:
+                await client.get_prompt("review_session", {"session_id": "3f2a0000"})
+                failures.append("review_session: answered without an error")
+            except Exception as exc:
+                if said not in str(exc):
+                    failures.append(f"review_session: {exc}")
+    assert not failures, "\n".join(failures)
+    assert any(r.exc_info and isinstance(r.exc_info[1], type(expected)) for r in records), "no traceback logged"

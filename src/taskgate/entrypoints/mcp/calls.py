@@ -67,6 +67,8 @@ def call_of(ctx: Context) -> Call:
 
 
 def _hint(exc: TaskgateError) -> str:
+    if exc.wrote:  # its message says what was written (a new session cancelled because it got no worktree)
+        return ""
     if isinstance(exc, PolicyViolation) and exc.session_id:
         return " The refused transition changed nothing; it is logged as blocked in the session's history."
     return " Nothing was changed."
@@ -140,6 +142,11 @@ def json_safe(result: Any) -> Any:
     except pydantic_core.PydanticSerializationError:
         return type(result).model_validate(_replace_surrogates(result.model_dump(mode="json")))
     return result
+
+
+def text_safe(text: str) -> str:
+    """`text` with U+FFFD for lone surrogates (bytes that were not UTF-8), as `json_safe` does for a result."""
+    return _SURROGATE.sub("\N{REPLACEMENT CHARACTER}", text)
 
 
 def _replace_surrogates(value: Any) -> Any:

@@ -11,23 +11,50 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.shared.exceptions import MCPError
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
 
 from taskgate.domain.errors import TaskgateError
-from taskgate.entrypoints.mcp.calls import call_of, session_id_of
+from taskgate.entrypoints.mcp.calls import call_of, crashed, session_id_of, text_safe
 from taskgate.entrypoints.mcp.names import renamed
 
 SESSION_URI = "taskgate://sessions/{session_id}"
 
 
 def resource_errors(fn: Callable[..., Awaitable[str]]) -> Callable[..., Awaitable[str]]:
-    """Taskgate's errors as the resource (or prompt) error a client shows, in taskgate's words."""
+    """Every failure as the resource error a client shows: taskgate's errors in its words, anything else as the
+    tools word a crash (`crashed`: type and message, traceback logged), never the SDK's bare "Error reading
+    resource". Text that was not UTF-8 (git's output, surrogate-escaped) goes out with U+FFFD."""
 
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> str:
         try:
-            return await fn(*args, **kwargs)
+            return text_safe(await fn(*args, **kwargs))
         except TaskgateError as exc:
             raise ResourceError(f"{type(exc).__name__}: {exc}") from exc
+        except (ResourceError, MCPError):
+            raise
+        except Exception as exc:
+            raise ResourceError(crashed(fn.__name__, exc)) from exc
+
+    return wrapper
+
+
+def prompt_errors(fn: Callable[..., Awaitable[str]]) -> Callable[..., Awaitable[str]]:
+    """As `resource_errors`, for a prompt: the SDK answers anything but a protocol error raised by a prompt with a
+    bare "Internal server error", so a refusal is an invalid-params error and a crash an internal error, each with
+    its words."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> str:
+        try:
+            return text_safe(await fn(*args, **kwargs))
+        except TaskgateError as exc:
+            raise MCPError(INVALID_PARAMS, f"{type(exc).__name__}: {exc}") from exc
+        except MCPError:
+            raise
+        except Exception as exc:
+            raise MCPError(INTERNAL_ERROR, crashed(fn.__name__, exc)) from exc
 
     return wrapper
 
@@ -66,7 +93,7 @@ async def session_manifest(session_id: str, ctx: Context) -> str:
     return json.dumps(manifest, indent=2, ensure_ascii=True)
 
 
-@resource_errors
+@prompt_errors
 async def review_session(session_id: str, ctx: Context) -> str:
     """Review a taskgate session and decide on it: its task, state, diff stat, commits and the approve policies."""
     call = call_of(ctx)
