@@ -130,3 +130,28 @@ async def test_sessions_ready_shows_what_a_decision_needs_and_drops_what_the_cal
 
         await tools.ok("project_decide", session_id=session["id"], decision="approve")
         assert (await tools.ok("project_sessions_ready"))["sessions"] == []
+
+
+async def test_a_start_on_a_repository_without_its_base_branch_is_refused_and_no_session_holds_the_task(
+    services, tmp_path
+):
+    """Issue 36: it said "Nothing was changed" and left a failed session holding the task."""
+    async with connect(services, ALICE) as tools:
+        repo = make_git_repo(tmp_path / "repo")
+        subprocess.run(["git", "branch", "-m", "main", "trunk"], cwd=repo, check=True, capture_output=True)
+        await tools.ok("project_init", path=str(repo), name="shop")
+        await tools.ok("task_add", title="Build the API")
+        text = await tools.refused("project_session_start", task_id="SHOP-1")
+        assert "the base branch 'main' does not exist" in text and "git.base_branch" in text, text
+        assert (await tools.ok("session_list"))["sessions"] == []
+
+
+async def test_a_branch_and_worktree_deleted_by_hand_are_refused_pointing_to_the_dangling_commit(services, tmp_path):
+    async with connect(services, ALICE) as tools:
+        repo, session = await started(tools, tmp_path)
+        commit(session["worktree"], "api.py", "def api(): ...\n", "feat: api")
+        for command in (["worktree", "remove", "--force", session["worktree"]], ["branch", "-D", session["branch"]]):
+            subprocess.run(["git", *command], cwd=repo, check=True, capture_output=True)
+        text = await tools.refused("session_review", session_id=session["id"])
+        assert f"branch '{session['branch']}'" in text and "git fsck --lost-found" in text, text
+        assert "reflog`" not in text
