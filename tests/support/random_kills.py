@@ -1,0 +1,870 @@
+"""Random-kill fault injection: session lifecycles driven over MCP against a real `taskgate serve --http` that is
+SIGKILLed at random moments and started again on the same data (issue 36's figure; `benchmarks/random_kills.py`
+prints it, `tests/e2e/test_random_kills.py` keeps a small run of it working).
+
+One run is one deployment (`CrashService`: its own git repository, config and data dir; SQLite in the data dir or
+a PostgreSQL database given by URL) and N lifecycles, one after another, each a session of its own task driven
+the way an operator drives it: start, execute with a scripted agent that commits, maybe request changes, maybe
+main moves so the merge must rebase, then approve and merge, or reject with auto_revert, or cancel; a `flaky`
+agent fails its first run so the operator retries. The driver reads the session's state before every call and
+does what that state asks for, so after a kill it simply carries on from wherever the restarted server says the
+session is.
+
+Kills, drawn per lifecycle from the seeded RNG before it starts (so the plan depends on the seed alone, not on
+timing): 0-3 timer kills (SIGKILL of the `serve` process after a random time up; agents and git children live
+on), sometimes a named crash point armed for the lifecycle (`TASKGATE_CRASH_AT`, the server kills itself there),
+and sometimes a kill during the start-up that follows a kill (while recovery runs).
+
+What is checked:
+
+- **acknowledged writes**: every write call that returned success is recorded with the version and state it
+  answered (and the transition row or the decision it made). After every restart that followed a kill, and once
+  more at the end, each is looked up in the session's log (`session_history`, decisions in `events_list`):
+  a missing or different row is **lost**.
+- **stuck**: a session that stops moving (same state and version) for `stuck_after_s` after the last restart
+  while the driver keeps making the operator's calls: not terminal and no operator call moves it on.
+- **faults**: the work on main twice or not at all after a merge (or on main after a reject or cancel), an
+  agent run twice, a worktree or branch left after the session ended, a session that ended other than its
+  scenario, a log whose versions have a gap or that disagrees with the session, the server exiting by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from taskgate.application.crashpoints import ENV
+from tests.e2e.test_crash_points import CrashService
+from tests.e2e.test_crash_recovery import connect
+from tests.e2e.test_mcp_transports import TASKGATE
+
+TERMINAL = frozenset({"completed", "cancelled"})
+WIP_ORDER = ("planning", "executing", "verifying", "awaiting_merge")
+POLL_S = 0.1  # between two reads of a session that is waiting for something the server does by itself
+LISTEN_TIMEOUT_S = 90.0  # a start-up (migrations, recovery) that takes longer is a failure of the run itself
+
+# Appends a numbered pass to work/<task>.md and commits it ("feat: <task> pass 1", then "fix: <task> pass N"), so
+# the work of every agent run shows on main exactly once after a merge. "flaky" exits 3 when given no
+# instructions (its first run): the session fails, and the operator's retry (which tells it why) succeeds.
+AGENT = """\
+import subprocess, sys
+from pathlib import Path
+task_id, instructions, mode = sys.argv[1:4]
+if mode == "flaky" and not instructions:
+    print("failing on purpose", flush=True)
+    sys.exit(3)
+work = Path("work", f"{task_id}.md")
+work.parent.mkdir(exist_ok=True)
+passes = len(work.read_text().splitlines()) + 1 if work.exists() else 1
+first_line = instructions.splitlines()[0] if instructions else "first pass"
+with work.open("a") as out:
+    out.write(f"- pass {passes}: {first_line}\\n")
+identity = ["-c", "user.name=kill agent", "-c", "user.email=agent@taskgate.invalid"]
+subprocess.run(["git", *identity, "add", "work"], check=True)
+subject = f"{'feat' if passes == 1 else 'fix'}: {task_id} pass {passes}"
+subprocess.run(["git", *identity, "commit", "-q", "-m", subject], check=True)
+print(subject, flush=True)
+"""
+
+COMMON_POINTS = ("start.created", "start.initializing", "start.worktree", "start.ready", "execute.plan_complete",
+                 "execute.queued", "agents.ended")  # fmt: skip
+ENDING_POINTS = {
+    "merge": ("merge.requested", "merge.git_done", "merge.merged", "cleanup.discarded"),
+    "reject": ("decide.reject", "compensate.reset", "compensate.rolled_back"),
+    "cancel": (),
+}
+
+
+# -- the plan ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One lifecycle's plan, drawn before it starts: what the operator does and where the server is killed."""
+
+    task: str
+    agent: str  # worker | flaky (fails its first run: the operator retries)
+    request_changes: bool
+    ending: str  # merge | reject | cancel
+    cancel_in: str | None  # cancel once the session is this far (a WIP state)
+    move_main: bool  # commit on main before the merge, so it must rebase
+    point: str | None  # a named crash point armed for this lifecycle
+    timers: tuple[float, ...]  # seconds up before each timer kill
+    startup_kills: tuple[float | None, ...]  # per restart after a kill: kill it again this long after its launch
+
+    def describe(self) -> str:
+        """e.g. `merge + request_changes + main moved; armed merge.git_done, timers 0.42 2.10 s`."""
+        parts = [self.ending if self.ending != "cancel" else f"cancel in {self.cancel_in}"]
+        if self.agent == "flaky":
+            parts.append("flaky agent + retry")
+        if self.request_changes:
+            parts.append("request_changes")
+        if self.move_main:
+            parts.append("main moved")
+        plan = [f"armed {self.point}"] if self.point else []
+        if self.timers:
+            plan.append(f"timers {' '.join(f'{t:.2f}' for t in self.timers)} s")
+        return f"{' + '.join(parts)}; {', '.join(plan) or 'no kill planned'}"
+
+
+def draw_scenario(rng: random.Random, task: str) -> Scenario:
+    """A lifecycle's plan from the run's RNG (the same seed draws the same plans, whatever the timing)."""
+    ending = rng.choices(["merge", "reject", "cancel"], [0.6, 0.22, 0.18])[0]
+    cancel_in = rng.choice(WIP_ORDER) if ending == "cancel" else None
+    agent = "flaky" if rng.random() < 0.25 else "worker"
+    request_changes = rng.random() < 0.3
+    move_main = ending == "merge" and rng.random() < 0.6
+    reaches = WIP_ORDER.index(cancel_in) if cancel_in else len(WIP_ORDER)
+    specific = [*ENDING_POINTS[ending]]
+    if agent == "flaky" and reaches >= 1:
+        specific.append("retry.recorded")
+    if request_changes and reaches >= 2:
+        specific.append("decide.request_changes")
+    common = COMMON_POINTS if reaches >= 1 else COMMON_POINTS[:4]
+    point = None
+    if rng.random() < 0.5:
+        point = rng.choice(specific) if specific and rng.random() < 0.6 else rng.choice(common)
+    # a lifecycle takes 0.6-1 s of server time here when nothing kills it; start-up (imports, then recovery) ~1.4 s
+    timers = tuple(rng.uniform(0.02, 1.0) for _ in range(rng.choices([0, 1, 2, 3], [0.2, 0.4, 0.25, 0.15])[0]))
+    startup = tuple(rng.uniform(0.3, 1.6) if rng.random() < 0.15 else None for _ in range(len(timers) + 1))
+    return Scenario(task, agent, request_changes, ending, cancel_in, move_main, point, timers, startup)
+
+
+# -- what a run finds ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Finding:
+    """A lost write, a stuck session or another fault, with what the harness saw of the session."""
+
+    kind: str  # lost | stuck | fault
+    task: str
+    session_id: str | None
+    scenario: str
+    what: str
+    last_states: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """One database's figures."""
+
+    database: str
+    seed: int
+    lifecycles: int = 0
+    kills: Counter[str] = field(default_factory=Counter)  # timer, start-up, point:<name>
+    kill_states: Counter[str] = field(default_factory=Counter)  # the session's last known state at each kill
+    acknowledged: int = 0
+    checked_after_kill: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)  # tool errors answered, numbers and ids blanked
+    findings: list[Finding] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def of_kind(self, kind: str) -> list[Finding]:
+        return [f for f in self.findings if f.kind == kind]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.findings)
+
+
+@dataclass
+class Ack:
+    """A write call that returned success: what it answered, to be found in the log after every restart."""
+
+    session_id: str
+    tool: str
+    version: int
+    state: str
+    generation: int  # the server process (counted from 1) that answered it
+    seq: int | None = None  # the row a fire wrote
+    trigger: str | None = None
+    decision: str | None = None
+    checked_after_kill: bool = False
+    lost: bool = False
+
+    def describe(self) -> str:
+        extra = f" {self.trigger} row {self.seq}" if self.seq is not None else ""
+        extra += f" decision {self.decision}" if self.decision else ""
+        return f"{self.tool} answered v{self.version} {self.state}{extra} (server #{self.generation})"
+
+
+def blank(text: str) -> str:
+    """An error message with ids, paths, hashes and numbers blanked, so the same error counts once."""
+    text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<id>", text)
+    text = re.sub(r"/\S+", "<path>", text)
+    text = re.sub(r"\b[0-9a-f]{7,40}\b", "<hash>", text)
+    text = re.sub(r"DEMO-\d+", "DEMO-n", text)
+    return re.sub(r"\d+", "N", text)[:300]
+
+
+# -- the server ----------------------------------------------------------------------------------------------------
+
+
+class ServerGone(Exception):
+    """The server process died (was killed) before answering: the call's outcome is unknown."""
+
+
+class Deployment(CrashService):
+    """The crash tests' deployment, plus this harness's agents, a server that can be launched without waiting,
+    and the bookkeeping of which server process (generation) answers."""
+
+    def __init__(self, root: Path, database_url: str | None) -> None:
+        super().__init__(root, database_url)
+        script = root / "kill_agent.py"
+        script.write_text(AGENT)
+        config = root / "config" / "taskgate.toml"
+        for mode in ("worker", "flaky"):
+            command = json.dumps([sys.executable, str(script), "{task_id}", "{instructions}", mode])
+            config.write_text(config.read_text() + f"\n[agents.{mode}]\ncommand = {command}\n")
+        self.generation = 0
+        self.armed: str | None = None
+        self.after_kill: set[int] = set()  # generations started because the one before was killed
+        self.up = asyncio.Event()  # set while a server process listens
+        self.dead = asyncio.Event()  # the current process's: set once it has ended
+
+    def launch(self, point: str | None = None, *, after_kill: bool = False) -> None:
+        """Start `taskgate serve --http` (armed to die at `point`), without waiting for it to listen."""
+        assert self.process is None
+        self.generation += 1
+        if after_kill:
+            self.after_kill.add(self.generation)
+        self.armed, self.dead = point, asyncio.Event()
+        self.up.clear()
+        log = self.root / f"server-{self.generation}.log"
+        self.logs.append(log)
+        env = {**self.env, ENV: point} if point else self.env
+        with log.open("w") as out:
+            self.process = subprocess.Popen(
+                [TASKGATE, "serve", "--http"], cwd=self.root, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=out,
+            )  # fmt: skip
+
+    async def listening(self, timeout: float = LISTEN_TIMEOUT_S) -> bool:
+        """Until the server listens (True; after its start-up recovery) or its process ends (False).
+
+        Raises: TimeoutError when it does neither within `timeout`."""
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None:
+            with suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                self.up.set()
+                return True
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"taskgate serve did not listen within {timeout:.0f} s: {self.log()[-2000:]}")
+            await asyncio.sleep(0.05)
+        return False
+
+    def exited(self) -> int | None:
+        """The process's exit status once it has ended (a SIGKILL reads -9), else None."""
+        return None if self.process is None else self.process.poll()
+
+    def reap(self) -> int:
+        """Forget an ended server process; its exit status."""
+        assert self.process is not None
+        code = self.process.wait(timeout=10)
+        self.process = None
+        self.up.clear()
+        self.dead.set()
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL the server process only: agents (own process groups) and git children live on."""
+        assert self.process is not None
+        with suppress(ProcessLookupError):
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.reap()
+
+    def shutdown(self) -> None:
+        """Stop the server gracefully (SIGTERM), when one runs."""
+        if self.process is not None:
+            self.stop()
+            self.up.clear()
+            self.dead.set()
+
+    async def gone(self, dead: asyncio.Event, timeout: float) -> bool:
+        """Whether the process whose `dead` event this is has ended, or does within `timeout` (a failed call:
+        was it the server dying?)."""
+        deadline = time.monotonic() + timeout
+        while not dead.is_set() and (dead is not self.dead or self.exited() is None):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+
+@dataclass
+class Reply:
+    """A tool call's answer: its structured output, or the error text."""
+
+    ok: bool
+    data: dict[str, Any]
+    text: str
+    generation: int  # the server process that answered
+
+
+class Caller:
+    """MCP calls (operator token, streamable HTTP) to whichever server process is up.
+
+    The SDK client's task group cancels the task that owns it when its server dies, so each connection lives in
+    a holder task of its own; a call races the death of the server it was sent to."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+        self._generation = 0
+        self._client: Any = None
+        self._holder: asyncio.Task[None] | None = None
+        self._release = asyncio.Event()
+
+    async def call(self, tool: str, **arguments: Any) -> Reply:
+        """One call. Raises: ServerGone when the server died before answering."""
+        dep = self.deployment
+        await asyncio.wait_for(dep.up.wait(), LISTEN_TIMEOUT_S * 2)
+        dead, generation = dep.dead, dep.generation
+        if self._generation != dep.generation or self._client is None:
+            await self._reconnect(generation, dead)
+        sent = asyncio.ensure_future(self._client.call_tool(tool, arguments))
+        died = asyncio.ensure_future(dead.wait())
+        try:
+            await asyncio.wait({sent, died}, return_when=asyncio.FIRST_COMPLETED, timeout=120)
+        finally:
+            died.cancel()
+        if sent.done() and not sent.cancelled() and sent.exception() is None:
+            result = sent.result()
+            text = " ".join(getattr(c, "text", "") for c in result.content)
+            text = re.sub(r"^Error executing tool \w+: ", "", text)
+            return Reply(not result.is_error, result.structured_content or {}, text, generation)
+        sent.cancel()
+        with suppress(BaseException):
+            await sent
+        await self.close()
+        if await dep.gone(dead, 2.0):
+            raise ServerGone(tool)
+        error = sent.exception() if sent.done() and not sent.cancelled() else "no answer within 120 s"
+        return Reply(False, {}, f"transport: {error!r}"[:500], generation)
+
+    async def _reconnect(self, generation: int, dead: asyncio.Event) -> None:
+        await self.close()
+        self._release = asyncio.Event()
+        ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._holder = asyncio.create_task(self._hold(ready, self._release))
+        waiter = asyncio.ensure_future(dead.wait())
+        try:
+            await asyncio.wait({ready, waiter}, return_when=asyncio.FIRST_COMPLETED, timeout=60)
+        finally:
+            waiter.cancel()
+        if not ready.done() or ready.exception() is not None:
+            ready.cancel()  # the holder, failing later, has nobody to tell
+            await self.close()
+            if await self.deployment.gone(dead, 2.0):
+                raise ServerGone("connect")
+            raise RuntimeError(f"cannot connect to the server: {ready.exception() if ready.done() else 'timeout'}")
+        self._client, self._generation = ready.result(), generation
+
+    async def _hold(self, ready: asyncio.Future[Any], release: asyncio.Event) -> None:
+        try:
+            async with connect(self.deployment) as client:
+                ready.set_result(client)
+                await release.wait()
+        except BaseException as exc:  # the server died under the client: its task group cancels this task
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError(repr(exc)))
+                ready.exception()  # retrieved here too: the caller may have stopped waiting for it
+
+    async def close(self) -> None:
+        """Drop the connection (its holder task ends, whatever state the server is in)."""
+        self._client = None
+        holder, self._holder = self._holder, None
+        if holder is None:
+            return
+        self._release.set()
+        with suppress(BaseException):
+            await asyncio.wait_for(asyncio.shield(holder), 5)
+        if not holder.done():
+            holder.cancel()
+            with suppress(BaseException):
+                await asyncio.wait_for(holder, 5)
+
+
+# -- one run -------------------------------------------------------------------------------------------------------
+
+
+class Run:
+    """N lifecycles on one deployment, killed as their scenarios say; `report` holds what was found."""
+
+    def __init__(self, root: Path, database: str, database_url: str | None, seed: int, *, stuck_after_s: float = 60.0,
+                 say: Callable[[str], None] = print) -> None:  # fmt: skip
+        self.deployment = Deployment(root, database_url)
+        self.sqlite = database_url is None
+        self.rng = random.Random(seed)
+        self.stuck_after_s = stuck_after_s
+        self.say = say
+        self.report = Report(database, seed)
+        self.acks: list[Ack] = []
+        self.lifecycles: list[Lifecycle] = []
+
+    async def execute(self, lifecycles: int) -> Report:
+        """Seed the deployment, run the lifecycles, then restart once more and check everything again."""
+        started = time.monotonic()
+        dep = self.deployment
+        await asyncio.to_thread(dep.seed)  # project, plan 1, operator alice and her token
+        checker = Caller(dep)
+        try:
+            dep.launch()
+            await dep.listening()
+            for index in range(1, lifecycles + 1):  # one task per lifecycle: DEMO-1 ...
+                added = await checker.call("task_add", title=f"Task {index}", plan_id=1)
+                assert added.ok, added.text
+            for index in range(1, lifecycles + 1):
+                await self._one(Lifecycle(self, draw_scenario(self.rng, f"DEMO-{index}")), checker)
+            # the last check: after a plain restart nothing is owed any more and every acknowledged write is there
+            dep.shutdown()
+            dep.launch()
+            if not await dep.listening():
+                raise RuntimeError(f"the last restart failed: {dep.log()[-2000:]}")
+            await self.verify(checker, self.acks, final=True)
+            for lifecycle in self.lifecycles:
+                await lifecycle.final_check(checker)
+            self._server_tracebacks()
+        finally:
+            await checker.close()
+            dep.shutdown()
+            if self.sqlite:  # agent pids are read from the SQLite file; on PostgreSQL they all end by themselves
+                dep.kill_agents()
+        self.report.seconds = time.monotonic() - started
+        return self.report
+
+    async def _one(self, lifecycle: Lifecycle, checker: Caller) -> None:
+        dep, scenario = self.deployment, lifecycle.scenario
+        self.lifecycles.append(lifecycle)
+        if dep.armed != scenario.point:  # restarted (gracefully) armed as this lifecycle's plan says
+            dep.shutdown()
+            dep.launch(scenario.point)
+            if not await dep.listening():  # the armed point reached by start-up recovery
+                self._ended(lifecycle)
+                await self._restart(lifecycle, None)
+        began = time.monotonic()
+        driving = asyncio.create_task(lifecycle.drive())
+        try:
+            await self._kill_while(driving, lifecycle, checker)
+        finally:
+            if not driving.done():
+                driving.cancel()
+            with suppress(asyncio.CancelledError):
+                await driving
+            await lifecycle.caller.close()
+        self.report.lifecycles += 1
+        self.report.outcomes[lifecycle.outcome] += 1
+        self.say(f"  {scenario.task:<8} {lifecycle.outcome:<10} {time.monotonic() - began:5.1f} s  "
+                 f"kills: {', '.join(lifecycle.kills) or '-':<40} {scenario.describe()}")  # fmt: skip
+
+    async def _kill_while(self, driving: asyncio.Task[None], lifecycle: Lifecycle, checker: Caller) -> None:
+        """Kill the server as the lifecycle's scenario says until its driver is done; after each kill restart it
+        and look every acknowledged write up again."""
+        dep = self.deployment
+        timers = list(lifecycle.scenario.timers)
+        startups = list(lifecycle.scenario.startup_kills)
+        up_since = time.monotonic()
+        while True:
+            due = bool(timers) and time.monotonic() - up_since >= timers[0]
+            if dep.exited() is None and not due:
+                if driving.done():
+                    break
+                await asyncio.wait({driving}, timeout=0.05)
+                continue
+            if dep.exited() is None:
+                timers.pop(0)
+                dep.kill()
+                self._killed(lifecycle, "timer")
+            else:  # an armed point reached, or a crash
+                self._ended(lifecycle)
+            await self._restart(lifecycle, startups.pop(0) if startups else None)
+            up_since = time.monotonic()
+            owed = [a for a in self.acks if not a.checked_after_kill and not a.lost]
+            with suppress(ServerGone):  # an armed point reached meanwhile: the next restart checks them
+                await self.verify(checker, owed)
+        if (error := driving.exception()) is not None:
+            raise error
+
+    def _ended(self, lifecycle: Lifecycle) -> None:
+        """The server process ended by itself: killed at its armed point, or a fault."""
+        dep = self.deployment
+        point, code = dep.armed, dep.reap()
+        if code == -signal.SIGKILL and point:
+            self._killed(lifecycle, f"point:{point}")
+        else:
+            lifecycle.fault(f"the server exited by itself with status {code}: {dep.log()[-1500:]}")
+
+    def _killed(self, lifecycle: Lifecycle, kind: str) -> None:
+        if kind.startswith("point:"):
+            lifecycle.pending_point = None
+        self.report.kills[kind] += 1
+        self.report.kill_states[lifecycle.last_state] += 1
+        lifecycle.kills.append(kind.removeprefix("point:"))
+
+    async def _restart(self, lifecycle: Lifecycle, startup_kill: float | None) -> None:
+        """Start the server again after a kill, armed again while the lifecycle's crash point has not fired (its
+        start-up recovery may reach it too); killed once more during its start-up when the plan says so."""
+        dep = self.deployment
+        for _ in range(10):
+            dep.launch(lifecycle.pending_point, after_kill=True)
+            if startup_kill is None:
+                if await dep.listening():
+                    return
+                self._ended(lifecycle)
+                continue
+            with suppress(TimeoutError):
+                await dep.listening(timeout=startup_kill)
+            if dep.exited() is None:
+                dep.kill()
+                self._killed(lifecycle, "start-up")
+            else:
+                self._ended(lifecycle)
+            startup_kill = None
+        raise RuntimeError(f"the server does not start any more: {dep.log()[-2000:]}")
+
+    async def verify(self, caller: Caller, acks: list[Ack], *, final: bool = False) -> None:
+        """Look every ack up in its session's log; mark the ones found after a kill, report the lost ones.
+        Raises: ServerGone."""
+        generation = self.deployment.generation
+        by_session: dict[str, list[Ack]] = {}
+        for ack in acks:
+            by_session.setdefault(ack.session_id, []).append(ack)
+        for sid, group in by_session.items():
+            rows = await history(caller, sid)
+            decisions = await decided(caller, sid) if any(a.decision for a in group) else set()
+            owner = next(lc for lc in self.lifecycles if lc.session_id == sid)
+            versions = [r["session_version"] for r in rows if r["outcome"] == "applied"]
+            if versions != list(range(1, len(versions) + 1)):
+                owner.fault(f"the applied log's versions have a gap: {versions}", rows)
+            for ack in group:
+                if ack.lost:
+                    continue
+                if missing := missing_from(ack, rows, decisions):
+                    ack.lost = True
+                    owner.finding("lost", missing, rows)
+                elif any(ack.generation < g <= generation for g in self.deployment.after_kill):
+                    ack.checked_after_kill = True
+        if final:
+            self.report.acknowledged = len(self.acks)
+            self.report.checked_after_kill = sum(a.checked_after_kill for a in self.acks)
+
+    def _server_tracebacks(self) -> None:
+        for log in self.deployment.logs:
+            text = log.read_text(errors="replace")
+            if "Traceback" in text:
+                tail = text[text.index("Traceback") :].splitlines()
+                last = next((line for line in reversed(tail) if line and not line.startswith(" ")), "")
+                self.report.findings.append(Finding("fault", "-", None, "", f"traceback in {log.name}: {last[:300]}"))
+
+
+# -- one lifecycle ---------------------------------------------------------------------------------------------------
+
+
+class Lifecycle:
+    """Drives one task's session to the end its scenario names, whatever the server did meanwhile."""
+
+    def __init__(self, run: Run, scenario: Scenario) -> None:
+        self.run, self.scenario = run, scenario
+        self.caller = Caller(run.deployment)
+        self.session_id: str | None = None
+        self.pending_point = scenario.point  # armed at every restart until it fired
+        self.last_state = "not started yet"
+        self.errors: list[str] = []
+        self.kills: list[str] = []
+        self.findings: list[Finding] = []
+        self.outcome = "running"
+        self.main_moved = False
+        self.retries = 0
+        self._refused = 0  # refusals in a row
+        self._progress: tuple[Any, ...] = ()
+        self._progress_at = time.monotonic()
+
+    # -- the driver ----------------------------------------------------------------------------------------------
+
+    async def drive(self) -> None:
+        """Make the operator's calls until the session is terminal, or declare it stuck."""
+        while True:
+            try:
+                status = await self._status()
+                if status is not None and status["state"] in TERMINAL:
+                    await self._finish(status)
+                    return
+                if self._stalled(status):
+                    await self._give_up(status)
+                    return
+                await self._step(status)
+            except ServerGone:
+                continue
+
+    def _stalled(self, status: dict[str, Any] | None) -> bool:
+        """No change of state or version (nor a new server process) for stuck_after_s."""
+        key = (status or {}).get("state"), (status or {}).get("version"), self.run.deployment.generation
+        if key != self._progress:
+            self._progress, self._progress_at = key, time.monotonic()
+        return time.monotonic() - self._progress_at > self.run.stuck_after_s
+
+    async def _status(self) -> dict[str, Any] | None:
+        if self.session_id is None:
+            self.session_id = await self._find_session()
+            if self.session_id is None:
+                return None
+        reply = await self.caller.call("session_status", session_id=self.session_id)
+        if not reply.ok:
+            self.error("session_status", reply.text)
+            return None
+        self.last_state = reply.data["state"]
+        return reply.data
+
+    async def _find_session(self) -> str | None:
+        """The session of this lifecycle's task, if a start whose answer was lost created one."""
+        reply = await self.caller.call("session_list", limit=20)
+        if not reply.ok:
+            self.error("session_list", reply.text)
+            return None
+        return next((s["id"] for s in reply.data["sessions"] if s["task_id"] == self.scenario.task), None)
+
+    async def _step(self, status: dict[str, Any] | None) -> None:
+        state = status["state"] if status else None
+        sc = self.scenario
+        if sc.cancel_in and state in WIP_ORDER and WIP_ORDER.index(state) >= WIP_ORDER.index(sc.cancel_in):
+            await self._write("session_cancel", session_id=self.session_id, reason="random kills: cancel")
+            return
+        if state in (None, "created", "initializing", "ready"):
+            await self._write("project_session_start", task_id=sc.task)
+        elif state == "planning":
+            await self._write("session_execute", session_id=self.session_id, agents=[sc.agent])
+        elif state == "verifying":
+            await self._decide(status)
+        elif state == "awaiting_merge":
+            if sc.move_main and not self.main_moved:
+                await asyncio.to_thread(self._move_main)
+            await self._write("project_session_merge", session_id=self.session_id, reason="random kills: merge")
+        elif state == "failed":
+            await self._failed(status)
+        elif state in ("suspended", "abandoned"):
+            self.errors.append(f"unexpected state {state}")
+            await self._write("session_resume", session_id=self.session_id)
+        else:  # executing, merged, rolled_back, timed_out: the server carries it on by itself
+            await asyncio.sleep(POLL_S)
+
+    async def _decide(self, status: dict[str, Any]) -> None:
+        rows = await history(self.caller, status["id"])
+        asked = any(r["trigger"] == "request_changes" and r["outcome"] == "applied" for r in rows)
+        arguments: dict[str, Any] = {"decision": "approve", "reason": "random kills: fine"}
+        if self.scenario.request_changes and not asked:
+            arguments = {"decision": "request_changes", "instructions": "rename the helper"}
+        elif self.scenario.ending == "reject":
+            arguments = {"decision": "reject", "reason": "random kills: wrong", "compensation": "auto_revert"}
+        await self._write("project_decide", session_id=status["id"], expected_version=status["version"], **arguments)
+
+    async def _failed(self, status: dict[str, Any]) -> None:
+        rows = [r for r in await history(self.caller, status["id"]) if r["outcome"] == "applied"]
+        if rows and rows[-1]["trigger"] == "reject":  # auto_revert's compensation is owed: the server does it
+            await asyncio.sleep(POLL_S)
+            return
+        self.retries += 1
+        if self.retries > 5:  # the retry keeps failing: stop asking, let the stall show it
+            await asyncio.sleep(POLL_S)
+            return
+        await self._write("session_fire", session_id=status["id"], trigger="retry", reason="random kills: retry",
+                          expected_version=status["version"])  # fmt: skip
+
+    async def _write(self, tool: str, **arguments: Any) -> None:
+        """A write call; its answer, when it is a success, is an acknowledged write."""
+        reply = await self.caller.call(tool, **arguments)
+        if not reply.ok:
+            self.error(tool, reply.text)
+            self._refused += 1  # the same refusal again and again (a stuck merge) is asked less and less often
+            await asyncio.sleep(min(2.0, POLL_S * 2**self._refused))
+            return
+        self._refused = 0
+        data = reply.data
+        sid = data.get("session_id") or data.get("id")
+        self.session_id = self.session_id or sid
+        ack = Ack(sid, tool, data["version"], data["state"], reply.generation)
+        if "seq" in data:
+            ack.seq, ack.trigger = data["seq"], data["trigger"]
+        if tool == "project_decide":
+            ack.decision = data["decision"] if data["outcome"] == "applied" else None
+        self.run.acks.append(ack)
+
+    def _move_main(self) -> None:
+        """Commit on main in the project's checkout, so the merge has to rebase (retried while a git process of
+        the killed server still holds the index)."""
+        dep = self.run.deployment
+        moved = dep.repo / "moves" / f"{self.scenario.task}.md"
+        moved.parent.mkdir(exist_ok=True)
+        moved.write_text(f"main moved while {self.scenario.task} waited\n")
+        identity = ["-c", "user.name=main mover", "-c", "user.email=main@taskgate.invalid"]
+        deadline = time.monotonic() + 30
+        while True:
+            added = subprocess.run(["git", *identity, "add", str(moved)], cwd=dep.repo, capture_output=True, text=True)
+            done = subprocess.run(["git", *identity, "commit", "-q", "-m", f"chore: main moves ({self.scenario.task})"],
+                                  cwd=dep.repo, capture_output=True, text=True)  # fmt: skip
+            if added.returncode == 0 and done.returncode == 0:
+                self.main_moved = True
+                return
+            if time.monotonic() > deadline:
+                self.errors.append(f"could not move main: {added.stderr or done.stderr}")
+                self.main_moved = True
+                return
+            time.sleep(0.2)
+
+    def error(self, tool: str, text: str) -> None:
+        """A tool error answered: kept for this lifecycle's findings and counted for the run."""
+        self.errors.append(f"{tool} in {self.last_state}: {text[:400]}")
+        self.run.report.errors[f"{tool}: {blank(text)}"] += 1
+
+    # -- the end -------------------------------------------------------------------------------------------------
+
+    async def _give_up(self, status: dict[str, Any] | None) -> None:
+        rows = await history(self.caller, self.session_id) if self.session_id else []
+        agents = [
+            (a["run"], a["type"], a["status"], a["exit_code"], a["error"]) for a in (status or {}).get("agents", [])
+        ]
+        where = f"{status['state']} v{status['version']}" if status else "no session"
+        self.outcome = "stuck"
+        self.finding("stuck", f"{where} unchanged for {self.run.stuck_after_s:.0f} s; agents {agents}", rows)
+        if self.session_id:  # out of the way of the lifecycles after it (WIP, recovery at every restart)
+            with suppress(ServerGone):
+                await self.caller.call("session_cancel", session_id=self.session_id, reason="random kills: stuck")
+
+    async def _finish(self, status: dict[str, Any]) -> None:
+        sc, state = self.scenario, status["state"]
+        rows = [r for r in await history(self.caller, status["id"]) if r["outcome"] == "applied"]
+        ending = [r["trigger"] for r in rows[-2:]]
+        self.outcome = {"merge": "merged", "compensate": "rejected"}.get(ending[0], state)
+        planned = {"merge": "merged", "reject": "rejected", "cancel": "cancelled"}[sc.ending]
+        if self.outcome != planned or (state == "completed" and ending[1] != "cleanup_done"):
+            self.fault(f"ended {state} by {' then '.join(ending)}, not as planned ({planned})", rows)
+        await asyncio.to_thread(self._check_git, status, merged=self.outcome == "merged")
+
+    def _check_git(self, status: dict[str, Any], *, merged: bool) -> None:
+        """The work on main once per completed agent run after a merge, never otherwise; no worktree or branch
+        left (a cancel's clean-up cut off by a kill is pruned at the next start-up: checked at the end)."""
+        dep, task = self.run.deployment, self.scenario.task
+        subjects = dep.git("log", "--format=%s", "main").splitlines()
+        mine = [s for s in subjects if re.fullmatch(rf"(feat|fix): {task} pass \d+", s)]
+        runs = [a for a in status["agents"] if a["status"] == "completed"]
+        by_run = Counter(a["run"] for a in status["agents"])
+        if twice := [run for run, n in by_run.items() if n > 1]:
+            self.fault(f"agent run(s) {twice} launched more than once: {status['agents']}")
+        if merged:
+            wanted = [f"{'feat' if n == 1 else 'fix'}: {task} pass {n}" for n in range(1, len(runs) + 1)]
+            if sorted(mine) != sorted(wanted):
+                self.fault(f"after the merge main has {mine or 'none'} of the work, expected {wanted}")
+        elif mine:
+            self.fault(f"the work is on main though the session was not merged: {mine}")
+        if status["state"] == "completed":
+            self.check_left_over(status)
+
+    def check_left_over(self, status: dict[str, Any]) -> None:
+        """A worktree folder or branch still there for an ended session is a fault."""
+        dep, worktree, branch = self.run.deployment, status.get("worktree"), status.get("branch")
+        listed = dep.git("worktree", "list", "--porcelain")
+        if worktree and (Path(worktree).exists() or f"worktree {worktree}\n" in listed):
+            self.fault(f"worktree {worktree} left after {status['state']}")
+        if branch and dep.git("branch", "--list", branch).strip():
+            self.fault(f"branch {branch} left after {status['state']}")
+
+    async def final_check(self, caller: Caller) -> None:
+        """After the last plain restart: the session is where its log says, and nothing of it is left on disk."""
+        if self.session_id is None:
+            return
+        reply = await caller.call("session_status", session_id=self.session_id)
+        if not reply.ok:
+            self.fault(f"session_status after the last restart: {reply.text}")
+            return
+        status, rows = reply.data, await history(caller, self.session_id)
+        applied = [r for r in rows if r["outcome"] == "applied"]
+        if not applied or (applied[-1]["to_state"], applied[-1]["session_version"]) != (
+            status["state"],
+            status["version"],
+        ):
+            self.fault(f"the session is {status['state']} v{status['version']} but its log ends otherwise", rows)
+        if self.outcome != "stuck" and status["state"] not in TERMINAL:
+            self.fault(f"{status['state']} after the last restart, though it had ended", rows)
+        if status["state"] in TERMINAL:
+            await asyncio.to_thread(self.check_left_over, status)
+
+    def fault(self, what: str, rows: list[dict[str, Any]] | None = None) -> None:
+        """Something the failure model rules out, other than a lost write or a stuck session."""
+        self.finding("fault", what, rows or [])
+
+    def finding(self, kind: str, what: str, rows: list[dict[str, Any]]) -> None:
+        """Report a lost write, a stuck session or a fault of this lifecycle (each once)."""
+        if any(f.kind == kind and f.what == what for f in self.findings):
+            return
+        errors = list(dict.fromkeys(reversed(self.errors)))[:6][::-1]  # the last six distinct ones
+        found = Finding(kind, self.scenario.task, self.session_id, self.scenario.describe(), what,
+                        last_states(rows), errors)  # fmt: skip
+        self.findings.append(found)
+        self.run.report.findings.append(found)
+
+
+# -- reading the log -----------------------------------------------------------------------------------------------
+
+
+async def history(caller: Caller, session_id: str) -> list[dict[str, Any]]:
+    """The session's transition log, applied and blocked rows, oldest first. Raises: ServerGone."""
+    reply = await caller.call("session_history", session_id=session_id, limit=10000)
+    if not reply.ok:
+        raise RuntimeError(f"session_history({session_id}) failed: {reply.text}")
+    return reply.data["transitions"]
+
+
+async def decided(caller: Caller, session_id: str) -> set[str]:
+    """The decisions recorded on the session (decision.recorded events). Raises: ServerGone."""
+    reply = await caller.call("events_list", session_id=session_id, kind="decision.recorded", limit=10000)
+    if not reply.ok:
+        raise RuntimeError(f"events_list({session_id}) failed: {reply.text}")
+    return {e["payload"]["decision"] for e in reply.data["events"]}
+
+
+def missing_from(ack: Ack, rows: list[dict[str, Any]], decisions: set[str]) -> str:
+    """What of an acknowledged write the log lacks ("" when it is all there)."""
+    applied = {r["session_version"]: r for r in rows if r["outcome"] == "applied"}
+    row = applied.get(ack.version)
+    if row is None or row["to_state"] != ack.state:
+        found = f"{row['trigger']} → {row['to_state']}" if row else "no row"
+        return f"{ack.describe()}: the log has {found} at v{ack.version}"
+    if ack.seq is not None and not any(r["seq"] == ack.seq and r["trigger"] == ack.trigger for r in rows):
+        return f"{ack.describe()}: row {ack.seq} ({ack.trigger}) is not in the log"
+    if ack.decision and (ack.decision not in decisions or not any(
+            r["trigger"] == ack.decision and r["actor"] == "operator:alice" for r in applied.values())):  # fmt: skip
+        return f"{ack.describe()}: the decision or its transition is not recorded"
+    return ""
+
+
+def last_states(rows: list[dict[str, Any]], count: int = 6) -> list[str]:
+    """The log's last applied rows, one line each, then how many refusals (blocked rows) came after them."""
+    applied = [i for i, r in enumerate(rows) if r["outcome"] == "applied"][-count:]
+    lines = [f"v{r['session_version']} {r['trigger']}: {r['from_state']} → {r['to_state']} by {r['actor']}"
+             f"{': ' + r['reason'][:160] if r['reason'] else ''}" for r in (rows[i] for i in applied)]  # fmt: skip
+    blocked = Counter(r["trigger"] for r in rows[(applied[-1] if applied else -1) + 1 :] if r["outcome"] == "blocked")
+    return lines + [f"then {n} refused (blocked) {trigger} row(s)" for trigger, n in blocked.items()]
+
+
+def run_random_kills(root: Path, database: str, database_url: str | None, lifecycles: int, seed: int, *,
+                     stuck_after_s: float = 60.0, say: Callable[[str], None] = print) -> Report:  # fmt: skip
+    """Run `lifecycles` lifecycles with random kills on one database (SQLite in `root`'s data dir when
+    `database_url` is None); the report of what was found."""
+    run = Run(root, database, database_url, seed, stuck_after_s=stuck_after_s, say=say)
+    return asyncio.run(run.execute(lifecycles))
