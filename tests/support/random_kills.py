@@ -40,7 +40,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -221,6 +221,10 @@ class ServerGone(Exception):
     """The server process died (was killed) before answering: the call's outcome is unknown."""
 
 
+class Unreadable(Exception):
+    """A read the harness needs (a session's log, its decisions) was answered with an error."""
+
+
 class Deployment(CrashService):
     """The crash tests' deployment, plus this harness's agents, a server that can be launched without waiting,
     and the bookkeeping of which server process (generation) answers."""
@@ -335,10 +339,14 @@ class Caller:
     async def call(self, tool: str, **arguments: Any) -> Reply:
         """One call. Raises: ServerGone when the server died before answering."""
         dep = self.deployment
-        await asyncio.wait_for(dep.up.wait(), LISTEN_TIMEOUT_S * 2)
+        while not dep.up.is_set():  # (a wait that returns may find the server killed and starting again)
+            await asyncio.wait_for(dep.up.wait(), LISTEN_TIMEOUT_S * 2)
         dead, generation = dep.dead, dep.generation
         if self._generation != dep.generation or self._client is None:
-            await self._reconnect(generation, dead)
+            try:
+                await self._reconnect(generation, dead)
+            except ConnectionError as exc:
+                return Reply(False, {}, f"transport: {exc}"[:500], generation)
         sent = asyncio.ensure_future(self._client.call_tool(tool, arguments))
         died = asyncio.ensure_future(dead.wait())
         try:
@@ -356,8 +364,8 @@ class Caller:
         await self.close()
         if await dep.gone(dead, 2.0):
             raise ServerGone(tool)
-        error = sent.exception() if sent.done() and not sent.cancelled() else "no answer within 120 s"
-        return Reply(False, {}, f"transport: {error!r}"[:500], generation)
+        error = leaves(sent.exception()) if sent.done() and not sent.cancelled() else "no answer within 120 s"
+        return Reply(False, {}, f"transport: {error}"[:500], generation)
 
     async def _reconnect(self, generation: int, dead: asyncio.Event) -> None:
         await self.close()
@@ -370,11 +378,12 @@ class Caller:
         finally:
             waiter.cancel()
         if not ready.done() or ready.exception() is not None:
+            failure = ready.exception() if ready.done() else TimeoutError("no connection within 60 s")
             ready.cancel()  # the holder, failing later, has nobody to tell
             await self.close()
             if await self.deployment.gone(dead, 2.0):
                 raise ServerGone("connect")
-            raise RuntimeError(f"cannot connect to the server: {ready.exception() if ready.done() else 'timeout'}")
+            raise ConnectionError(f"cannot connect to the live server: {leaves(failure)}")
         self._client, self._generation = ready.result(), generation
 
     async def _hold(self, ready: asyncio.Future[Any], release: asyncio.Event) -> None:
@@ -402,28 +411,43 @@ class Caller:
                 await asyncio.wait_for(holder, 5)
 
 
+def leaves(exc: BaseException | None) -> str:
+    """What actually went wrong inside (nested) exception groups, one `Type: message` per leaf."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(leaves(inner) for inner in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
+
+
 # -- one run -------------------------------------------------------------------------------------------------------
 
 
 class Run:
-    """N lifecycles on one deployment, killed as their scenarios say; `report` holds what was found."""
+    """N lifecycles on one deployment, `concurrency` at a time, killed as their scenarios say; `report` holds what
+    was found."""
 
-    def __init__(self, root: Path, database: str, database_url: str | None, seed: int, *, stuck_after_s: float = 60.0,
-                 say: Callable[[str], None] = print) -> None:  # fmt: skip
+    def __init__(self, root: Path, database: str, database_url: str | None, seed: int, *, concurrency: int = 1,
+                 stuck_after_s: float = 60.0, say: Callable[[str], None] = print) -> None:  # fmt: skip
         self.deployment = Deployment(root, database_url)
         self.sqlite = database_url is None
         self.rng = random.Random(seed)
+        self.concurrency = concurrency
         self.stuck_after_s = stuck_after_s
         self.say = say
         self.report = Report(database, seed)
         self.acks: list[Ack] = []
-        self.lifecycles: list[Lifecycle] = []
+        self.lifecycles: list[Lifecycle] = []  # started ones, in order
+        self.waiting: deque[Lifecycle] = deque()
+        self.running: list[Lifecycle] = []
+        self.server_turn = asyncio.Lock()  # one kill or restart at a time
+        self.up_since = time.monotonic()
 
     async def execute(self, lifecycles: int) -> Report:
         """Seed the deployment, run the lifecycles, then restart once more and check everything again."""
         started = time.monotonic()
         dep = self.deployment
         await asyncio.to_thread(dep.seed)  # project, plan 1, operator alice and her token
+        # every plan drawn first, in order: the same seed gives the same plans at any concurrency
+        self.waiting.extend(Lifecycle(self, draw_scenario(self.rng, f"DEMO-{i}")) for i in range(1, lifecycles + 1))
         checker = Caller(dep)
         try:
             dep.launch()
@@ -431,8 +455,13 @@ class Run:
             for index in range(1, lifecycles + 1):  # one task per lifecycle: DEMO-1 ...
                 added = await checker.call("task_add", title=f"Task {index}", plan_id=1)
                 assert added.ok, added.text
-            for index in range(1, lifecycles + 1):
-                await self._one(Lifecycle(self, draw_scenario(self.rng, f"DEMO-{index}")), checker)
+            lanes = [asyncio.create_task(self._lane()) for _ in range(min(self.concurrency, lifecycles))]
+            try:
+                await self._kill_while(lanes, checker)
+            finally:
+                for lane in lanes:
+                    lane.cancel()
+                await asyncio.gather(*lanes, return_exceptions=True)
             # the last check: after a plain restart nothing is owed any more and every acknowledged write is there
             dep.shutdown()
             dep.launch()
@@ -450,92 +479,109 @@ class Run:
         self.report.seconds = time.monotonic() - started
         return self.report
 
-    async def _one(self, lifecycle: Lifecycle, checker: Caller) -> None:
-        dep, scenario = self.deployment, lifecycle.scenario
-        self.lifecycles.append(lifecycle)
-        if dep.armed != scenario.point:  # restarted (gracefully) armed as this lifecycle's plan says
-            dep.shutdown()
-            dep.launch(scenario.point)
-            if not await dep.listening():  # the armed point reached by start-up recovery
-                self._ended(lifecycle)
-                await self._restart(lifecycle, None)
-        began = time.monotonic()
-        driving = asyncio.create_task(lifecycle.drive())
-        try:
-            await self._kill_while(driving, lifecycle, checker)
-        finally:
-            if not driving.done():
-                driving.cancel()
-            with suppress(asyncio.CancelledError):
-                await driving
-            await lifecycle.caller.close()
-        self.report.lifecycles += 1
-        self.report.outcomes[lifecycle.outcome] += 1
-        self.say(f"  {scenario.task:<8} {lifecycle.outcome:<10} {time.monotonic() - began:5.1f} s  "
-                 f"kills: {', '.join(lifecycle.kills) or '-':<40} {scenario.describe()}")  # fmt: skip
-
-    async def _kill_while(self, driving: asyncio.Task[None], lifecycle: Lifecycle, checker: Caller) -> None:
-        """Kill the server as the lifecycle's scenario says until its driver is done; after each kill restart it
-        and look every acknowledged write up again."""
+    async def _lane(self) -> None:
+        """Run waiting lifecycles one after another (alone: each on a server armed as its plan says)."""
         dep = self.deployment
-        timers = list(lifecycle.scenario.timers)
-        startups = list(lifecycle.scenario.startup_kills)
-        up_since = time.monotonic()
-        while True:
-            due = bool(timers) and time.monotonic() - up_since >= timers[0]
-            if dep.exited() is None and not due:
-                if driving.done():
-                    break
-                await asyncio.wait({driving}, timeout=0.05)
-                continue
-            if dep.exited() is None:
-                timers.pop(0)
-                dep.kill()
-                self._killed(lifecycle, "timer")
-            else:  # an armed point reached, or a crash
-                self._ended(lifecycle)
-            await self._restart(lifecycle, startups.pop(0) if startups else None)
-            up_since = time.monotonic()
-            owed = [a for a in self.acks if not a.checked_after_kill and not a.lost]
-            with suppress(ServerGone):  # an armed point reached meanwhile: the next restart checks them
-                await self.verify(checker, owed)
-        if (error := driving.exception()) is not None:
-            raise error
+        while self.waiting:
+            lifecycle = self.waiting.popleft()
+            if self.concurrency == 1 and dep.armed != lifecycle.scenario.point:
+                async with self.server_turn:  # restarted gracefully, armed for this lifecycle
+                    dep.shutdown()
+                    dep.launch(lifecycle.scenario.point)
+                    if not await dep.listening():  # the armed point reached by start-up recovery
+                        self._ended([lifecycle])
+                        await self._restart([lifecycle], None)
+            self.lifecycles.append(lifecycle)
+            self.running.append(lifecycle)
+            lifecycle.started = time.monotonic()
+            try:
+                await lifecycle.drive()
+            finally:
+                self.running.remove(lifecycle)
+                await lifecycle.caller.close()
+            self.report.lifecycles += 1
+            self.report.outcomes[lifecycle.outcome] += 1
+            took, kills = time.monotonic() - lifecycle.started, ", ".join(lifecycle.kills) or "-"
+            self.say(f"  {lifecycle.scenario.task:<8} {lifecycle.outcome:<10} {took:5.1f} s  kills: {kills:<40} "
+                     f"{lifecycle.scenario.describe()}")  # fmt: skip
 
-    def _ended(self, lifecycle: Lifecycle) -> None:
-        """The server process ended by itself: killed at its armed point, or a fault."""
+    async def _kill_while(self, lanes: list[asyncio.Task[None]], checker: Caller) -> None:
+        """Kill the server when a running lifecycle's next timer is due, and notice when it died at its armed
+        point, until every lane is done; after each kill restart it and look every acknowledged write up again."""
+        dep = self.deployment
+        while not all(lane.done() for lane in lanes):
+            if failed := [lane for lane in lanes if lane.done() and lane.exception() is not None]:
+                raise failed[0].exception()  # type: ignore[misc]
+            async with self.server_turn:
+                now, code = time.monotonic(), dep.exited()
+                due = next((lc for lc in self.running if lc.timers and now - max(lc.started, self.up_since)
+                            >= lc.timers[0]), None)  # fmt: skip
+                if code is not None or due is not None:
+                    affected = list(self.running)
+                    if code is None and due is not None:
+                        due.timers.pop(0)
+                        dep.kill()
+                        self._killed(affected, "timer")
+                    else:
+                        due = self._ended(affected)
+                    await self._restart(affected, due.startups.pop(0) if due and due.startups else None)
+                    owed = [a for a in self.acks if not a.checked_after_kill and not a.lost]
+                    with suppress(ServerGone):  # an armed point reached meanwhile: the next restart checks them
+                        await self.verify(checker, owed)
+                    continue
+            await asyncio.wait([lane for lane in lanes if not lane.done()], timeout=0.05)
+        for lane in lanes:
+            lane.result()
+
+    def _ended(self, affected: list[Lifecycle]) -> Lifecycle | None:
+        """The server process ended by itself: killed at its armed point (the lifecycle whose point it was), or a
+        fault."""
         dep = self.deployment
         point, code = dep.armed, dep.reap()
         if code == -signal.SIGKILL and point:
-            self._killed(lifecycle, f"point:{point}")
+            owner = next((lc for lc in affected if lc.pending_point == point), None)
+            self._killed(affected, f"point:{point}")
+            return owner
+        what = f"the server exited by itself with status {code}: {dep.log()[-1500:]}"
+        if affected:
+            affected[0].fault(what)
         else:
-            lifecycle.fault(f"the server exited by itself with status {code}: {dep.log()[-1500:]}")
+            self.report.findings.append(Finding("fault", "-", None, "", what))
+        return None
 
-    def _killed(self, lifecycle: Lifecycle, kind: str) -> None:
-        if kind.startswith("point:"):
-            lifecycle.pending_point = None
+    def _killed(self, affected: list[Lifecycle], kind: str) -> None:
         self.report.kills[kind] += 1
-        self.report.kill_states[lifecycle.last_state] += 1
-        lifecycle.kills.append(kind.removeprefix("point:"))
+        if kind.startswith("point:"):
+            owner = next((lc for lc in affected if lc.pending_point == kind.removeprefix("point:")), None)
+            if owner is not None:
+                owner.pending_point = None
+        for lifecycle in affected:
+            self.report.kill_states[lifecycle.last_state] += 1
+            lifecycle.kills.append(kind.removeprefix("point:"))
+        if not affected:
+            self.report.kill_states["between lifecycles"] += 1
 
-    async def _restart(self, lifecycle: Lifecycle, startup_kill: float | None) -> None:
-        """Start the server again after a kill, armed again while the lifecycle's crash point has not fired (its
-        start-up recovery may reach it too); killed once more during its start-up when the plan says so."""
+    async def _restart(self, affected: list[Lifecycle], startup_kill: float | None) -> None:
+        """Start the server again after a kill, armed with the first running lifecycle's crash point that has not
+        fired (its start-up recovery may reach it too); killed once more during its start-up when the plan says
+        so."""
         dep = self.deployment
         for _ in range(10):
-            dep.launch(lifecycle.pending_point, after_kill=True)
+            point = next((lc.pending_point for lc in affected if lc.pending_point), None)
+            dep.launch(point, after_kill=True)
             if startup_kill is None:
                 if await dep.listening():
+                    self.up_since = time.monotonic()
                     return
-                self._ended(lifecycle)
+                self._ended(affected)
                 continue
             with suppress(TimeoutError):
                 await dep.listening(timeout=startup_kill)
             if dep.exited() is None:
                 dep.kill()
-                self._killed(lifecycle, "start-up")
+                self._killed(affected, "start-up")
             else:
-                self._ended(lifecycle)
+                self._ended(affected)
             startup_kill = None
         raise RuntimeError(f"the server does not start any more: {dep.log()[-2000:]}")
 
@@ -547,9 +593,14 @@ class Run:
         for ack in acks:
             by_session.setdefault(ack.session_id, []).append(ack)
         for sid, group in by_session.items():
-            rows = await history(caller, sid)
-            decisions = await decided(caller, sid) if any(a.decision for a in group) else set()
             owner = next(lc for lc in self.lifecycles if lc.session_id == sid)
+            try:
+                rows = await history(caller, sid)
+                decisions = await decided(caller, sid) if any(a.decision for a in group) else set()
+            except Unreadable as exc:  # looked up again at the next restart, or at the end
+                if final:
+                    owner.fault(f"cannot read the log to check its acknowledged writes: {exc}")
+                continue
             versions = [r["session_version"] for r in rows if r["outcome"] == "applied"]
             if versions != list(range(1, len(versions) + 1)):
                 owner.fault(f"the applied log's versions have a gap: {versions}", rows)
@@ -585,6 +636,9 @@ class Lifecycle:
         self.caller = Caller(run.deployment)
         self.session_id: str | None = None
         self.pending_point = scenario.point  # armed at every restart until it fired
+        self.timers = list(scenario.timers)  # the timer kills still to come
+        self.startups = list(scenario.startup_kills)
+        self.started = time.monotonic()
         self.last_state = "not started yet"
         self.errors: list[str] = []
         self.kills: list[str] = []
@@ -609,15 +663,22 @@ class Lifecycle:
                 if self._stalled(status):
                     await self._give_up(status)
                     return
+                if status is None and self.session_id is not None:  # not read (an error, recorded): again
+                    await asyncio.sleep(POLL_S)
+                    continue
                 await self._step(status)
             except ServerGone:
                 continue
+            except Unreadable as exc:
+                self.error("read", str(exc))
+                await asyncio.sleep(POLL_S)
 
     def _stalled(self, status: dict[str, Any] | None) -> bool:
         """No change of state or version (nor a new server process) for stuck_after_s."""
-        key = (status or {}).get("state"), (status or {}).get("version"), self.run.deployment.generation
-        if key != self._progress:
-            self._progress, self._progress_at = key, time.monotonic()
+        if status is not None or self.session_id is None:  # a session that could not be read has not moved
+            key = (status or {}).get("state"), (status or {}).get("version"), self.run.deployment.generation
+            if key != self._progress:
+                self._progress, self._progress_at = key, time.monotonic()
         return time.monotonic() - self._progress_at > self.run.stuck_after_s
 
     async def _status(self) -> dict[str, Any] | None:
@@ -735,13 +796,17 @@ class Lifecycle:
     # -- the end -------------------------------------------------------------------------------------------------
 
     async def _give_up(self, status: dict[str, Any] | None) -> None:
-        rows = await history(self.caller, self.session_id) if self.session_id else []
+        rows: list[dict[str, Any]] = []
+        with suppress(Unreadable):
+            rows = await history(self.caller, self.session_id) if self.session_id else []
         agents = [
             (a["run"], a["type"], a["status"], a["exit_code"], a["error"]) for a in (status or {}).get("agents", [])
         ]
         where = f"{status['state']} v{status['version']}" if status else "no session"
+        on_main = await asyncio.to_thread(self._work_on_main)
         self.outcome = "stuck"
-        self.finding("stuck", f"{where} unchanged for {self.run.stuck_after_s:.0f} s; agents {agents}", rows)
+        what = f"{where} unchanged for {self.run.stuck_after_s:.0f} s; agents {agents}; its work on main: {on_main}"
+        self.finding("stuck", what, rows)
         if self.session_id:  # out of the way of the lifecycles after it (WIP, recovery at every restart)
             with suppress(ServerGone):
                 await self.caller.call("session_cancel", session_id=self.session_id, reason="random kills: stuck")
@@ -759,9 +824,8 @@ class Lifecycle:
     def _check_git(self, status: dict[str, Any], *, merged: bool) -> None:
         """The work on main once per completed agent run after a merge, never otherwise; no worktree or branch
         left (a cancel's clean-up cut off by a kill is pruned at the next start-up: checked at the end)."""
-        dep, task = self.run.deployment, self.scenario.task
-        subjects = dep.git("log", "--format=%s", "main").splitlines()
-        mine = [s for s in subjects if re.fullmatch(rf"(feat|fix): {task} pass \d+", s)]
+        task = self.scenario.task
+        mine = self._work_on_main()
         runs = [a for a in status["agents"] if a["status"] == "completed"]
         by_run = Counter(a["run"] for a in status["agents"])
         if twice := [run for run, n in by_run.items() if n > 1]:
@@ -774,6 +838,11 @@ class Lifecycle:
             self.fault(f"the work is on main though the session was not merged: {mine}")
         if status["state"] == "completed":
             self.check_left_over(status)
+
+    def _work_on_main(self) -> list[str]:
+        """The subjects of this lifecycle's agent commits that are on main."""
+        subjects = self.run.deployment.git("log", "--format=%s", "main").splitlines()
+        return [s for s in subjects if re.fullmatch(rf"(feat|fix): {self.scenario.task} pass \d+", s)]
 
     def check_left_over(self, status: dict[str, Any]) -> None:
         """A worktree folder or branch still there for an ended session is a fault."""
@@ -792,7 +861,11 @@ class Lifecycle:
         if not reply.ok:
             self.fault(f"session_status after the last restart: {reply.text}")
             return
-        status, rows = reply.data, await history(caller, self.session_id)
+        try:
+            status, rows = reply.data, await history(caller, self.session_id)
+        except Unreadable as exc:
+            self.fault(f"cannot read the log after the last restart: {exc}")
+            return
         applied = [r for r in rows if r["outcome"] == "applied"]
         if not applied or (applied[-1]["to_state"], applied[-1]["session_version"]) != (
             status["state"],
@@ -823,18 +896,18 @@ class Lifecycle:
 
 
 async def history(caller: Caller, session_id: str) -> list[dict[str, Any]]:
-    """The session's transition log, applied and blocked rows, oldest first. Raises: ServerGone."""
+    """The session's transition log, applied and blocked rows, oldest first. Raises: ServerGone, Unreadable."""
     reply = await caller.call("session_history", session_id=session_id, limit=10000)
     if not reply.ok:
-        raise RuntimeError(f"session_history({session_id}) failed: {reply.text}")
+        raise Unreadable(f"session_history: {reply.text}")
     return reply.data["transitions"]
 
 
 async def decided(caller: Caller, session_id: str) -> set[str]:
-    """The decisions recorded on the session (decision.recorded events). Raises: ServerGone."""
+    """The decisions recorded on the session (decision.recorded events). Raises: ServerGone, Unreadable."""
     reply = await caller.call("events_list", session_id=session_id, kind="decision.recorded", limit=10000)
     if not reply.ok:
-        raise RuntimeError(f"events_list({session_id}) failed: {reply.text}")
+        raise Unreadable(f"events_list: {reply.text}")
     return {e["payload"]["decision"] for e in reply.data["events"]}
 
 
@@ -862,9 +935,11 @@ def last_states(rows: list[dict[str, Any]], count: int = 6) -> list[str]:
     return lines + [f"then {n} refused (blocked) {trigger} row(s)" for trigger, n in blocked.items()]
 
 
-def run_random_kills(root: Path, database: str, database_url: str | None, lifecycles: int, seed: int, *,
-                     stuck_after_s: float = 60.0, say: Callable[[str], None] = print) -> Report:  # fmt: skip
-    """Run `lifecycles` lifecycles with random kills on one database (SQLite in `root`'s data dir when
-    `database_url` is None); the report of what was found."""
-    run = Run(root, database, database_url, seed, stuck_after_s=stuck_after_s, say=say)
+def run_random_kills(
+    root: Path, database: str, database_url: str | None, lifecycles: int, seed: int, *, concurrency: int = 1,
+    stuck_after_s: float = 60.0, say: Callable[[str], None] = print,
+) -> Report:  # fmt: skip
+    """Run `lifecycles` lifecycles, `concurrency` at a time, with random kills on one database (SQLite in `root`'s
+    data dir when `database_url` is None); the report of what was found."""
+    run = Run(root, database, database_url, seed, concurrency=concurrency, stuck_after_s=stuck_after_s, say=say)
     return asyncio.run(run.execute(lifecycles))
