@@ -72,8 +72,8 @@ def on_database(label: str, server_url: str | None, args: argparse.Namespace) ->
         url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
     print(f"\n{label}: {args.lifecycles} lifecycles in {root}" + (f", database {name}" if url else ""), flush=True)
     try:
-        report = run_random_kills(root, label, url, args.lifecycles, args.seed, stuck_after_s=args.stuck_after,
-                                  say=lambda line: print(line, flush=True))  # fmt: skip
+        report = run_random_kills(root, label, url, args.lifecycles, args.seed, concurrency=args.concurrency,
+                                  stuck_after_s=args.stuck_after, say=lambda line: print(line, flush=True))  # fmt: skip
     finally:
         if url is not None:
             asyncio.run(_admin(server_url or "", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
@@ -125,6 +125,7 @@ def _counts(counter: dict[str, int]) -> str:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lifecycles", type=int, default=60, help="lifecycles per database (60)")
+    parser.add_argument("--concurrency", type=int, default=1, help="lifecycles at a time (1)")
     parser.add_argument("--seed", type=int, default=None, help="the plan's seed (default: a random one, printed)")
     parser.add_argument("--skip-sqlite", action="store_true", help="PostgreSQL only")
     parser.add_argument("--skip-pg", action="store_true", help="SQLite only")
@@ -134,8 +135,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--stuck-after", type=float, default=60.0, help=stuck)
     parser.add_argument("--keep", action="store_true", help="keep the scratch folders (kept anyway on a finding)")
     args = parser.parse_args()
-    if args.lifecycles < 1 or args.stuck_after <= 0:
-        parser.error("--lifecycles must be ≥ 1 and --stuck-after > 0")
+    if args.lifecycles < 1 or args.concurrency < 1 or args.stuck_after <= 0:
+        parser.error("--lifecycles and --concurrency must be ≥ 1, --stuck-after > 0")
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1, 1_000_000)
     return args
@@ -144,7 +145,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     started = time.monotonic()
-    print(f"random kills: seed {args.seed}, {args.lifecycles} lifecycles per database")
+    print(f"random kills: seed {args.seed}, {args.lifecycles} lifecycles per database, {args.concurrency} at a time")
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     reports = []
     if not args.skip_sqlite:

@@ -18,7 +18,7 @@ import pytest
 
 from taskgate.application.crashpoints import POINTS
 from tests.e2e.test_crash_points import _pg_database
-from tests.support.random_kills import COMMON_POINTS, ENDING_POINTS, Report, run_random_kills
+from tests.support.random_kills import COMMON_POINTS, ENDING_POINTS, Ack, Report, missing_from, run_random_kills
 
 pytestmark = pytest.mark.slow
 
@@ -28,6 +28,24 @@ SEED, LIFECYCLES = 8, 6
 def test_every_named_crash_point_can_be_armed_by_some_plan():
     drawable = {*COMMON_POINTS, *(p for points in ENDING_POINTS.values() for p in points)}
     assert drawable | {"retry.recorded", "decide.request_changes"} == set(POINTS)
+
+
+def row(version: int, trigger: str, to_state: str, seq: int, outcome: str = "applied") -> dict[str, object]:
+    return {"session_version": version, "trigger": trigger, "to_state": to_state, "seq": seq, "outcome": outcome,
+            "actor": "operator:alice", "from_state": None, "reason": None}  # fmt: skip
+
+
+def test_an_acknowledged_write_is_lost_when_its_row_is_missing_or_different():
+    log = [row(1, "create", "created", 1), row(2, "approve", "awaiting_merge", 7)]
+    approve = Ack("s", "project_decide", 2, "awaiting_merge", 1, decision="approve")
+    merge = Ack("s", "project_session_merge", 3, "completed", 1, seq=9, trigger="merge")
+    assert missing_from(approve, log, {"approve"}) == ""
+    assert "no row" in missing_from(merge, log, set())
+    assert "not recorded" in missing_from(approve, log, set())  # the decision itself is gone
+    rewritten = [log[0], row(2, "reject", "failed", 7)]
+    assert "reject → failed" in missing_from(approve, rewritten, {"approve"})
+    blocked = [*log, row(3, "merge", "completed", 9, outcome="blocked")]
+    assert missing_from(merge, blocked, set())  # a refusal is not the merge it answered
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
