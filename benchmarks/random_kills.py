@@ -112,6 +112,7 @@ def _print_finding(f: Finding) -> None:
     print(f"\n{f.kind.upper()} {f.task} session {f.session_id or '-'}: {f.what}")
     if f.scenario:
         print(f"  plan: {f.scenario}")
+        print(f"  killed: {', '.join(f.kills) or 'never'}")
     for line in f.last_states:
         print(f"  log: {line}")
     for line in f.errors:

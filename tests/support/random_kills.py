@@ -158,6 +158,7 @@ class Finding:
     what: str
     last_states: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    kills: list[str] = field(default_factory=list)  # the kills the lifecycle went through, in order
 
 
 @dataclass
@@ -887,7 +888,7 @@ class Lifecycle:
             return
         errors = list(dict.fromkeys(reversed(self.errors)))[:6][::-1]  # the last six distinct ones
         found = Finding(kind, self.scenario.task, self.session_id, self.scenario.describe(), what,
-                        last_states(rows), errors)  # fmt: skip
+                        last_states(rows), errors, list(self.kills))  # fmt: skip
         self.findings.append(found)
         self.run.report.findings.append(found)
 
