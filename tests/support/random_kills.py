@@ -2,18 +2,20 @@
 SIGKILLed at random moments and started again on the same data (issue 36's figure; `benchmarks/random_kills.py`
 prints it, `tests/e2e/test_random_kills.py` keeps a small run of it working).
 
-One run is one deployment (`CrashService`: its own git repository, config and data dir; SQLite in the data dir or
-a PostgreSQL database given by URL) and N lifecycles, one after another, each a session of its own task driven
-the way an operator drives it: start, execute with a scripted agent that commits, maybe request changes, maybe
-main moves so the merge must rebase, then approve and merge, or reject with auto_revert, or cancel; a `flaky`
-agent fails its first run so the operator retries. The driver reads the session's state before every call and
-does what that state asks for, so after a kill it simply carries on from wherever the restarted server says the
-session is.
+One run is one deployment (`CrashService`: its own git repository, config and data dir; SQLite in the data dir or a
+PostgreSQL database given by URL) and N lifecycles, one after another (or `concurrency` at a time, each lane one
+after another), each a session of its own task driven the way an operator drives it: start, execute with a scripted
+agent that commits, maybe request changes, maybe main moves so the merge must rebase, then approve and merge, or
+reject with auto_revert, or cancel; a `flaky` agent fails its first run so the operator retries. The driver reads
+the session's state before every call and does what that state asks for, so after a kill it simply carries on from
+wherever the restarted server says the session is.
 
 Kills, drawn per lifecycle from the seeded RNG before it starts (so the plan depends on the seed alone, not on
 timing): 0-3 timer kills (SIGKILL of the `serve` process after a random time up; agents and git children live
-on), sometimes a named crash point armed for the lifecycle (`TASKGATE_CRASH_AT`, the server kills itself there),
-and sometimes a kill during the start-up that follows a kill (while recovery runs).
+on), sometimes a named crash point armed for the lifecycle (`TASKGATE_CRASH_AT`, the server kills itself there;
+armed again at every restart until it fired), and sometimes a kill during the start-up that follows a kill (while
+recovery runs). With lanes, one killer serves them all: a kill is due when any running lifecycle's next timer is,
+and it hits every running session.
 
 What is checked:
 
@@ -868,10 +870,8 @@ class Lifecycle:
             self.fault(f"cannot read the log after the last restart: {exc}")
             return
         applied = [r for r in rows if r["outcome"] == "applied"]
-        if not applied or (applied[-1]["to_state"], applied[-1]["session_version"]) != (
-            status["state"],
-            status["version"],
-        ):
+        last = (applied[-1]["to_state"], applied[-1]["session_version"]) if applied else None
+        if last != (status["state"], status["version"]):
             self.fault(f"the session is {status['state']} v{status['version']} but its log ends otherwise", rows)
         if self.outcome != "stuck" and status["state"] not in TERMINAL:
             self.fault(f"{status['state']} after the last restart, though it had ended", rows)
