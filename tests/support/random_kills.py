@@ -39,6 +39,7 @@ import random
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -105,11 +106,13 @@ class Scenario:
     cancel_in: str | None  # cancel once the session is this far (a WIP state)
     move_main: bool  # commit on main before the merge, so it must rebase
     point: str | None  # a named crash point armed for this lifecycle
-    timers: tuple[float, ...]  # seconds up before each timer kill
-    startup_kills: tuple[float | None, ...]  # per restart after a kill: kill it again this long after its launch
+    # when each timer kill comes, as a fraction of a lifecycle's time up (the run's median of those no kill cut)
+    timers: tuple[float, ...]
+    # per restart after a kill: kill it again during its start-up, this fraction of a start-up's time after launch
+    startup_kills: tuple[float | None, ...]
 
     def describe(self) -> str:
-        """e.g. `merge + request_changes + main moved; armed merge.git_done, timers 0.42 2.10 s`."""
+        """e.g. `merge + request_changes + main moved; armed merge.git_done, timers at 0.42 0.95`."""
         parts = [self.ending if self.ending != "cancel" else f"cancel in {self.cancel_in}"]
         if self.agent == "flaky":
             parts.append("flaky agent + retry")
@@ -119,7 +122,7 @@ class Scenario:
             parts.append("main moved")
         plan = [f"armed {self.point}"] if self.point else []
         if self.timers:
-            plan.append(f"timers {' '.join(f'{t:.2f}' for t in self.timers)} s")
+            plan.append(f"timers at {' '.join(f'{t:.2f}' for t in self.timers)}")
         return f"{' + '.join(parts)}; {', '.join(plan) or 'no kill planned'}"
 
 
@@ -140,9 +143,8 @@ def draw_scenario(rng: random.Random, task: str) -> Scenario:
     point = None
     if rng.random() < 0.5:
         point = rng.choice(specific) if specific and rng.random() < 0.6 else rng.choice(common)
-    # a lifecycle takes 0.6-1 s of server time here when nothing kills it; start-up (imports, then recovery) ~1.4 s
-    timers = tuple(rng.uniform(0.02, 1.0) for _ in range(rng.choices([0, 1, 2, 3], [0.2, 0.4, 0.25, 0.15])[0]))
-    startup = tuple(rng.uniform(0.3, 1.6) if rng.random() < 0.15 else None for _ in range(len(timers) + 1))
+    timers = tuple(rng.uniform(0.02, 1.1) for _ in range(rng.choices([0, 1, 2, 3], [0.2, 0.4, 0.25, 0.15])[0]))
+    startup = tuple(rng.uniform(0.2, 1.1) if rng.random() < 0.15 else None for _ in range(len(timers) + 1))
     return Scenario(task, agent, request_changes, ending, cancel_in, move_main, point, timers, startup)
 
 
@@ -244,6 +246,8 @@ class Deployment(CrashService):
         self.armed: str | None = None
         self.after_kill: set[int] = set()  # generations started because the one before was killed
         self.up = asyncio.Event()  # set while a server process listens
+        self.launched_at = 0.0
+        self.startups: list[float] = []  # seconds from launch to listening, of every start-up not cut short
         self.dead = asyncio.Event()  # the current process's: set once it has ended
 
     def launch(self, point: str | None = None, *, after_kill: bool = False) -> None:
@@ -254,6 +258,7 @@ class Deployment(CrashService):
             self.after_kill.add(self.generation)
         self.armed, self.dead = point, asyncio.Event()
         self.up.clear()
+        self.launched_at = time.monotonic()
         log = self.root / f"server-{self.generation}.log"
         self.logs.append(log)
         env = {**self.env, ENV: point} if point else self.env
@@ -272,6 +277,7 @@ class Deployment(CrashService):
         while self.process.poll() is None:
             with suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                 self.up.set()
+                self.startups.append(time.monotonic() - self.launched_at)
                 return True
             if time.monotonic() > deadline:
                 raise TimeoutError(f"taskgate serve did not listen within {timeout:.0f} s: {self.log()[-2000:]}")
@@ -424,6 +430,24 @@ def leaves(exc: BaseException | None) -> str:
 # -- one run -------------------------------------------------------------------------------------------------------
 
 
+class Pace:
+    """This machine's pace, as the run measured it so far: a lifecycle's time when no kill cut it, and a start-up's
+    (medians; first guesses before any was measured). The plans' timers are fractions of these, so that they land
+    at the same stages of a lifecycle on a fast machine and on a loaded one."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+        self.lifecycles: list[float] = []
+
+    @property
+    def lifecycle(self) -> float:
+        return statistics.median(self.lifecycles) if self.lifecycles else 1.0
+
+    @property
+    def startup(self) -> float:
+        return statistics.median(self.deployment.startups) if self.deployment.startups else 1.5
+
+
 class Run:
     """N lifecycles on one deployment, `concurrency` at a time, killed as their scenarios say; `report` holds what
     was found."""
@@ -443,6 +467,7 @@ class Run:
         self.running: list[Lifecycle] = []
         self.server_turn = asyncio.Lock()  # one kill or restart at a time
         self.up_since = time.monotonic()
+        self.pace = Pace(self.deployment)
 
     async def execute(self, lifecycles: int) -> Report:
         """Seed the deployment, run the lifecycles, then restart once more and check everything again."""
@@ -505,6 +530,8 @@ class Run:
             self.report.lifecycles += 1
             self.report.outcomes[lifecycle.outcome] += 1
             took, kills = time.monotonic() - lifecycle.started, ", ".join(lifecycle.kills) or "-"
+            if not lifecycle.kills and lifecycle.outcome != "stuck":
+                self.pace.lifecycles.append(took)
             self.say(f"  {lifecycle.scenario.task:<8} {lifecycle.outcome:<10} {took:5.1f} s  kills: {kills:<40} "
                      f"{lifecycle.scenario.describe()}")  # fmt: skip
 
@@ -518,7 +545,7 @@ class Run:
             async with self.server_turn:
                 now, code = time.monotonic(), dep.exited()
                 due = next((lc for lc in self.running if lc.timers and now - max(lc.started, self.up_since)
-                            >= lc.timers[0]), None)  # fmt: skip
+                            >= lc.timers[0] * self.pace.lifecycle), None)  # fmt: skip
                 if code is not None or due is not None:
                     affected = list(self.running)
                     if code is None and due is not None:
@@ -579,7 +606,7 @@ class Run:
                 self._ended(affected)
                 continue
             with suppress(TimeoutError):
-                await dep.listening(timeout=startup_kill)
+                await dep.listening(timeout=startup_kill * self.pace.startup)
             if dep.exited() is None:
                 dep.kill()
                 self._killed(affected, "start-up")
