@@ -1,14 +1,14 @@
 """Random kills (issue 36's figure): session lifecycles against a real `taskgate serve --http` that is SIGKILLed at
 random moments and started again on the same data, on SQLite and on PostgreSQL.
 
-Per database, on a fresh git repository and data dir of its own (PostgreSQL: a fresh database created on the
-server and dropped at the end), N lifecycles one after another, each a session of its own task driven over MCP
-(streamable HTTP, operator token) as an operator would: start, execute with a scripted agent that commits, and
-by the seeded plan request changes, a flaky agent and a retry, main moved so the merge must rebase, then approve
-and merge, or reject with auto_revert, or cancel. The plan also says where the server dies: 0-3 timer kills per
-lifecycle, sometimes a named crash point armed (`TASKGATE_CRASH_AT`, the server kills itself there), sometimes a
-second kill during the start-up (recovery) that follows. The harness is `tests/support/random_kills.py`; its
-docstring says exactly what is counted.
+Per database, on a fresh git repository and data dir of its own (PostgreSQL: a fresh database created on the server
+and dropped at the end), N lifecycles one after another (`--concurrency`: several at a time), each a session of its
+own task driven over MCP (streamable HTTP, operator token) as an operator would: start, execute with a scripted
+agent that commits, and by the seeded plan request changes, a flaky agent and a retry, main moved so the merge must
+rebase, then approve and merge, or reject with auto_revert, or cancel. The plan also says where the server dies: 0-3
+timer kills per lifecycle, sometimes a named crash point armed (`TASKGATE_CRASH_AT`, the server kills itself there),
+sometimes a second kill during the start-up (recovery) that follows. The harness is `tests/support/random_kills.py`;
+its docstring says exactly what is counted.
 
 Figures per database: lifecycles, kills, acknowledged writes (a write call that returned success; how many of
 them were looked up again after a later kill), **lost** (an acknowledged write missing from the log after a
@@ -17,8 +17,8 @@ operator call moves on; goal 0), and other faults (work on main twice or not at 
 behind, a server that exited by itself, a traceback in a server log). Each case is listed with its session, its
 last transitions and the errors the server answered. Exit status 1 when anything was found.
 
-Run:  .venv/bin/python benchmarks/random_kills.py [--lifecycles 60] [--seed N] [--skip-sqlite] [--skip-pg]
-                                                  [--pg-url URL] [--stuck-after 60] [--keep]
+Run:  .venv/bin/python benchmarks/random_kills.py [--lifecycles 60] [--seed N] [--concurrency 1] [--skip-sqlite]
+                                                  [--skip-pg] [--pg-url URL] [--stuck-after 60] [--keep]
 """
 
 from __future__ import annotations
