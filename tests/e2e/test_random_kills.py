@@ -5,9 +5,9 @@ session stuck and leave git as each lifecycle's end says.
 
 The seed's plans cover every ending (merge, with and without a rebase; reject with auto_revert; cancel), request
 changes, a failed agent and its retry, and armed points in the start, execute, compensation and merge families,
-among them `merge.git_done` of a merge that had to rebase (issue 36: the session stayed in awaiting_merge). Timer kills land wherever the machine's speed puts them, so two runs do not kill at the same
-instructions; the harness reads each session's state before every call, so a finding is the server's, not the
-timing's.
+among them `merge.git_done` of a merge that had to rebase (issue 36: the session stayed in awaiting_merge).
+Timer kills land wherever the machine's speed puts them, so two runs do not kill at the same instructions; the
+harness reads each session's state before every call, so a finding is the server's, not the timing's.
 """
 
 from __future__ import annotations
