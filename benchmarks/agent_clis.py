@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from tests.support.agent_clis import cli_path  # noqa: E402
 from tests.support.model_server import ModelServer  # noqa: E402
 
-from taskgate.domain.agent_presets import PRESETS  # noqa: E402
+from taskgate.domain.agents.presets import PRESETS  # noqa: E402
 
 TASKGATE = str(Path(sys.executable).with_name("taskgate"))
 PROVIDER = ('model_providers.local={{{{name="local",base_url="{url}/v1",env_key="OPENAI_API_KEY",'

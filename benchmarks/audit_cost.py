@@ -1,7 +1,7 @@
 """Cost the audit chains add to a transition (issue 21): the transition itself, and the linker's work per transition.
 
 Since revision 0016 a transition's own transaction does nothing for the chains: its records (the transition row,
-its events) are plain INSERTs, linked after the commit by the linker (application/audit_linking.py) that
+its events) are plain INSERTs, linked after the commit by the linker (application/audit/linking.py) that
 `taskgate serve` runs every `[audit] link_interval_s`. So the cost chaining adds to a transition is the linker's
 work for that transition's records, done in another transaction: this script measures both halves in one run, on
 a database built by the real migrations (SQLite synchronous=FULL, the product default; PostgreSQL with
@@ -41,7 +41,7 @@ from audit_link_batches import chain_names, link_rows, organic_batches, write_nu
 from bench_support import PG_BENCH_URL, emit_row, run_on_one_store
 from transition_cost import WALK, Stack, fire, open_stack, ready_sessions, run_walks, statement_log
 
-from taskgate.application.audit_linking import link_pending
+from taskgate.application.audit.linking import link_pending
 
 GOAL_RATIO = 1.05
 TRIGGERS = ("start", "plan_complete")

@@ -1,6 +1,6 @@
 """What a linker pass's writes cost on SQLite, by link layout and by the size of the history: plain sqlite3.
 
-The linker (application/audit_linking.py) writes, per pass, a link row per record and the new head of every chain
+The linker (application/audit/linking.py) writes, per pass, a link row per record and the new head of every chain
 that grew. `audit_cost.py` measures it on a small database (a few thousand sessions of a few records each); this
 asks how the writes alone (no reading, no hashing: fixed 64-character hashes) scale with the history already
 stored, and what another layout of `audit_links` would cost. Each layout gets a file of its own, with the same

@@ -7,7 +7,7 @@ revoked, and the `task.created` event of its task in the `global:task` chain): 1
 decisions and 31 events per session, with the field shapes the services write. The rows (and their tasks,
 sessions, plans, project and operators, so that every foreign key holds) are written directly, not fired: SQLite
 with executemany and SQLAlchemy's own bind conversions, PostgreSQL with COPY. Each record's link is computed
-with `taskgate.domain.audit_chain` exactly as the linker does (canonical fields, then the link hash over the
+with `taskgate.domain.audit.chain` exactly as the linker does (canonical fields, then the link hash over the
 previous one), the chains' head rows are written and each table's linker mark set past its records; then
 `AuditLedger.checkpoint` signs every head.
 
@@ -58,10 +58,10 @@ from typing import Any
 from bench_support import PG_BENCH_URL, emit_row, reset_pg_schema
 from sqlalchemy import insert
 
-from taskgate.application.audit_export import export, verify_export
-from taskgate.application.audit_ledger import AuditLedger, Scope, links_in
-from taskgate.domain.audit_chain import AUDITED_FIELDS, GENESIS, PRIMARY_KEYS, canonical_fields, chain_of, link_hash
-from taskgate.infrastructure.audit_keyring import FileKeyRing
+from taskgate.application.audit.export import export, verify_export
+from taskgate.application.audit.ledger import AuditLedger, Scope, links_in
+from taskgate.domain.audit.chain import AUDITED_FIELDS, GENESIS, PRIMARY_KEYS, canonical_fields, chain_of, link_hash
+from taskgate.infrastructure.audit.keyring import FileKeyRing
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.engine import Database
@@ -414,7 +414,7 @@ async def sign(url: str, key: Path) -> float:
 
 async def prepare(url: str, key: Path, sessions: int, seed: int) -> None:
     """Migrate an empty database, build the records, sign a checkpoint; the key is created at `key`."""
-    from taskgate.infrastructure.audit_keys import create_key
+    from taskgate.infrastructure.audit.keys import create_key
 
     create_key(key)
     database = Database(url, synchronous="OFF")

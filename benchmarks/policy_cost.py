@@ -34,8 +34,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from taskgate.application.policy_config import PolicyBook, ProjectPolicies
-from taskgate.application.sessions import FireTrigger, SessionService
+from taskgate.application.sessions.engine import FireTrigger, SessionService
+from taskgate.application.sessions.policy_book import PolicyBook, ProjectPolicies
 from taskgate.bootstrap import build_services
 from taskgate.domain.entities import Operator, Outcome, Session, Task, TaskStatus, TransitionRecord
 from taskgate.domain.policies import ENABLED_BY_DEFAULT, TestRun, default_policies

@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from taskgate.application.sessions import CreateSession, StartTask
-from taskgate.application.tracker import AddTask
+from taskgate.application.sessions.engine import CreateSession, StartTask
+from taskgate.application.trackers.builtin import AddTask
 from taskgate.bootstrap import App, bootstrap, load_settings
 
 ACTOR, OPERATOR = "operator:alice", "alice"

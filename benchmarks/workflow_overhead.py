@@ -39,15 +39,15 @@ from pathlib import Path
 
 from bench_support import PG_BENCH_URL, emit_row, reset_pg_schema
 
-from taskgate.application.agents import ExecutionOptions
+from taskgate.application.agents.supervisor import ExecutionOptions
 from taskgate.application.ports import AgentExit
-from taskgate.application.sessions import FireTrigger, StartTask
-from taskgate.application.tracker import AddTask
-from taskgate.application.workflow_engine import WorkflowEngine, WorkflowOptions
-from taskgate.application.workflows import WorkflowService
-from taskgate.application.workspaces import GitOptions
+from taskgate.application.sessions.engine import FireTrigger, StartTask
+from taskgate.application.trackers.builtin import AddTask
+from taskgate.application.workflows.engine import WorkflowEngine, WorkflowOptions
+from taskgate.application.workflows.library import WorkflowService
+from taskgate.application.workspaces.worktrees import GitOptions
 from taskgate.bootstrap import build_agents, build_services, build_workflows, build_workspaces
-from taskgate.domain.agents import AgentType
+from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.entities import Agent, AgentStatus
 from taskgate.domain.policies import default_policies
 from taskgate.domain.states import SessionState

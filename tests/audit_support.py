@@ -9,10 +9,10 @@ from typing import Any
 
 from sqlalchemy import text
 
-from taskgate.application.audit_export import export
-from taskgate.application.audit_ledger import AuditLedger, Scope, VerifyReport
-from taskgate.application.audit_linking import link_pending
-from taskgate.infrastructure.audit_keys import AuditPublicKey, AuditSigner, create_key
+from taskgate.application.audit.export import export
+from taskgate.application.audit.ledger import AuditLedger, Scope, VerifyReport
+from taskgate.application.audit.linking import link_pending
+from taskgate.infrastructure.audit.keys import AuditPublicKey, AuditSigner, create_key
 from taskgate.infrastructure.db.audit_store import CHECKPOINT_CHAIN
 from taskgate.infrastructure.system import SystemClock
 

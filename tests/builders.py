@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskgate.application.sessions import FireTrigger, StartTask
-from taskgate.application.tracker import AddTask
+from taskgate.application.sessions.engine import FireTrigger, StartTask
+from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.entities import Plan, Project, Session, Task
 
 OPERATOR = "alice"

@@ -30,16 +30,16 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from taskgate.application.access import AccessService
-from taskgate.application.audit import AuditService
-from taskgate.application.context import ContextScout
-from taskgate.application.decisions import DecisionService
-from taskgate.application.operators import OperatorService
-from taskgate.application.outputs import OutputService
-from taskgate.application.review_queue import ReviewQueue
-from taskgate.application.sessions import SessionService
-from taskgate.application.tracker import TrackerService
-from taskgate.application.workspaces import GitOptions, WorkspaceService
+from taskgate.application.agents.outputs import OutputService
+from taskgate.application.audit.queries import AuditService
+from taskgate.application.operators.access import AccessService
+from taskgate.application.operators.decisions import DecisionService
+from taskgate.application.operators.review_queue import ReviewQueue
+from taskgate.application.operators.roster import OperatorService
+from taskgate.application.sessions.engine import SessionService
+from taskgate.application.trackers.builtin import TrackerService
+from taskgate.application.workspaces.context import ContextScout
+from taskgate.application.workspaces.worktrees import GitOptions, WorkspaceService
 from taskgate.bootstrap import build_services, build_workspaces
 from taskgate.domain.errors import StorageError
 from taskgate.domain.policies import default_policies

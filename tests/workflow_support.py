@@ -9,14 +9,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskgate.application.agents import AgentService, ExecutionOptions
-from taskgate.application.outputs import OutputService
+from taskgate.application.agents.outputs import OutputService
+from taskgate.application.agents.supervisor import AgentService, ExecutionOptions
 from taskgate.application.ports import AgentExit
-from taskgate.application.workflow_engine import WorkflowEngine, WorkflowOptions
-from taskgate.application.workflows import WorkflowService
+from taskgate.application.workflows.engine import WorkflowEngine, WorkflowOptions
+from taskgate.application.workflows.library import WorkflowService
 from taskgate.bootstrap import build_agents, build_workflows
-from taskgate.domain.agents import AgentType
-from taskgate.domain.workflow_run import LoopLimits
+from taskgate.domain.agents.kinds import AgentType
+from taskgate.domain.workflows.run import LoopLimits
 from taskgate.infrastructure.workflow_files import WorkflowFiles
 from tests.builders import seed, start
 

@@ -1,4 +1,4 @@
-"""tasks carry labels: `tasks.labels`, a JSON list of task labels (domain/triggers.py `LABEL`), given by `task add
+"""tasks carry labels: `tasks.labels`, a JSON list of task labels (domain/workflows/triggers.py `LABEL`), given by `task add
 --label` or copied from Beads; a workflow's `label:<name>` trigger names one (docs/workflows.md#triggers)
 
 Revision ID: 0011

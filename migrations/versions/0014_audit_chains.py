@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from taskgate.domain.audit_chain import AUDITED_FIELDS, GENESIS, PRIMARY_KEYS, canonical_fields, chain_of, link_hash
+from taskgate.domain.audit.chain import AUDITED_FIELDS, GENESIS, PRIMARY_KEYS, canonical_fields, chain_of, link_hash
 
 revision = "0014"
 down_revision = "0013"

@@ -1,7 +1,7 @@
 """audit records are linked after their commit, by the linker: `audit_marks` says how far each table is linked
 
 Until now each audited record was linked in the transaction that wrote it. From here a writer only inserts its
-record; the linker (application/audit_linking.py) links the records of every table above its mark, in batches,
+record; the linker (application/audit/linking.py) links the records of every table above its mark, in batches,
 before any checkpoint, verify, export or prune, and every `[audit] link_interval_s` in `taskgate serve`
 (docs/decisions.md, "Audit records linked after their commit"). Every record in the database at this revision was
 linked by the transaction that wrote it, so each table's mark starts at its largest primary key.

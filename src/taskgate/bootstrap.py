@@ -12,21 +12,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskgate import __version__
-from taskgate.application.access import AccessService
-from taskgate.application.adoption import SessionAdoption
-from taskgate.application.agents import AgentService, ExecutionOptions
-from taskgate.application.audit import AuditService
-from taskgate.application.audit_ledger import AuditLedger
-from taskgate.application.context import ContextScout
-from taskgate.application.decisions import DecisionService
-from taskgate.application.dispatch import Dispatcher, DispatchOptions
-from taskgate.application.effects import CompositeEffects, SessionEffects
-from taskgate.application.guards import GuardEvaluator
-from taskgate.application.nodes import NodeIdentity, NodeService
-from taskgate.application.operators import OperatorService
-from taskgate.application.outbox import Subscriber, WebhookDispatcher
-from taskgate.application.outputs import ManifestEffect, OutputService
-from taskgate.application.policy_config import PolicyBook, ProjectPolicies
+from taskgate.application.agents.outputs import ManifestEffect, OutputService
+from taskgate.application.agents.supervisor import AgentService, ExecutionOptions
+from taskgate.application.audit.ledger import AuditLedger
+from taskgate.application.audit.queries import AuditService
+from taskgate.application.nodes.adoption import SessionAdoption
+from taskgate.application.nodes.heartbeats import NodeIdentity, NodeService
+from taskgate.application.operators.access import AccessService
+from taskgate.application.operators.decisions import DecisionService
+from taskgate.application.operators.review_queue import ReviewQueue
+from taskgate.application.operators.roster import OperatorService
 from taskgate.application.ports import (
     AgentRunner,
     Clock,
@@ -37,23 +32,28 @@ from taskgate.application.ports import (
     VcsProvider,
 )
 from taskgate.application.recovery import Recovery
-from taskgate.application.review_queue import ReviewQueue
-from taskgate.application.sessions import SessionService
+from taskgate.application.sessions.effects import CompositeEffects, SessionEffects
+from taskgate.application.sessions.engine import SessionService
+from taskgate.application.sessions.guards import GuardEvaluator
+from taskgate.application.sessions.policy_book import PolicyBook, ProjectPolicies
 from taskgate.application.sweeper import ESCALATED_EVENT, Sweeper, SweeperOptions
-from taskgate.application.tracker import TrackerService
-from taskgate.application.tracker_sync import BeadsClaim, TrackerSync
-from taskgate.application.workflow_engine import WorkflowEngine, WorkflowOptions
-from taskgate.application.workflows import WorkflowService
-from taskgate.application.workspaces import GitOptions, WorkspaceService
-from taskgate.application.writebacks import TrackerWriteBack, WritebackService
-from taskgate.domain.agent_presets import PRESETS
-from taskgate.domain.agents import AgentType
+from taskgate.application.trackers.builtin import TrackerService
+from taskgate.application.trackers.dispatch import Dispatcher, DispatchOptions
+from taskgate.application.trackers.sync import BeadsClaim, TrackerSync
+from taskgate.application.trackers.writebacks import TrackerWriteBack, WritebackService
+from taskgate.application.webhooks.outbox import Subscriber, WebhookDispatcher
+from taskgate.application.workflows.engine import WorkflowEngine, WorkflowOptions
+from taskgate.application.workflows.library import WorkflowService
+from taskgate.application.workspaces.context import ContextScout
+from taskgate.application.workspaces.worktrees import GitOptions, WorkspaceService
+from taskgate.domain.agents.kinds import AgentType
+from taskgate.domain.agents.presets import PRESETS
 from taskgate.domain.entities import ApiToken
 from taskgate.domain.errors import TaskgateError
 from taskgate.domain.outputs import OutputLimits
 from taskgate.domain.policies import Policy
-from taskgate.domain.workflow_run import LoopLimits
-from taskgate.domain.workflows import Catalogue
+from taskgate.domain.workflows.definitions import Catalogue
+from taskgate.domain.workflows.run import LoopLimits
 from taskgate.infrastructure import project_layout
 from taskgate.infrastructure.agent_runner import SubprocessAgentRunner
 from taskgate.infrastructure.git import GitPythonVcs
@@ -389,7 +389,7 @@ async def bootstrap(
 
 def audit_ledger(settings: Settings, uow: Any, clock: Clock) -> AuditLedger:
     """The ledger over this database, with the configured key files (read only when first needed)."""
-    from taskgate.infrastructure.audit_keyring import FileKeyRing  # `cryptography` loads only once a key is used
+    from taskgate.infrastructure.audit.keyring import FileKeyRing  # `cryptography` loads only once a key is used
 
     return AuditLedger(uow, clock, FileKeyRing(settings.resolved_audit_key))
 
@@ -475,7 +475,7 @@ def dispatch_report(settings: Settings) -> tuple[str, list[str]]:
 
 
 def build_dispatcher(settings: Settings, app: App) -> Dispatcher | None:
-    """The dispatcher (application/dispatch.py) when `[dispatch] auto_start` is on, else None."""
+    """The dispatcher (application/trackers/dispatch.py) when `[dispatch] auto_start` is on, else None."""
     options = dispatch_options(settings)
     if options is None:
         return None

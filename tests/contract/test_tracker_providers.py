@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.beads_import import BeadsImporter, ImportBeads
 from taskgate.application.ports import TrackerProvider
-from taskgate.application.tracker_provider import BuiltinTracker
+from taskgate.application.trackers.beads_import import BeadsImporter, ImportBeads
+from taskgate.application.trackers.provider import BuiltinTracker
 from taskgate.domain.entities import Project, TaskStatus
 from taskgate.domain.errors import TaskNotFound
 from taskgate.infrastructure.db.engine import Database

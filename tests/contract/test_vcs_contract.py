@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from taskgate.application.ports import BranchChange, VcsProvider, WorkspaceContext
-from taskgate.application.workspaces import change_id
+from taskgate.application.workspaces.worktrees import change_id
 from taskgate.domain.errors import BranchGone, VcsError, WorktreeMismatch
 from taskgate.infrastructure.git import GitPythonVcs
 from tests.conftest import make_git_repo

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.infrastructure.audit_keys import create_key
+from taskgate.infrastructure.audit.keys import create_key
 from tests.e2e.test_cli import TASKGATE
 from tests.e2e.test_init import User, fresh_repo, git, snapshot
 

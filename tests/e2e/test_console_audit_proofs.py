@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from playwright.async_api import Browser, expect
 
-from taskgate.infrastructure.audit_keys import create_key
+from taskgate.infrastructure.audit.keys import create_key
 from tests.e2e.test_console_browser import signed_in
 from tests.e2e.test_mcp_transports import ok
 from tests.support.console_site import ConsoleSite

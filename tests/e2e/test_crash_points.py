@@ -1,6 +1,6 @@
 """Every named crash point, on a real `taskgate serve --http`, on SQLite and on PostgreSQL.
 
-For each point of `taskgate.application.crashpoints.POINTS` the server is started with `TASKGATE_CRASH_AT`
+For each point of `taskgate.application.sessions.crashpoints.POINTS` the server is started with `TASKGATE_CRASH_AT`
 naming it and asked (over MCP, as an operator would) to do the operation that passes through it: start a task,
 execute it, request changes, reject with auto_revert, merge. The server kills itself with SIGKILL at that step
 boundary. It is then started again, plainly, on the same data, and the session must reach the state the call
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from taskgate.application.crashpoints import ENV, POINTS
+from taskgate.application.sessions.crashpoints import ENV, POINTS
 from tests.conftest import pg_admin, pg_database_url, worker_name
 from tests.e2e.test_crash_recovery import (
     Service,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.crashpoints import POINTS
+from taskgate.application.sessions.crashpoints import POINTS
 from tests.e2e.test_crash_points import _pg_database
 from tests.support.random_kills import COMMON_POINTS, ENDING_POINTS, Ack, Report, missing_from, run_random_kills
 

@@ -36,7 +36,7 @@ def set_up(tmp_path: Path, cli: str, model: ModelServer, *, timeout_s: int = 120
     user.ok("init")
     config = user.repo / ".taskgate" / "taskgate.toml"
     if cli == "aider":  # no MCP client; the model is named and its edit format fixed, as a user's .aider.conf would
-        from taskgate.domain.agent_presets import PRESETS
+        from taskgate.domain.agents.presets import PRESETS
 
         user.env |= {"OPENAI_API_BASE": f"{model.url}/v1", "OPENAI_API_KEY": "test-key"}
         command = [*PRESETS["aider"].command, "--model", "openai/gpt-4o", "--edit-format", "whole"]
@@ -45,7 +45,7 @@ def set_up(tmp_path: Path, cli: str, model: ModelServer, *, timeout_s: int = 120
         user.env |= {"ANTHROPIC_BASE_URL": model.url, "ANTHROPIC_API_KEY": "test-key"}
         table = f'[agents.claude]\ntimeout_s = {timeout_s}\nenv = {{ CLAUDE_CODE_MAX_RETRIES = "0" }}\n'
     else:
-        from taskgate.domain.agent_presets import PRESETS
+        from taskgate.domain.agents.presets import PRESETS
 
         user.env |= {"OPENAI_API_KEY": "test-key", "CODEX_HOME": str(home / ".codex")}
         (home / ".codex").mkdir()

@@ -21,7 +21,7 @@ import json
 import sys
 from typing import Any
 
-from taskgate.application.sessions import FireTrigger, SessionService
+from taskgate.application.sessions.engine import FireTrigger, SessionService
 from taskgate.bootstrap import build_services
 from taskgate.domain.errors import ConcurrentModification, InvalidTransition
 from taskgate.domain.policies import default_policies

@@ -27,10 +27,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from taskgate.application.decisions import Decide, DecisionResult, DecisionService
-from taskgate.application.sessions import CreateSession, FireTrigger, StartTask
-from taskgate.application.workflow_engine import WorkflowEngine
-from taskgate.application.workflows import WorkflowService
+from taskgate.application.operators.decisions import Decide, DecisionResult, DecisionService
+from taskgate.application.sessions.engine import CreateSession, FireTrigger, StartTask
+from taskgate.application.workflows.engine import WorkflowEngine
+from taskgate.application.workflows.library import WorkflowService
 from taskgate.bootstrap import build_services, build_workflows
 from taskgate.domain.errors import InvalidTransition, PolicyViolation, TaskgateError
 from taskgate.domain.policies import default_policies

@@ -17,7 +17,7 @@ import random
 import sys
 import time
 
-from taskgate.application.nodes import SWEEPER_LEASE, NodeIdentity, NodeService
+from taskgate.application.nodes.heartbeats import SWEEPER_LEASE, NodeIdentity, NodeService
 from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 from taskgate.infrastructure.system import SystemClock

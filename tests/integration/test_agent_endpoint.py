@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.tracker import AddTask
+from taskgate.application.trackers.builtin import AddTask
 from taskgate.bootstrap import App, bootstrap, load_settings
 from taskgate.entrypoints.mcp.agent_endpoint import LoopbackEndpoint
 from tests.builders import OPERATOR, seed, start

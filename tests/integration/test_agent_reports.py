@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from taskgate.domain.agents import AgentType
+from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.entities import AgentStatus
 from taskgate.domain.states import SessionState
 from tests.builders import ACTOR

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.agents import AgentService, ExecutionOptions
-from taskgate.application.decisions import Decide
-from taskgate.application.outputs import OutputService
-from taskgate.application.tracker import AddTask
+from taskgate.application.agents.outputs import OutputService
+from taskgate.application.agents.supervisor import AgentService, ExecutionOptions
+from taskgate.application.operators.decisions import Decide
+from taskgate.application.trackers.builtin import AddTask
 from taskgate.bootstrap import build_agents
-from taskgate.domain.agents import AgentType
+from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.entities import AgentStatus
 from taskgate.domain.errors import InvalidInput, Unauthenticated
 from taskgate.domain.states import SessionState

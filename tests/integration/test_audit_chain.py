@@ -10,10 +10,10 @@ from datetime import timedelta
 
 import pytest
 
-from taskgate.application.audit_ledger import AuditLedger, Scope
-from taskgate.application.audit_linking import link_pending
-from taskgate.domain.audit_chain import session_chain
-from taskgate.infrastructure.audit_keys import create_key, load_public
+from taskgate.application.audit.ledger import AuditLedger, Scope
+from taskgate.application.audit.linking import link_pending
+from taskgate.domain.audit.chain import session_chain
+from taskgate.infrastructure.audit.keys import create_key, load_public
 from taskgate.infrastructure.system import SystemClock
 from tests.audit_support import Keys, problems, raw, stored_time
 from tests.builders import fire, seed, start
@@ -187,7 +187,7 @@ async def test_deleting_the_last_rows_is_caught_by_the_checkpoint(sql_services, 
 
 
 async def test_rewriting_a_whole_chain_consistently_is_caught_by_the_signature(sql_services, git_repo, key):
-    from taskgate.domain.audit_chain import GENESIS, link_hash
+    from taskgate.domain.audit.chain import GENESIS, link_hash
 
     sessions = await busy(sql_services, git_repo)
     ledger = ledger_of(sql_services, key)
@@ -216,7 +216,7 @@ async def test_rewriting_a_whole_chain_consistently_is_caught_by_the_signature(s
 
 
 async def _chain_links(uow, chain):
-    from taskgate.application.audit_ledger import links_in
+    from taskgate.application.audit.ledger import links_in
 
     async for link in links_in(uow, Scope()):
         if link.chain == chain:
@@ -279,7 +279,7 @@ async def test_prune_removes_a_finished_sessions_old_records_behind_a_signed_anc
 
 
 async def test_a_reason_with_a_nul_character_is_refused_by_name_and_nothing_is_written(sql_services, git_repo):
-    from taskgate.application.sessions import FireTrigger
+    from taskgate.application.sessions.engine import FireTrigger
     from taskgate.domain.errors import InvalidInput
     from tests.builders import ACTOR
 

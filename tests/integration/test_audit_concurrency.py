@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from taskgate.application.audit_ledger import AuditLedger, Scope
-from taskgate.application.sessions import SessionService, StartTask
-from taskgate.application.tracker import AddTask
+from taskgate.application.audit.ledger import AuditLedger, Scope
+from taskgate.application.sessions.engine import SessionService, StartTask
+from taskgate.application.trackers.builtin import AddTask
 from taskgate.bootstrap import build_services
 from taskgate.domain.policies import default_policies
 from taskgate.infrastructure.db.audit_store import CHECKPOINT_CHAIN

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from taskgate.application.audit_export import export, verify_export
-from taskgate.application.audit_ledger import Scope
-from taskgate.application.decisions import Decide
-from taskgate.application.operators import AddOperator
-from taskgate.domain.audit_chain import session_chain
+from taskgate.application.audit.export import export, verify_export
+from taskgate.application.audit.ledger import Scope
+from taskgate.application.operators.decisions import Decide
+from taskgate.application.operators.roster import AddOperator
+from taskgate.domain.audit.chain import session_chain
 from taskgate.domain.entities import Session
 from taskgate.domain.errors import InvalidInput
-from taskgate.infrastructure.audit_keys import AuditSigner, load_public, public_path
+from taskgate.infrastructure.audit.keys import AuditSigner, load_public, public_path
 from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.system import SystemClock
 from tests.audit_support import AUDITED_TABLES, export_lines, ledger_of, new_signer, problems, raw, stored_time
@@ -302,8 +302,8 @@ async def test_a_long_verify_export_and_offline_verify_tell_their_progress_as_th
     sql_services, git_repo, tmp_path, monkeypatch
 ):
     # The CLI shows these counts on its status line; every 4 here (10,000 in the product), and the total last.
-    monkeypatch.setattr("taskgate.application.audit_ledger.PROGRESS_EVERY", 4)
-    monkeypatch.setattr("taskgate.application.audit_export.PROGRESS_EVERY", 4)
+    monkeypatch.setattr("taskgate.application.audit.ledger.PROGRESS_EVERY", 4)
+    monkeypatch.setattr("taskgate.application.audit.export.PROGRESS_EVERY", 4)
     signer = new_signer(tmp_path / "keys")
     await make_history(sql_services, git_repo, signer)
     told: dict[str, list[int]] = {"verify": [], "export": [], "offline": []}

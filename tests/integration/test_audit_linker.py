@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, select, text
 
-from taskgate.domain.audit_chain import AUDITED_FIELDS, canonical_fields, link_hash
+from taskgate.domain.audit.chain import AUDITED_FIELDS, canonical_fields, link_hash
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.audit_link_store import _PENDING_SQLITE, _stored_record
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, inspect
 
-from taskgate.application.audit_ledger import Scope
-from taskgate.application.audit_linking import link_pending
-from taskgate.application.sessions import FireTrigger
+from taskgate.application.audit.ledger import Scope
+from taskgate.application.audit.linking import link_pending
+from taskgate.application.sessions.engine import FireTrigger
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.engine import Database

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.dialects import sqlite
 
-from taskgate.application.audit_ports import LinkQuery
+from taskgate.application.audit.ports import LinkQuery
 from taskgate.infrastructure.db import audit_store, migrations
 from taskgate.infrastructure.db.engine import Database
 

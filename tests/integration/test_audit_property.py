@@ -20,17 +20,17 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
-from taskgate.application.audit_export import verify_export
-from taskgate.application.audit_ledger import Scope
-from taskgate.application.decisions import Decide
-from taskgate.application.operators import AddOperator
-from taskgate.application.sessions import FireTrigger, StartTask
-from taskgate.application.tracker import AddTask
+from taskgate.application.audit.export import verify_export
+from taskgate.application.audit.ledger import Scope
+from taskgate.application.operators.decisions import Decide
+from taskgate.application.operators.roster import AddOperator
+from taskgate.application.sessions.engine import FireTrigger, StartTask
+from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.entities import DecisionKind, Role, Session
 from taskgate.domain.errors import StorageError, TaskgateError
 from taskgate.domain.session_fsm import allowed_triggers
 from taskgate.domain.states import TERMINAL_STATES, SessionState
-from taskgate.infrastructure.audit_keys import AuditSigner
+from taskgate.infrastructure.audit.keys import AuditSigner
 from taskgate.infrastructure.db.engine import Database
 from tests.audit_support import export_lines, ledger_of, new_signer, problems, record_count
 from tests.builders import ACTOR, OPERATOR

@@ -10,12 +10,12 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from taskgate.application.audit_ledger import Scope
-from taskgate.application.audit_linking import link_pending
-from taskgate.application.decisions import Decide
-from taskgate.application.outbox import Subscriber, WebhookDispatcher
-from taskgate.domain.audit_chain import session_chain
-from taskgate.domain.audit_checkpoints import Checkpoint
+from taskgate.application.audit.ledger import Scope
+from taskgate.application.audit.linking import link_pending
+from taskgate.application.operators.decisions import Decide
+from taskgate.application.webhooks.outbox import Subscriber, WebhookDispatcher
+from taskgate.domain.audit.chain import session_chain
+from taskgate.domain.audit.checkpoints import Checkpoint
 from taskgate.domain.entities import Session
 from taskgate.domain.errors import InvalidInput
 from taskgate.domain.states import SessionState

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.beads_import import BeadsImporter, ImportBeads
-from taskgate.application.sessions import FireTrigger, StartTask
-from taskgate.application.tracker import AddTask
-from taskgate.application.workspaces import GitOptions
+from taskgate.application.sessions.engine import FireTrigger, StartTask
+from taskgate.application.trackers.beads_import import BeadsImporter, ImportBeads
+from taskgate.application.trackers.builtin import AddTask
+from taskgate.application.workspaces.worktrees import GitOptions
 from taskgate.domain.entities import PlanStatus, Project, TaskStatus
 from taskgate.domain.errors import ClaimRefused, InvalidInput, TaskNotFound, TrackerError
 from taskgate.infrastructure.db.work_store import SqlAlchemyTaskRepository
@@ -351,7 +351,7 @@ async def test_a_failing_write_back_never_undoes_the_transition(sql_services, tm
 async def test_a_failed_write_back_is_retried_with_backoff_then_given_up_and_an_operator_retries_it(
     sql_services, tmp_path, bd, monkeypatch
 ):
-    from taskgate.application.writebacks import WritebackService
+    from taskgate.application.trackers.writebacks import WritebackService
     from taskgate.domain import writebacks as wb
     from tests.fakes import FakeClock
 
@@ -387,7 +387,7 @@ async def test_two_workers_never_write_the_same_row_twice(sql_services, tmp_path
     because an attempt starts with a compare-and-swap claim on the row's attempt count."""
     import asyncio
 
-    from taskgate.application.writebacks import WritebackService
+    from taskgate.application.trackers.writebacks import WritebackService
 
     repo = make_git_repo(tmp_path / "beads-repo")
     state = write_beads_state(repo, bead("tg-1", "Beads work"))

@@ -7,7 +7,7 @@ import json
 import random
 from datetime import UTC, datetime, timedelta
 
-from taskgate.application.beads_import import BeadsImporter, ImportBeads, parse_beads_jsonl
+from taskgate.application.trackers.beads_import import BeadsImporter, ImportBeads, parse_beads_jsonl
 from taskgate.domain.beads import BeadsGraph
 from taskgate.infrastructure.system import SystemClock
 from tests.conftest import make_git_repo

@@ -1,4 +1,4 @@
-"""Concurrency: the write serialisation described in `taskgate.application.sessions` holds under real contention.
+"""Concurrency: the write serialisation described in `taskgate.application.sessions.engine` holds under real contention.
 
 Every test fires many calls at once (one `asyncio.gather`, or two OS processes sharing the database) and then
 checks invariants that hold whatever order the calls were serialised in:
@@ -26,14 +26,14 @@ from typing import Any
 import pytest
 
 from taskgate.application.ports import TransitionQuery
-from taskgate.application.sessions import (
+from taskgate.application.sessions.engine import (
     CreateSession,
     FireResult,
     FireTrigger,
     StartTask,
     replay,
 )
-from taskgate.application.tracker import AddTask
+from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.entities import Outcome, PlanStatus, Session, TransitionRecord
 from taskgate.domain.errors import (
     ConcurrentModification,

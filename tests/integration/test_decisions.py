@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.decisions import Decide, DecisionService
-from taskgate.application.operators import AddOperator
-from taskgate.application.sessions import FireTrigger
+from taskgate.application.operators.decisions import Decide, DecisionService
+from taskgate.application.operators.roster import AddOperator
+from taskgate.application.sessions.engine import FireTrigger
 from taskgate.bootstrap import Settings, policy_book
 from taskgate.domain.entities import Session
 from taskgate.domain.errors import (

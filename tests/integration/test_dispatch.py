@@ -1,5 +1,5 @@
-"""Dispatch (application/dispatch.py): sessions started by taskgate itself on ready tasks that a workflow's trigger
-takes, within WIP, audited, and exactly once when several dispatchers race on one database.
+"""Dispatch (application/trackers/dispatch.py): sessions started by taskgate itself on ready tasks that a workflow's
+trigger takes, within WIP, audited, and exactly once when several dispatchers race on one database.
 
 The functional tests run on the in-memory fakes, SQLite and PostgreSQL (`services`), with real git worktrees; the
 race runs several independently wired dispatchers (their own engine, pool and locks, as separate service processes
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.dispatch import DISPATCHED, Dispatcher, DispatchOptions
 from taskgate.application.ports import TransitionQuery
-from taskgate.application.sessions import FireTrigger
+from taskgate.application.sessions.engine import FireTrigger
 from taskgate.application.sweeper import Sweeper
-from taskgate.application.tracker import AddTask
-from taskgate.application.workflows import WorkflowService
+from taskgate.application.trackers.builtin import AddTask
+from taskgate.application.trackers.dispatch import DISPATCHED, Dispatcher, DispatchOptions
+from taskgate.application.workflows.library import WorkflowService
 from taskgate.domain.entities import Outcome
 from taskgate.domain.states import SessionState
 from taskgate.infrastructure.db.engine import Database

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.outputs import SaveOutput
-from taskgate.application.sessions import FireTrigger
+from taskgate.application.agents.outputs import SaveOutput
+from taskgate.application.sessions.engine import FireTrigger
 from taskgate.domain.errors import WrongNode
 from taskgate.domain.policies import Violation
 from tests.builders import ACTOR

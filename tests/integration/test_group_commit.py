@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from taskgate.application.sessions import FireTrigger, StartTask, replay
-from taskgate.application.tracker import AddTask
+from taskgate.application.sessions.engine import FireTrigger, StartTask, replay
+from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.entities import Outcome
 from taskgate.domain.errors import StorageError
 from taskgate.infrastructure.db.engine import Database

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from taskgate.application.beads_import import ImportBeads
-from taskgate.application.decisions import Decide
+from taskgate.application.operators.decisions import Decide
 from taskgate.application.ports import TransitionQuery
-from taskgate.application.sessions import FireTrigger
-from taskgate.application.tracker import AddTask
+from taskgate.application.sessions.engine import FireTrigger
+from taskgate.application.trackers.beads_import import ImportBeads
+from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.bounds import INT32_MAX
 from taskgate.domain.errors import InvalidInput
 from tests.builders import ACTOR, OPERATOR, seed, start

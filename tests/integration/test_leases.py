@@ -1,6 +1,6 @@
-"""The sweeper lease across processes (application/nodes.py): three OS processes contend for it on one database
-for several seconds, each now and then pausing longer than the lease or releasing it. The spans during which each
-believed it held the lease never overlap, and the lease changed hands many times. On SQLite and PostgreSQL."""
+"""The sweeper lease across processes (application/nodes/heartbeats.py): three OS processes contend for it on one
+database for several seconds, each now and then pausing longer than the lease or releasing it. The spans during which
+each believed it held the lease never overlap, and the lease changed hands many times. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

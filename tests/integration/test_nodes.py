@@ -1,7 +1,7 @@
-"""Nodes (application/nodes.py, application/affinity.py): heartbeats into the shared database, one row per node
-however many processes of it beat at once, the list with liveness and live agents and sessions; leases taken by
-exactly one of many concurrent callers; a lapsed node marked down exactly once, its agents lost and its sessions
-waiting, and its return; sessions changed only on the node that holds them. On the fakes, SQLite and
+"""Nodes (application/nodes/heartbeats.py, application/sessions/affinity.py): heartbeats into the shared database, one
+row per node however many processes of it beat at once, the list with liveness and live agents and sessions; leases
+taken by exactly one of many concurrent callers; a lapsed node marked down exactly once, its agents lost and its
+sessions waiting, and its return; sessions changed only on the node that holds them. On the fakes, SQLite and
 PostgreSQL."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from taskgate.application.adoption import SessionAdoption
-from taskgate.application.nodes import SWEEPER_LEASE, NodeIdentity, NodeService
-from taskgate.application.sessions import FireTrigger
+from taskgate.application.nodes.adoption import SessionAdoption
+from taskgate.application.nodes.heartbeats import SWEEPER_LEASE, NodeIdentity, NodeService
+from taskgate.application.sessions.engine import FireTrigger
 from taskgate.application.sweeper import Sweeper, SweeperOptions
 from taskgate.domain.entities import Agent, AgentStatus
 from taskgate.domain.errors import ConflictError, InvalidInput, WrongNode

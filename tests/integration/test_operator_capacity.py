@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from taskgate.application.sessions import StartTask
-from taskgate.application.tracker import AddTask
+from taskgate.application.sessions.engine import StartTask
+from taskgate.application.trackers.builtin import AddTask
 from taskgate.bootstrap import Settings, policy_book
 from taskgate.domain.errors import PolicyViolation
 from taskgate.domain.states import SessionState

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.policy_config import PolicyBook, ProjectPolicies
-from taskgate.application.sessions import FireTrigger, StartTask
+from taskgate.application.sessions.engine import FireTrigger, StartTask
+from taskgate.application.sessions.policy_book import PolicyBook, ProjectPolicies
 from taskgate.domain.entities import Decision, DecisionKind, Operator, Session
 from taskgate.domain.errors import PolicyViolation
 from taskgate.domain.states import SessionState

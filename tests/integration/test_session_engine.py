@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from taskgate.application.effects import NoEffects
 from taskgate.application.ports import TransitionQuery
-from taskgate.application.sessions import CreateSession, FireTrigger, StartTask
-from taskgate.application.tracker import AddTask
+from taskgate.application.sessions.effects import NoEffects
+from taskgate.application.sessions.engine import CreateSession, FireTrigger, StartTask
+from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.entities import PlanStatus, TaskStatus
 from taskgate.domain.errors import (
     ConcurrentModification,

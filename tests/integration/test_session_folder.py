@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.outputs import OUTPUT_SAVED_EVENT, SaveOutput
+from taskgate.application.agents.outputs import OUTPUT_SAVED_EVENT, SaveOutput
 from taskgate.domain.access import Principal
 from taskgate.domain.errors import Forbidden, InvalidInput, SessionNotFound, TaskgateError
 from taskgate.domain.outputs import OutputLimits

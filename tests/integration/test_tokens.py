@@ -43,7 +43,7 @@ async def test_tokens_are_refused_for_unknown_owners(services, git_repo):
 
 
 async def test_configured_tokens_authenticate_without_a_database_row(services):
-    from taskgate.application.access import AccessService
+    from taskgate.application.operators.access import AccessService
     from taskgate.bootstrap import configured_tokens
     from taskgate.infrastructure.settings import load_settings
     from taskgate.infrastructure.system import SystemClock

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from taskgate.application.outbox import LEASE_MARGIN_S, Backfill, Subscriber, WebhookDispatcher
+from taskgate.application.webhooks.outbox import LEASE_MARGIN_S, Backfill, Subscriber, WebhookDispatcher
 from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 from taskgate.infrastructure.webhooks import HttpWebhookSender

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.decisions import Decide
-from taskgate.application.sessions import FireTrigger
+from taskgate.application.operators.decisions import Decide
+from taskgate.application.sessions.engine import FireTrigger
 from taskgate.domain.errors import ConflictError, InvalidInput, InvalidTransition
 from taskgate.domain.states import SessionState
-from taskgate.domain.workflow_run import MAX_DEPTH, LoopLimits
-from taskgate.domain.workflows import WorkflowNotFound
+from taskgate.domain.workflows.definitions import WorkflowNotFound
+from taskgate.domain.workflows.run import MAX_DEPTH, LoopLimits
 from tests.builders import ACTOR, OPERATOR
 from tests.conftest import wire
 from tests.fakes import FakeClock

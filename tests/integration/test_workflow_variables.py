@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.outputs import SaveOutput
+from taskgate.application.agents.outputs import SaveOutput
 from taskgate.domain.errors import InvalidInput
 from taskgate.domain.states import SessionState
 from tests.builders import ACTOR
@@ -123,9 +123,9 @@ async def test_a_config_key_that_is_missing_fails_the_step_naming_file_and_keys(
 async def test_the_manifest_describes_workflow_execution_agent_related_sessions_and_metadata(
     services, git_repo, tmp_path
 ):
-    from taskgate.application.effects import CompositeEffects
-    from taskgate.application.outputs import ManifestEffect
-    from taskgate.application.sessions import FireTrigger
+    from taskgate.application.agents.outputs import ManifestEffect
+    from taskgate.application.sessions.effects import CompositeEffects
+    from taskgate.application.sessions.engine import FireTrigger
 
     r = rig(services, tmp_path, {"dev/bmad-like.yaml": SOURCE_DESIGN}, folders=True)
     services.sessions.use_effects(CompositeEffects([services.sessions.effects, ManifestEffect(r.outputs)]))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.sessions import CreateSession, FireTrigger
-from taskgate.application.workspaces import GitOptions
+from taskgate.application.sessions.engine import CreateSession, FireTrigger
+from taskgate.application.workspaces.worktrees import GitOptions
 from taskgate.domain.entities import Session, TaskStatus
 from taskgate.domain.errors import ConflictError, MergeConflict, VcsError, WorktreeNotCreated
 from taskgate.domain.states import SessionState
@@ -266,7 +266,7 @@ async def test_hostile_titles_never_reach_git_as_options_or_paths(sql_services, 
     services = wire(sql_services.backend, sql_services.database, sql_services.url, git=options, wip_limit=50)
     project = await services.tracker.init_project(str(git_repo))
     await services.tracker.ensure_operator(OPERATOR)
-    from taskgate.application.tracker import AddTask
+    from taskgate.application.trackers.builtin import AddTask
 
     for title in HOSTILE_TITLES:
         task = await services.tracker.add_task(AddTask(project.id, title.replace("\x00", "")))
@@ -342,7 +342,7 @@ async def test_review_shows_commits_files_and_dirt_and_a_checkpoint_stores_it(se
 
 
 async def test_context_is_cached_for_the_ttl_and_invalidated_by_our_own_writes(tmp_path, request, git_repo):
-    from taskgate.application.tracker import AddTask
+    from taskgate.application.trackers.builtin import AddTask
     from tests.fakes import FakeClock
 
     clock = FakeClock()

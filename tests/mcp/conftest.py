@@ -9,9 +9,9 @@ from typing import Any
 
 from mcp import Client
 
-from taskgate.application.agents import AgentService
-from taskgate.application.workflow_engine import WorkflowEngine
-from taskgate.application.writebacks import WritebackService
+from taskgate.application.agents.supervisor import AgentService
+from taskgate.application.trackers.writebacks import WritebackService
+from taskgate.application.workflows.engine import WorkflowEngine
 from taskgate.bootstrap import App
 from taskgate.domain.access import Principal
 from taskgate.entrypoints.mcp.server import build_server

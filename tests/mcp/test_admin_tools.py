@@ -3,7 +3,7 @@ for MCP clients, with the same permission checks (admins only for operators), no
 
 from __future__ import annotations
 
-from taskgate.application.operators import AddOperator
+from taskgate.application.operators.roster import AddOperator
 from taskgate.domain.access import Principal
 from tests.builders import seed, start
 from tests.mcp.conftest import connect

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from taskgate.application.agents import ExecutionOptions
+from taskgate.application.agents.supervisor import ExecutionOptions
 from taskgate.bootstrap import build_agents
 from taskgate.domain.access import Principal
-from taskgate.domain.agents import AgentType
+from taskgate.domain.agents.kinds import AgentType
 from taskgate.infrastructure.system import SystemClock, UuidGenerator
 from tests.builders import seed, start
 from tests.mcp.conftest import app_of, connect

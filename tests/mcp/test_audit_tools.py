@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from taskgate.application.audit_ledger import AuditLedger
-from taskgate.application.operators import AddOperator
+from taskgate.application.audit.ledger import AuditLedger
+from taskgate.application.operators.roster import AddOperator
 from taskgate.bootstrap import App
 from taskgate.domain.access import Principal
-from taskgate.domain.audit_chain import session_chain
-from taskgate.infrastructure.audit_keys import FileKeyRing, create_key
+from taskgate.domain.audit.chain import session_chain
+from taskgate.infrastructure.audit.keys import FileKeyRing, create_key
 from taskgate.infrastructure.system import SystemClock
 from tests.builders import fire, seed, start
 from tests.conftest import Services
@@ -195,7 +195,7 @@ async def test_a_verify_tells_a_client_that_asked_for_progress_the_records_it_ha
     sql_services, git_repo, signer, monkeypatch
 ):
     # Every 3 records here (10,000 in the product), then the total: the notifications arrive before the result.
-    monkeypatch.setattr("taskgate.application.audit_ledger.PROGRESS_EVERY", 3)
+    monkeypatch.setattr("taskgate.application.audit.ledger.PROGRESS_EVERY", 3)
     await busy(sql_services, git_repo)
     told: list[tuple[float, str | None]] = []
 

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from taskgate.application.operators import AddOperator
+from taskgate.application.operators.roster import AddOperator
 from taskgate.domain.access import Principal
 from taskgate.domain.entities import Agent, AgentStatus
 from taskgate.domain.errors import Forbidden, SessionNotFound

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.operators import AddOperator
-from taskgate.application.tracker import AddTask
+from taskgate.application.operators.roster import AddOperator
+from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.access import Principal
 from tests.builders import ACTOR, OPERATOR, fire, seed, start
 from tests.conftest import Services, make_git_repo, wire

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.outputs import SaveOutput
+from taskgate.application.agents.outputs import SaveOutput
 from taskgate.domain.access import Principal
 from tests.builders import fire, seed, start
 from tests.mcp.conftest import connect

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from taskgate.application.beads_import import BeadsImporter, ImportBeads
-from taskgate.application.operators import AddOperator
-from taskgate.application.writebacks import WritebackService
+from taskgate.application.operators.roster import AddOperator
+from taskgate.application.trackers.beads_import import BeadsImporter, ImportBeads
+from taskgate.application.trackers.writebacks import WritebackService
 from taskgate.domain.access import Principal
 from taskgate.infrastructure.system import SystemClock
 from taskgate.infrastructure.trackers import BeadsTracker

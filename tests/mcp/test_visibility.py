@@ -4,7 +4,7 @@ is still refused by its own check when called anyway (checked here against the r
 
 from __future__ import annotations
 
-from taskgate.application.operators import AddOperator
+from taskgate.application.operators.roster import AddOperator
 from taskgate.domain.access import Principal
 from taskgate.entrypoints.mcp.annotations import AGENT_TOOLS
 from taskgate.entrypoints.mcp.tools import TOOLS

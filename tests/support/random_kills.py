@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from taskgate.application.crashpoints import ENV
+from taskgate.application.sessions.crashpoints import ENV
 from tests.e2e.test_crash_points import CrashService
 from tests.e2e.test_crash_recovery import connect
 from tests.e2e.test_mcp_transports import TASKGATE

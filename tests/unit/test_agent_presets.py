@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from taskgate.bootstrap import agent_types, load_settings, workflow_catalogue
-from taskgate.domain.agent_presets import PRESETS
+from taskgate.domain.agents.presets import PRESETS
 from taskgate.domain.errors import InvalidInput
 from taskgate.infrastructure.agent_runner import SubprocessAgentRunner
 

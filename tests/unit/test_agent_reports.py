@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from taskgate.domain.agent_reports import MAX_FINAL_MESSAGE, AgentReport, parse_report
+from taskgate.domain.agents.reports import MAX_FINAL_MESSAGE, AgentReport, parse_report
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "agent_output"
 FORMATS = ("claude-stream-json", "codex-json", "text")

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from taskgate.domain import audit_chain
-from taskgate.domain.audit_chain import (
+from taskgate.domain.audit import chain as audit_chain
+from taskgate.domain.audit.chain import (
     AUDITED_FIELDS,
     FORMAT,
     GENESIS,
@@ -32,7 +32,7 @@ from taskgate.domain.audit_chain import (
     link_records,
     session_chain,
 )
-from taskgate.domain.audit_checkpoints import Checkpoint, digest
+from taskgate.domain.audit.checkpoints import Checkpoint, digest
 from taskgate.infrastructure.db import tables
 
 SESSION = "00000000-0000-4000-8000-000000000001"

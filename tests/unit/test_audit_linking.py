@@ -1,10 +1,10 @@
-"""The linker's pause of Python's cyclic garbage collector (application/audit_linking.py)."""
+"""The linker's pause of Python's cyclic garbage collector (application/audit/linking.py)."""
 
 import gc
 
 import pytest
 
-from taskgate.application.audit_linking import collector_paused
+from taskgate.application.audit.linking import collector_paused
 
 
 @pytest.fixture

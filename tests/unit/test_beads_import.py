@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from taskgate.application.beads_import import BeadsImporter, ImportBeads, parse_beads_jsonl
+from taskgate.application.trackers.beads_import import BeadsImporter, ImportBeads, parse_beads_jsonl
 from taskgate.domain.beads import is_valid_issue_id, task_status_for_import
 from taskgate.domain.entities import TaskStatus
 from taskgate.domain.errors import ProjectArchived

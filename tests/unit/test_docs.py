@@ -19,7 +19,7 @@ def test_the_readme_starts_with_the_two_commands():
 
 
 def test_the_failure_model_names_every_crash_point():
-    from taskgate.application.crashpoints import POINTS
+    from taskgate.application.sessions.crashpoints import POINTS
 
     doc = (ROOT / "docs" / "failure-model.md").read_text()
     rows = [line.split("|")[1].strip().replace("`", "") for line in doc.splitlines() if line.startswith("| `")]

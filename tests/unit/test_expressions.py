@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from taskgate.domain import expressions
 from taskgate.domain.errors import InvalidInput
-from taskgate.domain.expressions import (
+from taskgate.domain.workflows import expressions
+from taskgate.domain.workflows.expressions import (
     KEYWORDS,
     MAX_DEPTH,
     MAX_LENGTH,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from taskgate.domain.entities import StepStatus
-from taskgate.domain.workflow_run import Frame, FrameKind, add_usage, changed_files, nested_result, record
-from taskgate.domain.workflows import Step, StepType
+from taskgate.domain.workflows.definitions import Step, StepType
+from taskgate.domain.workflows.run import Frame, FrameKind, add_usage, changed_files, nested_result, record
 
 
 def test_usage_sums_what_agents_report_and_ignores_what_they_do_not():
@@ -35,8 +35,8 @@ def test_the_structured_result_lists_children_with_their_status_and_the_summary(
 
 
 def test_conditions_read_a_runs_context_keys_and_the_frames_variables_as_context():
-    from taskgate.domain.expressions import parse_condition
-    from taskgate.domain.workflow_run import frame_context
+    from taskgate.domain.workflows.expressions import parse_condition
+    from taskgate.domain.workflows.run import frame_context
 
     frame = Frame(FrameKind.workflow, "w", variables={"context.area": "api", "target": "src"})
     facts = frame_context(frame, {"title": "t"}, {"id": "s"})

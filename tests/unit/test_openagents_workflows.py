@@ -1,5 +1,5 @@
-"""OpenAgents-style workflow files read as taskgate workflows (domain/openagents.py) and `visible_to`
-(domain/workflow_visibility.py): the fixtures in the shapes of OpenAgents' examples validate, each key is mapped
+"""OpenAgents-style workflow files read as taskgate workflows (domain/workflows/openagents.py) and `visible_to`
+(domain/workflows/visibility.py): the fixtures in the shapes of OpenAgents' examples validate, each key is mapped
 as docs/workflows.md says, the format is recognised only where taskgate's own would be an error, and unknown keys
 still get their did-you-mean hints."""
 
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.workflows import WorkflowService
+from taskgate.application.workflows.library import WorkflowService
 from taskgate.domain.errors import Forbidden
-from taskgate.domain.openagents import DEFAULT_AGENT_PROMPT
-from taskgate.domain.workflow_validation import validate_documents
-from taskgate.domain.workflow_visibility import Viewer, allows, check_visible
-from taskgate.domain.workflows import END
+from taskgate.domain.workflows.definitions import END
+from taskgate.domain.workflows.openagents import DEFAULT_AGENT_PROMPT
+from taskgate.domain.workflows.validation import validate_documents
+from taskgate.domain.workflows.visibility import Viewer, allows, check_visible
 from taskgate.infrastructure.workflow_files import WorkflowFiles, parse_text
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.policy_config import PolicyBook, ProjectPolicies
-from taskgate.application.workspaces import GitOptions
+from taskgate.application.sessions.policy_book import PolicyBook, ProjectPolicies
+from taskgate.application.workspaces.worktrees import GitOptions
 from taskgate.bootstrap import policy_book
 from taskgate.domain.errors import InvalidInput
 from taskgate.domain.policies import Severity

@@ -1,5 +1,6 @@
-"""Workflow triggers and task labels (domain/triggers.py), and what the catalogue makes of them: which workflow a
-ready task gets, triggers two workflows declare, a project workflow's trigger over a built-in one's, and copies."""
+"""Workflow triggers and task labels (domain/workflows/triggers.py), and what the catalogue makes of them: which
+workflow a ready task gets, triggers two workflows declare, a project workflow's trigger over a built-in one's, and
+copies."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.tracker import AddTask
-from taskgate.application.workflows import WorkflowService
+from taskgate.application.trackers.builtin import AddTask
+from taskgate.application.workflows.library import WorkflowService
 from taskgate.domain.errors import InvalidInput
-from taskgate.domain.triggers import (
+from taskgate.domain.workflows.triggers import (
     Declared,
     Route,
     check_labels,

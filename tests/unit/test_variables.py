@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskgate.domain.errors import InvalidInput
-from taskgate.domain.variables import VariableError, references, resolve, resolve_all
+from taskgate.domain.workflows.templating import VariableError, references, resolve, resolve_all
 
 BUILTINS = {"project-root": "/repo", "session_id": "s-1", "session-folder": "/repo/.taskgate/s-1"}
 

@@ -10,11 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.workflows import WorkflowService, retarget
+from taskgate.application.workflows.library import WorkflowService, retarget
 from taskgate.domain.errors import AlreadyExists, InvalidInput
-from taskgate.domain.workflow_mermaid import to_mermaid
-from taskgate.domain.workflow_validation import validate_documents
-from taskgate.domain.workflows import (
+from taskgate.domain.workflows.definitions import (
     END,
     ChecklistNotFound,
     Document,
@@ -25,6 +23,8 @@ from taskgate.domain.workflows import (
     retry_delay_ms,
     step_routes,
 )
+from taskgate.domain.workflows.mermaid import to_mermaid
+from taskgate.domain.workflows.validation import validate_documents
 from taskgate.infrastructure.workflow_files import WorkflowFiles, parse_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -394,7 +394,7 @@ def test_mermaid_labels_are_escaped():
 
 
 def test_the_docs_name_every_key_and_show_the_generated_graph():
-    from taskgate.domain.workflows import CHECKLIST_KEYS, STEP_KEYS, WORKFLOW_KEYS
+    from taskgate.domain.workflows.definitions import CHECKLIST_KEYS, STEP_KEYS, WORKFLOW_KEYS
 
     doc = (ROOT / "docs" / "workflows.md").read_text()
     keys = {*WORKFLOW_KEYS, *CHECKLIST_KEYS, *(k for keys in STEP_KEYS.values() for k in keys), *StepType}

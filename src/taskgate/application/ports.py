@@ -715,7 +715,7 @@ class Delivery:
 
 
 class DeliveryRepository(Protocol):
-    """Webhook delivery state (the outbox's second half); see application/outbox.py for the protocol."""
+    """Webhook delivery state (the outbox's second half); see application/webhooks/outbox.py for the protocol."""
 
     async def committed_high_water(self) -> int:
         """The newest event id such that no event with a smaller id can still be committed later. PostgreSQL

@@ -23,11 +23,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from taskgate.application.access import AccessService
-from taskgate.application.agents import LAUNCH, AgentService
-from taskgate.application.sessions import MERGE_REQUESTED, START_REQUESTED, SessionService
-from taskgate.application.workflow_engine import WorkflowEngine
-from taskgate.application.workspaces import WorkspaceService
+from taskgate.application.agents.supervisor import LAUNCH, AgentService
+from taskgate.application.operators.access import AccessService
+from taskgate.application.sessions.engine import MERGE_REQUESTED, START_REQUESTED, SessionService
+from taskgate.application.workflows.engine import WorkflowEngine
+from taskgate.application.workspaces.worktrees import WorkspaceService
 from taskgate.domain.entities import Session
 from taskgate.domain.errors import TaskgateError
 from taskgate.domain.states import SessionState

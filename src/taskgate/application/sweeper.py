@@ -40,13 +40,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from taskgate.application.dispatch import DispatchAction, Dispatcher
-from taskgate.application.nodes import SWEEPER_LEASE, NodeService
+from taskgate.application.nodes.heartbeats import SWEEPER_LEASE, NodeService
 from taskgate.application.ports import Clock, TransitionQuery, UnitOfWorkFactory
-from taskgate.application.sessions import SYSTEM_ACTOR, FireTrigger, SessionService
-from taskgate.application.tracker import TrackerService
-from taskgate.application.writebacks import WritebackService
-from taskgate.domain.audit_checkpoints import Checkpoint
+from taskgate.application.sessions.engine import SYSTEM_ACTOR, FireTrigger, SessionService
+from taskgate.application.trackers.builtin import TrackerService
+from taskgate.application.trackers.dispatch import DispatchAction, Dispatcher
+from taskgate.application.trackers.writebacks import WritebackService
+from taskgate.domain.audit.checkpoints import Checkpoint
 from taskgate.domain.entities import Agent, AgentStatus, Compensation, Session
 from taskgate.domain.errors import ConcurrentModification, InvalidTransition, SessionNotFound, TaskgateError
 from taskgate.domain.session_fsm import rows_for

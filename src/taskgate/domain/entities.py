@@ -103,7 +103,9 @@ class Task:
     external_id: str | None = None  # its id in that tracker (a task id is qualified when another project has it)
     tracker_status: str | None = None  # its status there, in the tracker's words
     hold: str | None = None  # why the tracker keeps it out of ready (status, type, ephemeral, …); None: nothing
-    labels: list[str] = field(default_factory=list)  # task labels (domain/triggers.py LABEL), as given, each once
+    labels: list[str] = field(
+        default_factory=list
+    )  # task labels (domain/workflows/triggers.py LABEL), as given, each once
 
 
 @dataclass(slots=True)

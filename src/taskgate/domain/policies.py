@@ -315,7 +315,7 @@ class OperatorCapacity(Rule):
 class RequireTests(Rule):
     """The project's test command passed in the worktree on its current head commit.
 
-    The command runs before the transition's transaction (see application/guards.py); a stored run of the same
+    The command runs before the transition's transaction (see application/sessions/guards.py); a stored run of the same
     command on the same head of a clean worktree is reused when `reuse` is on. `message_lines` caps how many
     lines of the output's tail the violation quotes, joined with " | " to keep the message one line (the stored
     tail is longer).
@@ -611,7 +611,7 @@ def _listed(files: Sequence[str], limit: int = 10) -> str:
 
 def default_policies(wip_limit: int = 3) -> list[Policy]:
     """The engine's original guards (start/create rules), in priority order: the lean set that tests and
-    benchmarks of the bare engine use. The configured set comes from `application/policy_config.py`."""
+    benchmarks of the bare engine use. The configured set comes from `application/sessions/policy_book.py`."""
     return sorted([WipLimit(limit=wip_limit), PlanOpen(), TaskUnblocked(), OneActiveSessionPerTask()], key=_priority)
 
 

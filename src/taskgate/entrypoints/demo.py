@@ -19,13 +19,13 @@ from pathlib import Path
 from rich.panel import Panel
 from rich.rule import Rule
 
-from taskgate.application.agents import AgentService, ExecutionOptions
-from taskgate.application.decisions import Decide
+from taskgate.application.agents.supervisor import AgentService, ExecutionOptions
+from taskgate.application.operators.decisions import Decide
 from taskgate.application.ports import TransitionQuery
-from taskgate.application.sessions import FireTrigger, StartTask
-from taskgate.application.tracker import AddTask
+from taskgate.application.sessions.engine import FireTrigger, StartTask
+from taskgate.application.trackers.builtin import AddTask
 from taskgate.bootstrap import BUILTIN_CATALOGUE, App, bootstrap, build_agents, load_settings
-from taskgate.domain.agents import AgentType
+from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.entities import Session
 from taskgate.domain.errors import PolicyViolation
 from taskgate.entrypoints.render import (

@@ -20,13 +20,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from taskgate.application.context import ProjectContext
-from taskgate.application.guards import PolicyCheck
-from taskgate.application.policy_config import PolicyEntry
 from taskgate.application.ports import WorkspaceContext
-from taskgate.application.workspaces import WorktreeRow
+from taskgate.application.sessions.guards import PolicyCheck
+from taskgate.application.sessions.policy_book import PolicyEntry
+from taskgate.application.workspaces.context import ProjectContext
+from taskgate.application.workspaces.worktrees import WorktreeRow
 from taskgate.domain.access import effective_permissions
-from taskgate.domain.agent_reports import AgentReport
+from taskgate.domain.agents.reports import AgentReport
 from taskgate.domain.entities import Agent, Operator, Outcome, Session, StepRun, Task, TransitionRecord
 from taskgate.domain.policies import TestRun
 
@@ -465,7 +465,7 @@ def _step_what(step: Any) -> str:
 
 def workflow_table(workflow: Any) -> Table:
     """`workflow show`: the steps in order (group members indented) with their routes."""
-    from taskgate.domain.workflows import step_routes
+    from taskgate.domain.workflows.definitions import step_routes
 
     rows: list[tuple[Any, ...]] = []
 

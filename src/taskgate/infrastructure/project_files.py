@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from taskgate.domain.errors import Forbidden, InvalidInput
-from taskgate.domain.variables import VariableError
+from taskgate.domain.workflows.templating import VariableError
 
 MAX_FILE_BYTES = 256 * 1024
 

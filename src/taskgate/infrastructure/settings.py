@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
-from taskgate.domain.agent_presets import PRESETS
+from taskgate.domain.agents.presets import PRESETS
 from taskgate.domain.entities import TaskStatus
 from taskgate.domain.errors import InvalidInput
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
-from taskgate.domain.workflows import Document, WorkflowProblem
+from taskgate.domain.workflows.definitions import Document, WorkflowProblem
 
 SUFFIXES = (".yaml", ".yml", ".json")
 BUILTIN_CATALOGUE = Path(__file__).resolve().parents[1] / "catalogue"  # package data: workflows, checklists, agents

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from taskgate.application.operators import AddOperator
+from taskgate.application.operators.roster import AddOperator
 from taskgate.domain.access import Capability, Principal
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import (
@@ -68,7 +68,7 @@ def token_create(
 
 
 def _print_config_entry(operator: str | None, session: str | None, label: str) -> None:
-    from taskgate.application.access import AccessService
+    from taskgate.application.operators.access import AccessService
 
     secret, digest = AccessService.new_secret()
     owner = f'operator = "{operator}"' if operator else f'session = "{session}"'

@@ -13,8 +13,8 @@ from typing import Annotated
 import typer
 
 from taskgate.bootstrap import Settings, agent_types, load_settings
-from taskgate.domain.agent_presets import PRESETS
-from taskgate.domain.agents import AgentType
+from taskgate.domain.agents.kinds import AgentType
+from taskgate.domain.agents.presets import PRESETS
 from taskgate.domain.errors import TaskgateError
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import JsonOpt, emit, fail, group

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 
-from taskgate.application.audit_ledger import Scope
+from taskgate.application.audit.ledger import Scope
 from taskgate.application.timestamps import parse_timestamp
 from taskgate.domain.errors import InvalidInput, NotFound
 from taskgate.entrypoints.cli.common import JsonOpt, fail, run
 from taskgate.entrypoints.render import err_console
 
 if TYPE_CHECKING:
-    from taskgate.application.audit_ports import PublicKey
+    from taskgate.application.audit.ports import PublicKey
     from taskgate.bootstrap import App
 
 T = TypeVar("T")
@@ -90,7 +90,7 @@ async def scope_of(services: App, session: str | None, since: datetime | None) -
 
 def public_key_from(path: Path) -> PublicKey:
     """The public key in the file at `path` (--public-key). Exits 2 when it is missing or not one."""
-    from taskgate.infrastructure.audit_keys import load_public  # loads `cryptography`: only when a key is read
+    from taskgate.infrastructure.audit.keys import load_public  # loads `cryptography`: only when a key is read
 
     try:
         return load_public(path)

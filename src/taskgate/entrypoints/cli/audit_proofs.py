@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from taskgate.application.audit_ledger import VerifyReport
+from taskgate.application.audit.ledger import VerifyReport
 from taskgate.domain.errors import InvalidInput
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.audit_common import (
@@ -87,7 +87,7 @@ def _verify_database(session: str | None, since: datetime | None, public_key: Pa
 def _verify_export(file: Path, public_key: Path | None) -> VerifyReport:
     if public_key is None:
         bad_input("--file needs --public-key KEY: the public key file (the auditors' copy) to check its signatures")
-    from taskgate.application.audit_export import verify_export
+    from taskgate.application.audit.export import verify_export
 
     key = public_key_from(public_key)
     try:
@@ -158,7 +158,7 @@ def audit_export(
         _check_output(output)
 
     async def work(services: App) -> dict[str, int]:
-        from taskgate.application.audit_export import export
+        from taskgate.application.audit.export import export
 
         assert services.ledger is not None and services.uow is not None and services.clock is not None
         scope = await scope_of(services, session, since_at)

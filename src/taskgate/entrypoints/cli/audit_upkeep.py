@@ -15,7 +15,7 @@ from taskgate.entrypoints.cli.common import _local_actor, _or_fail, audit_app, f
 from taskgate.entrypoints.render import console
 
 if TYPE_CHECKING:
-    from taskgate.application.audit_ledger import PruneReport
+    from taskgate.application.audit.ledger import PruneReport
     from taskgate.bootstrap import App
 
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 def audit_checkpoint(as_json: JsonOpt = False) -> None:
     """Sign a checkpoint now over the heads of every chain that grew since it was last signed: from then on, no
     record it covers can be removed or changed unnoticed. Needs the private key ([audit] key_file)."""
-    from taskgate.application.audit_ledger import checkpoint_summary
+    from taskgate.application.audit.ledger import checkpoint_summary
 
     async def work(services: App) -> dict[str, Any] | None:
         assert services.ledger is not None
@@ -100,7 +100,7 @@ def audit_key(
     """Print the audit public key (the line to give the auditors) and its id; --export FILE writes it. Opens no
     database."""
     from taskgate.bootstrap import load_settings
-    from taskgate.infrastructure.audit_keys import FileKeyRing, public_path
+    from taskgate.infrastructure.audit.keys import FileKeyRing, public_path
 
     private = _or_fail(load_settings).resolved_audit_key
     public = _or_fail(FileKeyRing(private).public)

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from taskgate.application.sessions import FireTrigger
-from taskgate.application.workflow_engine import WorkflowEngine
-from taskgate.application.workflow_views import StackView
+from taskgate.application.sessions.engine import FireTrigger
+from taskgate.application.workflows.engine import WorkflowEngine
+from taskgate.application.workflows.views import StackView
 from taskgate.domain.entities import Outcome, Session
 from taskgate.domain.errors import InvalidInput
 from taskgate.domain.states import SessionState

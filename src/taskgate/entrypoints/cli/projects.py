@@ -9,8 +9,8 @@ import typer
 from rich.markup import escape
 
 from taskgate import __version__
-from taskgate.application.beads_import import BeadsImporter, ImportBeads, ImportReport
-from taskgate.application.tracker import AddTask
+from taskgate.application.trackers.beads_import import BeadsImporter, ImportBeads, ImportReport
+from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.entities import Project
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import (

@@ -27,8 +27,8 @@ from taskgate.entrypoints.cli.common import (
 from taskgate.entrypoints.render import console, terminal_safe
 
 if TYPE_CHECKING:
-    from taskgate.application.nodes import NodeView
-    from taskgate.application.outbox import SubscriberStatus
+    from taskgate.application.nodes.heartbeats import NodeView
+    from taskgate.application.webhooks.outbox import SubscriberStatus
 
 
 @command("demo")

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from taskgate.application.decisions import Decide
-from taskgate.application.sessions import FireTrigger, StartTask
-from taskgate.application.workflow_views import stack_view_json
+from taskgate.application.operators.decisions import Decide
+from taskgate.application.sessions.engine import FireTrigger, StartTask
+from taskgate.application.workflows.views import stack_view_json
 from taskgate.domain import session_fsm
 from taskgate.domain.access import DECISION_TRIGGERS
 from taskgate.domain.entities import Project
 from taskgate.domain.states import SessionState
-from taskgate.domain.workflow_visibility import Viewer
+from taskgate.domain.workflows.visibility import Viewer
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import (
     JsonOpt,

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from taskgate import __version__
-from taskgate.application.tracker import check_project_name
+from taskgate.application.trackers.builtin import check_project_name
 from taskgate.bootstrap import (
     App,
     config_dir,
@@ -95,7 +95,7 @@ class _Key:
 def _audit_key(private: Path) -> _Key:
     """The audit signing key at `private`, created (with its `.pub`) when there is none; a missing `.pub` is
     written again from it. Raises: InvalidInput when the key file is not a taskgate audit key."""
-    from taskgate.infrastructure.audit_keys import create_key, load_public, public_path
+    from taskgate.infrastructure.audit.keys import create_key, load_public, public_path
 
     signer, created = create_key(private)
     line, public = signer.public.line(), public_path(private)
@@ -132,7 +132,7 @@ def _keep_out_of_git(root: Path, private: Path) -> Path | None:
 
 
 def _say_audit_key(key: _Key, private: Path, ignored: Path | None, sealed) -> None:
-    from taskgate.infrastructure.audit_keys import public_path
+    from taskgate.infrastructure.audit.keys import public_path
 
     done = "created" if key.created else "kept (it exists)"
     console.print(f"audit key [bold]{key.key_id}[/bold] {done}:", highlight=False)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from taskgate.application.writebacks import Attempt
+from taskgate.application.trackers.writebacks import Attempt
 from taskgate.domain import writebacks as wb
 from taskgate.domain.writebacks import Writeback
 from taskgate.entrypoints import render

@@ -9,17 +9,17 @@ from typing import Annotated
 
 import typer
 
-from taskgate.application.sessions import StartTask
-from taskgate.application.workflow_edits import RunInputs
-from taskgate.application.workflow_engine import WorkflowEngine
-from taskgate.application.workflow_views import StackView, stack_view_json
-from taskgate.application.workflows import WorkflowService
+from taskgate.application.sessions.engine import StartTask
+from taskgate.application.workflows.edits import RunInputs
+from taskgate.application.workflows.engine import WorkflowEngine
+from taskgate.application.workflows.library import WorkflowService
+from taskgate.application.workflows.views import StackView, stack_view_json
 from taskgate.bootstrap import App, load_settings, workflow_catalogue
 from taskgate.domain.errors import InvalidInput, TaskgateError
 from taskgate.domain.states import SessionState
-from taskgate.domain.workflow_mermaid import to_mermaid as to_workflow_mermaid
-from taskgate.domain.workflow_visibility import Viewer, allows
-from taskgate.domain.workflows import agent_types_used, matches_pattern
+from taskgate.domain.workflows.definitions import agent_types_used, matches_pattern
+from taskgate.domain.workflows.mermaid import to_mermaid as to_workflow_mermaid
+from taskgate.domain.workflows.visibility import Viewer, allows
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import (
     JsonOpt,

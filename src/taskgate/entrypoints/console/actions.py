@@ -12,11 +12,11 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from taskgate.application.decisions import Decide
-from taskgate.application.sessions import FireTrigger, StartTask, parse_trigger
+from taskgate.application.operators.decisions import Decide
+from taskgate.application.sessions.engine import FireTrigger, StartTask, parse_trigger
 from taskgate.domain.access import DECISION_TRIGGERS, Capability, check_operator_param
 from taskgate.domain.errors import InvalidInput, TaskgateError, Unauthenticated
-from taskgate.domain.workflow_visibility import Viewer
+from taskgate.domain.workflows.visibility import Viewer
 from taskgate.entrypoints.console.pages import signin_page
 from taskgate.entrypoints.console.signins import COOKIE
 from taskgate.entrypoints.console.web import Console, Visit, _local, _same_origin, action

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from taskgate.application.operators import AddOperator
+from taskgate.application.operators.roster import AddOperator
 from taskgate.domain.access import Capability, effective_permissions
 from taskgate.domain.bounds import IDS
 from taskgate.domain.entities import Operator

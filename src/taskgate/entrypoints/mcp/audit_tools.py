@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from taskgate.application.audit_ledger import AuditLedger, Scope, VerifyReport, checkpoint_summary
+from taskgate.application.audit.ledger import AuditLedger, Scope, VerifyReport, checkpoint_summary
 from taskgate.application.timestamps import parse_timestamp
 from taskgate.domain.access import Capability
 from taskgate.domain.errors import InvalidInput

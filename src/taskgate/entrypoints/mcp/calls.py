@@ -20,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, Field
 
 from taskgate.application.timestamps import parse_timestamp
-from taskgate.application.workflow_engine import WorkflowEngine
+from taskgate.application.workflows.engine import WorkflowEngine
 from taskgate.bootstrap import App
 from taskgate.domain.access import (
     AGENT_TRIGGERS,
@@ -32,7 +32,7 @@ from taskgate.domain.bounds import IDS, IntRange
 from taskgate.domain.entities import Agent, Session
 from taskgate.domain.errors import InvalidInput, PolicyViolation, TaskgateError, Unauthenticated
 from taskgate.domain.states import Trigger
-from taskgate.domain.workflow_visibility import Viewer
+from taskgate.domain.workflows.visibility import Viewer
 from taskgate.entrypoints.mcp.models import (
     SessionOut,
 )

@@ -8,20 +8,20 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from taskgate.application.context import ProjectContext
-from taskgate.application.decisions import DecisionResult
-from taskgate.application.guards import PolicyCheck
-from taskgate.application.policy_config import PolicyEntry
+from taskgate.application.operators.decisions import DecisionResult
+from taskgate.application.operators.review_queue import ReviewItem
 from taskgate.application.ports import WorkspaceContext
-from taskgate.application.review_queue import ReviewItem
-from taskgate.application.tracker import TaskAdded
-from taskgate.application.workflow_views import StackView
-from taskgate.domain.agent_reports import AgentReport
+from taskgate.application.sessions.guards import PolicyCheck
+from taskgate.application.sessions.policy_book import PolicyEntry
+from taskgate.application.trackers.builtin import TaskAdded
+from taskgate.application.workflows.views import StackView
+from taskgate.application.workspaces.context import ProjectContext
+from taskgate.domain.agents.reports import AgentReport
 from taskgate.domain.entities import Agent, Plan, Project, Session, SessionSnapshot, Task, TransitionRecord
 from taskgate.domain.outputs import OutputRecord
 from taskgate.domain.policies import TestRun
 from taskgate.domain.session_fsm import allowed_triggers
-from taskgate.domain.workflows import Checklist, Workflow
+from taskgate.domain.workflows.definitions import Checklist, Workflow
 
 
 class ProjectOut(BaseModel):

@@ -96,10 +96,10 @@ async def _start_heartbeat(app: App) -> tuple[asyncio.Event, asyncio.Task[None]]
 
 
 def _start_linker(settings: Settings, app: App) -> tuple[asyncio.Event, asyncio.Task[None]] | None:
-    """The audit linker (application/audit_linking.py) every `[audit] link_interval_s`, unless that is 0."""
+    """The audit linker (application/audit/linking.py) every `[audit] link_interval_s`, unless that is 0."""
     if settings.audit.link_interval_s <= 0 or app.uow is None:
         return None
-    from taskgate.application.audit_linking import run_linker
+    from taskgate.application.audit.linking import run_linker
 
     stop = asyncio.Event()
     task = asyncio.create_task(run_linker(app.uow, settings.audit.link_interval_s, stop), name="taskgate-audit-link")

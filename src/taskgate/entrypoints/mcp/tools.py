@@ -14,12 +14,12 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from taskgate.application.decisions import Decide
-from taskgate.application.operators import authorize_in
-from taskgate.application.outputs import SaveOutput
+from taskgate.application.agents.outputs import SaveOutput
+from taskgate.application.operators.decisions import Decide
+from taskgate.application.operators.roster import authorize_in
 from taskgate.application.ports import TransitionQuery, UnitOfWork
-from taskgate.application.sessions import FireTrigger, StartTask, parse_trigger
-from taskgate.application.tracker import AddTask
+from taskgate.application.sessions.engine import FireTrigger, StartTask, parse_trigger
+from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.access import (
     DECISION_TRIGGERS,
     Capability,

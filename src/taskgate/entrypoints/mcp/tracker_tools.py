@@ -1,6 +1,6 @@
 """MCP tools for the status writes owed to the external tracker (Beads): see them, retry them, dismiss them.
 
-The CLI's `taskgate tracker status|retry|dismiss` over the same use cases (application/writebacks.py)."""
+The CLI's `taskgate tracker status|retry|dismiss` over the same use cases (application/trackers/writebacks.py)."""
 
 from __future__ import annotations
 

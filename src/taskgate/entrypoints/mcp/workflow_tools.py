@@ -10,12 +10,12 @@ from typing import Annotated
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from taskgate.application.workflow_engine import WorkflowEngine
-from taskgate.application.workflow_views import StackView
+from taskgate.application.workflows.engine import WorkflowEngine
+from taskgate.application.workflows.views import StackView
 from taskgate.domain.access import (
     Capability,
 )
-from taskgate.domain.workflow_visibility import allows
+from taskgate.domain.workflows.visibility import allows
 from taskgate.entrypoints.mcp.calls import (
     ChecklistName,
     Pattern,

@@ -2,8 +2,8 @@
 
 `audit_marks` holds, per audited table, the id up to which every record has its link. A batch reads the records
 above each mark (at most its table's top, `committed_tops`), links them in their chains after the heads stored in
-`audit_chains` (domain/audit_chain.py `link_records`), and writes the links, the new heads and the marks in the
-linker's transaction (application/audit_linking.py says why that cannot skip or repeat a record).
+`audit_chains` (domain/audit/chain.py `link_records`), and writes the links, the new heads and the marks in the
+linker's transaction (application/audit/linking.py says why that cannot skip or repeat a record).
 
 Links are numbered here, in the order `link_records` returns them (each chain's in seq order), from the largest
 number stored: one linker at a time holds the marks, so numbers follow the order links are written, and a chain's
@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 from sqlalchemy import JSON, bindparam, func, literal, select, update
 
-from taskgate.domain.audit_chain import (
+from taskgate.domain.audit.chain import (
     AUDITED_FIELDS,
     PRIMARY_KEYS,
     Record,

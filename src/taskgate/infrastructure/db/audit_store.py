@@ -19,10 +19,10 @@ from typing import Any
 
 from sqlalchemy import and_, bindparam, delete, exists, func, insert, or_, select, union, union_all, update
 
-from taskgate.application.audit_ports import LinkQuery, PrunePoint
-from taskgate.domain.audit_chain import AUDITED_FIELDS, PRIMARY_KEYS, canonical_fields, session_chain
-from taskgate.domain.audit_checkpoints import StoredCheckpoint, digest
-from taskgate.domain.audit_verify import LinkRow
+from taskgate.application.audit.ports import LinkQuery, PrunePoint
+from taskgate.domain.audit.chain import AUDITED_FIELDS, PRIMARY_KEYS, canonical_fields, session_chain
+from taskgate.domain.audit.checkpoints import StoredCheckpoint, digest
+from taskgate.domain.audit.verify import LinkRow
 from taskgate.domain.states import SessionState
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
@@ -236,7 +236,7 @@ def _prune_points(sessions: list[str], before: datetime, dialect: str) -> Any:
     records go.
 
     The webhook outbox still needs an event a delivery is pending for, and the event a subscriber's cursor rests
-    on (its newest row: application/outbox.py): a chain is pruned up to the record before the first such event,
+    on (its newest row: application/webhooks/outbox.py): a chain is pruned up to the record before the first such event,
     never past it. A chain with nothing to remove has no row.
     """
     found = _session_links(sessions, dialect).element.cte("found")  # the sessions' records read once, used thrice

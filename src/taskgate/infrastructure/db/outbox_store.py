@@ -20,7 +20,7 @@ _DELIVERY_MARKERS = ("skipped", "start")
 
 
 class SqlAlchemyDeliveryRepository(SqlRepository):
-    """Webhook delivery rows. `skipped` and `start` rows are cursor markers (see application/outbox.py), never
+    """Webhook delivery rows. `skipped` and `start` rows are cursor markers (see application/webhooks/outbox.py), never
     deliveries."""
 
     _LOCK_TIMEOUT = "5s"  # how long the enqueuer waits for PostgreSQL's event writers to finish

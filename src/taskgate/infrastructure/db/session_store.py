@@ -1,7 +1,7 @@
 """Sessions and what is recorded of them: the transition log, the event log, decisions and snapshots.
 
 Transition rows, events and decisions are audited: the linker chains each after its commit
-(application/audit_linking.py); writing one here is a plain INSERT.
+(application/audit/linking.py); writing one here is a plain INSERT.
 """
 
 from __future__ import annotations

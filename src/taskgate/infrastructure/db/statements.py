@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, func, insert, literal, literal_column, select, update
 
-from taskgate.domain.audit_chain import GENESIS
+from taskgate.domain.audit.chain import GENESIS
 from taskgate.infrastructure.db import tables as t
 
 _s, _p, _t, _log, _dep = t.sessions.c, t.plans.c, t.tasks.c, t.transition_log.c, t.task_dependencies.c
@@ -122,7 +122,7 @@ REVOKE_SESSION_TOKENS = (
 )
 
 # -- The audit chains (issue 21): the linker inserts a batch's links and moves their chains' heads
-# (application/audit_linking.py, infrastructure/db/audit_store.py). Writers of audited records send none of these.
+# (application/audit/linking.py, infrastructure/db/audit_store.py). Writers of audited records send none of these.
 
 INSERT_LINK = insert(t.audit_links)
 ADVANCE_CHAIN = update(t.audit_chains).where(t.audit_chains.c.chain_id == bindparam("match_id"))

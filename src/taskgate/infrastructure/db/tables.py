@@ -100,7 +100,7 @@ tasks = Table(
     Column("external_id", String(64), nullable=True),
     Column("tracker_status", String(32), nullable=True),
     Column("hold", String(200), nullable=True),
-    # Task labels (migration 0011): a JSON list of texts, each a task label (domain/triggers.py), as given.
+    # Task labels (migration 0011): a JSON list of texts, each a task label (domain/workflows/triggers.py), as given.
     Column("labels", JSON, nullable=False, server_default=text("'[]'")),
     Index("ix_tasks_project_status", "project_id", "status"),
     Index("uq_tasks_project_source_external", "project_id", "source", "external_id", unique=True),
@@ -360,7 +360,7 @@ tracker_writebacks = Table(
 
 # -- The audit chains (0014, docs/audit.md) ---------------------------------------------------------------------------
 # Each audited record (a row of transition_log, decisions or events) has one link: its place in its chain and its
-# link hash (domain/audit_chain.py), written by the linker after the record's commit (since 0016). A chain's head
+# link hash (domain/audit/chain.py), written by the linker after the record's commit (since 0016). A chain's head
 # row is the last link's seq and hash; `signed_seq` is how far the newest checkpoint covers it.
 audit_links = Table(
     "audit_links",
@@ -396,7 +396,7 @@ audit_chains = Table(
 )
 
 # How far each audited table's records are linked (0016): every record of `record_table` with a primary key up to
-# `linked_upto` has its link; those above it wait for the linker (application/audit_linking.py, docs/audit.md).
+# `linked_upto` has its link; those above it wait for the linker (application/audit/linking.py, docs/audit.md).
 audit_marks = Table(
     "audit_marks",
     metadata,
@@ -411,7 +411,7 @@ audit_checkpoints = Table(
     Column("number", Integer, primary_key=True, autoincrement=False),
     Column("at", UtcDateTime, nullable=False),
     Column("reason", String(20), nullable=False),
-    Column("body", Text, nullable=False),  # the canonical JSON that is hashed and signed (domain/audit_checkpoints.py)
+    Column("body", Text, nullable=False),  # the canonical JSON that is hashed and signed (domain/audit/checkpoints.py)
     Column("signature", Text, nullable=True),  # base64 Ed25519 over `body`
     Column("key_id", String(64), nullable=False),
 )

@@ -125,7 +125,7 @@ _REPOSITORY_CLASSES: dict[str, type] = {
     "leases": SqlAlchemyLeaseRepository,
 }
 REPOSITORIES = tuple(_REPOSITORY_CLASSES)  # the port's repositories (UnitOfWork): bound, and refused after commit
-# The AuditUnitOfWork port's one more (application/audit_ports.py): only the SQL units have the audit chains.
+# The AuditUnitOfWork port's one more (application/audit/ports.py): only the SQL units have the audit chains.
 _BOUND_CLASSES = {**_REPOSITORY_CLASSES, "audit": SqlAlchemyAuditRepository}
 
 

@@ -1,0 +1,1 @@
+"""The events outbox delivered to webhook subscribers."""

@@ -1,0 +1,125 @@
+"""Built-in agent types (presets): what runs with no configuration beyond credentials.
+
+A preset is an agent type with a few facts for people: what to install, which credentials it needs, what it
+writes under HOME. `[agents.NAME]` in taskgate.toml may name a preset (`preset = "claude"`) and override any of
+its keys; a table named like a preset overrides that preset. The commands are plain data so they are easy to
+read and to check against the real CLIs (tests/e2e/test_real_agent_clis.py runs them).
+
+Least privilege inside a worktree: the agent's working directory is the session's worktree, its environment is
+built (docs/agents.md), and only the variables named in `credentials` pass from the service's environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from taskgate.domain.agents.kinds import AgentType
+
+_QUIET_CLAUDE = {
+    "ENABLE_TOOL_SEARCH": "false",  # taskgate's MCP tools in the tool list itself, not deferred behind ToolSearch
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    """A built-in agent type and what a person needs to know to use it."""
+
+    name: str
+    summary: str
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    credentials: tuple[str, ...] = ()  # passed through from the service's environment when set
+    needs_one_of: tuple[str, ...] = ()  # at least one must be set (or a login kept under HOME, `logins`)
+    logins: tuple[str, ...] = ()  # files under HOME that hold a CLI's own login (a set-up without an API key)
+    install: str = ""
+    mcp: str = "env"
+    output_format: str = "text"
+    timeout_s: float = 3600.0
+
+    def agent_type(self) -> AgentType:
+        """The preset as an agent type."""
+        return AgentType(self.name, self.command, dict(self.env), self.timeout_s, credentials=self.credentials,
+                         mcp=self.mcp, output_format=self.output_format, needs_one_of=self.needs_one_of,
+                         logins=self.logins)  # fmt: skip
+
+
+# fmt: off
+_SCRIPTS = "{catalogue_dir}/agents"
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset(
+            "claude",
+            "Claude Code, headless (-p), edits and git in the worktree, taskgate's MCP tools",
+            ("claude", "-p", "{prompt}", "--output-format", "stream-json", "--verbose",
+             "--permission-mode", "acceptEdits",
+             "--allowedTools", "Bash(git:*),Read,Edit,Write,Glob,Grep,mcp__taskgate",
+             "--mcp-config", "{session_folder}/{agent_id}.mcp.json", "--strict-mcp-config"),
+            env=_QUIET_CLAUDE,
+            credentials=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL",
+                         "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "AWS_REGION", "AWS_PROFILE",
+                         "CLOUD_ML_REGION", "ANTHROPIC_VERTEX_PROJECT_ID"),
+            needs_one_of=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_USE_BEDROCK",
+                          "CLAUDE_CODE_USE_VERTEX"),
+            logins=(".claude/.credentials.json",),
+            install="npm install -g @anthropic-ai/claude-code",
+            mcp="claude",
+            output_format="claude-stream-json",
+        ),
+        Preset(
+            "codex",
+            "Codex CLI, non-interactive (exec --json), workspace-write sandbox, taskgate's MCP tools",
+            ("codex", "exec", "--json", "--skip-git-repo-check", "--sandbox", "workspace-write",
+             "--add-dir", "{git_dir}", "--add-dir", "{git_dir}/worktrees/{session_id}",  # git's files, writable
+             "-c", 'mcp_servers.taskgate.url="{mcp_url}"',
+             "-c", 'mcp_servers.taskgate.bearer_token_env_var="TASKGATE_TOKEN"',
+             "-c", "mcp_servers.taskgate.required=true",
+             "-c", 'mcp_servers.taskgate.default_tools_approval_mode="approve"',
+             "{prompt}"),
+            credentials=("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"),
+            needs_one_of=("OPENAI_API_KEY",),
+            logins=(".codex/auth.json",),
+            install="npm install -g @openai/codex",
+            mcp="codex",
+            output_format="codex-json",
+        ),
+        Preset(
+            "aider",
+            "aider, one message, commits its edits; no MCP client (it cannot call taskgate's tools)",
+            ("aider", "--message", "{prompt}", "--yes-always", "--no-pretty", "--no-stream", "--no-check-update",
+             "--no-analytics", "--auto-commits", "--no-show-release-notes", "--no-gitignore",
+             "--no-show-model-warnings"),
+            env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},  # no fetch of litellm's price list from GitHub at start
+            credentials=("OPENAI_API_KEY", "OPENAI_API_BASE", "ANTHROPIC_API_KEY", "AIDER_MODEL"),
+            needs_one_of=("OPENAI_API_KEY", "ANTHROPIC_API_KEY"),
+            install="python3 -m pip install aider-chat",
+            mcp="none",
+        ),
+        Preset(
+            "coder",
+            "scripted coder (no model): commits work/<title>.md; point it at a real CLI with preset = \"claude\"",
+            ("python3", f"{_SCRIPTS}/scripted_coder.py", "{task_title}", "--instructions", "{instructions}",
+             "--prompt", "{prompt}"),
+            timeout_s=600,
+        ),
+        Preset(
+            "tester",
+            "scripted tester (no model): runs `git diff --check` and saves a report; set your test command",
+            ("python3", f"{_SCRIPTS}/scripted_tester.py", "--prompt", "{prompt}", "--", "git", "diff", "--check"),
+            timeout_s=600,
+        ),
+        Preset(
+            "reviewer",
+            "scripted reviewer (no model): saves the branch's commits and diff stat as a review note",
+            ("python3", f"{_SCRIPTS}/scripted_reviewer.py", "--prompt", "{prompt}"),
+            timeout_s=600,
+        ),
+    )
+}
+# fmt: on
