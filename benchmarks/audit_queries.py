@@ -42,7 +42,7 @@ from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions.engine import SessionService
 from taskgate.bootstrap import build_services
 from taskgate.domain.entities import task_status_for
-from taskgate.domain.policies import default_policies
+from taskgate.domain.policies.book import default_policies
 from taskgate.domain.states import SessionState
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db import tables as t

@@ -38,7 +38,8 @@ from taskgate.application.sessions.engine import FireTrigger, SessionService
 from taskgate.application.sessions.policy_book import PolicyBook, ProjectPolicies
 from taskgate.bootstrap import build_services
 from taskgate.domain.entities import Operator, Outcome, Session, Task, TaskStatus, TransitionRecord
-from taskgate.domain.policies import ENABLED_BY_DEFAULT, TestRun, default_policies
+from taskgate.domain.policies.book import ENABLED_BY_DEFAULT, default_policies
+from taskgate.domain.policies.facts import TestRun
 from taskgate.domain.session_fsm import find_transition
 from taskgate.domain.states import SessionState, Trigger
 from taskgate.infrastructure.db import migrations

@@ -42,7 +42,7 @@ from sqlalchemy import event
 from taskgate.application.sessions.engine import FireTrigger, SessionService
 from taskgate.bootstrap import build_services
 from taskgate.domain.entities import Outcome, Session, Task, TaskStatus, TransitionRecord
-from taskgate.domain.policies import default_policies
+from taskgate.domain.policies.book import default_policies
 from taskgate.domain.states import SessionState
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db.engine import Database

@@ -49,7 +49,7 @@ from taskgate.application.workspaces.worktrees import GitOptions
 from taskgate.bootstrap import build_agents, build_services, build_workflows, build_workspaces
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.entities import Agent, AgentStatus
-from taskgate.domain.policies import default_policies
+from taskgate.domain.policies.book import default_policies
 from taskgate.domain.states import SessionState
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db.engine import Database

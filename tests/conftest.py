@@ -42,7 +42,7 @@ from taskgate.application.workspaces.context import ContextScout
 from taskgate.application.workspaces.worktrees import GitOptions, WorkspaceService
 from taskgate.bootstrap import build_services, build_workspaces
 from taskgate.domain.errors import StorageError
-from taskgate.domain.policies import default_policies
+from taskgate.domain.policies.book import default_policies
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.db.tables import ALL_TABLES

@@ -73,7 +73,7 @@ from taskgate.domain.errors import (
     WorktreeMismatch,
     WritebackNotFound,
 )
-from taskgate.domain.policies import BlockerFact, TestRun
+from taskgate.domain.policies.facts import BlockerFact, TestRun
 from taskgate.domain.states import TERMINAL_STATES, SessionState
 from taskgate.domain.writebacks import Writeback
 from taskgate.infrastructure.db.unit_of_work import REPOSITORIES, Committed

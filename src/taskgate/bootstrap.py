@@ -51,7 +51,7 @@ from taskgate.domain.agents.presets import PRESETS
 from taskgate.domain.entities import ApiToken
 from taskgate.domain.errors import TaskgateError
 from taskgate.domain.outputs import OutputLimits
-from taskgate.domain.policies import Policy
+from taskgate.domain.policies.facts import Policy
 from taskgate.domain.workflows.definitions import Catalogue
 from taskgate.domain.workflows.run import LoopLimits
 from taskgate.infrastructure import project_layout

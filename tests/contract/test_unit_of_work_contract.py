@@ -21,7 +21,7 @@ from taskgate.domain.errors import (
     StorageError,
     TaskNotFound,
 )
-from taskgate.domain.policies import BlockerFact
+from taskgate.domain.policies.facts import BlockerFact
 from taskgate.domain.states import WIP_STATES, SessionState
 from taskgate.infrastructure.db.unit_of_work import REPOSITORIES
 

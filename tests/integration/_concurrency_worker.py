@@ -33,7 +33,7 @@ from taskgate.application.workflows.engine import WorkflowEngine
 from taskgate.application.workflows.library import WorkflowService
 from taskgate.bootstrap import build_services, build_workflows
 from taskgate.domain.errors import InvalidTransition, PolicyViolation, TaskgateError
-from taskgate.domain.policies import default_policies
+from taskgate.domain.policies.book import default_policies
 from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 from taskgate.infrastructure.git import GitPythonVcs

@@ -24,7 +24,7 @@ from typing import Any
 
 from taskgate.application.sessions.engine import FireTrigger
 from taskgate.bootstrap import build_services
-from taskgate.domain.policies import default_policies
+from taskgate.domain.policies.book import default_policies
 from taskgate.infrastructure.db import commit_group
 from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork

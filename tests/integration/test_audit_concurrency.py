@@ -23,7 +23,7 @@ from taskgate.application.audit.ledger import AuditLedger, Scope
 from taskgate.application.sessions.engine import SessionService, StartTask
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.bootstrap import build_services
-from taskgate.domain.policies import default_policies
+from taskgate.domain.policies.book import default_policies
 from taskgate.infrastructure.db.audit_store import CHECKPOINT_CHAIN
 from taskgate.infrastructure.git import GitPythonVcs
 from taskgate.infrastructure.system import SystemClock, UuidGenerator

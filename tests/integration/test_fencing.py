@@ -20,7 +20,7 @@ import pytest
 from taskgate.application.agents.outputs import SaveOutput
 from taskgate.application.sessions.engine import FireTrigger
 from taskgate.domain.errors import WrongNode
-from taskgate.domain.policies import Violation
+from taskgate.domain.policies.violations import Violation
 from tests.builders import ACTOR
 from tests.integration.test_agents import agent_types, alive, planning_session, supervisor
 

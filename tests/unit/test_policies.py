@@ -3,18 +3,10 @@
 from datetime import UTC, datetime
 
 from taskgate.domain.entities import Plan, PlanStatus, Project, Task, TaskStatus
-from taskgate.domain.policies import (
-    BlockerFact,
-    GuardFacts,
-    OneActiveSessionPerTask,
-    PlanOpen,
-    Severity,
-    TaskUnblocked,
-    Verdict,
-    Violation,
-    WipLimit,
-    default_policies,
-)
+from taskgate.domain.policies.book import default_policies
+from taskgate.domain.policies.facts import BlockerFact, GuardFacts, Verdict
+from taskgate.domain.policies.rules import OneActiveSessionPerTask, PlanOpen, TaskUnblocked, WipLimit
+from taskgate.domain.policies.violations import Severity, Violation
 from taskgate.domain.session_fsm import find_transition
 from taskgate.domain.states import SessionState, Trigger
 

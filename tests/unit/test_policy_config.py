@@ -10,7 +10,7 @@ from taskgate.application.sessions.policy_book import PolicyBook, ProjectPolicie
 from taskgate.application.workspaces.worktrees import GitOptions
 from taskgate.bootstrap import policy_book
 from taskgate.domain.errors import InvalidInput
-from taskgate.domain.policies import Severity
+from taskgate.domain.policies.violations import Severity
 from taskgate.infrastructure.settings import load_settings
 
 

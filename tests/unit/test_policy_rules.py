@@ -9,24 +9,19 @@ import pytest
 
 from taskgate.domain.entities import Operator, Plan, PlanStatus, Project, Session, Task, TaskStatus
 from taskgate.domain.errors import InvalidInput
-from taskgate.domain.policies import (
-    BUILTIN,
+from taskgate.domain.policies.book import BUILTIN, build_policy
+from taskgate.domain.policies.facts import GuardFacts, SlowFacts, TestRun, Verdict, WorkspaceFacts
+from taskgate.domain.policies.rules import (
     BranchNaming,
     CleanWorktree,
     CommitMessageFormat,
-    GuardFacts,
     OperatorCapacity,
     RequireTests,
     ReviewApproval,
-    Severity,
-    SlowFacts,
-    TestRun,
     TrackerInSync,
-    Verdict,
     WipLimit,
-    WorkspaceFacts,
-    build_policy,
 )
+from taskgate.domain.policies.violations import Severity
 from taskgate.domain.session_fsm import find_transition
 from taskgate.domain.states import SessionState, Trigger
 

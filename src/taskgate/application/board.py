@@ -15,7 +15,7 @@ from datetime import datetime
 from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.entities import Plan, Session, Task
-from taskgate.domain.policies import WipLimit
+from taskgate.domain.policies.rules import WipLimit
 from taskgate.domain.states import WIP_STATES, SessionState
 
 S = SessionState

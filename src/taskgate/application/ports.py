@@ -30,7 +30,7 @@ from taskgate.domain.entities import (
     TransitionRecord,
 )
 from taskgate.domain.outputs import OutputLimits, OutputRecord
-from taskgate.domain.policies import BlockerFact, TestRun
+from taskgate.domain.policies.facts import BlockerFact, TestRun
 from taskgate.domain.states import SessionState
 from taskgate.domain.writebacks import Writeback
 

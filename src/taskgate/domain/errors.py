@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from taskgate.domain.policies import Violation
+    from taskgate.domain.policies.violations import Violation
 
 
 class TaskgateError(Exception):

@@ -28,7 +28,7 @@ from taskgate.application.workspaces.worktrees import WorktreeRow
 from taskgate.domain.access import effective_permissions
 from taskgate.domain.agents.reports import AgentReport
 from taskgate.domain.entities import Agent, Operator, Outcome, Session, StepRun, Task, TransitionRecord
-from taskgate.domain.policies import TestRun
+from taskgate.domain.policies.facts import TestRun
 
 # CSI (colours, cursor moves), OSC (titles, hyperlinks, clipboard) ended by BEL or ST, DCS/SOS/PM/APC ended by ST,
 # and the other escape sequences; then every other control character but newline and tab (C0, DEL, C1 with U+0085),

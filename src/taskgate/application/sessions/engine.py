@@ -57,7 +57,7 @@ from taskgate.domain.errors import (
     SessionNotFound,
     TaskgateError,
 )
-from taskgate.domain.policies import (
+from taskgate.domain.policies.facts import (
     NEEDS_APPROVALS,
     NEEDS_OPERATOR,
     NEEDS_TRACKER,
@@ -66,8 +66,8 @@ from taskgate.domain.policies import (
     GuardFacts,
     SlowFacts,
     Verdict,
-    Violation,
 )
+from taskgate.domain.policies.violations import Violation
 from taskgate.domain.session_fsm import TransitionSpec, allowed_triggers, find_transition, prior_state_after
 from taskgate.domain.states import TERMINAL_STATES, WIP_STATES, SessionState, Trigger
 

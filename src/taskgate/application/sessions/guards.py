@@ -25,7 +25,7 @@ from taskgate.application.ports import Clock, TestRunner, UnitOfWorkFactory, Vcs
 from taskgate.application.sessions.policy_book import PolicyBook
 from taskgate.domain.entities import Project, Session
 from taskgate.domain.errors import VcsError
-from taskgate.domain.policies import (
+from taskgate.domain.policies.facts import (
     NEEDS_TEST_RUN,
     NO_SLOW_FACTS,
     SLOW_NEEDS,
@@ -42,7 +42,7 @@ from taskgate.domain.session_fsm import TransitionSpec
 from taskgate.domain.states import Trigger
 
 FactsLoader = Callable[[frozenset[str]], Awaitable[GuardFacts]]
-"""Loads the facts for a set of needs (see `domain/policies.py` NEEDS_*); called once, only if a policy applies."""
+"""Loads the facts for a set of needs (`domain/policies/facts.py` NEEDS_*); called once, only if a policy applies."""
 
 OVERRIDE_ALL = "*"
 

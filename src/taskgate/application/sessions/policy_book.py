@@ -1,6 +1,6 @@
 """Which policies guard which project, with what settings: the policy book built from `config/taskgate.toml`.
 
-Three layers, later ones winning key by key: the built-in defaults (`domain/policies.py`), the global
+Three layers, later ones winning key by key: the built-in defaults (`domain/policies/rules.py`), the global
 `[policies.<name>]` tables, and a project's `[projects.<project name>.policies.<name>]` tables. Each table may
 set `enabled`, `severity`, `priority`, `triggers` and the policy's own settings. Everything is built and
 checked when the book is made (at start-up), so a typo fails the start with the key it is about, not a
@@ -14,14 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from taskgate.domain.errors import InvalidInput
-from taskgate.domain.policies import (
-    BUILTIN,
-    ENABLED_BY_DEFAULT,
-    OneActiveSessionPerTask,
-    Policy,
-    build_policy,
-    triggers_of,
-)
+from taskgate.domain.policies.book import BUILTIN, ENABLED_BY_DEFAULT, build_policy
+from taskgate.domain.policies.facts import Policy, triggers_of
+from taskgate.domain.policies.rules import OneActiveSessionPerTask
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,7 +59,7 @@ from taskgate.domain.errors import (
     SessionNotFound,
     TaskgateError,
 )
-from taskgate.domain.policies import Violation
+from taskgate.domain.policies.violations import Violation
 from taskgate.domain.states import SessionState, Trigger
 from taskgate.domain.workflows.definitions import Workflow
 from taskgate.domain.workflows.triggers import Route, TriggerRoutes

@@ -25,7 +25,7 @@ from taskgate.application.sessions.engine import EffectRefused, FireTrigger
 from taskgate.domain.beads import OPEN, qualified_id, task_status_for_import
 from taskgate.domain.entities import Project, Session, Task, TaskStatus
 from taskgate.domain.errors import ClaimRefused, InvalidInput, TaskgateError, TaskNotFound
-from taskgate.domain.policies import Severity, Violation
+from taskgate.domain.policies.violations import Severity, Violation
 from taskgate.domain.states import Trigger
 from taskgate.domain.workflows.triggers import usable_labels
 

@@ -47,7 +47,7 @@ from taskgate.domain.errors import (
     WorktreeNotCreated,
 )
 from taskgate.domain.naming import DEFAULT_BRANCH_PATTERN, branch_name, check_branch_pattern, check_ref_name
-from taskgate.domain.policies import Violation
+from taskgate.domain.policies.violations import Violation
 from taskgate.domain.states import TERMINAL_STATES, SessionState, Trigger
 
 SYSTEM_ACTOR = "system"

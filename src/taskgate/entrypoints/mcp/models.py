@@ -19,7 +19,7 @@ from taskgate.application.workspaces.context import ProjectContext
 from taskgate.domain.agents.reports import AgentReport
 from taskgate.domain.entities import Agent, Plan, Project, Session, SessionSnapshot, Task, TransitionRecord
 from taskgate.domain.outputs import OutputRecord
-from taskgate.domain.policies import TestRun
+from taskgate.domain.policies.facts import TestRun
 from taskgate.domain.session_fsm import allowed_triggers
 from taskgate.domain.workflows.definitions import Checklist, Workflow
 

@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 
 from taskgate.domain.entities import OPEN_STEP_STATUSES, Agent, AgentStatus, StepRun, StepStatus
 from taskgate.domain.errors import SessionNotFound, StepRunNotFound
-from taskgate.domain.policies import TestRun
+from taskgate.domain.policies.facts import TestRun
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.repository_base import SqlRepository, storable

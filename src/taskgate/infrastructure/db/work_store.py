@@ -13,7 +13,7 @@ from taskgate.application.ports import TaskFacts
 from taskgate.domain.beads import WAITS_FOR_ANY
 from taskgate.domain.entities import Plan, PlanStatus, Project, Task, TaskStatus
 from taskgate.domain.errors import PlanNotFound, ProjectNotFound, TaskNotFound
-from taskgate.domain.policies import BlockerFact
+from taskgate.domain.policies.facts import BlockerFact
 from taskgate.domain.states import SessionState
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t

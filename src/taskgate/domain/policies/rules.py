@@ -13,159 +13,27 @@ of `require_tests`) before it, and only when an applicable policy declares that 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from enum import StrEnum
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
-from taskgate.domain.entities import GuardResult, Operator, Plan, PlanStatus, Project, Session, Task, TaskStatus
+from taskgate.domain.entities import PlanStatus, TaskStatus
 from taskgate.domain.errors import InvalidInput
+from taskgate.domain.policies.facts import (
+    NEEDS_APPROVALS,
+    NEEDS_OPERATOR,
+    NEEDS_TEST_RUN,
+    NEEDS_TRACKER,
+    NEEDS_WORKSPACE,
+    GuardFacts,
+    TestRun,
+)
+from taskgate.domain.policies.violations import Severity, Violation
 from taskgate.domain.session_fsm import TransitionSpec
 from taskgate.domain.states import Trigger
 
-
-class Severity(StrEnum):
-    ERROR = "error"
-    WARNING = "warning"
-    INFO = "info"
-
-
-# What a policy may ask the application to gather besides the always-loaded task/plan/project facts.
-NEEDS_OPERATOR = "operator"  # the session's operator and how many of its sessions are in WIP (database)
-NEEDS_APPROVALS = "approvals"  # operators that approved this verification (database)
-NEEDS_WORKSPACE = "workspace"  # the worktree's git state (slow: git, gathered before the transaction)
-NEEDS_TEST_RUN = "test_run"  # the project's test command run in the worktree (slow: gathered before it too)
-NEEDS_TRACKER = "tracker"  # status writes still owed to the external tracker for the task (database)
-SLOW_NEEDS = frozenset({NEEDS_WORKSPACE, NEEDS_TEST_RUN})
-
 CONVENTIONAL_COMMIT = r"(build|chore|ci|docs|feat|fix|perf|refactor|revert|style|test)(\([A-Za-z0-9._/-]+\))?!?: \S.*"
 ANY_BRANCH = r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*"
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """One reason a policy objects, with what the caller can do about it."""
-
-    policy: str
-    message: str
-    severity: Severity = Severity.ERROR
-    suggestion: str = ""
-
-    def describe(self) -> str:
-        tail = f" (suggestion: {self.suggestion})" if self.suggestion else ""
-        return f"{self.policy}: {self.message}{tail}"
-
-    def as_dict(self) -> dict[str, str]:
-        return {
-            "policy": self.policy,
-            "message": self.message,
-            "severity": self.severity.value,
-            "suggestion": self.suggestion,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class BlockerFact:
-    """A task that blocks the guarded task, with its current status."""
-
-    task_id: str
-    status: TaskStatus
-
-
-@dataclass(frozen=True, slots=True)
-class WorkspaceFacts:
-    """The session worktree as git sees it: head of the branch, uncommitted files, commits on the branch."""
-
-    branch: str
-    head_commit: str
-    dirty: tuple[str, ...] = ()
-    untracked: tuple[str, ...] = ()
-    conflicts: tuple[str, ...] = ()
-    commits: tuple[tuple[str, str], ...] = ()  # (sha, subject), newest first, branch commits not on base
-
-    @property
-    def clean(self) -> bool:
-        return not (self.dirty or self.untracked or self.conflicts)
-
-
-@dataclass(frozen=True, slots=True)
-class TestRun:
-    """One run of a project's test command in a session worktree (`require_tests`), as stored in `test_runs`.
-
-    `exit_code` is None when the command timed out (its process group was killed) or could not start.
-    """
-
-    __test__: ClassVar[bool] = False  # not a pytest class
-
-    session_id: str
-    session_version: int
-    command: tuple[str, ...]
-    exit_code: int | None
-    timed_out: bool
-    duration_ms: int
-    output_tail: str
-    head_commit: str | None
-    at: datetime
-    id: int | None = None
-
-    @property
-    def passed(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
-
-
-@dataclass(frozen=True, slots=True)
-class SlowFacts:
-    """Facts gathered before the transition's transaction (git and the test run), handed into it.
-
-    `test_run_reused` says whether a stored run for the same head was used instead of running the command;
-    `test_note` says why there is no run when there is none (no worktree, tests not run in a dry run).
-    """
-
-    workspace: WorkspaceFacts | None = None
-    test_command: tuple[str, ...] = ()
-    test_timeout_s: float = 0.0
-    test_run: TestRun | None = None
-    test_run_reused: bool | None = None
-    test_note: str = ""
-
-
-NO_SLOW_FACTS = SlowFacts()
-
-
-@dataclass(frozen=True, slots=True)
-class GuardFacts:
-    """Everything a built-in policy may look at. Fields a policy does not `need` keep their defaults."""
-
-    transition: TransitionSpec
-    task: Task
-    plan: Plan | None
-    project: Project
-    session: Session | None = None
-    blockers: tuple[BlockerFact, ...] = ()
-    plan_sessions_in_wip: int = 0
-    other_active_sessions: tuple[str, ...] = ()
-    actor: str = "system"
-    operator: Operator | None = None
-    operator_sessions_in_wip: int = 0
-    approvals: tuple[str, ...] = ()
-    tracker_owed: tuple[str, ...] = ()  # write-backs still owed to the tracker, one line each (tracker_in_sync)
-    slow: SlowFacts = NO_SLOW_FACTS
-
-
-@runtime_checkable
-class Policy(Protocol):
-    """A guard. `check` may be sync (pure rules) or async. Built-ins also carry `triggers`, `settings` and
-    `needs` (see `Rule`); the engine treats a policy without `needs` as needing nothing beyond the basics."""
-
-    name: str
-    description: str
-    priority: int
-    severity: Severity
-
-    def applies_to(self, transition: TransitionSpec) -> bool: ...
-
-    def check(self, facts: GuardFacts) -> Sequence[Violation] | Awaitable[Sequence[Violation]]: ...
 
 
 class Rule:
@@ -519,77 +387,12 @@ class TrackerInSync(Rule):
                                "taskgate tracker retry N once the tracker can take it, or dismiss it")]  # fmt: skip
 
 
-BUILTIN: dict[str, type[Rule]] = {
-    _default(cls, "name"): cls
-    for cls in (
-        WipLimit,
-        PlanOpen,
-        TaskUnblocked,
-        OperatorCapacity,
-        RequireTests,
-        ReviewApproval,
-        CleanWorktree,
-        BranchNaming,
-        CommitMessageFormat,
-        TrackerInSync,
-    )
-}
 """The configurable built-ins, by name (`one_active_session_per_task` is always on: an index enforces it)."""
 
-ENABLED_BY_DEFAULT = frozenset(BUILTIN) - {"commit_message_format", "tracker_in_sync"}
-COMMON_KEYS = ("enabled", "severity", "priority", "triggers")
 
-
-def build_policy(name: str, options: Mapping[str, Any], *, where: str = "policies") -> Rule:
-    """The built-in policy `name` configured by `options` (severity, priority, triggers and its own settings;
-    `enabled` is read by the caller).
-
-    Raises: InvalidInput naming the offending key, e.g. `policies.review_approval.min_aprovals: unknown setting`.
-    """
-    cls = BUILTIN.get(name)
-    if cls is None:
-        raise InvalidInput(f"{where}.{name}: unknown policy; built-in policies: {', '.join(sorted(BUILTIN))}")
-    kwargs: dict[str, Any] = {}
-    for key, value in options.items():
-        kwargs_key = _option(cls, name, key, value, f"{where}.{name}.{key}")
-        if kwargs_key is not None:
-            kwargs[key] = kwargs_key
-    try:
-        return cls(**kwargs)
-    except InvalidInput as exc:
-        raise InvalidInput(f"{where}.{name}.{exc}") from None
-
-
-def _option(cls: type[Rule], name: str, key: str, value: Any, where: str) -> Any:
-    if key == "enabled":
-        _typed(where, value, bool)
-        return None
-    if key == "severity":
-        try:
-            return Severity(value)
-        except ValueError:
-            raise InvalidInput(f"{where}: must be error, warning or info, not {value!r}") from None
-    if key == "priority":
-        _typed(where, value, int)
-        return value
-    if key == "triggers":
-        if not isinstance(value, list | tuple) or not value:
-            raise InvalidInput(f"{where}: must be a non-empty list of trigger names")
-        try:
-            return frozenset(Trigger(t) for t in value)
-        except ValueError:
-            raise InvalidInput(f"{where}: unknown trigger in {list(value)}") from None
-    if key not in cls.SETTINGS:
-        takes = ", ".join([*COMMON_KEYS, *cls.SETTINGS])
-        raise InvalidInput(f"{where}: unknown setting; {name} takes {takes}")
-    _typed(where, value, type(_default(cls, key)))
-    return value
-
-
-def _typed(where: str, value: Any, kind: type) -> None:
-    if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
-        article = "an" if kind is int else "a"
-        raise InvalidInput(f"{where}: must be {article} {'boolean' if kind is bool else kind.__name__}, not {value!r}")
+def _listed(files: Sequence[str], limit: int = 10) -> str:
+    more = f" and {len(files) - limit} more" if len(files) > limit else ""
+    return ", ".join(files[:limit]) + more
 
 
 def _at_least(key: str, value: int, low: int) -> None:
@@ -602,57 +405,3 @@ def _compile(key: str, pattern: str) -> re.Pattern[str]:
         return re.compile(pattern)
     except re.error as exc:
         raise InvalidInput(f"{key}: invalid regular expression {pattern!r}: {exc}") from None
-
-
-def _listed(files: Sequence[str], limit: int = 10) -> str:
-    more = f" and {len(files) - limit} more" if len(files) > limit else ""
-    return ", ".join(files[:limit]) + more
-
-
-def default_policies(wip_limit: int = 3) -> list[Policy]:
-    """The engine's original guards (start/create rules), in priority order: the lean set that tests and
-    benchmarks of the bare engine use. The configured set comes from `application/sessions/policy_book.py`."""
-    return sorted([WipLimit(limit=wip_limit), PlanOpen(), TaskUnblocked(), OneActiveSessionPerTask()], key=_priority)
-
-
-def _priority(policy: Policy) -> int:
-    return policy.priority
-
-
-def needs_of(policy: Policy) -> frozenset[str]:
-    """What a policy asks the engine to gather (nothing beyond the basics for policies that do not say)."""
-    return getattr(policy, "needs", frozenset())
-
-
-def triggers_of(policy: Policy) -> frozenset[Trigger] | None:
-    """The triggers a policy names, or None when it only answers `applies_to` (then assume any)."""
-    return getattr(policy, "triggers", None)
-
-
-@dataclass(slots=True)
-class Verdict:
-    """The outcome of evaluating every applicable policy on one transition.
-
-    `violations` count (errors block); `bypassed` are the violations of policies an operator overrode: recorded
-    in the results with `overridden: true`, never blocking.
-    """
-
-    results: list[GuardResult] = field(default_factory=list)
-    violations: list[Violation] = field(default_factory=list)
-    bypassed: list[Violation] = field(default_factory=list)
-
-    @property
-    def allowed(self) -> bool:
-        """Deny wins: any error-severity violation blocks."""
-        return not any(v.severity == Severity.ERROR for v in self.violations)
-
-    def record(self, policy: Policy, violations: Iterable[Violation], *, overridden: bool = False) -> None:
-        found = list(violations)
-        (self.bypassed if overridden else self.violations).extend(found)
-        if not found:
-            self.results.append(GuardResult(policy.name, True, policy.severity.value))
-        for v in found:
-            self.results.append(GuardResult(v.policy, False, v.severity.value, v.message, v.suggestion, overridden))
-
-    def blocking(self) -> list[Violation]:
-        return [v for v in self.violations if v.severity == Severity.ERROR]
