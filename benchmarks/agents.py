@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from taskgate.application.sessions.engine import StartTask
+from taskgate.application.sessions.commands import StartTask
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.bootstrap import App, bootstrap, load_settings
 from taskgate.domain.entities import AgentStatus, Session

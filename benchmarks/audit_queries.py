@@ -46,7 +46,8 @@ from taskgate.domain.policies.book import default_policies
 from taskgate.domain.states import SessionState
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db import tables as t
-from taskgate.infrastructure.db.engine import AnyConnection, Database
+from taskgate.infrastructure.db.connections import AnyConnection
+from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 from taskgate.infrastructure.git import GitPythonVcs
 from taskgate.infrastructure.system import SystemClock, UuidGenerator

@@ -40,7 +40,7 @@ from bench_support import git_repo
 from sqlalchemy import insert, select
 
 from taskgate.application.board import BoardQuery
-from taskgate.application.sessions.engine import FireTrigger
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.bootstrap import bootstrap, load_settings
 from taskgate.entrypoints.console.web import Console
 from taskgate.infrastructure.db import tables as t

@@ -140,7 +140,7 @@ async def sqlite_of_state_changes(folder: Path, n: int) -> tuple[float, float]:
     the sqlite3 driver (taskgate's statements and the durable COMMIT of the pages they write), and the whole fire."""
     import transition_cost as tc
 
-    from taskgate.application.sessions.engine import FireTrigger
+    from taskgate.application.sessions.commands import FireTrigger
 
     with timed_sqlite():
         stack = await tc.open_stack(f"sqlite:///{folder / 'changes.db'}", synchronous="FULL")

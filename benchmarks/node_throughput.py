@@ -40,7 +40,7 @@ import asyncpg
 from bench_support import git_repo
 from sqlalchemy.engine import make_url
 
-from taskgate.application.sessions.engine import CreateSession, FireTrigger
+from taskgate.application.sessions.commands import CreateSession, FireTrigger
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.bootstrap import bootstrap, database_report, load_settings
 from taskgate.domain.errors import TaskgateError

@@ -34,7 +34,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from taskgate.application.sessions.engine import FireTrigger, SessionService
+from taskgate.application.sessions.commands import FireTrigger
+from taskgate.application.sessions.engine import SessionService
 from taskgate.application.sessions.policy_book import PolicyBook, ProjectPolicies
 from taskgate.bootstrap import build_services
 from taskgate.domain.entities import Operator, Outcome, Session, Task, TaskStatus, TransitionRecord

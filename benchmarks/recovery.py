@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from taskgate.application.sessions.engine import CreateSession, StartTask
+from taskgate.application.sessions.commands import CreateSession, StartTask
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.bootstrap import App, bootstrap, load_settings
 

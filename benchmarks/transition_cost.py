@@ -39,7 +39,8 @@ import asyncpg
 from bench_support import emit_row, reset_pg_schema_async
 from sqlalchemy import event
 
-from taskgate.application.sessions.engine import FireTrigger, SessionService
+from taskgate.application.sessions.commands import FireTrigger
+from taskgate.application.sessions.engine import SessionService
 from taskgate.bootstrap import build_services
 from taskgate.domain.entities import Outcome, Session, Task, TaskStatus, TransitionRecord
 from taskgate.domain.policies.book import default_policies

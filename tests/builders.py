@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskgate.application.sessions.engine import FireTrigger, StartTask
+from taskgate.application.sessions.commands import FireTrigger, StartTask
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.entities import Plan, Project, Session, Task
 

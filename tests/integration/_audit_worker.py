@@ -21,7 +21,8 @@ import json
 import sys
 from typing import Any
 
-from taskgate.application.sessions.engine import FireTrigger, SessionService
+from taskgate.application.sessions.commands import FireTrigger
+from taskgate.application.sessions.engine import SessionService
 from taskgate.bootstrap import build_services
 from taskgate.domain.errors import ConcurrentModification, InvalidTransition
 from taskgate.domain.policies.book import default_policies

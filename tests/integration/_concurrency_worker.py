@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from taskgate.application.operators.decisions import Decide, DecisionResult, DecisionService
-from taskgate.application.sessions.engine import CreateSession, FireTrigger, StartTask
+from taskgate.application.sessions.commands import CreateSession, FireTrigger, StartTask
 from taskgate.application.workflows.engine import WorkflowEngine
 from taskgate.application.workflows.library import WorkflowService
 from taskgate.bootstrap import build_services, build_workflows

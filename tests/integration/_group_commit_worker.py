@@ -22,7 +22,7 @@ import signal
 import sys
 from typing import Any
 
-from taskgate.application.sessions.engine import FireTrigger
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.bootstrap import build_services
 from taskgate.domain.policies.book import default_policies
 from taskgate.infrastructure.db import commit_group

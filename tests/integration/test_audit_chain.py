@@ -279,7 +279,7 @@ async def test_prune_removes_a_finished_sessions_old_records_behind_a_signed_anc
 
 
 async def test_a_reason_with_a_nul_character_is_refused_by_name_and_nothing_is_written(sql_services, git_repo):
-    from taskgate.application.sessions.engine import FireTrigger
+    from taskgate.application.sessions.commands import FireTrigger
     from taskgate.domain.errors import InvalidInput
     from tests.builders import ACTOR
 

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from taskgate.application.audit.ledger import AuditLedger, Scope
-from taskgate.application.sessions.engine import SessionService, StartTask
+from taskgate.application.sessions.commands import StartTask
+from taskgate.application.sessions.engine import SessionService
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.bootstrap import build_services
 from taskgate.domain.policies.book import default_policies

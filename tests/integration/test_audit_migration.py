@@ -16,7 +16,7 @@ from sqlalchemy import insert, inspect
 
 from taskgate.application.audit.ledger import Scope
 from taskgate.application.audit.linking import link_pending
-from taskgate.application.sessions.engine import FireTrigger
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.infrastructure.db import migrations
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.engine import Database

@@ -24,7 +24,7 @@ from taskgate.application.audit.export import verify_export
 from taskgate.application.audit.ledger import Scope
 from taskgate.application.operators.decisions import Decide
 from taskgate.application.operators.roster import AddOperator
-from taskgate.application.sessions.engine import FireTrigger, StartTask
+from taskgate.application.sessions.commands import FireTrigger, StartTask
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.entities import DecisionKind, Role, Session
 from taskgate.domain.errors import StorageError, TaskgateError

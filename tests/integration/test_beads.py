@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.sessions.engine import FireTrigger, StartTask
+from taskgate.application.sessions.commands import FireTrigger, StartTask
 from taskgate.application.trackers.beads_import import BeadsImporter, ImportBeads
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.application.workspaces.worktrees import GitOptions

@@ -12,7 +12,7 @@ import pytest
 
 from taskgate.application.operators.decisions import Decide, DecisionService
 from taskgate.application.operators.roster import AddOperator
-from taskgate.application.sessions.engine import FireTrigger
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.bootstrap import Settings, policy_book
 from taskgate.domain.entities import Session
 from taskgate.domain.errors import (

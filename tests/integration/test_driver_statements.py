@@ -15,7 +15,8 @@ from sqlalchemy.exc import IntegrityError
 
 from taskgate.domain.states import WIP_STATES, SessionState
 from taskgate.infrastructure.db import statements as sql
-from taskgate.infrastructure.db.engine import Database, InlineConnection
+from taskgate.infrastructure.db.connections import InlineConnection
+from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.db.session_store import SqlAlchemySessionRepository
 
 T0 = datetime(2026, 11, 25, 6, 30, 15, 123456, tzinfo=UTC)

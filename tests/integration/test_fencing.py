@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from taskgate.application.agents.outputs import SaveOutput
-from taskgate.application.sessions.engine import FireTrigger
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.domain.errors import WrongNode
 from taskgate.domain.policies.violations import Violation
 from tests.builders import ACTOR

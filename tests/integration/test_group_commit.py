@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from taskgate.application.sessions.engine import FireTrigger, StartTask, replay
+from taskgate.application.sessions.commands import FireTrigger, StartTask
+from taskgate.application.sessions.reads import replay
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.entities import Outcome
 from taskgate.domain.errors import StorageError

@@ -13,7 +13,7 @@ import pytest
 
 from taskgate.application.nodes.adoption import SessionAdoption
 from taskgate.application.nodes.heartbeats import SWEEPER_LEASE, NodeIdentity, NodeService
-from taskgate.application.sessions.engine import FireTrigger
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.application.sweeper import Sweeper, SweeperOptions
 from taskgate.domain.entities import Agent, AgentStatus
 from taskgate.domain.errors import ConflictError, InvalidInput, WrongNode

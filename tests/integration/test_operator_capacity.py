@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from taskgate.application.sessions.engine import StartTask
+from taskgate.application.sessions.commands import StartTask
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.bootstrap import Settings, policy_book
 from taskgate.domain.errors import PolicyViolation

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.sessions.engine import FireTrigger, StartTask
+from taskgate.application.sessions.commands import FireTrigger, StartTask
 from taskgate.application.sessions.policy_book import PolicyBook, ProjectPolicies
 from taskgate.domain.entities import Decision, DecisionKind, Operator, Session
 from taskgate.domain.errors import PolicyViolation

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from taskgate.application.recovery import owes_work
-from taskgate.application.sessions.engine import START_REQUESTED, CreateSession, FireTrigger, StartTask
+from taskgate.application.sessions.commands import START_REQUESTED, CreateSession, FireTrigger, StartTask
 from taskgate.domain.states import SessionState
 from tests.builders import ACTOR, OPERATOR, fire, seed, start
 from tests.conftest import wire

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.sessions.engine import FireTrigger
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.application.sweeper import ESCALATED_EVENT, Sweeper, SweeperOptions, SweepReport
 from taskgate.domain.entities import Agent, AgentStatus, Session
 from taskgate.domain.errors import InvalidInput

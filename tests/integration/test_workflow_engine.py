@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from taskgate.application.operators.decisions import Decide
-from taskgate.application.sessions.engine import FireTrigger
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.domain.errors import ConflictError, InvalidInput, InvalidTransition
 from taskgate.domain.states import SessionState
 from taskgate.domain.workflows.definitions import WorkflowNotFound

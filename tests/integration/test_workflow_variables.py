@@ -124,8 +124,8 @@ async def test_the_manifest_describes_workflow_execution_agent_related_sessions_
     services, git_repo, tmp_path
 ):
     from taskgate.application.agents.outputs import ManifestEffect
+    from taskgate.application.sessions.commands import FireTrigger
     from taskgate.application.sessions.effects import CompositeEffects
-    from taskgate.application.sessions.engine import FireTrigger
 
     r = rig(services, tmp_path, {"dev/bmad-like.yaml": SOURCE_DESIGN}, folders=True)
     services.sessions.use_effects(CompositeEffects([services.sessions.effects, ManifestEffect(r.outputs)]))

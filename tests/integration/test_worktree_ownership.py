@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.sessions.engine import FireTrigger
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.domain.entities import Session
 from taskgate.domain.errors import BranchGone, VcsError, WorktreeMismatch
 from taskgate.domain.states import SessionState

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.sessions.engine import CreateSession, FireTrigger
+from taskgate.application.sessions.commands import CreateSession, FireTrigger
 from taskgate.application.workspaces.worktrees import GitOptions
 from taskgate.domain.entities import Session, TaskStatus
 from taskgate.domain.errors import ConflictError, MergeConflict, VcsError, WorktreeNotCreated

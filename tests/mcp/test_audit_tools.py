@@ -14,7 +14,8 @@ from taskgate.application.operators.roster import AddOperator
 from taskgate.bootstrap import App
 from taskgate.domain.access import Principal
 from taskgate.domain.audit.chain import session_chain
-from taskgate.infrastructure.audit.keys import FileKeyRing, create_key
+from taskgate.infrastructure.audit.keyring import FileKeyRing
+from taskgate.infrastructure.audit.keys import create_key
 from taskgate.infrastructure.system import SystemClock
 from tests.builders import fire, seed, start
 from tests.conftest import Services

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from taskgate.application.sessions.engine import FireTrigger, replay
+from taskgate.application.sessions.commands import FireTrigger
+from taskgate.application.sessions.reads import replay
 from taskgate.domain.entities import Outcome, TransitionRecord
 from taskgate.domain.errors import InvalidTransition, PolicyViolation, TaskgateError
 from taskgate.domain.states import TERMINAL_STATES, SessionState, Trigger

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from taskgate.application.agents.supervisor import LAUNCH, AgentService
 from taskgate.application.operators.access import AccessService
-from taskgate.application.sessions.engine import MERGE_REQUESTED, START_REQUESTED, SessionService
+from taskgate.application.sessions.commands import MERGE_REQUESTED, START_REQUESTED
+from taskgate.application.sessions.engine import SessionService
 from taskgate.application.workflows.engine import WorkflowEngine
 from taskgate.application.workspaces.worktrees import WorkspaceService
 from taskgate.domain.entities import Session

@@ -42,7 +42,8 @@ from typing import Any
 
 from taskgate.application.nodes.heartbeats import SWEEPER_LEASE, NodeService
 from taskgate.application.ports import Clock, TransitionQuery, UnitOfWorkFactory
-from taskgate.application.sessions.engine import SYSTEM_ACTOR, FireTrigger, SessionService
+from taskgate.application.sessions.commands import SYSTEM_ACTOR, FireTrigger
+from taskgate.application.sessions.engine import SessionService
 from taskgate.application.trackers.builtin import TrackerService
 from taskgate.application.trackers.dispatch import DispatchAction, Dispatcher
 from taskgate.application.trackers.writebacks import WritebackService

@@ -33,7 +33,7 @@ from taskgate.domain.outputs import (
 from taskgate.domain.states import TERMINAL_STATES
 
 if TYPE_CHECKING:
-    from taskgate.application.sessions.engine import FireResult, FireTrigger
+    from taskgate.application.sessions.commands import FireResult, FireTrigger
 
 Encoding = Literal["text", "base64"]
 OUTPUT_SAVED_EVENT = "output.saved"

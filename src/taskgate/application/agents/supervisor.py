@@ -37,8 +37,9 @@ from taskgate.application.ports import (
     UnitOfWorkFactory,
 )
 from taskgate.application.sessions import crashpoints
+from taskgate.application.sessions.commands import FireResult, FireTrigger
 from taskgate.application.sessions.effects import NOTHING, Aftermath
-from taskgate.application.sessions.engine import FireResult, FireTrigger, SessionService
+from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType, render_command, why_stopped
 from taskgate.domain.agents.reports import parse_report
 from taskgate.domain.entities import Agent, AgentStatus, Project, Session

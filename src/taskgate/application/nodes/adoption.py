@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 
 from taskgate.application.nodes.heartbeats import NodeService
 from taskgate.application.ports import Clock, NodeRecord, UnitOfWorkFactory
-from taskgate.application.sessions.engine import FireTrigger, SessionService
+from taskgate.application.sessions.commands import FireTrigger
+from taskgate.application.sessions.engine import SessionService
 from taskgate.application.workspaces.worktrees import WorkspaceService
 from taskgate.domain.entities import Agent, AgentStatus, Session
 from taskgate.domain.errors import ConcurrentModification, ConflictError, InvalidInput, VcsError

@@ -31,7 +31,8 @@ from typing import Any
 from taskgate.application.operators.roster import authorize_in
 from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.sessions import crashpoints
-from taskgate.application.sessions.engine import MERGE_REQUESTED, FireResult, FireTrigger, SessionService
+from taskgate.application.sessions.commands import MERGE_REQUESTED, FireResult, FireTrigger
+from taskgate.application.sessions.engine import SessionService
 from taskgate.application.workflows.engine import WorkflowEngine
 from taskgate.domain.access import Capability, Principal, authorize_operator
 from taskgate.domain.bounds import VERSIONS
@@ -176,6 +177,11 @@ class DecisionService:
                 return await self._settled(session, cmd.operator_id, kind, exc)
             except _Overtaken as exc:  # the version check: the session moved on meanwhile
                 return await self._settled(session, cmd.operator_id, kind, exc.cause)
+
+    async def approve_verification(self, session_id: str, operator_id: str, reason: str, version: int) -> None:
+        """The workflow engine's port (VerificationDecider): an operator's approval at a workflow's last approval
+        step, taken as their decision on the verification at `version`. Raises: as `decide`."""
+        await self.decide(Decide(session_id, operator_id, "approve", reason=reason, expected_version=version))
 
     async def fire(
         self, session_id: str, trigger: str, operator_id: str, *, reason: str | None = None,

@@ -25,7 +25,7 @@ from taskgate.domain.errors import TaskgateError
 from taskgate.domain.states import Trigger
 
 if TYPE_CHECKING:
-    from taskgate.application.sessions.engine import FireResult, FireTrigger
+    from taskgate.application.sessions.commands import FireResult, FireTrigger
     from taskgate.domain.entities import Project, Session
 
 

@@ -43,7 +43,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from taskgate.application.ports import Clock, UnitOfWorkFactory
-from taskgate.application.sessions.engine import FireTrigger, SessionService, StartTask
+from taskgate.application.sessions.commands import FireTrigger, StartTask
+from taskgate.application.sessions.engine import SessionService
 from taskgate.application.trackers.builtin import TrackerService
 from taskgate.application.workflows.engine import WorkflowEngine
 from taskgate.domain.entities import Project, Session, Task

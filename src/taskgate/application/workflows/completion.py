@@ -7,7 +7,7 @@ from contextlib import suppress
 from typing import Any
 
 from taskgate.application.ports import UnitOfWorkFactory
-from taskgate.application.sessions.engine import FireTrigger
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.application.workflows.ports import SYSTEM_ACTOR, VerificationDecider
 from taskgate.domain.entities import Decision, Session, StepStatus
 from taskgate.domain.errors import ConcurrentModification, InvalidTransition, TaskgateError
@@ -52,12 +52,9 @@ class Completion:
         """Apply `approval` (given at the workflow's last approval step) as the verification decision, by the
         same operator, through DecisionService: its guards apply (a refusal is logged as blocked and the session
         stays verifying) and the decision is recorded like any other."""
-        from taskgate.application.operators.decisions import Decide  # decisions.py imports the engine
-
         assert self._decisions is not None
         why = f"approved at the workflow's last approval step '{step_id}'" + (
             f": {approval.reason}" if approval.reason else ""
         )
-        cmd = Decide(session.id, approval.operator_id, "approve", reason=why[:2000], expected_version=session.version)
         with suppress(TaskgateError):
-            await self._decisions.decide(cmd)
+            await self._decisions.approve_verification(session.id, approval.operator_id, why[:2000], session.version)

@@ -40,8 +40,9 @@ from typing import Any
 
 from taskgate.application.agents.outputs import OutputService
 from taskgate.application.ports import Clock, ProjectFiles, UnitOfWorkFactory
+from taskgate.application.sessions.commands import FireResult, FireTrigger
 from taskgate.application.sessions.effects import NOTHING, Aftermath, NoEffects
-from taskgate.application.sessions.engine import FireResult, FireTrigger, SessionService
+from taskgate.application.sessions.engine import SessionService
 from taskgate.application.workflows.catalogue import CatalogueLookup
 from taskgate.application.workflows.completion import Completion
 from taskgate.application.workflows.edits import StackEdits

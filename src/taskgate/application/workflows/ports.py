@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from taskgate.application.ports import StepClaim, WorkspaceContext
 from taskgate.domain.entities import Agent
@@ -50,6 +50,10 @@ class WorktreeChanges(Protocol):
 
 
 class VerificationDecider(Protocol):
-    """What the engine needs of DecisionService: to take an operator's approval as the verification decision."""
+    """What the engine needs of DecisionService: to take an operator's approval as the verification decision.
+    Plain arguments, not the decision's command: the workflows import nothing of the decisions, which drive the
+    workflows' approval steps (no import circle)."""
 
-    async def decide(self, cmd: Any) -> Any: ...
+    async def approve_verification(self, session_id: str, operator_id: str, reason: str, version: int) -> None:
+        """Approve the session in verifying at `version` as `operator_id` would, guards and all; a refusal (logged
+        as blocked) leaves it verifying. Raises: TaskgateError."""

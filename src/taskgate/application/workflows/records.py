@@ -9,7 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
-from taskgate.application.sessions.engine import FireTrigger, SessionService
+from taskgate.application.sessions.commands import FireTrigger
+from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import why_stopped
 from taskgate.domain.entities import Session, StepRun, StepStatus
 from taskgate.domain.errors import ConcurrentModification

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from taskgate.application.ports import Clock
-from taskgate.application.sessions.engine import FireTrigger
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.application.workflows.passes import AGENT_STEPS
 from taskgate.application.workflows.ports import SYSTEM_ACTOR, WorkflowOptions, WorktreeChanges
 from taskgate.application.workflows.records import Carry

@@ -32,8 +32,9 @@ from taskgate.application.ports import (
     WorktreeEntry,
 )
 from taskgate.application.sessions import crashpoints
+from taskgate.application.sessions.commands import MERGE_REQUESTED, EffectRefused, FireResult, FireTrigger
 from taskgate.application.sessions.effects import NOTHING, Aftermath
-from taskgate.application.sessions.engine import MERGE_REQUESTED, EffectRefused, FireResult, FireTrigger, SessionService
+from taskgate.application.sessions.engine import SessionService
 from taskgate.application.workspaces.context import ContextScout, jsonable
 from taskgate.domain.entities import Project, Session, SessionSnapshot
 from taskgate.domain.errors import (

@@ -100,7 +100,8 @@ def audit_key(
     """Print the audit public key (the line to give the auditors) and its id; --export FILE writes it. Opens no
     database."""
     from taskgate.bootstrap import load_settings
-    from taskgate.infrastructure.audit.keys import FileKeyRing, public_path
+    from taskgate.infrastructure.audit.keyring import FileKeyRing
+    from taskgate.infrastructure.audit.keys import public_path
 
     private = _or_fail(load_settings).resolved_audit_key
     public = _or_fail(FileKeyRing(private).public)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from taskgate.application.sessions.engine import FireTrigger
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.application.workflows.engine import WorkflowEngine
 from taskgate.application.workflows.views import StackView
 from taskgate.domain.entities import Outcome, Session

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from taskgate.application.operators.decisions import Decide
-from taskgate.application.sessions.engine import FireTrigger, StartTask
+from taskgate.application.sessions.commands import FireTrigger, StartTask
 from taskgate.application.workflows.views import stack_view_json
 from taskgate.domain import session_fsm
 from taskgate.domain.access import DECISION_TRIGGERS

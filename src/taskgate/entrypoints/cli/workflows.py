@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from taskgate.application.sessions.engine import StartTask
+from taskgate.application.sessions.commands import StartTask
 from taskgate.application.workflows.edits import RunInputs
 from taskgate.application.workflows.engine import WorkflowEngine
 from taskgate.application.workflows.library import WorkflowService

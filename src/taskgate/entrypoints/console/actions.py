@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from taskgate.application.operators.decisions import Decide
-from taskgate.application.sessions.engine import FireTrigger, StartTask, parse_trigger
+from taskgate.application.sessions.commands import FireTrigger, StartTask, parse_trigger
 from taskgate.domain.access import DECISION_TRIGGERS, Capability, check_operator_param
 from taskgate.domain.errors import InvalidInput, TaskgateError, Unauthenticated
 from taskgate.domain.workflows.visibility import Viewer

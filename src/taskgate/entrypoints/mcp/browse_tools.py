@@ -11,7 +11,7 @@ from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
 from taskgate.application.audit.queries import EventQuery
-from taskgate.application.sessions.engine import SessionPage
+from taskgate.application.sessions.commands import SessionPage
 from taskgate.domain.access import Capability
 from taskgate.domain.bounds import IDS, OFFSETS, PAGE_SIZES, ROW_LIMITS
 from taskgate.domain.errors import InvalidInput

@@ -18,7 +18,7 @@ from taskgate.application.agents.outputs import SaveOutput
 from taskgate.application.operators.decisions import Decide
 from taskgate.application.operators.roster import authorize_in
 from taskgate.application.ports import TransitionQuery, UnitOfWork
-from taskgate.application.sessions.engine import FireTrigger, StartTask, parse_trigger
+from taskgate.application.sessions.commands import FireTrigger, StartTask, parse_trigger
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.access import (
     DECISION_TRIGGERS,

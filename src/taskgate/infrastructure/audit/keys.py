@@ -135,6 +135,4 @@ def load_public(path: Path) -> AuditPublicKey:
     return AuditPublicKey.parse(text, str(path))
 
 
-from taskgate.infrastructure.audit.keyring import FileKeyRing  # noqa: E402  (its home; named here for callers)
-
-__all__ = ["AuditPublicKey", "AuditSigner", "FileKeyRing", "create_key", "load_public", "load_signer", "public_path"]
+__all__ = ["AuditPublicKey", "AuditSigner", "create_key", "load_public", "load_signer", "public_path"]

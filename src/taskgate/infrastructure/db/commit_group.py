@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from taskgate.infrastructure.db.driver_statements import run_bare
 
 if TYPE_CHECKING:
-    from taskgate.infrastructure.db.engine import InlineConnection
+    from taskgate.infrastructure.db.connections import InlineConnection
 
 MAX_MEMBERS = 64  # with MAX_OPEN_S, bounds how long the first member of a busy group waits for the COMMIT
 MAX_OPEN_S = 0.025

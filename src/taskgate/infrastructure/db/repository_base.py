@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Select
 
 from taskgate.domain.states import TERMINAL_STATES
-from taskgate.infrastructure.db.engine import AnyConnection
+from taskgate.infrastructure.db.connections import AnyConnection
 
 TERMINAL = [s.value for s in TERMINAL_STATES]
 _INTEGER_IDS = range(-(2**31), 2**31)  # INTEGER id columns: 32-bit on PostgreSQL, 64-bit on SQLite

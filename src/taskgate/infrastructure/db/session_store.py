@@ -27,7 +27,7 @@ from taskgate.domain.errors import AlreadyExists, ConcurrentModification, Sessio
 from taskgate.domain.states import SessionState
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
-from taskgate.infrastructure.db.engine import AnyConnection
+from taskgate.infrastructure.db.connections import AnyConnection
 from taskgate.infrastructure.db.repository_base import TERMINAL, SqlRepository
 
 

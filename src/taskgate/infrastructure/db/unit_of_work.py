@@ -15,7 +15,8 @@ from taskgate.infrastructure.db.agent_store import (
 )
 from taskgate.infrastructure.db.audit_store import SqlAlchemyAuditRepository
 from taskgate.infrastructure.db.commit_group import Member
-from taskgate.infrastructure.db.engine import AnyConnection, Database
+from taskgate.infrastructure.db.connections import AnyConnection
+from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.db.node_store import SqlAlchemyLeaseRepository, SqlAlchemyNodeRepository
 from taskgate.infrastructure.db.outbox_store import SqlAlchemyDeliveryRepository, SqlAlchemyWritebackRepository
 from taskgate.infrastructure.db.session_store import (
