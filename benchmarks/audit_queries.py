@@ -38,8 +38,8 @@ from bench_support import reset_pg_schema_async
 from sqlalchemy import func, insert, select, text
 
 from taskgate.application.audit.queries import AuditService
-from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions.engine import SessionService
+from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.bootstrap import build_services
 from taskgate.domain.entities import task_status_for
 from taskgate.domain.policies.book import default_policies

@@ -39,8 +39,8 @@ from pathlib import Path
 
 from bench_support import PG_BENCH_URL, emit_row, reset_pg_schema
 
+from taskgate.application.agents.ports import AgentExit
 from taskgate.application.agents.supervisor import ExecutionOptions
-from taskgate.application.ports import AgentExit
 from taskgate.application.sessions.commands import FireTrigger, StartTask
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.application.workflows.engine import WorkflowEngine, WorkflowOptions

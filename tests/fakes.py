@@ -17,20 +17,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from taskgate.application.ports import (
+from taskgate.application.nodes.ports import Lease, NodeRecord
+from taskgate.application.sessions.ports import TestOutcome, TransitionQuery
+from taskgate.application.trackers.ports import TaskFacts
+from taskgate.application.webhooks.ports import Delivery, OutboxEvent
+from taskgate.application.workspaces.ports import (
     BranchChange,
     CommitInfo,
-    Delivery,
     FileStat,
-    Lease,
     MergeOutcome,
-    NodeRecord,
-    OutboxEvent,
     RepoContext,
     RepositoryInfo,
-    TaskFacts,
-    TestOutcome,
-    TransitionQuery,
     WorkspaceContext,
     WorktreeCreated,
     WorktreeEntry,

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from taskgate.application.agents.outputs import OutputService
+from taskgate.application.agents.ports import AgentExit
 from taskgate.application.agents.supervisor import AgentService, ExecutionOptions
-from taskgate.application.ports import AgentExit
 from taskgate.application.workflows.engine import WorkflowEngine, WorkflowOptions
 from taskgate.application.workflows.library import WorkflowService
 from taskgate.bootstrap import build_agents, build_workflows

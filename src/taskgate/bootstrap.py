@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskgate import __version__
 from taskgate.application.agents.outputs import ManifestEffect, OutputService
+from taskgate.application.agents.ports import AgentRunner
 from taskgate.application.agents.supervisor import AgentService, ExecutionOptions
 from taskgate.application.audit.ledger import AuditLedger
 from taskgate.application.audit.queries import AuditService
@@ -22,29 +23,24 @@ from taskgate.application.operators.access import AccessService
 from taskgate.application.operators.decisions import DecisionService
 from taskgate.application.operators.review_queue import ReviewQueue
 from taskgate.application.operators.roster import OperatorService
-from taskgate.application.ports import (
-    AgentRunner,
-    Clock,
-    IdGenerator,
-    TestRunner,
-    TrackerProvider,
-    UnitOfWorkFactory,
-    VcsProvider,
-)
+from taskgate.application.ports import Clock, IdGenerator, UnitOfWorkFactory
 from taskgate.application.recovery import Recovery
 from taskgate.application.sessions.effects import CompositeEffects, SessionEffects
 from taskgate.application.sessions.engine import SessionService
 from taskgate.application.sessions.guards import GuardEvaluator
 from taskgate.application.sessions.policy_book import PolicyBook, ProjectPolicies
+from taskgate.application.sessions.ports import TestRunner
 from taskgate.application.sweeper import ESCALATED_EVENT, Sweeper, SweeperOptions
 from taskgate.application.trackers.builtin import TrackerService
 from taskgate.application.trackers.dispatch import Dispatcher, DispatchOptions
+from taskgate.application.trackers.ports import TrackerProvider
 from taskgate.application.trackers.sync import BeadsClaim, TrackerSync
 from taskgate.application.trackers.writebacks import TrackerWriteBack, WritebackService
 from taskgate.application.webhooks.outbox import Subscriber, WebhookDispatcher
 from taskgate.application.workflows.engine import WorkflowEngine, WorkflowOptions
 from taskgate.application.workflows.library import WorkflowService
 from taskgate.application.workspaces.context import ContextScout
+from taskgate.application.workspaces.ports import VcsProvider
 from taskgate.application.workspaces.worktrees import GitOptions, WorkspaceService
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.presets import PRESETS

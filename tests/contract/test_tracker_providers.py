@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.ports import TrackerProvider
 from taskgate.application.trackers.beads_import import BeadsImporter, ImportBeads
+from taskgate.application.trackers.ports import TrackerProvider
 from taskgate.application.trackers.provider import BuiltinTracker
 from taskgate.domain.entities import Project, TaskStatus
 from taskgate.domain.errors import TaskNotFound

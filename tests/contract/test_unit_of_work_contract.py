@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from taskgate.application.ports import TransitionQuery
+from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.domain.entities import Operator, Outcome, PlanStatus, Session, Task, TaskStatus, TransitionRecord
 from taskgate.domain.errors import (
     ConcurrentModification,

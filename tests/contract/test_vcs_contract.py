@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.ports import BranchChange, VcsProvider, WorkspaceContext
+from taskgate.application.workspaces.ports import BranchChange, VcsProvider, WorkspaceContext
 from taskgate.application.workspaces.worktrees import change_id
 from taskgate.domain.errors import BranchGone, VcsError, WorktreeMismatch
 from taskgate.infrastructure.git import GitPythonVcs

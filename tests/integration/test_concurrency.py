@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions.commands import CreateSession, FireResult, FireTrigger, StartTask
+from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.application.sessions.reads import replay
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.entities import Outcome, PlanStatus, Session, TransitionRecord

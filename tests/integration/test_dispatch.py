@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions.commands import FireTrigger
+from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.application.sweeper import Sweeper
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.application.trackers.dispatch import DISPATCHED, Dispatcher, DispatchOptions

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from taskgate.application.operators.decisions import Decide
-from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions.commands import FireTrigger
+from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.application.trackers.beads_import import ImportBeads
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.bounds import INT32_MAX

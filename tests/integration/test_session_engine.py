@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions.commands import CreateSession, FireTrigger, StartTask
 from taskgate.application.sessions.effects import NoEffects
+from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.entities import PlanStatus, TaskStatus
 from taskgate.domain.errors import (

@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from taskgate.application.ports import OutboxEvent, SendResult
 from taskgate.application.webhooks.outbox import LEASE_MARGIN_S, Backfill, Subscriber, WebhookDispatcher
+from taskgate.application.webhooks.ports import OutboxEvent, SendResult
 from taskgate.bootstrap import build_outbox
 from taskgate.domain.errors import InvalidInput
 from taskgate.infrastructure.settings import Settings, WebhookSettings, load_settings

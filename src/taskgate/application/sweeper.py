@@ -41,9 +41,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from taskgate.application.nodes.heartbeats import SWEEPER_LEASE, NodeService
-from taskgate.application.ports import Clock, TransitionQuery, UnitOfWorkFactory
+from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions.commands import SYSTEM_ACTOR, FireTrigger
 from taskgate.application.sessions.engine import SessionService
+from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.application.trackers.builtin import TrackerService
 from taskgate.application.trackers.dispatch import DispatchAction, Dispatcher
 from taskgate.application.trackers.writebacks import WritebackService

@@ -21,8 +21,8 @@ from rich.rule import Rule
 
 from taskgate.application.agents.supervisor import AgentService, ExecutionOptions
 from taskgate.application.operators.decisions import Decide
-from taskgate.application.ports import TransitionQuery
 from taskgate.application.sessions.commands import FireTrigger, StartTask
+from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.bootstrap import BUILTIN_CATALOGUE, App, bootstrap, build_agents, load_settings
 from taskgate.domain.agents.kinds import AgentType

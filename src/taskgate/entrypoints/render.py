@@ -20,10 +20,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from taskgate.application.ports import WorkspaceContext
 from taskgate.application.sessions.guards import PolicyCheck
 from taskgate.application.sessions.policy_book import PolicyEntry
 from taskgate.application.workspaces.context import ProjectContext
+from taskgate.application.workspaces.ports import WorkspaceContext
 from taskgate.application.workspaces.worktrees import WorktreeRow
 from taskgate.domain.access import effective_permissions
 from taskgate.domain.agents.reports import AgentReport

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
 
-from taskgate.application.ports import AgentExit
+from taskgate.application.agents.ports import AgentExit
 from taskgate.domain.errors import InvalidInput
 
 TAIL_BYTES = 4_000

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from taskgate.application.ports import (
+from taskgate.application.workspaces.ports import (
     BranchChange,
     CommitInfo,
     FileStat,

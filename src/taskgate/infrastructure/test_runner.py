@@ -14,7 +14,7 @@ import signal
 import time
 from contextlib import suppress
 
-from taskgate.application.ports import TestOutcome
+from taskgate.application.sessions.ports import TestOutcome
 
 _DRAIN_AFTER_EXIT_S = 1.0
 _POLL_S = 0.02

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 
 from taskgate import __version__
-from taskgate.application.ports import OutboxEvent, SendResult
+from taskgate.application.webhooks.ports import OutboxEvent, SendResult
 
 __all__ = ["HttpWebhookSender", "sign"]
 

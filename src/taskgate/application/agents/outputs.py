@@ -15,7 +15,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from taskgate import __version__
-from taskgate.application.ports import Clock, SessionFolders, UnitOfWorkFactory
+from taskgate.application.agents.ports import SessionFolders
+from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions.affinity import fence, held_here
 from taskgate.application.sessions.effects import NOTHING, Aftermath, NoEffects
 from taskgate.domain.entities import Session

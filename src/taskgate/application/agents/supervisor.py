@@ -25,17 +25,9 @@ from datetime import datetime
 from pathlib import PurePosixPath
 
 from taskgate.application.agents.outputs import OutputService
+from taskgate.application.agents.ports import AgentEndpoint, AgentExit, AgentRunner
 from taskgate.application.operators.access import AccessService
-from taskgate.application.ports import (
-    AgentEndpoint,
-    AgentExit,
-    AgentRunner,
-    Clock,
-    IdGenerator,
-    StepClaim,
-    UnitOfWork,
-    UnitOfWorkFactory,
-)
+from taskgate.application.ports import Clock, IdGenerator, StepClaim, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.sessions import crashpoints
 from taskgate.application.sessions.commands import FireResult, FireTrigger
 from taskgate.application.sessions.effects import NOTHING, Aftermath

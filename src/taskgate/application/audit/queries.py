@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from taskgate.application.ports import TransitionQuery, UnitOfWorkFactory
+from taskgate.application.ports import UnitOfWorkFactory
+from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.domain.bounds import ROW_LIMITS
 from taskgate.domain.entities import Outcome, TransitionRecord
 from taskgate.domain.errors import InvalidInput

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from taskgate.application.nodes.heartbeats import NodeService
-from taskgate.application.ports import Clock, NodeRecord, UnitOfWorkFactory
+from taskgate.application.nodes.ports import NodeRecord
+from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions.commands import FireTrigger
 from taskgate.application.sessions.engine import SessionService
 from taskgate.application.workspaces.worktrees import WorkspaceService

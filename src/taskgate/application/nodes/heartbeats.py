@@ -26,7 +26,8 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from taskgate.application.ports import Clock, Lease, NodeRecord, UnitOfWork, UnitOfWorkFactory
+from taskgate.application.nodes.ports import Lease, NodeRecord
+from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from taskgate.domain.entities import Agent, AgentStatus
 from taskgate.domain.errors import TaskgateError
 

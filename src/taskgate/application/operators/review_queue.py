@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from taskgate.application.ports import UnitOfWorkFactory, WorkspaceContext
+from taskgate.application.ports import UnitOfWorkFactory
 from taskgate.application.sessions.engine import SessionService
 from taskgate.application.sessions.guards import PolicyCheck
 from taskgate.application.workflows.engine import WorkflowEngine
+from taskgate.application.workspaces.ports import WorkspaceContext
 from taskgate.application.workspaces.worktrees import WorkspaceService
 from taskgate.domain.entities import Session
 from taskgate.domain.errors import TaskgateError

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 
-from taskgate.application.ports import NodeRecord, UnitOfWork
+from taskgate.application.nodes.ports import NodeRecord
+from taskgate.application.ports import UnitOfWork
 from taskgate.domain.entities import Session
 from taskgate.domain.errors import WrongNode
 

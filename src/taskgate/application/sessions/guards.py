@@ -21,8 +21,10 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
-from taskgate.application.ports import Clock, TestRunner, UnitOfWorkFactory, VcsProvider
+from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions.policy_book import PolicyBook
+from taskgate.application.sessions.ports import TestRunner
+from taskgate.application.workspaces.ports import VcsProvider
 from taskgate.domain.entities import Project, Session
 from taskgate.domain.errors import VcsError
 from taskgate.domain.policies.facts import (

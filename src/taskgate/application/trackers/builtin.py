@@ -15,8 +15,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
-from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory, VcsProvider
+from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.trackers.sync import TrackerSync, sync_task_if_unknown
+from taskgate.application.workspaces.ports import VcsProvider
 from taskgate.domain.bounds import IDS, PRIORITIES, ROW_LIMITS
 from taskgate.domain.entities import Operator, Permission, Plan, PlanStatus, Project, Role, Task, TaskStatus
 from taskgate.domain.errors import AlreadyExists, InvalidInput, ProjectArchived, ProjectNotFound

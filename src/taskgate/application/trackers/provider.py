@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from taskgate.application.ports import Clock, TrackerIssue, UnitOfWork, UnitOfWorkFactory
+from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from taskgate.application.trackers.ports import TrackerIssue
 from taskgate.domain.entities import Project, Task, TaskStatus
 from taskgate.domain.errors import TaskNotFound
 

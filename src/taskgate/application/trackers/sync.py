@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from taskgate.application.ports import Clock, TrackerIssue, TrackerProvider, UnitOfWorkFactory
+from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions.commands import EffectRefused, FireTrigger
 from taskgate.application.sessions.effects import NoEffects
+from taskgate.application.trackers.ports import TrackerIssue, TrackerProvider
 from taskgate.domain.beads import OPEN, qualified_id, task_status_for_import
 from taskgate.domain.entities import Project, Session, Task, TaskStatus
 from taskgate.domain.errors import ClaimRefused, InvalidInput, TaskgateError, TaskNotFound

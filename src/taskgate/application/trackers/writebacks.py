@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from taskgate.application.ports import Clock, TrackerProvider, UnitOfWorkFactory
+from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions.commands import FireResult, FireTrigger
 from taskgate.application.sessions.effects import NOTHING, Aftermath, NoEffects
+from taskgate.application.trackers.ports import TrackerProvider
 from taskgate.domain import writebacks as wb
 from taskgate.domain.entities import TaskStatus, task_status_for
 from taskgate.domain.errors import InvalidInput, TaskgateError

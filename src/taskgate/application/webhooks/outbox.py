@@ -35,7 +35,8 @@ from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import Literal
 
-from taskgate.application.ports import Clock, Delivery, SendResult, UnitOfWork, UnitOfWorkFactory, WebhookSender
+from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from taskgate.application.webhooks.ports import Delivery, SendResult, WebhookSender
 from taskgate.domain.errors import InvalidInput
 
 log = logging.getLogger("taskgate.webhooks")

@@ -39,7 +39,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from taskgate.application.agents.outputs import OutputService
-from taskgate.application.ports import Clock, ProjectFiles, UnitOfWorkFactory
+from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions.commands import FireResult, FireTrigger
 from taskgate.application.sessions.effects import NOTHING, Aftermath, NoEffects
 from taskgate.application.sessions.engine import SessionService
@@ -57,6 +57,7 @@ from taskgate.application.workflows.ports import (
 )
 from taskgate.application.workflows.routing import Routing
 from taskgate.application.workflows.steps import StepStarts
+from taskgate.application.workflows.storage import ProjectFiles
 from taskgate.application.workflows.views import StackReading
 from taskgate.domain.entities import Session, StepRun
 from taskgate.domain.errors import ConcurrentModification, ConflictError, InvalidInput, InvalidTransition

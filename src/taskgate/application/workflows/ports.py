@@ -7,8 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from taskgate.application.ports import StepClaim, WorkspaceContext
-from taskgate.domain.entities import Agent
+from taskgate.application.ports import StepClaim
+from taskgate.application.workspaces.ports import WorkspaceContext
+from taskgate.domain.entities import (
+    Agent,
+)
 from taskgate.domain.workflows.run import LoopLimits
 
 SYSTEM_ACTOR = "system"  # who the log names for what the engine fires itself (fail, work_complete)

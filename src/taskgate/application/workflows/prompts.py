@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from taskgate.application.ports import ProjectFiles
+from taskgate.application.workflows.storage import ProjectFiles
 from taskgate.domain.errors import InvalidInput
 from taskgate.domain.workflows.definitions import Step, StepType
 from taskgate.domain.workflows.run import Frame

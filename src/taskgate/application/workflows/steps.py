@@ -10,11 +10,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from taskgate.application.agents.outputs import OutputService
-from taskgate.application.ports import Clock, ProjectFiles, UnitOfWork, UnitOfWorkFactory
+from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.workflows.passes import AGENT_STEPS
 from taskgate.application.workflows.ports import WorkflowOptions
 from taskgate.application.workflows.prompts import PromptFacts, step_prompts
 from taskgate.application.workflows.records import Carry
+from taskgate.application.workflows.storage import ProjectFiles
 from taskgate.domain.entities import Session, StepStatus
 from taskgate.domain.errors import Forbidden, InvalidInput, TaskgateError
 from taskgate.domain.workflows.definitions import ContextMode, Step, StepType, Workflow

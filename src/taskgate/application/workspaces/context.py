@@ -15,8 +15,9 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory, VcsProvider
+from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.trackers.sync import TrackerSync
+from taskgate.application.workspaces.ports import VcsProvider
 from taskgate.domain.entities import Plan, PlanStatus, Task, TaskStatus
 from taskgate.domain.errors import InvalidInput, VcsError
 

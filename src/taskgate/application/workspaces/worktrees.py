@@ -22,20 +22,13 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from taskgate.application.ports import (
-    BranchChange,
-    Clock,
-    UnitOfWork,
-    UnitOfWorkFactory,
-    VcsProvider,
-    WorkspaceContext,
-    WorktreeEntry,
-)
+from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.sessions import crashpoints
 from taskgate.application.sessions.commands import MERGE_REQUESTED, EffectRefused, FireResult, FireTrigger
 from taskgate.application.sessions.effects import NOTHING, Aftermath
 from taskgate.application.sessions.engine import SessionService
 from taskgate.application.workspaces.context import ContextScout, jsonable
+from taskgate.application.workspaces.ports import BranchChange, VcsProvider, WorkspaceContext, WorktreeEntry
 from taskgate.domain.entities import Project, Session, SessionSnapshot
 from taskgate.domain.errors import (
     BranchGone,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from taskgate.application.ports import TransitionQuery
+from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.domain import session_fsm
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import (

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from taskgate.application.board import BoardFilter
-from taskgate.application.ports import TransitionQuery
+from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.application.timestamps import parse_timestamp
 from taskgate.bootstrap import App
 from taskgate.domain.access import Capability

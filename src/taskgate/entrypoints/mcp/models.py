@@ -10,12 +10,12 @@ from pydantic import BaseModel, Field
 
 from taskgate.application.operators.decisions import DecisionResult
 from taskgate.application.operators.review_queue import ReviewItem
-from taskgate.application.ports import WorkspaceContext
 from taskgate.application.sessions.guards import PolicyCheck
 from taskgate.application.sessions.policy_book import PolicyEntry
 from taskgate.application.trackers.builtin import TaskAdded
 from taskgate.application.workflows.views import StackView
 from taskgate.application.workspaces.context import ProjectContext
+from taskgate.application.workspaces.ports import WorkspaceContext
 from taskgate.domain.agents.reports import AgentReport
 from taskgate.domain.entities import Agent, Plan, Project, Session, SessionSnapshot, Task, TransitionRecord
 from taskgate.domain.outputs import OutputRecord

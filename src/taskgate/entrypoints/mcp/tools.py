@@ -17,8 +17,9 @@ from pydantic import Field
 from taskgate.application.agents.outputs import SaveOutput
 from taskgate.application.operators.decisions import Decide
 from taskgate.application.operators.roster import authorize_in
-from taskgate.application.ports import TransitionQuery, UnitOfWork
+from taskgate.application.ports import UnitOfWork
 from taskgate.application.sessions.commands import FireTrigger, StartTask, parse_trigger
+from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.domain.access import (
     DECISION_TRIGGERS,

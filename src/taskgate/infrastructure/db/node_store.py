@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import case, delete, func, or_, select, update
 
-from taskgate.application.ports import Lease, NodeRecord
+from taskgate.application.nodes.ports import Lease, NodeRecord
 from taskgate.domain.entities import AgentStatus
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Integer, String, Text, func, insert, literal, or_, select, update
 
-from taskgate.application.ports import Delivery, OutboxEvent
+from taskgate.application.webhooks.ports import Delivery, OutboxEvent
 from taskgate.domain import writebacks as wb
 from taskgate.domain.errors import WritebackNotFound
 from taskgate.domain.writebacks import Writeback

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from taskgate.application.ports import TransitionQuery
+from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.domain.entities import (
     Compensation,
     Decision,

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import and_, exists, insert, or_, select, update
 
-from taskgate.application.ports import TaskFacts
+from taskgate.application.trackers.ports import TaskFacts
 from taskgate.domain.beads import WAITS_FOR_ANY
 from taskgate.domain.entities import Plan, PlanStatus, Project, Task, TaskStatus
 from taskgate.domain.errors import PlanNotFound, ProjectNotFound, TaskNotFound

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from taskgate.application.ports import TrackerIssue
+from taskgate.application.trackers.ports import TrackerIssue
 from taskgate.domain.beads import CLOSED, is_valid_issue_id
 from taskgate.domain.entities import Project, TaskStatus
 from taskgate.domain.errors import ClaimRefused, InvalidInput, TaskNotFound, TrackerError

@@ -1,0 +1,163 @@
+"""The agents' ports: their rows, the processes they run as (AgentRunner), the MCP endpoint they call back on, and the
+session folders they write to."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from taskgate.domain.entities import (
+    Agent,
+    AgentStatus,
+)
+from taskgate.domain.outputs import OutputLimits, OutputRecord
+
+
+class AgentRepository(Protocol):
+    """The agents of sessions (one row per agent process) and their heartbeats."""
+
+    async def add(self, agent: Agent) -> None: ...
+    async def of_session(self, session_id: str) -> list[Agent]:
+        """The session's agents, by id."""
+
+    async def many(self, agent_ids: Sequence[str]) -> list[Agent]:
+        """The agents with these ids, in the order given; ids of no agent are left out."""
+
+    async def last_run(self, session_id: str) -> int:
+        """The highest launch number (`Agent.run`) among the session's agents; 0 when it has none."""
+
+    async def heartbeat(self, agent_id: str, at: datetime) -> bool:
+        """Record a sign of life; False when no such agent exists."""
+
+    async def set_status(self, agent_id: str, status: AgentStatus, at: datetime) -> None:
+        """Set the status; a status other than queued/running also sets completed_at to `at`."""
+
+    async def update(self, agent: Agent) -> None:
+        """Write every field of the agent (status, pid, times, exit code, output tail, error)."""
+
+    async def active(self) -> list[Agent]:
+        """Agents queued or running, of every session (what a restarted service must re-attach or fail)."""
+
+    async def of_node(self, node_id: str, statuses: frozenset[AgentStatus]) -> list[Agent]:
+        """The node's agents in these statuses, by session then id."""
+
+    async def stale(self, before: datetime) -> list[Agent]:
+        """Running agents whose last sign of life (heartbeat_at, else started_at) is older than `before`, by
+        session then id. Agents with neither timestamp are left out: nothing says when they were last alive."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentExit:
+    """How an agent process ended. `exit_code` is None when it was killed or its status is unknown;
+    `reason` is exited | timeout | cancelled | output_limit | start_failed | lost."""
+
+    exit_code: int | None
+    reason: str
+    output_tail: str
+
+
+class AgentRunner(Protocol):
+    """Starts agent processes (argv lists, never a shell) in their own process group, and watches them."""
+
+    async def start(
+        self, command: list[str], cwd: str, env: dict[str, str], output_path: str, inherit: Sequence[str] = ()
+    ) -> int:
+        """Start the agent; its stdout and stderr go to `output_path`. Returns the process (group) id. `env` is
+        added to a built environment; of the service's own environment only a few basics and the variables
+        named in `inherit` (the agent type's credentials) pass through.
+
+        Raises: InvalidInput when the program cannot be started (missing, not executable, no cwd).
+        """
+
+    def write_private(self, path: str, text: str) -> None:
+        """Write a file only the service's user may read (an agent's MCP config, which holds its token)."""
+
+    async def wait(
+        self,
+        pid: int,
+        *,
+        output_path: str,
+        timeout_s: float,
+        max_output_bytes: int,
+        stop: asyncio.Event,
+        beat: Callable[[], Awaitable[None]],
+        beat_every_s: float,
+    ) -> AgentExit:
+        """Until the agent ends, calling `beat` every `beat_every_s` while it runs. A timeout, `stop` being set
+        or the output growing past `max_output_bytes` kills the whole process group. Works for agents started
+        by an earlier process too (re-attach after a restart)."""
+
+    def alive(self, pid: int) -> bool: ...
+    def ended(self, output_path: str) -> AgentExit | None:
+        """How an agent that is gone ended, if its wrapper recorded it (re-attach after a restart)."""
+
+    def started(self, output_path: str | None) -> bool:
+        """Whether a process was ever started with this output (a queued agent found at restart that was not
+        is started then; one that was, with no pid recorded, is lost)."""
+
+    def has_credential(self, variables: Sequence[str], logins: Sequence[str]) -> bool:
+        """Whether one of `variables` is set in the service's environment, or one of `logins` (paths under HOME,
+        a CLI's own login) exists."""
+
+    def locate(self, program: str) -> str | None:
+        """Where `program` (an agent command's first element) would be run from: its path, or None when it is
+        not installed (not on PATH, or not an executable file)."""
+
+    def read_log(self, output_path: str, max_bytes: int) -> str:
+        """The last `max_bytes` of the agent's log (its stdout and stderr), decoded leniently; "" when there is none."""
+
+
+class AgentEndpoint(Protocol):
+    """Where agents reach taskgate's MCP tools. The supervisor acquires it before an agent starts (the URL goes to
+    the agent) and releases it when the agent's supervision ends, so an endpoint that runs only for its agents
+    (a loopback listener of a CLI process) lives exactly as long as they do."""
+
+    async def acquire(self) -> str:
+        """The endpoint's URL, started first if need be."""
+        ...
+
+    async def release(self) -> None:
+        """One acquirer is done with it."""
+        ...
+
+
+class SessionFolders(Protocol):
+    """The session folders (`<data_dir>/agent-outputs/<session id>/`): files agents save, and `manifest.json`.
+
+    Every write stays inside the session's folder: paths are checked by `domain.outputs.output_path`, and the
+    adapter follows no symbolic link. Manifest updates are atomic and serialised per session (also across
+    processes). Session ids must be UUIDs (InvalidInput otherwise)."""
+
+    limits: OutputLimits
+
+    def path(self, session_id: str) -> str:
+        """The folder's absolute path (it may not exist yet)."""
+
+    async def place(self, session_id: str, relative: str) -> str:
+        """Put the folder at `relative` under the root (a workflow's `session_folder`), before it exists; returns
+        its path. Raises: InvalidInput (a bad path, no session id in it, the folder exists already)."""
+
+    async def ensure(self, session_id: str) -> str:
+        """Create the folder if needed; returns its path. Raises: Forbidden when it is a symlink."""
+
+    async def write_output(
+        self, session_id: str, relative: str, data: bytes, *, at: datetime, by: str, task: dict[str, Any]
+    ) -> OutputRecord:
+        """Write `data` to `relative` (atomically replacing an earlier file) and list it in the manifest (created
+        with `task` if missing). Raises: InvalidInput for a bad path or a broken limit; Forbidden for a symlink
+        or something that is not a regular file or folder on the way."""
+
+    def has_manifest(self, session_id: str) -> bool:
+        """Whether the session's folder has a manifest, from a stat or two on the calling thread: for skipping
+        work on the many sessions without a folder. A True answer is no promise; read_manifest decides."""
+
+    async def read_manifest(self, session_id: str) -> dict[str, Any] | None:
+        """The manifest, or None when the folder has none (or an unreadable one)."""
+
+    async def update_manifest(
+        self, session_id: str, mutate: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Replace the manifest with `mutate(current)` (an empty manifest when there is none); returns it."""
