@@ -23,7 +23,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from taskgate.application.agents.supervisor import LAUNCH, AgentService
+from taskgate.application.agents.runs import LAUNCH
+from taskgate.application.agents.supervisor import AgentService
 from taskgate.application.operators.access import AccessService
 from taskgate.application.sessions.commands import MERGE_REQUESTED, START_REQUESTED
 from taskgate.application.sessions.engine import SessionService

@@ -1,0 +1,237 @@
+"""An agent's life as a process: a supervising task per agent takes a slot, claims the start (fenced: the session
+executing, this node holding it), starts the process with its token and MCP endpoint, watches it (heartbeats, timeout,
+stop) and records how it ended."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import suppress
+from dataclasses import replace
+from datetime import datetime
+from pathlib import PurePosixPath
+
+from taskgate.application.agents.ports import AgentExit
+from taskgate.application.ports import UnitOfWork
+from taskgate.application.sessions.engine import SessionService
+from taskgate.domain.agents.kinds import AgentType
+from taskgate.domain.agents.reports import parse_report
+from taskgate.domain.entities import Agent, AgentStatus
+from taskgate.domain.errors import InvalidInput, TaskgateError, WrongNode
+from taskgate.domain.states import SessionState
+
+
+class AgentProcesses:
+    """Each agent's process: started once its start is claimed, watched (heartbeats, timeout, stop), and how it ended
+    recorded, every write fenced."""
+
+    def _supervise(self, agent: Agent, kind: AgentType, *, reattach: bool) -> None:
+        stop = self._stops[agent.id] = asyncio.Event()
+        gone = self._gone[agent.id] = asyncio.Event()
+        task = asyncio.create_task(self._run(agent, kind, stop, reattach=reattach))
+        tasks = self._tasks.setdefault(agent.session_id, set())
+        tasks.add(task)
+
+        def done(finished: asyncio.Task) -> None:
+            tasks.discard(finished)
+            self._stops.pop(agent.id, None)
+            self._gone.pop(agent.id, None)
+            gone.set()
+
+        task.add_done_callback(done)
+
+    async def _run(self, agent: Agent, kind: AgentType, stop: asyncio.Event, *, reattach: bool) -> None:
+        slot = self._per_session.setdefault(agent.session_id, asyncio.Semaphore(self._options.max_per_session))
+        try:
+            async with slot, self._global:
+                if stop.is_set():
+                    outcome = AgentExit(None, "cancelled", "")
+                else:
+                    agent = agent if reattach else await self._start(agent, kind, stop)
+                    outcome = (
+                        await self._watch(agent, kind, stop)
+                        if agent.pid
+                        else AgentExit(None, "start_failed", agent.error or "")
+                    )
+            self._gone.get(agent.id, asyncio.Event()).set()  # its process is gone: a waiting `stop` may go on
+            if stop.is_set() and not (outcome.reason == "exited" and outcome.exit_code == 0):
+                # stopped (a cancel, a fail): however the process ended, or failed to start in a worktree the
+                # cancel removed meanwhile, the agent was cancelled, not failed
+                outcome = AgentExit(outcome.exit_code, "cancelled", outcome.output_tail)
+            await self._finish(agent, outcome, notify=True)
+        except _NotStarted as exc:  # the session moved on (or the agent was stopped) before its process started
+            if not exc.ended:
+                await self._finish(agent, AgentExit(None, "cancelled", ""), notify=False, error=str(exc))
+        except WrongNode:
+            return  # another node holds the session now: this node writes nothing about it (logged by the fence)
+        except TaskgateError as exc:  # the database or the engine refused: record it, never lose the agent
+            await self._finish(agent, AgentExit(None, "start_failed", ""), notify=True, error=str(exc))
+        finally:
+            if agent.id in self._holding and self._endpoint is not None:  # every way out lets the endpoint go
+                self._holding.discard(agent.id)
+                await self._endpoint.release()
+
+    async def _start(self, agent: Agent, kind: AgentType, stop: asyncio.Event) -> Agent:
+        """Start the agent's process, once its start is claimed: in the transaction that issues its token, this
+        node still holds the session (fenced), the session is executing and the agent still queued (a cancel's
+        stop may have ended it before this task ran). A stop asked for after the claim is seen by `_watch`, which
+        kills the process it finds started. Raises: _NotStarted, WrongNode (nothing written)."""
+        session = await self._sessions.get(agent.session_id)
+
+        async def claim(uow: UnitOfWork) -> None:
+            current = await self._sessions.fence(uow, agent.session_id, f"the start of agent {agent.id}")
+            (row,) = await uow.agents.many([agent.id])
+            if row.status != AgentStatus.QUEUED or stop.is_set():
+                raise _NotStarted(f"stopped before its process started ({row.status.value})", ended=row.status
+                                  not in LIVE)  # fmt: skip
+            if current.state != SessionState.EXECUTING:
+                since = await SessionService.since(uow, current)
+                raise _NotStarted(f"not started: session {current.id} {since or current.state.value}", ended=False)
+
+        token = await self._access.create_agent_token(session.id, f"agent {agent.id}", agent_id=agent.id, check=claim)
+        folder = self._folder_of(session.id)
+        url = self._options.mcp_url
+        if self._endpoint is not None:
+            url = await self._endpoint.acquire()
+            self._holding.add(agent.id)
+        env = {**kind.env, "TASKGATE_SESSION_ID": session.id, "TASKGATE_TASK_ID": session.task_id,
+               "TASKGATE_SESSION_FOLDER": folder, "TASKGATE_MCP_URL": url, "TASKGATE_TOKEN": token.secret,
+               "TASKGATE_AGENT_ID": agent.id}  # fmt: skip
+        if self._outputs is not None:  # the session folder and its manifest exist before the agent writes there
+            await self._outputs.open_folder(session.id)
+        try:
+            command = [part.replace(MCP_URL, url) for part in agent.command]
+            self._wire_mcp(kind, agent, folder, url, token.secret)
+            cwd, output = str(session.worktree_path), str(agent.output_path)
+            pid = await self._runner.start(command, cwd, env, output, inherit=kind.credentials)
+            started = replace(agent, status=AgentStatus.RUNNING, pid=pid, started_at=self._clock.now())
+        except InvalidInput as exc:
+            started = replace(agent, error=str(exc))
+        if not await self._save(started, {"to": started.status.value, "pid": started.pid, "error": started.error}):
+            if started.pid:  # adopted elsewhere in the instant since the claim: the process must not work on
+                stop.set()
+                await self._watch(started, kind, stop)
+            raise WrongNode(agent.session_id, "another node", str(self._options.node_id), "see the log")
+        return started
+
+    def _wire_mcp(self, kind: AgentType, agent: Agent, folder: str, url: str, token: str) -> None:
+        """Claude Code reads its MCP servers from `--mcp-config FILE`: written here, private to the service's user,
+        holding this agent's own token (revoked when the agent ends). Codex takes the URL in its command
+        (`{mcp_url}`) and the token from TASKGATE_TOKEN; scripts read TASKGATE_MCP_URL/TASKGATE_TOKEN."""
+        if kind.mcp != "claude" or not url:
+            return
+        server = {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {token}"}}
+        path = str(PurePosixPath(folder, f"{agent.id}.mcp.json"))
+        self._runner.write_private(path, json.dumps({"mcpServers": {"taskgate": server}}, indent=2))
+
+    async def _watch(self, agent: Agent, kind: AgentType, stop: asyncio.Event) -> AgentExit:
+        async def beat() -> None:
+            try:
+                async with self._uow(write=True) as uow:
+                    await self._sessions.fence(uow, agent.session_id, f"the heartbeat of agent {agent.id}")
+                    await uow.agents.heartbeat(agent.id, self._clock.now())
+                    await uow.commit()
+            except WrongNode:  # another node adopted the session: its worktree is not this agent's any more
+                stop.set()
+
+        assert agent.pid is not None and agent.output_path is not None
+        return await self._runner.wait(
+            agent.pid, output_path=agent.output_path, timeout_s=kind.timeout_s, max_output_bytes=kind.max_output_bytes,
+            stop=stop, beat=beat, beat_every_s=self._options.heartbeat_interval_s,
+        )  # fmt: skip
+
+    async def _finish(self, agent: Agent, outcome: AgentExit, *, notify: bool, error: str | None = None) -> None:
+        ok = outcome.reason == "exited" and outcome.exit_code == 0
+        status = (
+            AgentStatus.COMPLETED
+            if ok
+            else (AgentStatus.CANCELLED if outcome.reason == "cancelled" else AgentStatus.FAILED)
+        )
+        reason = error or agent.error or (None if ok else describe_exit(outcome))
+        report, reason = self._reported(agent, outcome, reason)
+        done = replace(agent, status=status, exit_code=outcome.exit_code, output_tail=outcome.output_tail[-4000:],
+                       completed_at=self._clock.now(), error=reason, report=report)  # fmt: skip
+        # the agent's token dies in the transaction that records its end (durable: see `_save`)
+        saved = await self._save(done, {"to": status.value, "exit_code": outcome.exit_code, "reason": outcome.reason})
+        if saved and notify and status != AgentStatus.CANCELLED:
+            await self._after_agent(agent.session_id)
+
+    def _reported(self, agent: Agent, outcome: AgentExit, reason: str | None) -> tuple[dict | None, str | None]:
+        """What the agent's CLI said of its run (its JSON events, per the type's `output_format`), and the reason
+        it failed: a bare "exited with N" gets the CLI's own error appended (`exited with 1: API Error: 500 …`)."""
+        output_format = self._type_or_default(agent.agent_type).output_format
+        if output_format == "text" or not agent.output_path:
+            return agent.report, reason
+        report = parse_report(output_format, self._runner.read_log(agent.output_path, REPORT_BYTES))
+        if report is None:
+            return agent.report, reason
+        if report.is_error and report.error and outcome.reason == "exited" and reason == describe_exit(outcome):
+            reason = f"{reason}: {report.error}"
+        return report.as_dict(), reason
+
+    async def _save(self, agent: Agent, change: dict[str, object]) -> bool:
+        """Write the agent's row, its token's revocation when it ended, and an `agent.status` event, fenced: False
+        (nothing written, logged by the fence) when this node no longer holds the session."""
+        try:
+            async with self._uow(write=True) as uow:
+                await self._sessions.fence(uow, agent.session_id, f"agent {agent.id} {agent.status.value}")
+                await self._write_agent(uow, agent, change)
+                await uow.commit()
+        except WrongNode:
+            return False
+        if self._outputs is not None:  # manifest.json follows the agents
+            entry = {"id": agent.id, "name": agent.agent_type, "run": agent.run, "status": agent.status.value,
+                     "exit_code": agent.exit_code, "output": agent.output_path, "error": agent.error,
+                     "started_at": _iso(agent.started_at), "completed_at": _iso(agent.completed_at)}  # fmt: skip
+            with suppress(TaskgateError):  # a manifest that cannot be written never loses the agent's row
+                await self._outputs.record_agents(agent.session_id, [entry], status=f"agent {agent.status.value}")
+        return True
+
+    async def _write_agent(self, uow: UnitOfWork, agent: Agent, change: dict[str, object]) -> None:
+        await uow.agents.update(agent)
+        if agent.status not in LIVE and await uow.tokens.revoke_for_agent(agent.id, self._clock.now()):
+            # ended: its token stops working with the same commit, and the audit log says so
+            revoked = {"agent": agent.id, "why": "agent ended"}
+            await uow.events.append("token.revoked", self._clock.now(), revoked, agent.session_id)
+        payload = {"agent": agent.id, "type": agent.agent_type, **change}
+        await uow.events.append("agent.status", self._clock.now(), payload, agent.session_id)
+
+
+MCP_URL = "{mcp_url}"  # left in the stored command at queue time, replaced by the endpoint's URL at start
+
+
+REPORT_BYTES = 512 * 1024  # the end of an agent's log its CLI's report is read from (the result comes last)
+
+
+LIVE = frozenset({AgentStatus.QUEUED, AgentStatus.RUNNING})
+
+
+STOP_WAIT_S = 15.0  # how long `stop` waits for the stopped agents' supervisors (a kill takes ~2 s)
+
+
+class _NotStarted(TaskgateError):
+    """An agent's start was not claimed: the session left executing, or the agent was stopped, before its process
+    started. `ended`: its row says so already (a stop finished it), so nothing is left to record."""
+
+    def __init__(self, message: str, *, ended: bool) -> None:
+        super().__init__(message)
+        self.ended = ended
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at else None
+
+
+_DESCRIPTIONS = {
+    "timeout": "killed at its timeout",
+    "cancelled": "cancelled",
+    "output_limit": "killed: output over its limit",
+    "start_failed": "could not start",
+    "lost": "its process was lost (killed outside taskgate, or the service restarted without it)",
+}
+
+
+def describe_exit(outcome: AgentExit) -> str:
+    if outcome.reason == "exited":
+        return f"exited with {outcome.exit_code}"
+    return _DESCRIPTIONS.get(outcome.reason, outcome.reason)
