@@ -45,7 +45,7 @@ from taskgate.application.sessions.commands import FireTrigger, StartTask
 from taskgate.application.trackers.builtin import AddTask
 from taskgate.application.workflows.engine import WorkflowEngine, WorkflowOptions
 from taskgate.application.workflows.library import WorkflowService
-from taskgate.application.workspaces.worktrees import GitOptions
+from taskgate.application.workspaces.options import GitOptions
 from taskgate.bootstrap import build_agents, build_services, build_workflows, build_workspaces
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.entities import Agent, AgentStatus

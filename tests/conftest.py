@@ -39,7 +39,8 @@ from taskgate.application.operators.roster import OperatorService
 from taskgate.application.sessions.engine import SessionService
 from taskgate.application.trackers.builtin import TrackerService
 from taskgate.application.workspaces.context import ContextScout
-from taskgate.application.workspaces.worktrees import GitOptions, WorkspaceService
+from taskgate.application.workspaces.options import GitOptions
+from taskgate.application.workspaces.worktrees import WorkspaceService
 from taskgate.bootstrap import build_services, build_workspaces
 from taskgate.domain.errors import StorageError
 from taskgate.domain.policies.book import default_policies

@@ -40,8 +40,9 @@ from taskgate.application.webhooks.outbox import Subscriber, WebhookDispatcher
 from taskgate.application.workflows.engine import WorkflowEngine, WorkflowOptions
 from taskgate.application.workflows.library import WorkflowService
 from taskgate.application.workspaces.context import ContextScout
+from taskgate.application.workspaces.options import GitOptions
 from taskgate.application.workspaces.ports import VcsProvider
-from taskgate.application.workspaces.worktrees import GitOptions, WorkspaceService
+from taskgate.application.workspaces.worktrees import WorkspaceService
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.presets import PRESETS
 from taskgate.domain.entities import ApiToken

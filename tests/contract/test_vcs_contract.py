@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from taskgate.application.workspaces.merges import change_id
 from taskgate.application.workspaces.ports import BranchChange, VcsProvider, WorkspaceContext
-from taskgate.application.workspaces.worktrees import change_id
 from taskgate.domain.errors import BranchGone, VcsError, WorktreeMismatch
 from taskgate.infrastructure.git import GitPythonVcs
 from tests.conftest import make_git_repo

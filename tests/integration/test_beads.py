@@ -13,7 +13,7 @@ import pytest
 from taskgate.application.sessions.commands import FireTrigger, StartTask
 from taskgate.application.trackers.beads_import import BeadsImporter, ImportBeads
 from taskgate.application.trackers.builtin import AddTask
-from taskgate.application.workspaces.worktrees import GitOptions
+from taskgate.application.workspaces.options import GitOptions
 from taskgate.domain.entities import PlanStatus, Project, TaskStatus
 from taskgate.domain.errors import ClaimRefused, InvalidInput, TaskNotFound, TrackerError
 from taskgate.infrastructure.db.work_store import SqlAlchemyTaskRepository

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.application.workspaces.worktrees import change_id
+from taskgate.application.workspaces.merges import change_id
 from taskgate.domain.errors import WorktreeMismatch
 from taskgate.infrastructure import git as git_module
 from taskgate.infrastructure.git import GitPythonVcs

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from taskgate.application.sessions.commands import CreateSession, FireTrigger
-from taskgate.application.workspaces.worktrees import GitOptions
+from taskgate.application.workspaces.options import GitOptions
 from taskgate.domain.entities import Session, TaskStatus
 from taskgate.domain.errors import ConflictError, MergeConflict, VcsError, WorktreeNotCreated
 from taskgate.domain.states import SessionState

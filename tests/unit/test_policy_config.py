@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from taskgate.application.sessions.policy_book import PolicyBook, ProjectPolicies
-from taskgate.application.workspaces.worktrees import GitOptions
+from taskgate.application.workspaces.options import GitOptions
 from taskgate.bootstrap import policy_book
 from taskgate.domain.errors import InvalidInput
 from taskgate.domain.policies.violations import Severity

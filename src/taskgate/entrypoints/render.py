@@ -24,7 +24,7 @@ from taskgate.application.sessions.guards import PolicyCheck
 from taskgate.application.sessions.policy_book import PolicyEntry
 from taskgate.application.workspaces.context import ProjectContext
 from taskgate.application.workspaces.ports import WorkspaceContext
-from taskgate.application.workspaces.worktrees import WorktreeRow
+from taskgate.application.workspaces.reconcile import WorktreeRow
 from taskgate.domain.access import effective_permissions
 from taskgate.domain.agents.reports import AgentReport
 from taskgate.domain.entities import Agent, Operator, Outcome, Session, StepRun, Task, TransitionRecord
