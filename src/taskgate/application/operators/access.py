@@ -51,7 +51,7 @@ class AccessService:
     ) -> IssuedToken:  # fmt: skip
         """A token that reaches only `session_id`; with `agent_id`, that agent's own, revoked when it ends.
         Every token of a session is revoked when the session ends. `check` runs first in the same transaction (the
-        agent supervisor claims the agent's start there, fenced: application/agents/supervisor.py) and may refuse.
+        agent supervisor claims the agent's start there, fenced: application/agents/processes.py) and may refuse.
         Raises: SessionNotFound, and what `check` raises (nothing written)."""
         async with self._uow(write=True) as uow:
             if check is not None:

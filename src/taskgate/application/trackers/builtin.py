@@ -1,6 +1,6 @@
 """The built-in tracker: projects, plans, tasks with priorities and blockers, and operators.
 
-A plan closes by itself when its last task completes (application/sessions/engine.py). A task added to a closed plan
+A plan closes by itself when its last task completes (application/sessions/records.py). A task added to a closed plan
 reopens it, in the transaction that adds the task (event `plan.reopened`): the plan only closed because it had
 run out of work, and a closed plan's task could never start (`plan_open`). The plan row is locked while a
 task is added, so an addition and the completion of the plan's last task cannot both miss each other.
