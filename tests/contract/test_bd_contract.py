@@ -22,7 +22,7 @@ import pytest
 
 from taskgate.application.trackers.beads_import import parse_beads_jsonl
 from taskgate.domain.beads import BeadsGraph
-from tests.integration.test_beads_ready_equivalence import export as random_export
+from tests.integration.trackers.test_beads_ready_equivalence import export as random_export
 from tests.support import bead, install_fake_bd, jsonl, write_beads_state
 
 REAL_BD = shutil.which("bd")

@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import make_git_repo
 from tests.e2e.test_cli import TASKGATE, Cli, seed
 from tests.e2e.test_crash_points import _pg_database
-from tests.integration.test_webhooks import SECRET, receiver  # noqa: F401 (the fixture)
+from tests.integration.webhooks.test_webhooks import SECRET, receiver  # noqa: F401 (the fixture)
 from tests.support.served import db_rows
 
 

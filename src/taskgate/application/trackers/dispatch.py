@@ -32,7 +32,7 @@ may meet the winner's session half-way (it then carries it on, as `session start
 idempotent (a stack that has a root keeps it), and the one `dispatch.waiting` event is written under the session's
 row lock together with a `waiting_since` mark it checks first, so it is written once whoever got there. WIP is
 counted by the start itself under the plan's row lock, so racing dispatchers never overfill a plan.
-tests/integration/test_dispatch.py runs racing dispatchers on SQLite and PostgreSQL.
+tests/integration/trackers/test_dispatch.py runs racing dispatchers on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations

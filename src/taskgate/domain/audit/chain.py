@@ -126,7 +126,7 @@ _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=
 # except for: non-ASCII text and DEL (the reference escapes them), floats (orjson writes 1e-05 as 0.00001, NaN and
 # the infinities as null, which the reference refuses) and what orjson refuses (integers beyond 64 bits, keys that
 # are not text, lone surrogates), or what orjson writes and the reference refuses (a datetime, a UUID, a plain
-# enum). Those values are encoded by the reference, which raises where it must. tests/unit/test_audit_format.py
+# enum). Those values are encoded by the reference, which raises where it must. tests/unit/audit/test_format.py
 # compares the two on generated values. (Looking for floats in the output instead of the value costs as much:
 # a timestamp's "39.429963" and a hex digest's "5e" look like numbers to a pattern.)
 _SORTED_KEYS = orjson.OPT_SORT_KEYS

@@ -26,7 +26,7 @@ Why it cannot hang: the group is committed by whichever member finishes last, an
 holding the turn (no writer queued). A queued writer that is cancelled before its turn comes leaves the count
 of queued writers; if it was the last one, it starts a closer that takes the turn and commits the group.
 A crash anywhere before the COMMIT loses the whole group, none of which was acknowledged (SQLite's COMMIT is
-atomic); a crash after it keeps the whole group. `tests/integration/test_group_commit.py` kills a process at
+atomic); a crash after it keeps the whole group. `tests/integration/db/test_group_commit.py` kills a process at
 both boundaries.
 
 PostgreSQL does not use this: its transactions run concurrently on their own connections, and its WAL writer

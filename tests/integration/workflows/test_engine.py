@@ -317,7 +317,7 @@ async def test_the_last_approval_is_the_verification_decision_unless_an_agent_ru
 async def test_a_guard_that_refuses_the_last_approval_as_verification_leaves_the_session_verifying_saying_why(
     services, git_repo, tmp_path
 ):
-    from tests.integration.test_decisions import product_services  # require_tests runs the project's tests
+    from tests.integration.operators.test_decisions import product_services  # require_tests runs the project's tests
 
     failing = [sys.executable, "-c", "import sys; print('2 tests failed'); sys.exit(3)"]
     services = product_services(services, repo={"test_command": failing, "test_timeout_s": 30})

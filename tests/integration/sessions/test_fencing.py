@@ -22,7 +22,7 @@ from taskgate.application.sessions.commands import FireTrigger
 from taskgate.domain.errors import WrongNode
 from taskgate.domain.policies.violations import Violation
 from tests.builders import ACTOR
-from tests.integration.test_agents import agent_types, alive, planning_session, supervisor
+from tests.integration.agents.test_supervisor import agent_types, alive, planning_session, supervisor
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -19,7 +19,7 @@ from taskgate.domain.workflows.validation import validate_documents
 from taskgate.domain.workflows.visibility import Viewer, allows, check_visible
 from taskgate.infrastructure.workflow_files import WorkflowFiles, parse_text
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "workflows"
 OPENAGENTS_AGENTS = {"plan", "build", "test", "review", "researcher", "reviewer"}
 

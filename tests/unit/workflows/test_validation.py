@@ -27,7 +27,7 @@ from taskgate.domain.workflows.mermaid import to_mermaid
 from taskgate.domain.workflows.validation import validate_documents
 from taskgate.infrastructure.workflow_files import WorkflowFiles, parse_text
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "src" / "taskgate" / "catalogue"
 BROKEN = ROOT / "tests" / "fixtures" / "workflows" / "broken"
 AGENTS = {"coder", "tester", "reviewer"}  # the example agent types of the built-in catalogue

@@ -94,7 +94,7 @@ def test_only_closed_and_deleted_import_as_completed() -> None:
         assert task_status_for_import(other) == TaskStatus.OPEN
 
 
-# The ready rule itself: tests/unit/test_beads_ready_rule.py.
+# The ready rule itself: tests/unit/trackers/test_beads_ready_rule.py.
 
 
 # -- the importer on the fakes --------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from taskgate.domain.agents.reports import MAX_FINAL_MESSAGE, AgentReport, parse_report
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "agent_output"
+DATA = Path(__file__).resolve().parents[2] / "data" / "agent_output"
 FORMATS = ("claude-stream-json", "codex-json", "text")
 
 

@@ -23,7 +23,7 @@ from taskgate.domain.states import SessionState
 from taskgate.infrastructure.git import GitPythonVcs
 from tests.builders import ACTOR, fire, seed, start
 from tests.conftest import Services, make_git_repo, open_database, wire
-from tests.integration.test_worktrees import awaiting_merge, branches, commit, git
+from tests.integration.workspaces.test_worktrees import awaiting_merge, branches, commit, git
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """After an import, `task ready` lists exactly what `bd ready` would: random Beads graphs, imported for real,
-compared with the rule of domain/beads.py (itself checked case by case in tests/unit/test_beads_ready_rule.py)."""
+compared with the rule of domain/beads.py (itself checked case by case in
+tests/unit/trackers/test_beads_ready_rule.py)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from taskgate.domain.entities import Agent, AgentStatus
 from taskgate.domain.errors import ConflictError, InvalidInput, WrongNode
 from tests.builders import fire, seed, start
 from tests.fakes import FakeClock
-from tests.integration.test_workflow_engine import LINEAR
+from tests.integration.workflows.test_engine import LINEAR
 from tests.workflow_support import planning_with, rig
 
 

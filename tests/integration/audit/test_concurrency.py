@@ -33,7 +33,7 @@ from tests.conftest import SQL_BACKENDS, Services, open_database, wire
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow, pytest.mark.timeout(120)]
 
-WORKER = Path(__file__).with_name("_audit_worker.py")
+WORKER = Path(__file__).with_name("_worker.py")
 WORKER_TIMEOUT_S = 45.0  # per wait (get ready, one round, exit)
 SESSIONS = 50
 PER_SESSION = 2  # toggles per session per process: 2 processes x 50 sessions x 2 = 200 transitions
@@ -47,7 +47,7 @@ async def services(request: pytest.FixtureRequest, tmp_path: Path):
 
 
 class Workers:
-    """The two worker processes (_audit_worker.py), started once; each `round()` releases both together."""
+    """The two worker processes (_worker.py), started once; each `round()` releases both together."""
 
     def __init__(self, svc: Services, logs: Path) -> None:
         self._specs = [{"url": svc.url, "actor": f"worker-{n}"} for n in range(2)]

@@ -12,9 +12,9 @@ from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.entities import AgentStatus
 from taskgate.domain.states import SessionState
 from tests.builders import ACTOR
-from tests.integration.test_agents import planning_session, supervisor
+from tests.integration.agents.test_supervisor import planning_session, supervisor
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "agent_output"
+DATA = Path(__file__).resolve().parents[2] / "data" / "agent_output"
 # Prints the transcript file it is given line by line (stderr noise first, as a CLI's warnings), exits with argv[2].
 REPLAY = """
 import sys, time

@@ -1,5 +1,5 @@
 """A separate OS process that fires suspend/resume transitions concurrently on sessions another process fires on
-too (driven by test_audit_concurrency.py), so that both processes append to the same audit chains at once.
+too (driven by test_concurrency.py), so that both processes append to the same audit chains at once.
 
 Self-contained on purpose: it imports only `taskgate`, never the `tests` package.
 
