@@ -99,3 +99,13 @@ def test_an_unknown_command_is_named_by_typer_with_every_command_loaded(tmp_path
     done, _ = _loads(tmp_path, "sesion")
     assert done.returncode == 2
     assert "No such command 'sesion'" in done.stderr
+
+
+def test_python_dash_m_taskgate_is_the_same_cli(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "taskgate", "fsm", "--format", "mermaid"], cwd=tmp_path,
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("stateDiagram-v2") and "created --> initializing: initialize" in done.stdout
+    helped = subprocess.run([sys.executable, "-m", "taskgate", "--help"], cwd=tmp_path, env=_env(tmp_path),
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert "Usage: taskgate [OPTIONS] COMMAND [ARGS]..." in helped.stdout
