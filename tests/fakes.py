@@ -862,13 +862,30 @@ class FakeVcs:
                 merge = self._new_commit(f"Merge '{base}' into '{branch}'", frozenset())
                 history[:] = [*history, *theirs, merge]
             rebased = True
+        before = base_history[-1]
         if mode == "ff-only":
             base_history[:] = history
         else:
             new = [c for c in history if c not in set(base_history)]
             merge = self._new_commit(f"Merge branch '{branch}' (taskgate)", frozenset())
             base_history[:] = [*base_history, *new, merge]
-        return MergeOutcome(True, base, merged_commit=base_history[-1], rebased=rebased)
+        return MergeOutcome(True, base, merged_commit=base_history[-1], rebased=rebased, base_before=before)
+
+    async def merged_context(
+        self, repo_root: str, base: str, before: str, merged: str, *, max_patch_bytes: int = 200_000
+    ) -> WorkspaceContext:
+        history = self._history(self._repo(repo_root), merged)
+        if before not in history or not history:
+            raise VcsError(f"commit {before[:12]} of the merge into '{base}' is not in {repo_root}")
+        own = history[history.index(before) + 1 :]
+        files = sorted(self._files(own))
+        patch = "".join(f"diff --git a/{f} b/{f}\n" for f in files)
+        return WorkspaceContext(
+            branch=base, base_ref=base, base_commit=before, head_commit=merged, ahead=len(own), behind=0,
+            diff_stat=[FileStat(f, 1, 0) for f in files], patch=patch[:max_patch_bytes],
+            patch_truncated=len(patch) > max_patch_bytes, commits=[self._info(c) for c in reversed(own)],
+            dirty=[], untracked=[], conflicts=[],
+        )  # fmt: skip
 
     async def base_exists(self, repo_root: str, base: str) -> bool:
         return base in self._repo(repo_root).branches

@@ -484,3 +484,19 @@ async def test_a_branch_and_worktree_both_deleted_by_hand_point_to_the_dangling_
         await merge(driver)
     assert refused.value.last_commit is None
     assert "git fsck --lost-found" in str(refused.value) and "reflog`" not in str(refused.value)
+
+
+@pytest.mark.parametrize("mode", ["ff-only", "no-ff"])
+async def test_merged_context_is_what_the_merge_landed_even_once_branch_and_worktree_are_gone(
+    driver: Driver, mode: str
+) -> None:
+    await create(driver)
+    driver.commit(driver.path("s1"), ["feature.txt"], "feature")
+    driver.advance_base(["other.txt"], "another session")
+    outcome = await merge(driver, mode=mode)
+    assert outcome.base_before is not None and outcome.base_before != outcome.merged_commit
+    await driver.vcs.remove_worktree(driver.root, driver.path("s1"), BRANCH)
+    landed = await driver.vcs.merged_context(driver.root, "main", outcome.base_before, outcome.merged_commit)
+    assert [f.path for f in landed.diff_stat] == ["feature.txt"]  # the other session's file was on main before
+    assert "feature" in [c.subject for c in landed.commits] and landed.head_commit == outcome.merged_commit
+    assert (landed.dirty, landed.untracked, landed.behind) == ([], [], 0)

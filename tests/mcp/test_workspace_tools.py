@@ -155,3 +155,25 @@ async def test_a_branch_and_worktree_deleted_by_hand_are_refused_pointing_to_the
         text = await tools.refused("session_review", session_id=session["id"])
         assert f"branch '{session['branch']}'" in text and "git fsck --lost-found" in text, text
         assert "reflog`" not in text
+
+
+async def test_a_merged_session_is_reviewed_as_what_its_merge_landed_and_a_cancelled_one_says_why_not(
+    services, tmp_path
+):
+    """Issue 38: review of a session taskgate merged said its branch was "deleted outside taskgate"."""
+    async with connect(services, ALICE) as tools:
+        repo, session = await started(tools, tmp_path)
+        commit(session["worktree"], "api.py", "def api(): ...\n", "feat: api")
+        for trigger in ("plan_complete", "work_complete", "approve"):
+            await tools.ok("session_fire", session_id=session["id"], trigger=trigger)
+        commit(repo, "NOTES.md", "a colleague's note\n", "docs: notes")  # main moves: the merge rebases
+        assert (await tools.ok("project_session_merge", session_id=session["id"]))["state"] == "completed"
+        review = await tools.ok("session_review", session_id=session["id"], patch=True)
+        assert [f["path"] for f in review["files"]] == ["api.py"] and "+def api(): ..." in review["patch"]
+        assert [c["subject"] for c in review["commits"]] == ["feat: api"]
+
+        await tools.ok("task_add", title="Another")
+        other = await tools.ok("project_session_start", task_id="SHOP-2")
+        await tools.ok("session_fire", session_id=other["id"], trigger="cancel")
+        text = await tools.refused("session_review", session_id=other["id"])
+        assert "cancelled without a merge" in text and "deleted outside taskgate" not in text, text

@@ -371,6 +371,11 @@ class GitPythonVcs:
     ) -> WorkspaceContext:
         return await asyncio.to_thread(_workspace_context, repo_root, path, branch, base, max_patch_bytes)
 
+    async def merged_context(
+        self, repo_root: str, base: str, before: str, merged: str, *, max_patch_bytes: int = 200_000
+    ) -> WorkspaceContext:
+        return await asyncio.to_thread(_merged_context, repo_root, base, before, merged, max_patch_bytes)
+
     async def worktree_state(self, repo_root: str, path: str, branch: str, base: str) -> WorktreeState:
         """Three git processes, two of them one after the other: the worktree check (one `rev-parse` in the
         usual case) then its status, and beside them the log of the commits not on base, which reads only the
@@ -646,6 +651,21 @@ def _workspace_context(repo_root: str, path: str, branch: str, base: str, max_pa
     )
 
 
+def _merged_context(repo_root: str, base: str, before: str, merged: str, max_patch: int) -> WorkspaceContext:
+    start, end = _rev(repo_root, before), _rev(repo_root, merged)
+    if not start or not end:
+        missing = before if not start else merged
+        raise VcsError(f"commit {missing[:12]} of the merge into '{base}' is not in {repo_root} (garbage-collected?)")
+    patch = _git(repo_root, "diff", "--no-color", "--no-ext-diff", start, end)
+    commits = _commits(repo_root, f"{start}..{end}")
+    return WorkspaceContext(
+        branch=base, base_ref=base, base_commit=start, head_commit=end, ahead=len(commits), behind=0,
+        diff_stat=_numstat(_git(repo_root, "diff", "--numstat", "-z", "--no-renames", start, end)),
+        patch=patch[:max_patch], patch_truncated=len(patch) > max_patch, commits=commits,
+        dirty=[], untracked=[], conflicts=[],
+    )  # fmt: skip
+
+
 def _fork_point(repo_root: str, base: str, head: str) -> tuple[str, str]:
     """(base commit, merge base of it and `head`). Raises: VcsError when base is missing or they share none."""
     base_commit = _rev(repo_root, base)
@@ -765,7 +785,7 @@ def _merge(repo_root: str, path: str, branch: str, base: str, strategy: str, mod
                 return MergeOutcome(False, base, conflicts=conflicts, detail=f"{strategy} onto '{base}' conflicted")
             rebased = True
         merged = _merge_into_base(repo_root, branch, base, base_commit, mode)
-        return MergeOutcome(True, base, merged_commit=merged, rebased=rebased)
+        return MergeOutcome(True, base, merged_commit=merged, rebased=rebased, base_before=base_commit)
 
 
 def _ensure_worktree(repo_root: str, path: str, branch: str) -> _Checkout:

@@ -57,7 +57,7 @@ class WorkspaceMerges:
             )
             raise EffectRefused(error, [violation], {"state_data": {"merge_conflicts": outcome.conflicts, **forget}})
         merge = {"commit": outcome.merged_commit, "into": outcome.base_ref, "rebased": outcome.rebased,
-                 "mode": self._options.merge_mode}  # fmt: skip
+                 "mode": self._options.merge_mode, "from": outcome.base_before}  # fmt: skip
         reason = cmd.reason or f"merged into {outcome.base_ref} at {str(outcome.merged_commit)[:12]}"
         changes = {"state_data": {"merge": merge, "merge_conflicts": None, "worktree_missing": None, **forget}}
         return replace(cmd, reason=reason, changes=changes)

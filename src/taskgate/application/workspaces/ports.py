@@ -91,6 +91,7 @@ class MergeOutcome:
     rebased: bool = False
     conflicts: list[str] = field(default_factory=list)
     detail: str = ""
+    base_before: str | None = None  # the base's commit the merge moved it from (what was merged is this..merged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +162,13 @@ class VcsProvider(Protocol):
 
         Raises: BranchGone; WorktreeMismatch; VcsError (base missing).
         """
+
+    async def merged_context(
+        self, repo_root: str, base: str, before: str, merged: str, *, max_patch_bytes: int = 200_000
+    ) -> WorkspaceContext:
+        """What a merge landed on `base`: the diff, stat and commits of `before..merged` (the base before the merge,
+        and the commit it moved to), read from the history alone: no worktree or branch is needed, so a merged and
+        cleaned-up session can still be reviewed. Raises: VcsError when either commit is unknown."""
 
     async def worktree_state(self, repo_root: str, path: str, branch: str, base: str) -> WorktreeState:
         """The cheap subset of `workspace_context` that policies need (no diff). Raises: as workspace_context."""

@@ -41,6 +41,7 @@ from taskgate.domain.naming import branch_name
 from taskgate.domain.states import SessionState, Trigger
 
 SYSTEM_ACTOR = "system"
+_ENDED = frozenset({SessionState.MERGED, SessionState.COMPLETED, SessionState.CANCELLED, SessionState.ROLLED_BACK})
 _BEFORE = frozenset({Trigger.INITIALIZE, Trigger.APPROVE, Trigger.MERGE, Trigger.COMPENSATE, Trigger.CLEANUP_DONE})
 
 
@@ -128,6 +129,8 @@ class WorkspaceService(WorkspaceReconciliation, WorkspaceMerges):
         or its branch is gone.
         """
         session, project = await self._load(session_id)
+        if session.state in _ENDED:  # its worktree and branch are gone by design: what it landed, or nothing
+            return await self._landed_context(session, project)
         if self._sessions is not None and not self._sessions.holds(session):
             await self._sessions.refuse_unless_held(session_id)  # its worktree is another node's
         if not session.branch_name or not session.worktree_path:
@@ -139,6 +142,25 @@ class WorkspaceService(WorkspaceReconciliation, WorkspaceMerges):
             str(session.state_data.get("base_ref") or self._base(session)),  # origin/main when branched from it
             max_patch_bytes=self._options.max_patch_bytes,
         )
+
+    async def _landed_context(self, session: Session, project: Project) -> WorkspaceContext:
+        """A merged (or merged and completed) session's review: what its merge landed on the base, from the history
+        (`before..commit`; a session merged before `from` was recorded: the merge commit's first parent for a no-ff
+        merge, else the fork point it was created at). Raises: VcsError for a session that ended without a merge."""
+        merge = session.state_data.get("merge")
+        if not isinstance(merge, dict) or not merge.get("commit"):
+            raise VcsError(
+                f"session {session.id} is {session.state.value} without a merge: its worktree and branch were removed "
+                f"when it ended, and nothing of it is on '{self._base(session)}' to review (its log: session history)"
+            )
+        commit = str(merge["commit"])
+        before = merge.get("from") or (
+            f"{commit}^1" if merge.get("mode") == "no-ff" else str(session.state_data.get("base_commit") or "")
+        )
+        return await self._vcs.merged_context(
+            project.root_path, str(merge.get("into") or self._base(session)), str(before), commit,
+            max_patch_bytes=self._options.max_patch_bytes,
+        )  # fmt: skip
 
     async def worktree_problem(self, session: Session) -> str | None:
         """Why the session's worktree is not usable from this process (missing, another checkout, branch gone),
