@@ -101,3 +101,22 @@ def test_the_operators_loop_through_the_cli(loop_cli: Cli):
     cli.ok("session", "fire", sid, "reverify", "--reason", "look at the fix")
     cli.ok("session", "decide", sid, "approve", "--reason", "the fix is fine")
     assert "merged → completed" in cli.ok("session", "merge", sid)
+
+
+def test_each_decision_says_what_the_operator_can_do_next(tmp_path):
+    """Issue 38: a reject printed no next step."""
+    make_git_repo(tmp_path / "repo")
+    cli = Cli(tmp_path)
+    seed(cli)
+    for title in ("One", "Two", "Three"):
+        cli.ok("task", "add", title, "--plan", "1")
+    for task, decision, extra, says in (
+        ("DEMO-3", "reject", [], ["session fire", "retry", "cancel` frees task DEMO-3"]),
+        ("DEMO-4", "reject", ["--compensation", "auto_revert"], ["task DEMO-4 is open again", "session start DEMO-4"]),
+        ("DEMO-5", "approve", [], ["session merge"]),
+    ):
+        sid = cli.json("session", "start", task)["id"][:8]
+        for trigger in ("plan_complete", "work_complete"):
+            cli.ok("session", "fire", sid, trigger)
+        out = cli.ok("session", "decide", sid, decision, "--reason", "because", *extra)
+        assert "next:" in out and all(part in out for part in says), out

@@ -13,7 +13,7 @@ from taskgate.application.sessions.commands import FireTrigger, StartTask
 from taskgate.application.workflows.views import stack_view_json
 from taskgate.domain import session_fsm
 from taskgate.domain.access import DECISION_TRIGGERS
-from taskgate.domain.entities import Project
+from taskgate.domain.entities import Project, Session
 from taskgate.domain.states import SessionState
 from taskgate.domain.workflows.visibility import Viewer
 from taskgate.entrypoints import render
@@ -223,6 +223,8 @@ def session_decide(
                 console.print(f"  then {record.trigger}: {record.from_state} → [green]{record.to_state}[/green]")
             for warning in result.warnings:
                 console.print(f"  [yellow]warning:[/yellow] {escape(terminal_safe(warning))}")
+            if (hint := next_after_decision(result.session)) is not None:
+                console.print(f"  next: {escape(hint)}", highlight=False)
         if services.workflows is None:
             return result, None
         # the decision kicked what follows (the workflow's next step, or agents relaunched by request_changes) in
@@ -240,6 +242,26 @@ def session_decide(
         render.print_json(result.decision)
     elif outcome is not None:
         _report(outcome)
+
+
+def next_after_decision(session: Session) -> str | None:
+    """What the operator can do next once a decision left the session where it is (a reject used to say nothing)."""
+    short, task = session.id[:8], session.task_id
+    if session.state == SessionState.FAILED:
+        return (
+            f"it waits for you (manual review): `taskgate session fire {short} retry` runs its agents again, told why "
+            f"it failed; `taskgate session fire {short} cancel` frees task {task} for a new session"
+        )
+    if session.state in (SessionState.COMPLETED, SessionState.ROLLED_BACK, SessionState.CANCELLED):
+        merge = session.state_data.get("merge")
+        if isinstance(merge, dict):
+            return f"its work is on {merge.get('into', 'the base')}; `taskgate session review {short}` shows it"
+        return f"its work was discarded; task {task} is open again: `taskgate session start {task}` starts it anew"
+    if session.state == SessionState.AWAITING_MERGE:
+        return f"`taskgate session merge {short}` lands it (rebasing onto a moved base first)"
+    if session.state == SessionState.EXECUTING:
+        return f"its agents work on your instructions; `taskgate session watch {short}` follows them"
+    return None
 
 
 @session_app.command("execute")

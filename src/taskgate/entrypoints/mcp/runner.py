@@ -111,7 +111,9 @@ def _start_sweeper(settings: Settings, app: App) -> tuple[asyncio.Event, asyncio
     off. Says on stderr whether dispatch is on (it starts sessions by itself), and what stands in its way."""
     line, problems = dispatch_report(settings)
     log = logging.getLogger("taskgate.dispatch")
-    log.warning("dispatch %s", line)
+    # dispatch off is the default, not a warning: said only at INFO (and by `taskgate doctor`), so `serve` and the
+    # console start quietly; when it is on, what it will do is worth a line, and what stands in its way a warning
+    (log.warning if settings.dispatch.auto_start else log.info)("dispatch %s", line)
     for problem in problems:
         log.warning("dispatch: %s", problem)
     if not settings.sweeper.enabled:
