@@ -2,19 +2,26 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# what a user runs (taskgate and its libraries), and on top of it what the tests and benchmarks need
+RUNTIME := $(VENV)/.installed-runtime
+DEV     := $(VENV)/.installed-dev
 
 .PHONY: demo test lint install clean bench
 
-$(STAMP): pyproject.toml
+$(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME)
+
+$(DEV): $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	touch $(STAMP)
+	touch $(DEV)
 
-install: $(STAMP)
+# taskgate alone, no test or browser tooling; README says how to put only `taskgate` on PATH
+install: $(RUNTIME)
 
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(BIN)/taskgate demo
 
 # PostgreSQL is required by the suite: TASKGATE_TEST_PG_URL, else postgres@127.0.0.1:5432/test when it answers,
@@ -23,13 +30,13 @@ demo: $(STAMP)
 # (--dist loadfile, in pyproject.toml; docs/decisions.md says why); `make test PYTEST_ARGS=-n0` runs it serially,
 # `make test PYTEST_ARGS="-n 3"` on three workers.
 PYTEST_ARGS ?= -n auto
-test: $(STAMP)
+test: $(DEV)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/lint-imports
 	$(BIN)/taskgate workflow validate
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(DEV)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/lint-imports
@@ -38,7 +45,7 @@ lint: $(STAMP)
 # and issue 21's audit chaining cost (audit_cost) three times each and prints them as one table with their same-run
 # baselines; hot_path_floors.py what the missed rows would cost without taskgate's code; audit_verify.py builds
 # 1,000,000 chained records and verifies them three times (~12 min).
-bench: $(STAMP)
+bench: $(DEV)
 	$(BIN)/python benchmarks/hot_path.py
 	$(BIN)/python benchmarks/hot_path_floors.py
 	$(BIN)/python benchmarks/audit_queries.py
