@@ -292,7 +292,10 @@ def policy_book(settings: Settings, git: GitOptions | None = None) -> PolicyBook
 
 def git_options(settings: Settings) -> GitOptions:
     """The `[git]` settings as the application's options. Raises: InvalidInput for a bad pattern or folder."""
-    return GitOptions(**settings.git.model_dump())
+    options = settings.git.model_dump()
+    if options["worktrees_dir"].startswith("~"):  # an absolute folder of the user's, outside the project
+        options["worktrees_dir"] = str(Path(options["worktrees_dir"]).expanduser())
+    return GitOptions(**options)
 
 
 def configured_tokens(settings: Settings) -> list[ApiToken]:

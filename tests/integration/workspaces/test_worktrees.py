@@ -9,14 +9,15 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
-from pathlib import Path
+from dataclasses import replace
+from pathlib import Path, PurePosixPath
 
 import pytest
 
 from taskgate.application.sessions.commands import CreateSession, FireTrigger
 from taskgate.application.workspaces.options import GitOptions
 from taskgate.domain.entities import Session, TaskStatus
-from taskgate.domain.errors import ConflictError, MergeConflict, VcsError, WorktreeNotCreated
+from taskgate.domain.errors import ConflictError, InvalidInput, MergeConflict, VcsError, WorktreeNotCreated
 from taskgate.domain.states import SessionState
 from tests.builders import ACTOR, OPERATOR, fire, seed, start
 from tests.conftest import Services, open_database, wire
@@ -430,3 +431,32 @@ async def test_taskgate_runs_no_repository_hook_on_its_own_git_operations(servic
     session, _ = await awaiting_merge(services, git_repo)  # worktree add runs post-checkout for a user's git
     await services.sessions.fire(FireTrigger(session.id, "merge", ACTOR))
     assert not marker.exists()
+
+
+async def test_worktrees_may_live_outside_the_repository_in_a_folder_per_project(sql_services, git_repo, tmp_path):
+    """Issue 38: the worktree folder configurable, outside the repository if the user wants."""
+    outside = tmp_path / "elsewhere"
+    services = wire(sql_services.backend, sql_services.database, sql_services.url,
+                    git=GitOptions(worktrees_dir=str(outside)))  # fmt: skip
+    seeded = await seed(services, git_repo, tasks=2)
+    session = await start(services, seeded.tasks[0])
+    assert Path(session.worktree_path).parent == outside / seeded.project.name
+    commit(session.worktree_path, "api.py", "def api(): ...\n", "feat: api")
+    assert "elsewhere" not in git(git_repo, "status", "--porcelain")  # nothing of it in the checkout
+    done = await fire(services, session, "plan_complete", "work_complete", "approve", "merge")
+    assert done.state == SessionState.COMPLETED and (git_repo / "api.py").exists()
+    assert not Path(session.worktree_path).exists() and branches(git_repo) == ["main"]
+
+    orphan = await start(services, seeded.tasks[1])  # a crash forgot it: reconciliation finds it out there too
+    async with services.uow(write=True) as uow:
+        row = await uow.sessions.get(orphan.id, lock=True)
+        await uow.sessions.update(replace(row, state=SessionState.CANCELLED), expected_version=row.version)
+        await uow.commit()
+    report = await services.workspaces.reconcile()
+    assert report.orphan_worktrees == [orphan.worktree_path] and not Path(orphan.worktree_path).exists()
+
+
+def test_an_absolute_worktrees_folder_inside_the_project_is_refused_naming_it():
+    with pytest.raises(InvalidInput, match="is inside the project /srv/shop: give it relative"):
+        GitOptions(worktrees_dir="/srv/shop/wt").worktrees_of("/srv/shop", "shop")
+    assert GitOptions(worktrees_dir="/srv/wt").worktrees_of("/srv/shop", "shop") == PurePosixPath("/srv/wt/shop")

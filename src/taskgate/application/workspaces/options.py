@@ -29,6 +29,8 @@ class GitOptions:
 
     base_branch: str = "main"
     branch_pattern: str = DEFAULT_BRANCH_PATTERN
+    # relative: inside the project (`<root>/.worktrees/<session id>`); absolute: outside any repository, a folder
+    # per project (`<dir>/<project name>/<session id>`), for a team that keeps its checkout clean of them
     worktrees_dir: str = ".worktrees"
     merge_strategy: str = "rebase"  # rebase | merge (bring a moved base into the branch)
     merge_mode: str = "ff-only"  # ff-only | no-ff (how the branch lands on base)
@@ -44,11 +46,25 @@ class GitOptions:
             raise InvalidInput(f"git.merge_mode must be ff-only or no-ff, not {self.merge_mode!r}")
         if self.orphans not in {"prune", "report"}:
             raise InvalidInput(f"git.orphans must be prune or report, not {self.orphans!r}")
-        parts = PurePosixPath(self.worktrees_dir).parts
-        if not parts or PurePosixPath(self.worktrees_dir).is_absolute() or any(p in {"..", ".git"} for p in parts):
+        folder = PurePosixPath(self.worktrees_dir)
+        if not folder.parts or any(p in {"..", ".git"} for p in folder.parts) or folder == PurePosixPath("/"):
             raise InvalidInput(
-                f"git.worktrees_dir must be a relative folder inside the project, not {self.worktrees_dir!r}"
+                f"git.worktrees_dir must be a folder inside the project (relative) or an absolute folder outside "
+                f"it, without '..' or '.git', not {self.worktrees_dir!r}"
             )
+
+    def worktrees_of(self, project_root: str, project_name: str) -> PurePosixPath:
+        """The folder a project's session worktrees live in (see `worktrees_dir`). Raises: InvalidInput when an
+        absolute folder is the project itself or lies inside it (use a relative one for that)."""
+        folder = PurePosixPath(self.worktrees_dir)
+        if not folder.is_absolute():
+            return PurePosixPath(project_root, folder)
+        root = PurePosixPath(project_root)
+        if folder == root or root in folder.parents:
+            raise InvalidInput(
+                f"git.worktrees_dir {self.worktrees_dir!r} is inside the project {project_root}: give it relative"
+            )
+        return folder / project_name
 
     def branch_regex(self) -> re.Pattern[str]:
         """Matches exactly the branch names the pattern can produce (so pruning never touches a user's own)."""

@@ -45,7 +45,7 @@ class WorkspaceReconciliation:
 
     def _is_session_folder(self, project: Project, path: str) -> bool:
         folder = PurePosixPath(path)
-        return folder.parent == PurePosixPath(project.root_path, self._options.worktrees_dir) and bool(
+        return folder.parent == self._options.worktrees_of(project.root_path, project.name) and bool(
             re.fullmatch(_UUID, folder.name)
         )
 

@@ -11,13 +11,13 @@ This is the `SessionEffects` implementation for git (see application/sessions/ef
 - cancel: after, remove the worktree and delete the branch, best effort: a failure is recorded as an event
   and the next start prunes the orphan.
 
-Worktrees live in `<project root>/<worktrees_dir>/<session id>`; branches follow the configured pattern.
+Worktrees live in `<project root>/<worktrees_dir>/<session id>` (or `<worktrees_dir>/<project name>/<session id>` for an
+absolute folder outside the project); branches follow the configured pattern.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import PurePosixPath
 from typing import Any
 
 from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
@@ -204,7 +204,7 @@ class WorkspaceService(WorkspaceReconciliation, WorkspaceMerges):
             task = await uow.tasks.get(session.task_id, with_blockers=False)
             project = await uow.projects.get(session.project_id)
         branch = branch_name(self._options.branch_pattern, task_id=task.id, session_id=session.id, title=task.title)
-        path = str(PurePosixPath(project.root_path, self._options.worktrees_dir, session.id))
+        path = str(self._options.worktrees_of(project.root_path, project.name) / session.id)
         return {"branch_name": branch, "worktree_path": path, "state_data": {"base_branch": self._options.base_branch}}
 
     async def _prepare(self, session: Session) -> Aftermath:

@@ -193,7 +193,7 @@ def info(as_json: JsonOpt = False) -> None:
             "data_dir": str(settings.data_dir),
             **await database_report(services),
             "session_folders": str(settings.data_dir / "agent-outputs"),
-            "worktrees": f"<project root>/{settings.git.worktrees_dir}/<session id>",
+            "worktrees": _worktrees_where(settings.git.worktrees_dir),
             **folders,
             "project_agents": str(config_dir(settings) / "agents"),
             "default_operator": settings.operator.default,
@@ -211,3 +211,10 @@ def info(as_json: JsonOpt = False) -> None:
 
 
 __all__ = ["info", "init", "load_settings"]
+
+
+def _worktrees_where(folder: str) -> str:
+    """Where session worktrees go, as `taskgate info` says it (see GitOptions.worktrees_of)."""
+    if folder.startswith(("/", "~")):
+        return f"{folder}/<project name>/<session id>"
+    return f"<project root>/{folder}/<session id>"
