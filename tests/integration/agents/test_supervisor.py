@@ -69,7 +69,7 @@ def agent_types(tmp_path: Path, sleeper_timeout_s: float = 1.5, sleeper: str = S
     for name, source in {**SCRIPTS, "sleeper": sleeper}.items():
         (folder / f"{name}.py").write_text(source)
     return {
-        "coder": AgentType("coder", (PY, str(folder / "coder.py"), "{task_title}", "{instructions}")),
+        "coder": AgentType("coder", (PY, str(folder / "coder.py"), "{task_title}", "{instructions}", "{prompt}")),
         "failing": AgentType("failing", (PY, "-c", "import sys; print('boom'); sys.exit(3)")),
         "sleeper": AgentType("sleeper", (PY, str(folder / "sleeper.py")), timeout_s=sleeper_timeout_s),
         "span": AgentType("span", (PY, str(folder / "span.py"))),
@@ -228,6 +228,13 @@ async def test_request_changes_relaunches_the_agents_with_the_instructions(sql_s
     second = next(a for a in rows if a.run == 2)
     seen = json.loads((tmp_path / "agent-outputs" / session.id / f"{second.id}.json").read_text())
     assert seen["argv"][1] == "add tests for the edge cases"
+    # the default prompt says the second run is a revision of work already on the branch, then what was asked
+    assert "This is a revision, not a fresh start" in seen["argv"][2]
+    assert seen["argv"][2].endswith("The operator's instructions:\nadd tests for the edge cases")
+    first = json.loads(
+        (tmp_path / "agent-outputs" / session.id / f"{next(a for a in rows if a.run == 1).id}.json").read_text()
+    )
+    assert "revision" not in first["argv"][2]  # the first run is not told it is one
     assert (await sql_services.sessions.get(session.id)).state == SessionState.VERIFYING
 
 

@@ -204,6 +204,7 @@ async def test_request_changes_on_an_approval_goes_back_with_instructions_and_re
     await _decide(services, session.id, "request_changes", instructions="split it in two")
     await run_until_idle(r, session.id)
     assert r.runner.prompts("ok")[-1].endswith("The operator's instructions:\nsplit it in two")
+    assert "This is a revision, not a fresh start" in r.runner.prompts("ok")[-1]
     await _decide(services, session.id, "reject", reason="still wrong")  # on_reject: plan
     await run_until_idle(r, session.id)
     steps = [(s, st) for s, _, st in await _runs(r, session)]

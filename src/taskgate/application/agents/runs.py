@@ -16,7 +16,7 @@ from taskgate.application.ports import StepClaim
 from taskgate.application.sessions import crashpoints
 from taskgate.application.sessions.commands import SYSTEM_ACTOR, FireTrigger
 from taskgate.application.sessions.engine import SessionService
-from taskgate.domain.agents.kinds import AgentType, render_command, why_stopped
+from taskgate.domain.agents.kinds import AgentType, as_revision, render_command, why_stopped
 from taskgate.domain.entities import Agent, AgentStatus, Session
 from taskgate.domain.errors import ConflictError, InvalidInput, InvalidTransition, TaskgateError
 from taskgate.domain.states import SessionState, Trigger
@@ -143,7 +143,8 @@ class AgentRuns:
         folder = self._folder_of(session.id)
         values = {
             "task_id": task.id, "task_title": task.title, "task_description": task.description,
-            "instructions": instructions, "session_id": session.id, "worktree": session.worktree_path or "",
+            "instructions": instructions, "revision": as_revision(instructions), "session_id": session.id,
+            "worktree": session.worktree_path or "",
             "session_folder": folder, "config_dir": self._options.config_dir, "agent_id": agent_id,
             "catalogue_dir": self._options.catalogue_dir,
             # the repository's git dir (worktrees keep their index and refs under it): a sandboxed CLI must be

@@ -49,7 +49,7 @@ class ExecutionOptions:
     mcp_url: str = ""
     config_dir: str = ""  # `{config_dir}` in agent commands: the loaded config's folder (.taskgate/agents/… resolve)
     catalogue_dir: str = ""  # `{catalogue_dir}`: the built-in catalogue (the scripted example agents live there)
-    prompt: str = "Work on task {task_id}: {task_title}\n\n{task_description}\n\n{instructions}"
+    prompt: str = "Work on task {task_id}: {task_title}\n\n{task_description}\n\n{revision}"
     node_id: str | None = (
         None  # this process's node (application/nodes/heartbeats.py), recorded with the agents it launches
     )

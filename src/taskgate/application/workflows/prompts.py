@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskgate.application.workflows.storage import ProjectFiles
+from taskgate.domain.agents.kinds import as_revision
 from taskgate.domain.errors import InvalidInput
 from taskgate.domain.workflows.definitions import Step, StepType
 from taskgate.domain.workflows.run import Frame
@@ -68,7 +69,7 @@ def step_prompts(step: Step, top: Frame, facts: PromptFacts, files: ProjectFiles
         elif not given and top.variables.get("input") and "input" not in references(prompt or ""):
             text += f"\n\nThe run's input:\n{variables['input']}"  # `workflow run --input`, or a parent's
         if variables["instructions"]:
-            text += f"\n\nThe operator's instructions:\n{variables['instructions']}"
+            text += f"\n\n{as_revision(variables['instructions'])}"
         specs.append((agent, text.strip() or f"Work on the task: {facts.task.get('title', '')}"))
     inputs = {
         "prompts": [{"agent": agent, "prompt": text} for agent, text in specs],

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from taskgate.domain.errors import InvalidInput
 
 PLACEHOLDERS = frozenset({"prompt", "task_title", "task_description", "instructions", "session_id", "worktree",
-                          "task_id", "session_folder", "config_dir", "agent_id", "mcp_url",
+                          "revision", "task_id", "session_folder", "config_dir", "agent_id", "mcp_url",
                           "catalogue_dir", "git_dir"})  # fmt: skip
 # How an agent type reaches taskgate's MCP tools: "env" only TASKGATE_MCP_URL/TASKGATE_TOKEN (scripts), "claude" an
 # --mcp-config file written into the session folder at start, "codex" its mcp_servers setting, "none" no MCP client.
@@ -97,3 +97,15 @@ def why_stopped(trigger: str, actor: str, reason: str | None) -> str:
     """What agents are told when a retry brings back work a transition stopped (plain sessions and workflow
     steps alike), e.g. `The previous attempt was stopped (reject by operator:alice): wrong approach`."""
     return f"The previous attempt was stopped ({trigger} by {actor}): {reason or 'no reason given'}"
+
+
+def as_revision(instructions: str) -> str:
+    """What agents run again after a request for changes, a rejection or a failure are told: that this is a
+    revision of work already on their branch, then why (empty when nothing was asked: a first run)."""
+    if not instructions.strip():
+        return ""
+    return (
+        "This is a revision, not a fresh start: the earlier attempt's work is committed on this branch. "
+        "Keep what is right and change what is asked.\n"
+        f"The operator's instructions:\n{instructions}"
+    )
