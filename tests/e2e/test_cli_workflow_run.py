@@ -89,6 +89,8 @@ def test_a_workflow_runs_to_its_approval_and_a_decision_in_another_process_finis
     assert f"session {sid} for DEMO-1 runs workflow reviewed-change" == lines[0]
     assert "▶ reviewed-change › make running" in out and "✓ reviewed-change › make succeeded: done" in out
     assert "⏸ reviewed-change › approve waits for a person" in out
+    marks = [line.split(" › ")[1] for line in lines if " › " in line and line[0] in "▶✓⏸"]
+    assert marks[:3] == ["make running (1 agent(s))", "make succeeded: done", "approve waits for a person"]  # in order
     assert f"paused: session {sid} (executing) at reviewed-change › approve" in out
     assert "waits for approval at step 'approve': Is the change what the task asked for?" in out
     approve = next(line for line in lines if f"continue: taskgate session decide {sid} approve" in line)

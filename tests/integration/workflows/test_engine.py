@@ -66,6 +66,17 @@ async def test_agent_steps_run_in_order_pass_outputs_and_complete_the_work(servi
     assert history[-1] == "work_complete"
 
 
+async def test_a_step_starts_when_the_step_before_it_ended_so_followers_list_them_in_order(
+    services, git_repo, tmp_path
+):
+    r = rig(services, tmp_path, {"dev/linear.yaml": LINEAR}, clock=FakeClock())  # every reading a microsecond on
+    session = await planning_with(services, git_repo, r, "linear")
+    await _execute(services, r, session)
+    first, second = await r.engine.step_runs(session.id)
+    # the end of `first` and the claim of `second` are one transaction: `second` is not stamped before it
+    assert first.ended_at is not None and second.started_at >= first.ended_at
+
+
 ROUTES = """
 id: routes
 description: errors route on_error, successes on_success

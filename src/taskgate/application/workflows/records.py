@@ -98,8 +98,8 @@ class StepRecords:
             await uow.step_runs.add(run)
         for run_id, status, output, error in finish:
             await self._finish_run(uow, run_id, status, output, error, now)
-        if claim is not None:
-            claim[0].run_id = await uow.step_runs.add(claim[1])
+        if claim is not None:  # starts when the runs it follows ended (`now`), so it is never listed before them
+            claim[0].run_id = await uow.step_runs.add(replace(claim[1], started_at=now))
         for kind, payload in events:
             await uow.events.append(kind, now, payload, session.id)
         updated = await self._write(uow, current, stack, now)
