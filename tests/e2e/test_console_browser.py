@@ -117,3 +117,6 @@ async def test_start_review_request_changes_approve_merge(site: ConsoleSite, bro
     assert site.git("log", "-1", "--format=%s", "main").strip() == "fix: address review"
     rows = await db_rows(site, "SELECT decision, operator_id FROM decisions WHERE session_id = {} ORDER BY id", sid)
     assert rows == [("request_changes", "alice"), ("approve", "alice")]
+    # the review of the merged session shows what its merge landed (its branch is gone): not a 409
+    await page.get_by_role("link", name="Review the diff").first.click()
+    await expect(page.locator("table.diff").first).to_contain_text("Totals")
