@@ -40,6 +40,7 @@ from taskgate.application.webhooks.outbox import Subscriber, WebhookDispatcher
 from taskgate.application.workflows.engine import WorkflowEngine, WorkflowOptions
 from taskgate.application.workflows.library import WorkflowService
 from taskgate.application.workspaces.context import ContextScout
+from taskgate.application.workspaces.hooks import HookBook, Hooks, WorktreeHooks
 from taskgate.application.workspaces.options import GitOptions
 from taskgate.application.workspaces.ports import VcsProvider
 from taskgate.application.workspaces.worktrees import WorkspaceService
@@ -62,6 +63,7 @@ from taskgate.infrastructure.test_runner import SubprocessTestRunner
 from taskgate.infrastructure.trackers import BeadsTracker
 from taskgate.infrastructure.webhooks import HttpWebhookSender
 from taskgate.infrastructure.workflow_files import BUILTIN_CATALOGUE, LayeredCatalogue
+from taskgate.infrastructure.worktree_setup import LocalWorktreeSetup
 
 if TYPE_CHECKING:  # the database layer (SQLAlchemy) loads when a database is opened: see `bootstrap`
     from taskgate.infrastructure.db.engine import Database
@@ -290,6 +292,12 @@ def policy_book(settings: Settings, git: GitOptions | None = None) -> PolicyBook
     return PolicyBook(settings.policies.tables(), projects, branch_pattern=git.branch_regex().pattern)
 
 
+def hook_book(settings: Settings) -> HookBook:
+    """The `[hooks]` table, and each `[projects.<name>.hooks]` in its place for that project. Raises: InvalidInput."""
+    projects = {name: Hooks(**p.hooks.model_dump()) for name, p in settings.projects.items() if p.hooks is not None}
+    return HookBook(Hooks(**settings.hooks.model_dump()), projects)
+
+
 def git_options(settings: Settings) -> GitOptions:
     """The `[git]` settings as the application's options. Raises: InvalidInput for a bad pattern or folder."""
     options = settings.git.model_dump()
@@ -329,6 +337,7 @@ async def bootstrap(
     from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
 
     policies = policy_book(settings)  # a configuration error fails the start before the database is touched
+    hooks = hook_book(settings)
     url = settings.resolved_database_url
     if url.startswith("sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -363,9 +372,11 @@ async def bootstrap(
         tracker=tracker_provider(settings),
         tracker_service=services[1],
     )
+    folders = session_folders(settings)
+    extras[0].use_hooks(WorktreeHooks(uow, clock, LocalWorktreeSetup(), hooks, folders, services[0]))
     people = OperatorService(uow, clock), DecisionService(uow, services[0], clock)
     queue = ReviewQueue(uow, services[0], extras[0])
-    outputs = OutputService(uow, session_folders(settings), clock)
+    outputs = OutputService(uow, folders, clock)
     outputs.on_node(settings.resolved_node_id)
     agents = build_agents(
         services[0], uow, access=services[3], clock=clock, ids=ids or UuidGenerator(), types=agent_types(settings),

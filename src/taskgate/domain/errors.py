@@ -19,6 +19,7 @@
     │   ├── WorktreeMismatch    the folder at a worktree path is not that worktree; git was not run there
     │   ├── WorktreeNotCreated  a new session's worktree could not be made: the session was cancelled
     │   └── BranchGone          a session's branch was deleted outside taskgate
+    ├── HookFailed              a worktree lifecycle hook (`[hooks]`) exited non-zero or ran past its timeout
     └── TrackerError            an external tracker (Beads' `bd`) is missing, timed out or failed
 
 Every message names the thing that was wrong and, where there is one, what to do next.
@@ -197,6 +198,15 @@ class BranchGone(VcsError):
                 f"To keep its work, recreate the branch at it (`git branch {branch} <commit>`), else cancel the session"
             )
         super().__init__(f"{gone}. Nothing was changed; {advice}")
+
+
+class HookFailed(TaskgateError):
+    """A worktree lifecycle hook (`[hooks]` in taskgate.toml) failed; the message names the hook, its command, how it
+    ended, its last line of output and the log holding the rest."""
+
+    def __init__(self, message: str, hook: str) -> None:
+        super().__init__(message)
+        self.hook = hook
 
 
 class TrackerError(TaskgateError):

@@ -158,7 +158,8 @@ class SessionFolderStore:
                     if current == parts:
                         return
                     raise InvalidInput(f"session {session_id}'s folder is at {'/'.join(current)} already")
-                if self._exists(root_fd, [session_id]) or self._exists(root_fd, parts):
+                moving = self._exists(root_fd, [session_id])
+                if (moving and not _only_hooks_log(root_fd, session_id)) or self._exists(root_fd, parts):
                     raise InvalidInput(f"session {session_id}'s folder exists already; a workflow's session_folder "
                                        "applies before the session's first output")  # fmt: skip
                 places_fd = _open_dir(root_fd, _PLACES_DIR, "the places folder")
@@ -166,6 +167,10 @@ class SessionFolderStore:
                     _replace_file(places_fd, session_id, wanted.encode(), f"place of {session_id}", lambda: None)
                 finally:
                     os.close(places_fd)
+                if moving:  # the worktree's hooks ran before the workflow placed the folder: their log moves along
+                    with _folders(root_fd, parts[:-1], "session folder ") as chain:
+                        parent = chain[-1][2] if chain else root_fd
+                        os.rename(session_id, parts[-1], src_dir_fd=root_fd, dst_dir_fd=parent)
         finally:
             os.close(root_fd)
 
@@ -279,6 +284,17 @@ class SessionFolderStore:
             with suppress(OSError):
                 os.replace(MANIFEST_NAME, f"{MANIFEST_NAME}.corrupt", src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
         return None
+
+
+def _only_hooks_log(root_fd: int, session_id: str) -> bool:
+    """Whether the session's default folder holds nothing but the worktree hooks' `hooks.log` (which may move)."""
+    fd = _walk(root_fd, [session_id])
+    if fd is None:
+        return False
+    try:
+        return set(os.listdir(fd)) <= {"hooks.log"}
+    finally:
+        os.close(fd)
 
 
 def _walk(root_fd: int, parts: list[str]) -> int | None:

@@ -18,7 +18,7 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from taskgate.domain.agents.presets import PRESETS
@@ -93,14 +93,29 @@ class PoliciesSettings(BaseModel):
         return {name: options for name, options in found.items() if options}
 
 
+class HooksSettings(BaseModel):
+    """`[hooks]`: shell commands run in each session worktree at points of its life (docs/worktrees.md, hooks).
+    Checked again by `Hooks` in the application."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    after_create: StrictStr = ""
+    before_agent: StrictStr = ""
+    after_agent: StrictStr = ""
+    before_remove: StrictStr = ""
+    timeout_s: float = Field(default=300.0, gt=0, le=86_400)
+
+
 class ProjectSettings(BaseModel):
-    """`[projects.<project name>]`: how the project runs its tests, and its own `[...policies.<name>]` tables."""
+    """`[projects.<project name>]`: how the project runs its tests, its own `[...policies.<name>]` tables, and its own
+    `[...hooks]` (instead of the top-level `[hooks]`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     test_command: list[str] = Field(default_factory=list)
     test_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
     policies: PoliciesSettings = PoliciesSettings()
+    hooks: HooksSettings | None = None
 
 
 class ConfiguredToken(BaseModel):
@@ -370,6 +385,7 @@ class Settings(BaseSettings):
     sqlite: SqliteSettings = SqliteSettings()
     mcp: McpSettings = McpSettings()
     git: GitSettings = GitSettings()
+    hooks: HooksSettings = HooksSettings()
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     execution: ExecutionSettings = ExecutionSettings()
     workflows: WorkflowSettings = WorkflowSettings()

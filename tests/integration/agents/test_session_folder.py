@@ -412,3 +412,19 @@ async def test_has_manifest_answers_from_a_stat_and_follows_the_recorded_place(s
     assert (root / "runs" / placed / "manifest.json").is_file() and not (root / placed).exists()
     assert store.has_manifest(placed)
     assert not store.has_manifest(OTHER)
+
+
+async def test_a_folder_holding_only_the_worktree_hooks_log_moves_to_a_workflows_place(store, root):
+    """The after_create hook writes hooks.log when the worktree is made, before a workflow (attached after the start)
+    places the folder: the log moves along; a folder holding anything else is still refused."""
+    await store.ensure(SID)
+    (root / SID / "hooks.log").write_text("=== after_create …\n")
+    assert await store.place(SID, f"runs/2026/{SID}") == str(root / "runs" / "2026" / SID)
+    assert (root / "runs" / "2026" / SID / "hooks.log").read_text() == "=== after_create …\n"
+    assert not (root / SID).exists() and store.path(SID) == str(root / "runs" / "2026" / SID)
+    await store.ensure(OTHER)
+    (root / OTHER / "hooks.log").write_text("log\n")
+    (root / OTHER / "notes.txt").write_text("an output\n")
+    with pytest.raises(InvalidInput, match="folder exists already"):
+        await store.place(OTHER, f"runs/{OTHER}")
+    assert (root / OTHER / "notes.txt").exists() and store.path(OTHER) == str(root / OTHER)

@@ -211,3 +211,48 @@ class VcsProvider(Protocol):
 
     async def disk_usage(self, path: str) -> int:
         """Bytes used under `path` (0 when it does not exist)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HookResult:
+    """How one run of a lifecycle hook ended. `exit_code` is None when it was killed at its timeout or could not be
+    started (`error` then says why)."""
+
+    exit_code: int | None
+    duration_s: float
+    last_line: str
+    timed_out: bool = False
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True, slots=True)
+class IncludedFiles:
+    """What `.worktreeinclude` brought into a new worktree: the files copied, and those left out with why."""
+
+    listed: bool  # whether the repository has a `.worktreeinclude`
+    copied: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # "path: why"
+
+
+class WorktreeSetup(Protocol):
+    """What readies a session worktree the way the user's own checkout is: the git-ignored files the repository's
+    `.worktreeinclude` lists, copied in, and the project's lifecycle hooks, run as shell commands."""
+
+    async def copy_included(self, repo_root: str, worktree: str) -> IncludedFiles:
+        """Copy into `worktree` the files of `repo_root` that are untracked, ignored by git, and matched by a
+        pattern of `<repo_root>/.worktreeinclude` (gitignore syntax); modes kept, nothing outside either folder
+        read or written, files already in the worktree left as they are. No `.worktreeinclude`: nothing."""
+
+    async def run_hook(
+        self, name: str, command: str, *, cwd: str, env: dict[str, str], timeout_s: float, log_path: str
+    ) -> HookResult:
+        """Run `sh -c command` in `cwd` with `env` plus the service's PATH and HOME (nothing else), in a process
+        group of its own (killed, SIGTERM then SIGKILL, at `timeout_s`); its output is appended to `log_path` under
+        a line naming the hook and the time."""
+
+    async def append_log(self, log_path: str, text: str) -> None:
+        """Append `text` to the log (created if missing, never through a symbolic link)."""

@@ -2,12 +2,14 @@
 
 This is the `SessionEffects` implementation for git (see application/sessions/effects.py):
 
-- initialize: before, fix the branch and worktree names; after, create the worktree, take the context
-  snapshot and fire `context_discovered` (if git fails: fire `fail` and report git's reason).
+- initialize: before, fix the branch and worktree names; after, create the worktree, copy the `.worktreeinclude`
+  files and run the `after_create` hook (hooks.py), take the context snapshot and fire `context_discovered` (if git
+  or the hook fails: remove what was made, cancel the session and report why).
 - merge: before, rebase (or merge base in) when the base moved, then ff-only (or no-ff) into base. A conflict
   is logged as a blocked `merge` naming the files, and nothing changes. After: `cleanup_done`.
 - compensate (auto_revert): before, reset the worktree to base and discard it. After: `cleanup_done`.
-- cleanup_done: before, remove the worktree and delete the branch.
+- cleanup_done: before, run the `before_remove` hook (its failure is recorded, not blocking), remove the worktree
+  and delete the branch.
 - cancel: after, remove the worktree and delete the branch, best effort: a failure is recorded as an event
   and the next start prunes the orphan.
 
@@ -26,12 +28,14 @@ from taskgate.application.sessions.commands import MERGE_REQUESTED, FireResult, 
 from taskgate.application.sessions.effects import NOTHING, Aftermath
 from taskgate.application.sessions.engine import SessionService
 from taskgate.application.workspaces.context import ContextScout, jsonable
+from taskgate.application.workspaces.hooks import WorktreeHooks
 from taskgate.application.workspaces.merges import WorkspaceMerges
 from taskgate.application.workspaces.options import GitOptions
 from taskgate.application.workspaces.ports import VcsProvider, WorkspaceContext
 from taskgate.application.workspaces.reconcile import WorkspaceReconciliation
 from taskgate.domain.entities import Project, Session, SessionSnapshot
 from taskgate.domain.errors import (
+    HookFailed,
     InvalidInput,
     TaskgateError,
     VcsError,
@@ -53,6 +57,15 @@ class WorkspaceService(WorkspaceReconciliation, WorkspaceMerges):
     ) -> None:
         self._uow, self._vcs, self._clock, self._options, self._scout = uow, vcs, clock, options, scout
         self._sessions: SessionService | None = None
+        self._hooks: WorktreeHooks | None = None
+
+    def use_hooks(self, hooks: WorktreeHooks) -> None:
+        """Run the project's lifecycle hooks and copy its `.worktreeinclude` files (the composition root's call)."""
+        self._hooks = hooks
+
+    @property
+    def hooks(self) -> WorktreeHooks | None:
+        return self._hooks
 
     def attach(self, sessions: SessionService) -> None:
         """Become the session engine's effects (the composition root calls this once)."""
@@ -99,7 +112,7 @@ class WorkspaceService(WorkspaceReconciliation, WorkspaceMerges):
             crashpoints.reached("merge.merged" if trigger == Trigger.MERGE else "compensate.rolled_back")
             return Aftermath(self._fire(session, Trigger.CLEANUP_DONE, reason=f"automatic after {trigger.value}"))
         if trigger == Trigger.CANCEL:
-            await self._discard_quietly(session)
+            return Aftermath(warning=await self._discard_quietly(session))
         return NOTHING
 
     async def resume(self, session: Session) -> Aftermath:
@@ -219,7 +232,8 @@ class WorkspaceService(WorkspaceReconciliation, WorkspaceMerges):
             created = await self._vcs.create_worktree(
                 project.root_path, session.worktree_path, session.branch_name, self._base(session)
             )
-        except VcsError as exc:
+            await self._set_up(session, project)
+        except (VcsError, HookFailed) as exc:
             # Cancelled, not failed: a session that never had a worktree has no work to review, retry or
             # compensate, and a failed one would hold its task (one active session per task) until cancelled by hand
             reason = f"worktree could not be created: {exc}"
@@ -236,22 +250,46 @@ class WorkspaceService(WorkspaceReconciliation, WorkspaceMerges):
         changes = {**names, "state_data": base}
         return Aftermath(self._fire(session, Trigger.CONTEXT_DISCOVERED, changes=changes, snapshot=snapshot))
 
-    async def _discard(self, session: Session) -> None:
-        if session.worktree_path is None:
+    async def _set_up(self, session: Session, project: Project) -> None:
+        """The new worktree readied like the user's checkout: `.worktreeinclude` files, then `after_create`. A failure
+        removes the worktree and its branch (nothing half-made is left) and raises. Raises: HookFailed, VcsError."""
+        if self._hooks is None:
             return
-        project = await self._project(session.project_id)
-        await self._vcs.remove_worktree(project.root_path, session.worktree_path, session.branch_name)
-
-    async def _discard_quietly(self, session: Session) -> None:
-        """Cancel must never fail on git: a failure is recorded, and the next start prunes the orphan."""
+        assert session.worktree_path is not None
         try:
-            await self._discard(session)
+            await self._hooks.include(session, project)
+            done = await self._hooks.run("after_create", session, project)
+            if done is not None and done.failed:
+                raise HookFailed(done.message(), "after_create")
+        except (VcsError, HookFailed):
+            await self._vcs.remove_worktree(project.root_path, session.worktree_path, session.branch_name)
+            raise
+
+    async def _discard(self, session: Session) -> str | None:
+        """Remove the session's worktree and branch, after its `before_remove` hook; returns that hook's failure
+        (recorded, never blocking). Raises: VcsError from git."""
+        if session.worktree_path is None:
+            return None
+        project = await self._project(session.project_id)
+        failure = None
+        if self._hooks is not None and session.state_data.get("base_commit"):  # set up in full (context_discovered)
+            done = await self._hooks.run("before_remove", session, project)
+            failure = done.message() if done is not None and done.failed else None
+        await self._vcs.remove_worktree(project.root_path, session.worktree_path, session.branch_name)
+        return failure
+
+    async def _discard_quietly(self, session: Session) -> str | None:
+        """Cancel must never fail on git: a failure is recorded, and the next start prunes the orphan. Returns what
+        went wrong (a failed `before_remove` hook, the removal's error), as the cancel's warning."""
+        try:
+            return await self._discard(session)
         except TaskgateError as exc:
             async with self._uow(write=True) as uow:
                 await self._held(uow, session.id, "the worktree.cleanup_failed event")
                 payload = {"error": str(exc), "worktree": session.worktree_path}
                 await uow.events.append("worktree.cleanup_failed", self._clock.now(), payload, session.id)
                 await uow.commit()
+            return f"the worktree could not be removed: {exc}"
 
     async def _held(self, uow: UnitOfWork, session_id: str, what: str) -> None:
         """Fence a write about the session (SessionService.fence); a bare row lock without the engine attached."""
