@@ -384,6 +384,8 @@ async def bootstrap(
     )  # fmt: skip
     app = App(settings, *services, *extras, *people, queue, database=database, uow=uow, clock=clock)
     app.agents, app.outputs = agents, outputs
+    if extras[0].hooks is not None:
+        agents.use_hooks(extras[0].hooks)
     services[0].use_effects(CompositeEffects([services[0].effects, ManifestEffect(outputs)]))
     app.writebacks = WritebackService(uow, clock, tracker_provider(settings))
     app.workflows = build_workflows(

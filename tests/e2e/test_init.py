@@ -163,3 +163,24 @@ def test_init_of_a_repository_registered_as_another_project_writes_nothing(user:
 def test_a_bad_project_name_is_refused_before_anything_is_written(user: User):
     assert "project name '../x' is invalid" in user.fails("init", "--name", "../x")
     assert not (user.repo / ".taskgate").exists()
+
+
+def test_the_hooks_table_init_writes_works_once_uncommented_with_a_worktreeinclude(user: User):
+    user.ok("init")
+    config = user.repo / ".taskgate" / "taskgate.toml"
+    text = config.read_text()
+    example = '# [hooks]\n# after_create = "make setup"'
+    assert example in text and user.json("info")["hooks"] is None
+    config.write_text(text.replace(example, '[hooks]\nafter_create = "echo set up > ready.txt; cat .env"'))
+    (user.repo / ".gitignore").write_text(".env\n")
+    (user.repo / ".worktreeinclude").write_text("# local files every worktree needs\n.env\n")
+    (user.repo / ".env").write_text("TOKEN=local\n")
+    assert user.json("info")["hooks"] == "after_create `echo set up > ready.txt; cat .env` (timeout 300 s)"
+    user.ok("task", "add", "Make it")
+    session = user.json("session", "start", "MYREPO-1")
+    worktree = Path(session["worktree_path"])
+    assert (worktree / "ready.txt").read_text() == "set up\n" and (worktree / ".env").read_text() == "TOKEN=local\n"
+    log = (user.repo / ".taskgate" / "data" / "agent-outputs" / session["id"] / "hooks.log").read_text()
+    assert "copied .env" in log and "$ echo set up > ready.txt; cat .env\nTOKEN=local\n" in log
+    config.write_text(config.read_text().replace("after_create =", "after_creat ="))
+    assert "hooks.after_creat: Extra inputs are not permitted" in user.fails("info")

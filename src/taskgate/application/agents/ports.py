@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from taskgate.domain.entities import (
     Agent,
     AgentStatus,
+    Session,
 )
 from taskgate.domain.outputs import OutputLimits, OutputRecord
 
@@ -161,3 +162,13 @@ class SessionFolders(Protocol):
         self, session_id: str, mutate: Callable[[dict[str, Any]], dict[str, Any]]
     ) -> dict[str, Any]:
         """Replace the manifest with `mutate(current)` (an empty manifest when there is none); returns it."""
+
+
+class RunHooks(Protocol):
+    """The project's worktree hooks around each agent's process (`[hooks]`, application/workspaces/hooks.py)."""
+
+    async def before_agent(self, session: Session, agent_id: str) -> None:
+        """Run before the agent's process starts. Raises: HookFailed (the agent must not be started)."""
+
+    async def after_agent(self, session: Session, agent_id: str) -> str | None:
+        """Run once the agent's process ended by itself; its failure is recorded and returned, never raised."""

@@ -17,7 +17,7 @@ from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.reports import parse_report
 from taskgate.domain.entities import Agent, AgentStatus
-from taskgate.domain.errors import InvalidInput, TaskgateError, WrongNode
+from taskgate.domain.errors import HookFailed, InvalidInput, TaskgateError, WrongNode
 from taskgate.domain.states import SessionState
 
 
@@ -53,6 +53,7 @@ class AgentProcesses:
                         if agent.pid
                         else AgentExit(None, "start_failed", agent.error or "")
                     )
+            await self._after_agent_hook(agent, stop)  # the project's after_agent hook (not blocking)
             self._gone.get(agent.id, asyncio.Event()).set()  # its process is gone: a waiting `stop` may go on
             if stop.is_set() and not (outcome.reason == "exited" and outcome.exit_code == 0):
                 # stopped (a cancel, a fail): however the process ended, or failed to start in a worktree the
@@ -103,9 +104,10 @@ class AgentProcesses:
             command = [part.replace(MCP_URL, url) for part in agent.command]
             self._wire_mcp(kind, agent, folder, url, token.secret)
             cwd, output = str(session.worktree_path), str(agent.output_path)
+            await self._before_agent_hook(session, agent)  # the project's before_agent hook: failed, not started
             pid = await self._runner.start(command, cwd, env, output, inherit=kind.credentials)
             started = replace(agent, status=AgentStatus.RUNNING, pid=pid, started_at=self._clock.now())
-        except InvalidInput as exc:
+        except (InvalidInput, HookFailed) as exc:
             started = replace(agent, error=str(exc))
         if not await self._save(started, {"to": started.status.value, "pid": started.pid, "error": started.error}):
             if started.pid:  # adopted elsewhere in the instant since the claim: the process must not work on

@@ -18,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 from taskgate.application.agents.outputs import OutputService
-from taskgate.application.agents.ports import AgentEndpoint, AgentExit, AgentRunner
+from taskgate.application.agents.ports import AgentEndpoint, AgentExit, AgentRunner, RunHooks
 from taskgate.application.agents.processes import LIVE, STOP_WAIT_S, AgentProcesses
 from taskgate.application.agents.runs import LAUNCH, AgentRuns
 from taskgate.application.operators.access import AccessService
@@ -33,7 +34,7 @@ from taskgate.application.sessions.effects import NOTHING, Aftermath
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.entities import Agent, AgentStatus, Project, Session
-from taskgate.domain.errors import InvalidInput
+from taskgate.domain.errors import InvalidInput, TaskgateError
 from taskgate.domain.states import SessionState, Trigger
 
 _STOP_ON = frozenset({Trigger.CANCEL, Trigger.FAIL, Trigger.REJECT, Trigger.TIMEOUT, Trigger.ABANDON})
@@ -91,6 +92,7 @@ class AgentService(AgentRuns, AgentProcesses):
         self._workflow_listener: Callable[[str], Awaitable[None]] | None = None
         self._endpoint: AgentEndpoint | None = None  # None: agents get `options.mcp_url` as it is
         self._holding: set[str] = set()  # agents that hold the endpoint (released when their supervision ends)
+        self._hooks: RunHooks | None = None  # the project's before_agent and after_agent hooks
         for name in options.default_agents:
             self._type(name)
 
@@ -99,6 +101,10 @@ class AgentService(AgentRuns, AgentProcesses):
     def use_endpoint(self, endpoint: AgentEndpoint) -> None:
         """Give agents started from now on this MCP endpoint (acquired per agent, released when it ends)."""
         self._endpoint = endpoint
+
+    def use_hooks(self, hooks: RunHooks) -> None:
+        """Run the project's `before_agent` and `after_agent` hooks around each agent's process (docs/worktrees.md)."""
+        self._hooks = hooks
 
     def on_workflow_agents_ended(self, listener: Callable[[str], Awaitable[None]]) -> None:
         """Call `listener(session_id)` instead of concluding when an agent of a workflow session ends."""
@@ -282,6 +288,26 @@ class AgentService(AgentRuns, AgentProcesses):
         if self._outputs is not None:
             return self._outputs.folder(session_id)
         return str(PurePosixPath(self._outputs_root, session_id))
+
+    async def _before_agent_hook(self, session: Session, agent: Agent) -> None:
+        """The project's `before_agent` hook, just before the agent's process starts. Raises: HookFailed."""
+        if self._hooks is not None:
+            await self._hooks.before_agent(session, agent.id)
+
+    async def _after_agent_hook(self, agent: Agent, stop: asyncio.Event) -> None:
+        """The project's `after_agent` hook, for an agent whose process ended by itself, before its end is recorded
+        (so the run's conclusion sees what the hook did). A stop asked for meanwhile ends the hook (its process group
+        killed): the worktree is about to be removed. Its failure is recorded by the hook, never raised here."""
+        if self._hooks is None or not agent.pid or stop.is_set():
+            return
+        with suppress(asyncio.CancelledError, TaskgateError):
+            session = await self._sessions.get(agent.session_id)
+            hook = asyncio.ensure_future(self._hooks.after_agent(session, agent.id))
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({hook, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            hook.cancel()
+            await hook
 
     def _type(self, name: str) -> AgentType:
         if name not in self._types:

@@ -13,11 +13,14 @@ from rich.markup import escape
 
 from taskgate import __version__
 from taskgate.application.trackers.builtin import check_project_name
+from taskgate.application.workspaces.hooks import Hooks
 from taskgate.bootstrap import (
     App,
+    Settings,
     config_dir,
     database_report,
     find_config_file,
+    hook_book,
     load_settings,
     project_layout,
     workflow_catalogue,
@@ -194,6 +197,7 @@ def info(as_json: JsonOpt = False) -> None:
             **await database_report(services),
             "session_folders": str(settings.data_dir / "agent-outputs"),
             "worktrees": _worktrees_where(settings.git.worktrees_dir),
+            "hooks": _hooks_shown(settings),
             **folders,
             "project_agents": str(config_dir(settings) / "agents"),
             "default_operator": settings.operator.default,
@@ -211,6 +215,21 @@ def info(as_json: JsonOpt = False) -> None:
 
 
 __all__ = ["info", "init", "load_settings"]
+
+
+def _hooks_shown(settings: Settings) -> str | None:
+    """The configured worktree hooks in a line (`[hooks]`, then each project's own table), or None."""
+    book = hook_book(settings)
+    shown = [_hooks_line("", book.default)] + [_hooks_line(f"{name}: ", h) for name, h in book.projects.items()]
+    return " | ".join(line for line in shown if line) or None
+
+
+def _hooks_line(prefix: str, hooks: Hooks) -> str:
+    configured = hooks.configured()
+    if not configured:
+        return ""
+    listed = "; ".join(f"{name} `{command}`" for name, command in configured.items())
+    return f"{prefix}{listed} (timeout {hooks.timeout_s:g} s)"
 
 
 def _worktrees_where(folder: str) -> str:
