@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from taskgate.application.workspaces.ports import HookResult, IncludedFiles
-from taskgate.domain.errors import VcsError
+from taskgate.domain.errors import StorageError, VcsError
 
 INCLUDE_FILE = ".worktreeinclude"
 KILL_GRACE_S = 3.0  # between SIGTERM and SIGKILL of a hook at its timeout
@@ -100,8 +100,12 @@ def _environment(env: dict[str, str]) -> dict[str, str]:
 
 
 def _open_log(log_path: str) -> int:
-    """hooks.log opened for appending; a symbolic link planted at its name is refused, not followed."""
-    return os.open(log_path, _LOG_FLAGS, 0o644)
+    """hooks.log opened for appending; a symbolic link planted at its name is refused, not followed.
+    Raises: StorageError naming the log."""
+    try:
+        return os.open(log_path, _LOG_FLAGS, 0o644)
+    except OSError as exc:
+        raise StorageError(f"cannot write the hooks' log {log_path}: {exc.strerror or exc}") from None
 
 
 def _append(log_path: str, data: bytes) -> None:

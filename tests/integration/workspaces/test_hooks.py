@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.application.workspaces.hooks import HOOK_EVENT, HOOKS_LOG, INCLUDED_EVENT, HookBook, Hooks, WorktreeHooks
 from taskgate.domain.entities import TaskStatus
 from taskgate.domain.errors import WorktreeNotCreated
@@ -145,8 +146,6 @@ async def test_a_cancel_reports_a_failing_before_remove_as_a_warning_and_removes
     with_hooks(sql_services, tmp_path / "folders", before_remove="exit 7")
     seeded = await seed(sql_services, git_repo, tasks=1)
     session = await start(sql_services, seeded.tasks[0])
-    from taskgate.application.sessions.commands import FireTrigger
-
     result = await sql_services.sessions.fire(FireTrigger(session.id, "cancel", "alice"))
     assert result.session.state == SessionState.CANCELLED and not Path(session.worktree_path).exists()
     assert any("hook before_remove (`exit 7`) exited 7" in warning for warning in result.warnings)
@@ -217,3 +216,24 @@ def _alive(pid: int) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+async def test_a_symbolic_link_planted_at_hooks_log_is_not_followed_and_the_hook_is_not_run(
+    sql_services, git_repo, tmp_path
+):
+    ran = tmp_path / "ran.txt"
+    store = with_hooks(sql_services, tmp_path / "folders", after_create="true", before_remove=f"touch {ran}")
+    seeded = await seed(sql_services, git_repo, tasks=1)
+    session = await start(sql_services, seeded.tasks[0])
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not taskgate's\n")
+    log = Path(store.path(session.id), HOOKS_LOG)
+    log.unlink()
+    log.symlink_to(outside)
+    result = await sql_services.sessions.fire(FireTrigger(session.id, "cancel", "alice"))
+    assert result.session.state == SessionState.CANCELLED and outside.read_text() == "not taskgate's\n"
+    [warning] = [w for w in result.warnings if "before_remove" in w]
+    assert warning.startswith(f"hook before_remove (`touch {ran}`) could not be started (cannot write the hooks' log ")
+    assert "symbolic links" in warning and not ran.exists()
+    [event] = [e for e in await events(sql_services, session.id, HOOK_EVENT) if e["hook"] == "before_remove"]
+    assert event["exit_code"] is None and "cannot write the hooks' log" in event["error"]

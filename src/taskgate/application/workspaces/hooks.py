@@ -27,7 +27,7 @@ from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions.engine import SessionService
 from taskgate.application.workspaces.ports import HookResult, IncludedFiles, WorktreeSetup
 from taskgate.domain.entities import Project, Session
-from taskgate.domain.errors import HookFailed, InvalidInput
+from taskgate.domain.errors import HookFailed, InvalidInput, TaskgateError
 
 HOOK_NAMES = ("after_create", "before_agent", "after_agent", "before_remove")
 HOOKS_LOG = "hooks.log"
@@ -150,12 +150,15 @@ class WorktreeHooks:
         command = getattr(self._book.of(project.name), hook).strip()
         if not command or not session.worktree_path:
             return None
-        log_path = await self._log_path(session.id)
-        timeout = self._book.of(project.name).timeout_s
-        env = hook_env(hook, session, project, agent_id)
-        result = await self._setup.run_hook(
-            hook, command, cwd=session.worktree_path, env=env, timeout_s=timeout, log_path=log_path
-        )
+        timeout, env = self._book.of(project.name).timeout_s, hook_env(hook, session, project, agent_id)
+        log_path = f"the session folder's {HOOKS_LOG}"
+        try:
+            log_path = await self._log_path(session.id)
+            result = await self._setup.run_hook(
+                hook, command, cwd=session.worktree_path, env=env, timeout_s=timeout, log_path=log_path
+            )
+        except TaskgateError as exc:  # its log cannot be written (a symbolic link planted there, a full disk)
+            result = HookResult(None, 0.0, "", error=str(exc))
         done = HookRun(hook, command, result, log_path, timeout)
         payload: dict[str, Any] = {"hook": hook, "command": _shorten(command, 500), "exit_code": result.exit_code,
                                    "duration_s": round(result.duration_s, 3), "timed_out": result.timed_out,

@@ -19,6 +19,7 @@ absolute folder outside the project); branches follow the configured pattern.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import replace
 from typing import Any
 
@@ -257,12 +258,16 @@ class WorkspaceService(WorkspaceReconciliation, WorkspaceMerges):
             return
         assert session.worktree_path is not None
         try:
-            await self._hooks.include(session, project)
+            try:
+                await self._hooks.include(session, project)
+            except TaskgateError as exc:
+                raise exc if isinstance(exc, VcsError) else VcsError(f".worktreeinclude: {exc}") from None
             done = await self._hooks.run("after_create", session, project)
             if done is not None and done.failed:
                 raise HookFailed(done.message(), "after_create")
         except (VcsError, HookFailed):
-            await self._vcs.remove_worktree(project.root_path, session.worktree_path, session.branch_name)
+            with suppress(TaskgateError):  # else the cancel that follows removes it (or records why it could not)
+                await self._vcs.remove_worktree(project.root_path, session.worktree_path, session.branch_name)
             raise
 
     async def _discard(self, session: Session) -> str | None:
