@@ -5,6 +5,7 @@ after_agent is recorded and blocks nothing, and an agent taskgate stopped gets n
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from taskgate.application.workspaces.hooks import HOOK_EVENT, HOOKS_LOG, HookBook, Hooks, WorktreeHooks
@@ -15,7 +16,7 @@ from taskgate.infrastructure.system import SystemClock
 from taskgate.infrastructure.worktree_setup import LocalWorktreeSetup
 from tests.builders import ACTOR, fire
 from tests.conftest import Services
-from tests.integration.agents.test_supervisor import agent_types, planning_session, supervisor
+from tests.integration.agents.test_supervisor import agent_types, alive, planning_session, supervisor
 
 
 def hooked(services: Services, tmp_path: Path, types=None, **hooks: object):
@@ -98,3 +99,21 @@ async def test_an_agent_taskgate_stopped_gets_no_after_agent(sql_services, git_r
     [agent] = await agents.agents(session.id)
     assert agent.status == AgentStatus.CANCELLED
     assert not marks.exists() and not await hook_events(sql_services, session.id)
+
+
+async def test_a_cancel_during_after_agent_kills_the_hooks_process_group(sql_services, git_repo, tmp_path):
+    pid_file = tmp_path / "hook-child.pid"
+    agents, _ = hooked(sql_services, tmp_path, after_agent=f"sleep 300 & echo $! > {pid_file}; wait")
+    session = await planning_session(sql_services, git_repo)
+    await agents.execute(session.id, ACTOR, ["coder"])
+    for _ in range(400):  # the agent ended by itself and its after_agent hook is running
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        await asyncio.sleep(0.05)
+    child = int(pid_file.read_text())
+    assert alive(child)
+    began = time.monotonic()
+    await fire(sql_services, session, "cancel")
+    await asyncio.wait_for(agents.wait(session.id), 30)
+    assert time.monotonic() - began < 15 and not alive(child)
+    assert not Path(session.worktree_path).exists()

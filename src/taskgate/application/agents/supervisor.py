@@ -300,14 +300,22 @@ class AgentService(AgentRuns, AgentProcesses):
         killed): the worktree is about to be removed. Its failure is recorded by the hook, never raised here."""
         if self._hooks is None or not agent.pid or stop.is_set():
             return
-        with suppress(asyncio.CancelledError, TaskgateError):
+        try:
             session = await self._sessions.get(agent.session_id)
-            hook = asyncio.ensure_future(self._hooks.after_agent(session, agent.id))
-            stopped = asyncio.ensure_future(stop.wait())
+        except TaskgateError:
+            return
+        hook = asyncio.ensure_future(self._hooks.after_agent(session, agent.id))
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
             await asyncio.wait({hook, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # a stop, or this task's own cancellation: the hook goes (its process group killed) before we do
             stopped.cancel()
-            hook.cancel()
-            await hook
+            if not hook.done():
+                hook.cancel()
+                with suppress(asyncio.CancelledError):
+                    await hook
+        if not hook.cancelled() and (error := hook.exception()) is not None and not isinstance(error, TaskgateError):
+            raise error
 
     def _type(self, name: str) -> AgentType:
         if name not in self._types:

@@ -113,7 +113,7 @@ class WorkspaceService(WorkspaceReconciliation, WorkspaceMerges):
             crashpoints.reached("merge.merged" if trigger == Trigger.MERGE else "compensate.rolled_back")
             return Aftermath(self._fire(session, Trigger.CLEANUP_DONE, reason=f"automatic after {trigger.value}"))
         if trigger == Trigger.CANCEL:
-            return Aftermath(warning=await self._discard_quietly(session))
+            return Aftermath(warning=await self._discard_quietly(session) or "")
         return NOTHING
 
     async def resume(self, session: Session) -> Aftermath:
