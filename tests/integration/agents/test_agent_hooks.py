@@ -117,3 +117,22 @@ async def test_a_cancel_during_after_agent_kills_the_hooks_process_group(sql_ser
     await asyncio.wait_for(agents.wait(session.id), 30)
     assert time.monotonic() - began < 15 and not alive(child)
     assert not Path(session.worktree_path).exists()
+
+
+async def test_a_cancel_during_before_agent_kills_the_hook_and_the_agent_never_starts(sql_services, git_repo, tmp_path):
+    pid_file = tmp_path / "hook-child.pid"
+    agents, _ = hooked(sql_services, tmp_path, before_agent=f"sleep 300 & echo $! > {pid_file}; wait")
+    session = await planning_session(sql_services, git_repo)
+    await agents.execute(session.id, ACTOR, ["coder"])
+    for _ in range(400):
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        await asyncio.sleep(0.05)
+    child = int(pid_file.read_text())
+    began = time.monotonic()
+    await fire(sql_services, session, "cancel")
+    await asyncio.wait_for(agents.wait(session.id), 30)
+    [agent] = await agents.agents(session.id)
+    assert time.monotonic() - began < 15 and not alive(child)
+    assert agent.status == AgentStatus.CANCELLED and agent.pid is None
+    assert agent.error == "not started: stopped while its before_agent hook ran"

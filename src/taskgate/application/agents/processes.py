@@ -104,7 +104,7 @@ class AgentProcesses:
             command = [part.replace(MCP_URL, url) for part in agent.command]
             self._wire_mcp(kind, agent, folder, url, token.secret)
             cwd, output = str(session.worktree_path), str(agent.output_path)
-            await self._before_agent_hook(session, agent)  # the project's before_agent hook: failed, not started
+            await self._before_agent_hook(session, agent, stop)  # the project's before_agent hook: failed, not started
             pid = await self._runner.start(command, cwd, env, output, inherit=kind.credentials)
             started = replace(agent, status=AgentStatus.RUNNING, pid=pid, started_at=self._clock.now())
         except (InvalidInput, HookFailed) as exc:

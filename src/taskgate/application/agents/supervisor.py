@@ -34,7 +34,7 @@ from taskgate.application.sessions.effects import NOTHING, Aftermath
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.entities import Agent, AgentStatus, Project, Session
-from taskgate.domain.errors import InvalidInput, TaskgateError
+from taskgate.domain.errors import HookFailed, InvalidInput, TaskgateError
 from taskgate.domain.states import SessionState, Trigger
 
 _STOP_ON = frozenset({Trigger.CANCEL, Trigger.FAIL, Trigger.REJECT, Trigger.TIMEOUT, Trigger.ABANDON})
@@ -289,10 +289,13 @@ class AgentService(AgentRuns, AgentProcesses):
             return self._outputs.folder(session_id)
         return str(PurePosixPath(self._outputs_root, session_id))
 
-    async def _before_agent_hook(self, session: Session, agent: Agent) -> None:
-        """The project's `before_agent` hook, just before the agent's process starts. Raises: HookFailed."""
-        if self._hooks is not None:
-            await self._hooks.before_agent(session, agent.id)
+    async def _before_agent_hook(self, session: Session, agent: Agent, stop: asyncio.Event) -> None:
+        """The project's `before_agent` hook, just before the agent's process starts; a stop asked for meanwhile ends
+        the hook (its process group killed) and the agent is not started. Raises: HookFailed."""
+        if self._hooks is None:
+            return
+        if not await _until_stopped(self._hooks.before_agent(session, agent.id), stop):
+            raise HookFailed("not started: stopped while its before_agent hook ran", "before_agent")
 
     async def _after_agent_hook(self, agent: Agent, stop: asyncio.Event) -> None:
         """The project's `after_agent` hook, for an agent whose process ended by itself, before its end is recorded
@@ -304,18 +307,8 @@ class AgentService(AgentRuns, AgentProcesses):
             session = await self._sessions.get(agent.session_id)
         except TaskgateError:
             return
-        hook = asyncio.ensure_future(self._hooks.after_agent(session, agent.id))
-        stopped = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({hook, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        finally:  # a stop, or this task's own cancellation: the hook goes (its process group killed) before we do
-            stopped.cancel()
-            if not hook.done():
-                hook.cancel()
-                with suppress(asyncio.CancelledError):
-                    await hook
-        if not hook.cancelled() and (error := hook.exception()) is not None and not isinstance(error, TaskgateError):
-            raise error
+        with suppress(TaskgateError):
+            await _until_stopped(self._hooks.after_agent(session, agent.id), stop)
 
     def _type(self, name: str) -> AgentType:
         if name not in self._types:
@@ -328,3 +321,22 @@ class AgentService(AgentRuns, AgentProcesses):
 
 
 _RELAUNCH_ON = frozenset({Trigger.REQUEST_CHANGES, Trigger.RETRY})
+
+
+async def _until_stopped(work: Awaitable[object], stop: asyncio.Event) -> bool:
+    """Await `work` unless `stop` is set first (then it is cancelled, and awaited while it cleans up: a hook's
+    process group is killed). True when it finished; its exception, if any, is raised. This task's own cancellation
+    cancels `work` too."""
+    job, stopped = asyncio.ensure_future(work), asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({job, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not job.done():
+            job.cancel()
+            with suppress(asyncio.CancelledError):
+                await job
+    if job.cancelled():
+        return False
+    job.result()
+    return True
