@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
+from taskgate.application.agents.hooks import AgentHooks
 from taskgate.application.agents.outputs import OutputService
 from taskgate.application.agents.ports import AgentEndpoint, AgentExit, AgentRunner, RunHooks
 from taskgate.application.agents.processes import LIVE, STOP_WAIT_S, AgentProcesses
@@ -34,7 +34,7 @@ from taskgate.application.sessions.effects import NOTHING, Aftermath
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.entities import Agent, AgentStatus, Project, Session
-from taskgate.domain.errors import HookFailed, InvalidInput, TaskgateError
+from taskgate.domain.errors import InvalidInput
 from taskgate.domain.states import SessionState, Trigger
 
 _STOP_ON = frozenset({Trigger.CANCEL, Trigger.FAIL, Trigger.REJECT, Trigger.TIMEOUT, Trigger.ABANDON})
@@ -62,7 +62,7 @@ class Launched:
     agents: list[Agent]
 
 
-class AgentService(AgentRuns, AgentProcesses):
+class AgentService(AgentRuns, AgentProcesses, AgentHooks):
     """Launches and supervises agents; also the session effects that stop or relaunch them."""
 
     def __init__(
@@ -289,27 +289,6 @@ class AgentService(AgentRuns, AgentProcesses):
             return self._outputs.folder(session_id)
         return str(PurePosixPath(self._outputs_root, session_id))
 
-    async def _before_agent_hook(self, session: Session, agent: Agent, stop: asyncio.Event) -> None:
-        """The project's `before_agent` hook, just before the agent's process starts; a stop asked for meanwhile ends
-        the hook (its process group killed) and the agent is not started. Raises: HookFailed."""
-        if self._hooks is None:
-            return
-        if not await _until_stopped(self._hooks.before_agent(session, agent.id), stop):
-            raise HookFailed("not started: stopped while its before_agent hook ran", "before_agent")
-
-    async def _after_agent_hook(self, agent: Agent, stop: asyncio.Event) -> None:
-        """The project's `after_agent` hook, for an agent whose process ended by itself, before its end is recorded
-        (so the run's conclusion sees what the hook did). A stop asked for meanwhile ends the hook (its process group
-        killed): the worktree is about to be removed. Its failure is recorded by the hook, never raised here."""
-        if self._hooks is None or not agent.pid or stop.is_set():
-            return
-        try:
-            session = await self._sessions.get(agent.session_id)
-        except TaskgateError:
-            return
-        with suppress(TaskgateError):
-            await _until_stopped(self._hooks.after_agent(session, agent.id), stop)
-
     def _type(self, name: str) -> AgentType:
         if name not in self._types:
             known = ", ".join(sorted(self._types)) or "none configured"
@@ -321,22 +300,3 @@ class AgentService(AgentRuns, AgentProcesses):
 
 
 _RELAUNCH_ON = frozenset({Trigger.REQUEST_CHANGES, Trigger.RETRY})
-
-
-async def _until_stopped(work: Awaitable[object], stop: asyncio.Event) -> bool:
-    """Await `work` unless `stop` is set first (then it is cancelled, and awaited while it cleans up: a hook's
-    process group is killed). True when it finished; its exception, if any, is raised. This task's own cancellation
-    cancels `work` too."""
-    job, stopped = asyncio.ensure_future(work), asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({job, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopped.cancel()
-        if not job.done():
-            job.cancel()
-            with suppress(asyncio.CancelledError):
-                await job
-    if job.cancelled():
-        return False
-    job.result()
-    return True
