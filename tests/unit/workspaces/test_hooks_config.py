@@ -69,12 +69,9 @@ def test_the_application_checks_hooks_again(kwargs, named):
         Hooks(**kwargs)
 
 
-def test_an_unknown_key_of_a_table_is_named_with_the_known_ones():
-    with pytest.raises(
-        InvalidInput, match=r"hooks\.after_merge is not a hook; the hooks are after_create, before_agent"
-    ):
-        Hooks.from_table({"after_merge": "x"})
+def test_no_hooks_configured_means_none_run():
     assert HookBook().of("any").configured() == {}
+    assert Hooks(after_create="  ", before_agent="npm ci").configured() == {"before_agent": "npm ci"}
 
 
 def test_a_failure_message_names_the_hook_its_command_how_it_ended_its_last_line_and_the_log():

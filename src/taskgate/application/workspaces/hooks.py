@@ -57,15 +57,6 @@ class Hooks:
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TIMEOUT_S:
             raise InvalidInput(f"hooks.timeout_s must be seconds above 0 and at most 86400, not {timeout!r}")
 
-    @classmethod
-    def from_table(cls, table: Mapping[str, Any], where: str = "hooks") -> Hooks:
-        """The hooks of a `[hooks]` table. Raises: InvalidInput naming an unknown key or a bad value."""
-        for key in table:
-            if key not in (*HOOK_NAMES, "timeout_s"):
-                known = ", ".join(HOOK_NAMES)
-                raise InvalidInput(f"{where}.{key} is not a hook; the hooks are {known} (and timeout_s)")
-        return cls(**dict(table))
-
     def configured(self) -> dict[str, str]:
         """The hooks that have a command, by name."""
         return {name: getattr(self, name) for name in HOOK_NAMES if getattr(self, name).strip()}
