@@ -1064,9 +1064,17 @@ class InMemoryAgentRepository(_Repo):
 
     async def heartbeat(self, agent_id: str, at: datetime) -> bool:
         agent = self.store.agents.get(agent_id)
-        if agent is not None:
-            agent.heartbeat_at = at
-        return agent is not None
+        if agent is None or agent.status not in (AgentStatus.QUEUED, AgentStatus.RUNNING):
+            return False
+        agent.heartbeat_at = at
+        return True
+
+    async def record_signal(self, agent_id: str, signal: str) -> bool:
+        agent = self.store.agents.get(agent_id)
+        if agent is None or agent.ended_by is not None:
+            return False
+        agent.ended_by = signal
+        return True
 
     async def set_status(self, agent_id: str, status: AgentStatus, at: datetime) -> None:
         agent = self.store.agents.get(agent_id)
@@ -1074,9 +1082,12 @@ class InMemoryAgentRepository(_Repo):
             agent.status = status
             agent.completed_at = None if status in (AgentStatus.QUEUED, AgentStatus.RUNNING) else at
 
-    async def update(self, agent: Agent) -> None:
-        if agent.id in self.store.agents:
-            self.store.agents[agent.id] = copy.deepcopy(agent)
+    async def update(self, agent: Agent, *, only_live: bool = False) -> bool:
+        current = self.store.agents.get(agent.id)
+        if current is None or (only_live and current.status not in (AgentStatus.QUEUED, AgentStatus.RUNNING)):
+            return False
+        self.store.agents[agent.id] = copy.deepcopy(agent)
+        return True
 
     async def active(self) -> list[Agent]:
         live = (AgentStatus.QUEUED, AgentStatus.RUNNING)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from taskgate.application.agents.outputs import OutputService
-from taskgate.application.agents.ports import AgentExit
+from taskgate.application.agents.ports import AgentExit, GroupEnded
 from taskgate.application.agents.supervisor import AgentService, ExecutionOptions
 from taskgate.application.workflows.engine import WorkflowEngine, WorkflowOptions
 from taskgate.application.workflows.library import WorkflowService
@@ -40,7 +40,7 @@ class ScriptedAgentRunner:
         self.commands[pid] = list(command)
         return pid
 
-    async def wait(self, pid: int, *, output_path, timeout_s, max_output_bytes, stop, beat, beat_every_s) -> AgentExit:
+    async def wait(self, pid: int, *, output_path, watching, stop, beat, beat_every_s, started=None) -> AgentExit:
         command = self.commands[pid]
         output = self.logs[output_path] = " ".join(command[1:])
         try:
@@ -62,6 +62,15 @@ class ScriptedAgentRunner:
 
     def alive(self, pid: int) -> bool:
         return pid in self.commands and pid not in self.ended_pids
+
+    def process_start(self, pid: int) -> int | None:
+        return pid * 10 if self.alive(pid) else None
+
+    async def end(self, pid: int, started: int | None, grace_s: float) -> GroupEnded:
+        if not self.alive(pid) or started != pid * 10:
+            return GroupEnded(None, not_ours=self.alive(pid))
+        self.ended_pids.add(pid)
+        return GroupEnded("SIGTERM")
 
     def ended(self, output_path: str) -> AgentExit | None:
         return None

@@ -183,6 +183,7 @@ def build_agents(
     agents = AgentService(uow, sessions, runner or SubprocessAgentRunner(), access, clock, ids, types, options,
                           outputs_root, outputs)  # fmt: skip
     sessions.use_effects(CompositeEffects([agents, sessions.effects]))
+    access.on_agent_request(agents.progressed)  # an agent's tool call is progress for its stall watch
     return agents
 
 
@@ -230,7 +231,7 @@ def agent_types(settings: Settings) -> dict[str, AgentType]:
     for name, table in settings.agents.items():
         base = PRESETS[table.preset or name].agent_type() if (table.preset or name) in PRESETS else None
         changes = table.changes()
-        for key in ("command", "credentials"):
+        for key in ("command", "credentials", "stall_patterns"):
             if key in changes:
                 changes[key] = tuple(changes[key])
         if base is None:
@@ -255,7 +256,7 @@ def execution_options(settings: Settings) -> ExecutionOptions:
     return ExecutionOptions(
         tuple(cfg.default_agents), cfg.max_agents_per_session, cfg.max_agents_total, cfg.on_agent_failure,
         cfg.heartbeat_interval_s, f"http://{settings.mcp.host}:{settings.mcp.port}/mcp", config_dir=config_dir,
-        catalogue_dir=str(BUILTIN_CATALOGUE), node_id=settings.resolved_node_id,
+        catalogue_dir=str(BUILTIN_CATALOGUE), node_id=settings.resolved_node_id, stop_grace_s=cfg.stop_grace_s,
     )  # fmt: skip
 
 

@@ -137,6 +137,11 @@ class Agent:
     error: str | None = None
     report: dict | None = None  # what the agent CLI said of its run (agent_reports.AgentReport.as_dict()), if it did
     node_id: str | None = None  # the node (service process's machine and data dir) that launched and supervises it
+    # Its process: `pid` leads its own process group (pgid); `process_start` is the leader's start time (clock ticks
+    # since boot, /proc/<pid>/stat field 22), so a stop never signals a process that reused the pid.
+    pgid: int | None = None
+    process_start: int | None = None
+    ended_by: str | None = None  # the signal a stop ended its process group with: SIGTERM or SIGKILL
 
 
 class StepStatus(StrEnum):

@@ -21,12 +21,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
 
-from taskgate.application.agents.ports import AgentExit
+from taskgate.application.agents.ports import AgentExit, GroupEnded, Watching
 from taskgate.domain.errors import InvalidInput
+from taskgate.infrastructure import process_groups
 
 TAIL_BYTES = 4_000
 _POLL_S = 0.05
-_TERM_GRACE_S = 2.0
+_CLEAR_WAIT_S = 5.0
+_CHUNK = 1 << 20  # read at most this much of new output per poll
 _PASSED_THROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "USER", "TMPDIR", "PYTHONPATH")
 
 
@@ -65,35 +67,48 @@ class SubprocessAgentRunner:
         pid: int,
         *,
         output_path: str,
-        timeout_s: float,
-        max_output_bytes: int,
+        watching: Watching,
         stop: asyncio.Event,
         beat: Callable[[], Awaitable[None]],
         beat_every_s: float,
+        started: int | None = None,
     ) -> AgentExit:
         loop = asyncio.get_running_loop()
-        deadline, next_beat = loop.time() + timeout_s, loop.time() + beat_every_s
+        deadline, next_beat = loop.time() + watching.timeout_s, loop.time() + beat_every_s
+        output = _Follower(output_path, watching)
         reason = "exited"
         while self.alive(pid):
+            output.read(loop.time())
             if stop.is_set():
                 reason = "cancelled"
             elif loop.time() >= deadline:
                 reason = "timeout"
-            elif _size(output_path) > max_output_bytes:
+            elif output.size > watching.max_output_bytes:
                 reason = "output_limit"
+            elif watching.progress is not None and watching.progress.stalled(loop.time()):
+                reason = "stalled"
+                if watching.on_stall is not None:  # the event and the escalation come before the stop
+                    await watching.on_stall(watching.progress.describe(loop.time()))
             if reason != "exited":
-                await self._kill(pid)
                 break
             if loop.time() >= next_beat:
                 await beat()
                 next_beat = loop.time() + beat_every_s
             await asyncio.sleep(_POLL_S)
-        await self._reap(pid)
-        _kill_group(pid, signal.SIGKILL)  # children the agent left behind die with it
+        ended = await self._end(pid, started, watching.grace_s) if reason != "exited" else None
+        await self._clear_group(pid, started)  # children the agent left behind die with it, then it is reaped
         code = _read_exit(output_path) if reason == "exited" else None
         if reason == "exited" and code is None:
             reason = "lost"  # re-attached and gone without a recorded status (killed from outside)
-        return AgentExit(code, reason, _tail(output_path))
+        return AgentExit(code, reason, _tail(output_path), ended.signal if ended else None)
+
+    def process_start(self, pid: int) -> int | None:
+        return process_groups.start_time(pid)
+
+    async def end(self, pid: int, started: int | None, grace_s: float) -> GroupEnded:
+        ended = await process_groups.end_group(pid, started, grace_s)
+        await self._reap(pid)
+        return GroupEnded(ended.signal, ended.not_ours, ended.left)
 
     def ended(self, output_path: str) -> AgentExit | None:
         """How an agent that is gone ended, from the exit file its wrapper wrote (None: it recorded nothing)."""
@@ -134,13 +149,16 @@ class SubprocessAgentRunner:
             return True
         return not _is_zombie(pid)
 
-    async def _kill(self, pid: int) -> None:
-        _kill_group(pid, signal.SIGTERM)
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + _TERM_GRACE_S
-        while self.alive(pid) and loop.time() < give_up:
-            await asyncio.sleep(_POLL_S)
-        _kill_group(pid, signal.SIGKILL)
+    async def _end(self, pid: int, started: int | None, grace_s: float) -> process_groups.Ended:
+        """Stop the group; a child of this process stays a zombie until reaped, which pins its pid (and group id)
+        for the signals (see process_groups)."""
+        return await process_groups.end_group(pid, started, grace_s)
+
+    async def _clear_group(self, pid: int, started: int | None) -> None:
+        if process_groups.ours(pid, started) and process_groups.members(pid):
+            process_groups.kill_group(pid, signal.SIGKILL)
+            await process_groups.wait_gone(pid, _CLEAR_WAIT_S)
+        await self._reap(pid)
 
     async def _reap(self, pid: int) -> None:
         child = self._children.pop(pid, None)
@@ -149,9 +167,39 @@ class SubprocessAgentRunner:
                 await asyncio.wait_for(child.wait(), 5)
 
 
-def _kill_group(pid: int, sig: signal.Signals) -> None:
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
+class _Follower:
+    """Reads what the agent appends to its log as it comes, for the stall watch (and the output limit)."""
+
+    def __init__(self, path: str, watching: Watching) -> None:
+        self._path, self._progress = path, watching.progress
+        self._heartbeat = watching.heartbeat_file
+        self.size = _size(path)
+        self._read_to = self.size  # a re-attached agent's earlier output is no news
+        self._beat_at = _mtime(self._heartbeat)
+
+    def read(self, now: float) -> None:
+        self.size = _size(self._path)
+        if self._progress is None:
+            return
+        if self.size > self._read_to:
+            with open(self._path, "rb") as handle:
+                handle.seek(self._read_to)
+                chunk = handle.read(min(self.size - self._read_to, _CHUNK))
+            self._read_to += len(chunk)
+            self._progress.output(chunk.decode("utf-8", errors="replace"), now)
+        beat_at = _mtime(self._heartbeat)
+        if beat_at != self._beat_at:  # the agent touched its heartbeat file (scripted agents: _agentlib.heartbeat)
+            self._beat_at = beat_at
+            self._progress.progress(now)
+
+
+def _mtime(path: str | None) -> float | None:
+    if path is None:
+        return None
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
 
 
 def _is_zombie(pid: int) -> bool:

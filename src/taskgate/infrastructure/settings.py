@@ -317,6 +317,9 @@ class AgentSettings(BaseModel):
     credentials: list[str] | None = None  # service environment variables passed to the agent (allow-list)
     mcp: Literal["env", "claude", "codex", "none"] | None = None
     output_format: Literal["text", "claude-stream-json", "codex-json"] | None = None
+    # No progress for this long: stalled (an event, an escalation, a stop; docs/agents.md). 0: never.
+    stall_s: float | None = Field(default=None, ge=0, le=7 * 86_400)
+    stall_patterns: list[str] | None = None  # regular expressions of output lines that are not progress
 
     @field_validator("preset")
     @classmethod
@@ -348,6 +351,8 @@ class ExecutionSettings(BaseModel):
     max_agents_total: int = Field(default=16, ge=1, le=1024)
     on_agent_failure: Literal["fail", "verify"] = "fail"
     heartbeat_interval_s: float = Field(default=5.0, gt=0, le=3600)
+    # A stop sends SIGTERM to the agent's process group, then SIGKILL to what is left after this long.
+    stop_grace_s: float = Field(default=2.0, gt=0, le=600)
 
 
 class WorkflowSettings(BaseModel):

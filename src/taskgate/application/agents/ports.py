@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from taskgate.domain.agents.stalls import ProgressWatch
 from taskgate.domain.entities import (
     Agent,
     AgentStatus,
@@ -31,13 +32,21 @@ class AgentRepository(Protocol):
         """The highest launch number (`Agent.run`) among the session's agents; 0 when it has none."""
 
     async def heartbeat(self, agent_id: str, at: datetime) -> bool:
-        """Record a sign of life; False when no such agent exists."""
+        """Record a sign of life; False when no such agent exists or it has ended (a stop recorded elsewhere: its
+        supervisor then stops its process)."""
+
+    async def record_signal(self, agent_id: str, signal: str) -> bool:
+        """Record the signal a stop ended the agent's process group with, unless one is recorded already (of two
+        stoppers the first to record wins); False when nothing was written."""
 
     async def set_status(self, agent_id: str, status: AgentStatus, at: datetime) -> None:
         """Set the status; a status other than queued/running also sets completed_at to `at`."""
 
-    async def update(self, agent: Agent) -> None:
-        """Write every field of the agent (status, pid, times, exit code, output tail, error)."""
+    async def update(self, agent: Agent, *, only_live: bool = False) -> bool:
+        """Write every field of the agent (status, pid, times, exit code, output tail, error); with `only_live`,
+        only while its row is still queued or running, in one statement: of two processes that end the same agent
+        (its supervisor, and a stop from another process) the first to write wins and the other writes nothing.
+        Returns whether it wrote."""
 
     async def active(self) -> list[Agent]:
         """Agents queued or running, of every session (what a restarted service must re-attach or fail)."""
@@ -53,11 +62,38 @@ class AgentRepository(Protocol):
 @dataclass(frozen=True, slots=True)
 class AgentExit:
     """How an agent process ended. `exit_code` is None when it was killed or its status is unknown;
-    `reason` is exited | timeout | cancelled | output_limit | start_failed | lost."""
+    `reason` is exited | timeout | cancelled | output_limit | stalled | start_failed | lost; `signal` is the one
+    that ended its process group when it was stopped (SIGTERM, SIGKILL), None when it ended by itself."""
 
     exit_code: int | None
     reason: str
     output_tail: str
+    signal: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupEnded:
+    """What `AgentRunner.end` did: `signal` ended the group (SIGTERM, SIGKILL; None: it was gone already);
+    `not_ours`: the pid now belongs to another process, so nothing was signalled; `left`: pids still there when
+    the wait gave up."""
+
+    signal: str | None
+    not_ours: bool = False
+    left: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Watching:
+    """How `AgentRunner.wait` watches one agent: its limits, its stall watch (fed with the output as it comes and
+    the heartbeat file's changes; the supervisor feeds it tool calls), and what to call when it stalled (before
+    the process group is stopped)."""
+
+    timeout_s: float
+    max_output_bytes: int
+    grace_s: float = 2.0
+    progress: ProgressWatch | None = None
+    heartbeat_file: str | None = None
+    on_stall: Callable[[str], Awaitable[None]] | None = None
 
 
 class AgentRunner(Protocol):
@@ -81,15 +117,25 @@ class AgentRunner(Protocol):
         pid: int,
         *,
         output_path: str,
-        timeout_s: float,
-        max_output_bytes: int,
+        watching: Watching,
         stop: asyncio.Event,
         beat: Callable[[], Awaitable[None]],
         beat_every_s: float,
+        started: int | None = None,
     ) -> AgentExit:
-        """Until the agent ends, calling `beat` every `beat_every_s` while it runs. A timeout, `stop` being set
-        or the output growing past `max_output_bytes` kills the whole process group. Works for agents started
-        by an earlier process too (re-attach after a restart)."""
+        """Until the agent's process group is gone, calling `beat` every `beat_every_s` while it runs. A timeout,
+        `stop` being set, the output growing past `max_output_bytes` or a stall (after `on_stall`) ends the whole
+        group (as `end` does); so does the leader's own end (no child outlives it). Works for agents started by an
+        earlier process too (re-attach after a restart)."""
+
+    def process_start(self, pid: int) -> int | None:
+        """The start time of process `pid` (an opaque number that differs between two processes that had the same
+        pid), None when no such process runs."""
+
+    async def end(self, pid: int, started: int | None, grace_s: float) -> GroupEnded:
+        """End the process group that `pid` leads, from any process on this host: SIGTERM, SIGKILL after `grace_s`,
+        until none of it is left. Nothing is signalled when `pid` now is another process than the one started at
+        `started`."""
 
     def alive(self, pid: int) -> bool: ...
     def ended(self, output_path: str) -> AgentExit | None:

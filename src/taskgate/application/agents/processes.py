@@ -11,11 +11,12 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import PurePosixPath
 
-from taskgate.application.agents.ports import AgentExit
+from taskgate.application.agents.ports import AgentExit, Watching
 from taskgate.application.ports import UnitOfWork
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.reports import parse_report
+from taskgate.domain.agents.stalls import ProgressWatch
 from taskgate.domain.entities import Agent, AgentStatus
 from taskgate.domain.errors import HookFailed, InvalidInput, TaskgateError, WrongNode
 from taskgate.domain.states import SessionState
@@ -58,7 +59,7 @@ class AgentProcesses:
             if stop.is_set() and not (outcome.reason == "exited" and outcome.exit_code == 0):
                 # stopped (a cancel, a fail): however the process ended, or failed to start in a worktree the
                 # cancel removed meanwhile, the agent was cancelled, not failed
-                outcome = AgentExit(outcome.exit_code, "cancelled", outcome.output_tail)
+                outcome = replace(outcome, reason="cancelled")
             await self._finish(agent, outcome, notify=True)
         except _NotStarted as exc:  # the session moved on (or the agent was stopped) before its process started
             if not exc.ended:
@@ -106,13 +107,18 @@ class AgentProcesses:
             cwd, output = str(session.worktree_path), str(agent.output_path)
             await self._before_agent_hook(session, agent, stop)  # the project's before_agent hook: failed, not started
             pid = await self._runner.start(command, cwd, env, output, inherit=kind.credentials)
-            started = replace(agent, status=AgentStatus.RUNNING, pid=pid, started_at=self._clock.now())
+            # its own child, not reaped yet: the pid cannot be another process's before this reads its start time
+            started = replace(agent, status=AgentStatus.RUNNING, pid=pid, pgid=pid,
+                              process_start=self._runner.process_start(pid), started_at=self._clock.now())  # fmt: skip
         except (InvalidInput, HookFailed) as exc:
             started = replace(agent, error=str(exc))
-        if not await self._save(started, {"to": started.status.value, "pid": started.pid, "error": started.error}):
-            if started.pid:  # adopted elsewhere in the instant since the claim: the process must not work on
+        saved = await self._save(started, {"to": started.status.value, "pid": started.pid, "error": started.error})
+        if saved != SAVED:
+            if started.pid:  # adopted elsewhere, or stopped, in the instant since the claim: it must not work on
                 stop.set()
                 await self._watch(started, kind, stop)
+            if saved == ENDED:
+                raise _NotStarted("stopped as its process started", ended=True)
             raise WrongNode(agent.session_id, "another node", str(self._options.node_id), "see the log")
         return started
 
@@ -131,16 +137,31 @@ class AgentProcesses:
             try:
                 async with self._uow(write=True) as uow:
                     await self._sessions.fence(uow, agent.session_id, f"the heartbeat of agent {agent.id}")
-                    await uow.agents.heartbeat(agent.id, self._clock.now())
+                    live = await uow.agents.heartbeat(agent.id, self._clock.now())
                     await uow.commit()
             except WrongNode:  # another node adopted the session: its worktree is not this agent's any more
                 stop.set()
+                return
+            if not live:  # a stop from another process (or node) recorded its end: its process ends here too
+                stop.set()
 
         assert agent.pid is not None and agent.output_path is not None
-        return await self._runner.wait(
-            agent.pid, output_path=agent.output_path, timeout_s=kind.timeout_s, max_output_bytes=kind.max_output_bytes,
-            stop=stop, beat=beat, beat_every_s=self._options.heartbeat_interval_s,
+        loop = asyncio.get_running_loop()
+        progress = ProgressWatch(kind.stall_s, kind.stall_patterns, loop.time()) if kind.stall_s > 0 else None
+        if progress is not None:
+            self._progress[agent.id] = progress
+        watching = Watching(
+            kind.timeout_s, kind.max_output_bytes, self._options.stop_grace_s, progress,
+            heartbeat_file=str(PurePosixPath(self._folder_of(agent.session_id), f"heartbeat-{agent.id}")),
+            on_stall=lambda why: self._stalled(agent, kind, why),
         )  # fmt: skip
+        try:
+            return await self._runner.wait(
+                agent.pid, output_path=agent.output_path, watching=watching, stop=stop, beat=beat,
+                beat_every_s=self._options.heartbeat_interval_s, started=agent.process_start,
+            )  # fmt: skip
+        finally:
+            self._progress.pop(agent.id, None)
 
     async def _finish(self, agent: Agent, outcome: AgentExit, *, notify: bool, error: str | None = None) -> None:
         ok = outcome.reason == "exited" and outcome.exit_code == 0
@@ -149,13 +170,18 @@ class AgentProcesses:
             if ok
             else (AgentStatus.CANCELLED if outcome.reason == "cancelled" else AgentStatus.FAILED)
         )
-        reason = error or agent.error or (None if ok else describe_exit(outcome))
+        stalled = self._stalls.pop(agent.id, None) if outcome.reason == "stalled" else None
+        reason = error or agent.error or stalled or (None if ok else describe_exit(outcome))
         report, reason = self._reported(agent, outcome, reason)
         done = replace(agent, status=status, exit_code=outcome.exit_code, output_tail=outcome.output_tail[-4000:],
-                       completed_at=self._clock.now(), error=reason, report=report)  # fmt: skip
+                       completed_at=self._clock.now(), error=reason, report=report,
+                       ended_by=outcome.signal)  # fmt: skip
         # the agent's token dies in the transaction that records its end (durable: see `_save`)
-        saved = await self._save(done, {"to": status.value, "exit_code": outcome.exit_code, "reason": outcome.reason})
-        if saved and notify and status != AgentStatus.CANCELLED:
+        change = {"to": status.value, "exit_code": outcome.exit_code, "reason": outcome.reason}
+        # a lost agent (its node was down) is this node's to settle: its row is not live, and is written all the same
+        saved = await self._save(done, change | ({"signal": outcome.signal} if outcome.signal else {}),
+                                 only_live=agent.status != AgentStatus.LOST)  # fmt: skip
+        if saved == SAVED and notify and status != AgentStatus.CANCELLED:
             await self._after_agent(agent.session_id)
 
     def _reported(self, agent: Agent, outcome: AgentExit, reason: str | None) -> tuple[dict | None, str | None]:
@@ -171,32 +197,37 @@ class AgentProcesses:
             reason = f"{reason}: {report.error}"
         return report.as_dict(), reason
 
-    async def _save(self, agent: Agent, change: dict[str, object]) -> bool:
-        """Write the agent's row, its token's revocation when it ended, and an `agent.status` event, fenced: False
-        (nothing written, logged by the fence) when this node no longer holds the session."""
+    async def _save(self, agent: Agent, change: dict[str, object], *, only_live: bool = True) -> str:
+        """Write the agent's row, its token's revocation when it ended, and an `agent.status` event, fenced and only
+        while the row is still live (`only_live`; recovery settles lost agents): SAVED; WRONG_NODE (nothing
+        written, logged by the fence) when this node no longer holds the session; ENDED (nothing written) when its
+        end is recorded already (a stop from another process came first)."""
         try:
             async with self._uow(write=True) as uow:
                 await self._sessions.fence(uow, agent.session_id, f"agent {agent.id} {agent.status.value}")
-                await self._write_agent(uow, agent, change)
+                if not await self._write_agent(uow, agent, change, only_live=only_live):
+                    return ENDED
                 await uow.commit()
         except WrongNode:
-            return False
+            return WRONG_NODE
         if self._outputs is not None:  # manifest.json follows the agents
             entry = {"id": agent.id, "name": agent.agent_type, "run": agent.run, "status": agent.status.value,
                      "exit_code": agent.exit_code, "output": agent.output_path, "error": agent.error,
                      "started_at": _iso(agent.started_at), "completed_at": _iso(agent.completed_at)}  # fmt: skip
             with suppress(TaskgateError):  # a manifest that cannot be written never loses the agent's row
                 await self._outputs.record_agents(agent.session_id, [entry], status=f"agent {agent.status.value}")
-        return True
+        return SAVED
 
-    async def _write_agent(self, uow: UnitOfWork, agent: Agent, change: dict[str, object]) -> None:
-        await uow.agents.update(agent)
+    async def _write_agent(self, uow: UnitOfWork, agent: Agent, change: dict[str, object], *, only_live: bool) -> bool:
+        if not await uow.agents.update(agent, only_live=only_live):
+            return False
         if agent.status not in LIVE and await uow.tokens.revoke_for_agent(agent.id, self._clock.now()):
             # ended: its token stops working with the same commit, and the audit log says so
             revoked = {"agent": agent.id, "why": "agent ended"}
             await uow.events.append("token.revoked", self._clock.now(), revoked, agent.session_id)
         payload = {"agent": agent.id, "type": agent.agent_type, **change}
         await uow.events.append("agent.status", self._clock.now(), payload, agent.session_id)
+        return True
 
 
 MCP_URL = "{mcp_url}"  # left in the stored command at queue time, replaced by the endpoint's URL at start
@@ -208,7 +239,9 @@ REPORT_BYTES = 512 * 1024  # the end of an agent's log its CLI's report is read 
 LIVE = frozenset({AgentStatus.QUEUED, AgentStatus.RUNNING})
 
 
-STOP_WAIT_S = 15.0  # how long `stop` waits for the stopped agents' supervisors (a kill takes ~2 s)
+STOP_WAIT_S = 10.0  # how long `stop` waits for the stopped agents' supervisors beyond the SIGTERM grace
+
+SAVED, WRONG_NODE, ENDED = "saved", "wrong_node", "ended"  # what `_save` did
 
 
 class _NotStarted(TaskgateError):
@@ -228,6 +261,7 @@ _DESCRIPTIONS = {
     "timeout": "killed at its timeout",
     "cancelled": "cancelled",
     "output_limit": "killed: output over its limit",
+    "stalled": "stalled",
     "start_failed": "could not start",
     "lost": "its process was lost (killed outside taskgate, or the service restarted without it)",
 }

@@ -3,8 +3,8 @@
 `execute` moves a session planning → executing and launches its agents: each gets a row (queued), then a
 slot (at most `max_per_session` running per session and `max_total` in the whole service: the rest wait,
 queued), then a process in the session's worktree with a token scoped to that session. A supervising task
-per agent keeps its heartbeat, waits for it (timeout and cancel kill its process group) and records how it
-ended. When every agent of the session's run has ended, `work_complete` fires; a failed agent fails the
+per agent keeps its heartbeat, waits for it (timeout, stall and stop end its process group: stopping.py) and
+records how it ended. When every agent of the session's run has ended, `work_complete` fires; a failed agent fails the
 session for the operator (or, with `on_failure = "verify"`, it goes to verifying anyway, with the failure
 noted). `request_changes` relaunches the agents with the operator's instructions as `{instructions}`.
 
@@ -23,9 +23,10 @@ from pathlib import PurePosixPath
 
 from taskgate.application.agents.hooks import AgentHooks
 from taskgate.application.agents.outputs import OutputService
-from taskgate.application.agents.ports import AgentEndpoint, AgentExit, AgentRunner, RunHooks
-from taskgate.application.agents.processes import LIVE, STOP_WAIT_S, AgentProcesses
+from taskgate.application.agents.ports import AgentEndpoint, AgentRunner, RunHooks
+from taskgate.application.agents.processes import LIVE, AgentProcesses
 from taskgate.application.agents.runs import LAUNCH, AgentRuns
+from taskgate.application.agents.stopping import AgentStops
 from taskgate.application.operators.access import AccessService
 from taskgate.application.ports import Clock, IdGenerator, StepClaim, UnitOfWorkFactory
 from taskgate.application.sessions import crashpoints
@@ -33,6 +34,7 @@ from taskgate.application.sessions.commands import FireResult, FireTrigger
 from taskgate.application.sessions.effects import NOTHING, Aftermath
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
+from taskgate.domain.agents.stalls import ProgressWatch
 from taskgate.domain.entities import Agent, AgentStatus, Project, Session
 from taskgate.domain.errors import InvalidInput
 from taskgate.domain.states import SessionState, Trigger
@@ -54,6 +56,7 @@ class ExecutionOptions:
     node_id: str | None = (
         None  # this process's node (application/nodes/heartbeats.py), recorded with the agents it launches
     )
+    stop_grace_s: float = 2.0  # a stop's SIGTERM, then SIGKILL to what is left after this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +65,7 @@ class Launched:
     agents: list[Agent]
 
 
-class AgentService(AgentRuns, AgentProcesses, AgentHooks):
+class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
     """Launches and supervises agents; also the session effects that stop or relaunch them."""
 
     def __init__(
@@ -93,6 +96,8 @@ class AgentService(AgentRuns, AgentProcesses, AgentHooks):
         self._endpoint: AgentEndpoint | None = None  # None: agents get `options.mcp_url` as it is
         self._holding: set[str] = set()  # agents that hold the endpoint (released when their supervision ends)
         self._hooks: RunHooks | None = None  # the project's before_agent and after_agent hooks
+        self._progress: dict[str, ProgressWatch] = {}  # agent id → its stall watch, while it is watched
+        self._stalls: dict[str, str] = {}  # agent id → why it stalled, until its end is recorded
         for name in options.default_agents:
             self._type(name)
 
@@ -192,33 +197,6 @@ class AgentService(AgentRuns, AgentProcesses, AgentHooks):
         session = await self._sessions.get(session_id)
         prompts = [prompt for _, prompt in specs]
         return await self._launch(session, kinds, instructions=instructions, prompts=prompts, claim=claim)
-
-    async def stop_agents(self, session_id: str, agent_ids: Sequence[str]) -> None:
-        """Stop these agents of the session (the others run on)."""
-        await self.stop(session_id, only=frozenset(agent_ids))
-
-    async def stop(self, session_id: str, only: frozenset[str] | None = None) -> None:
-        """Stop every agent of the session (their process groups are killed; they end as cancelled), and return
-        once this process's supervisors of them have ended (bounded), so that what follows a cancel (the worktree's
-        removal) never runs under a live agent."""
-        async with self._uow(write=False) as uow:
-            running = [a for a in await uow.agents.of_session(session_id) if a.status in LIVE]
-        if only is not None:
-            running = [a for a in running if a.id in only]
-        gone: list[asyncio.Event] = []
-        for agent in running:
-            if agent.id in self._stops:
-                self._stops[agent.id].set()
-                gone += [self._gone[agent.id]] if agent.id in self._gone else []
-            else:  # queued, or owned by no task of this process: nothing to wait for
-                await self._finish(agent, AgentExit(None, "cancelled", ""), notify=False)
-        # Until their processes are gone (SIGTERM, its grace, SIGKILL: a few seconds), not until their rows are
-        # written: that may wait on this very session's lock, which the caller (a cancel's `after`) holds.
-        waits = [asyncio.ensure_future(event.wait()) for event in gone]
-        if waits:
-            _done, pending = await asyncio.wait(waits, timeout=STOP_WAIT_S)
-            for waiting in pending:
-                waiting.cancel()
 
     def process_alive(self, pid: int) -> bool:
         """Whether a process with this pid runs on this host (session adoption asks it of a down node's agents)."""

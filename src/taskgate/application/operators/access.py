@@ -38,6 +38,12 @@ class AccessService:
         """`configured` are tokens provisioned in config (hashes only); they cannot be revoked from the CLI."""
         self._uow, self._clock = uow, clock
         self._configured = {token.token_hash: token for token in configured}
+        self._agent_seen: Callable[[str], None] | None = None
+
+    def on_agent_request(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(agent_id)` whenever an agent's own token authenticates a request (a tool call, a tool
+        list): a sign the agent is working, which the supervisor's stall watch counts as progress."""
+        self._agent_seen = listener
 
     async def create_operator_token(self, operator_id: str, label: str = "") -> IssuedToken:
         """Raises: OperatorNotFound."""
@@ -82,6 +88,8 @@ class AccessService:
             raise Unauthenticated("the bearer token is unknown or revoked")
         if token.kind == PrincipalKind.AGENT:
             assert token.session_id is not None
+            if token.agent_id and self._agent_seen is not None:
+                self._agent_seen(token.agent_id)
             return Principal.agent(token.id, token.session_id)
         assert token.operator_id is not None
         return Principal.operator(token.operator_id)

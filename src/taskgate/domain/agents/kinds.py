@@ -12,6 +12,7 @@ import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from taskgate.domain.agents.stalls import compile_patterns
 from taskgate.domain.errors import InvalidInput
 
 PLACEHOLDERS = frozenset({"prompt", "task_title", "task_description", "instructions", "session_id", "worktree",
@@ -23,6 +24,7 @@ MCP_WIRINGS = frozenset({"env", "claude", "codex", "none"})
 # What the agent prints: plain "text", or a CLI's JSON events whose final message, turns and usage are kept.
 OUTPUT_FORMATS = frozenset({"text", "claude-stream-json", "codex-json"})
 MAX_ARGUMENT = 100_000
+DEFAULT_STALL_S = 300.0  # minutes, not the hour of `timeout_s`: a CLI retrying a dead endpoint is found in 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,11 @@ class AgentType:
     output_format: str = "text"  # one of OUTPUT_FORMATS
     needs_one_of: tuple[str, ...] = ()  # credentials of which at least one must be set (or a login in `logins`)
     logins: tuple[str, ...] = ()  # files under HOME holding the CLI's own login
+    # No progress (a line of output that is no retry notice, a heartbeat, a tool call) for this long: stalled, and
+    # stopped (domain/agents/stalls.py); 0 turns it off. `stall_patterns`: regular expressions of output lines that
+    # are not progress (a CLI retrying its connection).
+    stall_s: float = DEFAULT_STALL_S
+    stall_patterns: tuple[str, ...] = ()
 
     @property
     def takes_prompt(self) -> bool:
@@ -62,6 +69,9 @@ class AgentType:
             raise InvalidInput(f"agents.{self.name}.output_format: unknown {self.output_format!r}; known: {known}")
         if self.timeout_s <= 0 or self.max_output_bytes <= 0:
             raise InvalidInput(f"agents.{self.name}: timeout_s and max_output_bytes must be positive")
+        if self.stall_s < 0:
+            raise InvalidInput(f"agents.{self.name}.stall_s must be 0 (off) or positive")
+        compile_patterns(self.stall_patterns, f"agents.{self.name}.stall_patterns")
 
 
 def check_template(template: str, where: str) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from taskgate.domain.agents.kinds import AgentType
+from taskgate.domain.agents.kinds import DEFAULT_STALL_S, AgentType
 
 _QUIET_CLAUDE = {
     "ENABLE_TOOL_SEARCH": "false",  # taskgate's MCP tools in the tool list itself, not deferred behind ToolSearch
@@ -40,13 +40,33 @@ class Preset:
     mcp: str = "env"
     output_format: str = "text"
     timeout_s: float = 3600.0
+    stall_s: float = DEFAULT_STALL_S
+    stall_patterns: tuple[str, ...] = ()  # output lines that are no progress: the CLI retrying its connection
 
     def agent_type(self) -> AgentType:
         """The preset as an agent type."""
         return AgentType(self.name, self.command, dict(self.env), self.timeout_s, credentials=self.credentials,
                          mcp=self.mcp, output_format=self.output_format, needs_one_of=self.needs_one_of,
-                         logins=self.logins)  # fmt: skip
+                         logins=self.logins, stall_s=self.stall_s,
+                         stall_patterns=self.stall_patterns)  # fmt: skip
 
+
+# What each CLI prints while it retries a model endpoint it cannot reach (seen with Claude Code 2.1.330, Codex
+# 0.169/0.171 and aider 0.86 pointed at a closed port): these lines are no progress (domain/agents/stalls.py).
+_CLAUDE_RETRIES = (r'"subtype"\s*:\s*"api_retry"',)
+_CODEX_RETRIES = (
+    r"Reconnecting\.\.\.",
+    r"waiting for network",
+    r"failed to connect to Responses WebSocket",
+    r"Falling back from WebSockets",
+    r"stream disconnected before completion",
+)
+_AIDER_RETRIES = (
+    r"^litellm\.\w+Error",
+    r"^error\.$",
+    r"servers are down or overloaded",
+    r"^Retrying in [\d.]+ seconds",
+)
 
 # fmt: off
 _SCRIPTS = "{catalogue_dir}/agents"
@@ -71,6 +91,7 @@ PRESETS: dict[str, Preset] = {
             install="npm install -g @anthropic-ai/claude-code",
             mcp="claude",
             output_format="claude-stream-json",
+            stall_patterns=_CLAUDE_RETRIES,
         ),
         Preset(
             "codex",
@@ -88,6 +109,7 @@ PRESETS: dict[str, Preset] = {
             install="npm install -g @openai/codex",
             mcp="codex",
             output_format="codex-json",
+            stall_patterns=_CODEX_RETRIES,
         ),
         Preset(
             "aider",
@@ -100,6 +122,7 @@ PRESETS: dict[str, Preset] = {
             needs_one_of=("OPENAI_API_KEY", "ANTHROPIC_API_KEY"),
             install="python3 -m pip install aider-chat",
             mcp="none",
+            stall_patterns=_AIDER_RETRIES,
         ),
         Preset(
             "coder",

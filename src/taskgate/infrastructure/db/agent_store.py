@@ -18,6 +18,7 @@ from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.repository_base import SqlRepository, storable
 
 _AGENT_FIELDS = tuple(f.name for f in fields(Agent))
+_LIVE = (AgentStatus.QUEUED.value, AgentStatus.RUNNING.value)
 
 
 def _agent(row: Any) -> Agent:
@@ -45,7 +46,13 @@ class SqlAlchemyAgentRepository(SqlRepository):
         return int((await self._conn.execute(stmt)).scalar() or 0)
 
     async def heartbeat(self, agent_id: str, at: datetime) -> bool:
-        stmt = update(t.agents).where(t.agents.c.id == agent_id).values(heartbeat_at=at)
+        c = t.agents.c
+        stmt = update(t.agents).where(c.id == agent_id, c.status.in_(_LIVE)).values(heartbeat_at=at)
+        return (await self._conn.execute(stmt)).rowcount == 1
+
+    async def record_signal(self, agent_id: str, signal: str) -> bool:
+        c = t.agents.c
+        stmt = update(t.agents).where(c.id == agent_id, c.ended_by.is_(None)).values(ended_by=signal)
         return (await self._conn.execute(stmt)).rowcount == 1
 
     async def set_status(self, agent_id: str, status: AgentStatus, at: datetime) -> None:
@@ -53,11 +60,12 @@ class SqlAlchemyAgentRepository(SqlRepository):
         values: dict[str, Any] = {"status": status.value, "completed_at": at if done else None}
         await self._conn.execute(update(t.agents).where(t.agents.c.id == agent_id).values(**values))
 
-    async def update(self, agent: Agent) -> None:
+    async def update(self, agent: Agent, *, only_live: bool = False) -> bool:
         values = {name: getattr(agent, name) for name in _AGENT_FIELDS if name != "id"}
-        await self._conn.execute(
-            update(t.agents).where(t.agents.c.id == agent.id).values(**{**values, "status": agent.status.value})
-        )
+        stmt = update(t.agents).where(t.agents.c.id == agent.id)
+        if only_live:  # one statement: of two writers ending the same agent, the first wins (see the port)
+            stmt = stmt.where(t.agents.c.status.in_(_LIVE))
+        return (await self._conn.execute(stmt.values(**{**values, "status": agent.status.value}))).rowcount == 1
 
     async def active(self) -> list[Agent]:
         c = t.agents.c

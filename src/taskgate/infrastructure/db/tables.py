@@ -220,6 +220,9 @@ agents = Table(
     Column("error", Text, nullable=True),
     Column("report", JSON(none_as_null=True), nullable=True),  # the agent CLI's account of its run (AgentReport)
     Column("node_id", String(200), nullable=True),  # the node that launched it and supervises it (None: before 0012)
+    Column("pgid", Integer, nullable=True),  # its process group (0018)
+    Column("process_start", BigInteger, nullable=True),  # the leader's start time, clock ticks since boot (0018)
+    Column("ended_by", String(16), nullable=True),  # SIGTERM | SIGKILL: the signal a stop ended it with (0018)
     Index("ix_agents_status", "status"),
 )
 
