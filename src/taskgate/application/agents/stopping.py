@@ -30,13 +30,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from taskgate.application.agents.ports import GroupEnded
 from taskgate.application.agents.processes import ENDED, LIVE, STOP_WAIT_S, WRONG_NODE
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.domain.agents.kinds import AgentType
-from taskgate.domain.entities import Agent, AgentStatus
+from taskgate.domain.entities import Agent, AgentStatus, Compensation, Session
 from taskgate.domain.errors import WrongNode
+from taskgate.domain.states import SessionState, Trigger
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """What `stop_session` did: the session as it is now (`failed`: this stop failed it) and its agents."""
+
+    session: Session
+    agents: list[Agent]
+    failed: bool
+
 
 STALLED_EVENT = "agent.stalled"
 ESCALATED_EVENT = "session.escalated"  # the sweeper's escalation event (application/sweeper.py), same channel
@@ -44,6 +56,21 @@ ESCALATED_EVENT = "session.escalated"  # the sweeper's escalation event (applica
 
 class AgentStops:
     """Stops that reach every agent process of this node, and what a stall does."""
+
+    async def stop_session(self, session_id: str, actor: str, reason: str | None = None) -> Stopped:
+        """`session stop`: end the session's agents. An executing session is failed (compensation manual_review,
+        `retry` runs its agents again), and its `fail` stops them before it returns; in any other state the agents
+        still running (left over by a process that died) are stopped and the session stays where it is.
+
+        Raises: SessionNotFound, InvalidTransition, PolicyViolation (nothing stopped)."""
+        session = await self._sessions.get(session_id)
+        why = f"agents stopped by {actor}" + (f": {reason}" if reason else "")
+        if session.state == SessionState.EXECUTING:
+            cmd = FireTrigger(session_id, Trigger.FAIL.value, actor, why, expected_version=session.version,
+                              changes={"compensation_plan": Compensation.MANUAL_REVIEW.value})  # fmt: skip
+            session = (await self._sessions.fire(cmd)).session
+            return Stopped(session, await self.agents(session_id), failed=True)
+        return Stopped(session, await self.stop(session_id), failed=False)
 
     async def stop_agents(self, session_id: str, agent_ids: Sequence[str]) -> None:
         """Stop these agents of the session (the others run on)."""

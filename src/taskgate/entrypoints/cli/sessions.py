@@ -37,6 +37,7 @@ from taskgate.entrypoints.cli.driving import (
     _report,
     _until_launched,
 )
+from taskgate.entrypoints.cli.interrupts import INTERRUPTED_EXIT, Interrupted, interruptible, print_stopped
 from taskgate.entrypoints.cli.logs import latest_run
 from taskgate.entrypoints.render import console, err_console, terminal_safe
 
@@ -281,24 +282,31 @@ def session_execute(
         assert services.agents is not None
         full_id = await services.sessions.resolve_id(session_id)
         known = await _marks(services, full_id)
-        launched = await services.agents.execute(full_id, _local_actor(services), agent or [])
+        actor = _local_actor(services)
+        launched = await services.agents.execute(full_id, actor, agent or [])
         if launched.session.workflow_stack and not launched.agents:
             view = _engine(services).view(launched.session)
             console.print(
                 f"session {full_id[:8]} is executing workflow {view.breadcrumb}", highlight=False, markup=False
             )
             if wait:
-                return await _drive(services, full_id, known=known, quiet=False)
+                driving = _drive(services, full_id, known=known, quiet=False)
+                return await interruptible(services, full_id, actor, driving)
             await _until_launched(services, full_id, known)
             return await _outcome(services, full_id)
         console.print(f"session {full_id[:8]} is executing; {len(launched.agents)} agent(s) launched")
-        if wait:
-            await render.follow_agents(services, full_id, until=services.agents.wait(full_id))
+        if wait:  # Ctrl-C stops the agents (their MCP endpoint is this process's): cli/interrupts.py
+            following = render.follow_agents(services, full_id, until=services.agents.wait(full_id))
+            if isinstance(done := await interruptible(services, full_id, actor, following), Interrupted):
+                return done
         else:
             await services.agents.started(full_id)
         return await services.sessions.get(full_id)
 
     done = run(work)
+    if isinstance(done, Interrupted):
+        print_stopped(done.stopped)
+        raise typer.Exit(INTERRUPTED_EXIT)
     if not wait:  # this process served the agents' MCP endpoint; it is gone with it
         err_console.print("note: the agents run on without taskgate's MCP tools (this command served them); run "
                           "`taskgate serve` for long runs", highlight=False, markup=False)  # fmt: skip

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -105,7 +106,7 @@ class LoopbackEndpoint:
 
         asgi = http_app(server, lambda: app, "127.0.0.1", authenticate=agents_only)
         config = uvicorn.Config(asgi, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-        self._server = uvicorn.Server(config)
+        self._server = _quiet_server_class()(config)
         self._serving = asyncio.create_task(self._server.serve(), name="taskgate-agent-endpoint")
         while not self._server.started:
             if self._serving.done():  # it could not start: say why
@@ -130,6 +131,22 @@ class LoopbackEndpoint:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._serving, 5)
         self._server, self._serving, self.url = None, None, None
+
+
+@functools.cache
+def _quiet_server_class() -> type[uvicorn.Server]:
+    import uvicorn
+
+    class QuietServer(uvicorn.Server):
+        """A uvicorn server that leaves the process's signals alone: uvicorn's own handlers would take Ctrl-C to
+        shut this endpoint (under a running agent) and leave the command running (entrypoints/cli/interrupts.py
+        decides what Ctrl-C does)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return QuietServer
 
 
 def serve_agents_locally(app: App) -> LoopbackEndpoint | None:
