@@ -31,6 +31,7 @@ ALLOWED = {
     "session_suspend": {"admin", "architect", "developer"},
     "session_resume": {"admin", "architect", "developer"},
     "session_cancel": {"admin", "architect", "developer"},
+    "session_stop": {"admin", "architect", "developer"},
     "project_session_merge": {"admin", "architect", "reviewer", "qa"},
     "session_review_checkpoint": {"admin", "architect", "reviewer", "qa"},
     "session_execute": {"admin", "architect", "developer"},
@@ -120,7 +121,7 @@ async def call_for(tool: str, tools, services: Services, tmp_path: Path, r: Rig)
     if tool == "session_fire:approve":
         session = await session_in(services, ["plan_complete", "work_complete"])
         return await tools.call("session_fire", session_id=session.id, trigger="approve")
-    if tool in {"session_suspend", "session_cancel"}:
+    if tool in {"session_suspend", "session_cancel", "session_stop"}:
         session = await session_in(services, [])
         return await tools.call(tool, session_id=session.id)
     if tool == "session_resume":
@@ -164,7 +165,7 @@ async def test_every_state_changing_tool_is_allowed_or_refused_for_each_role_as_
             verdicts[tool] = not refused
             if refused:
                 assert "permission" in out and f"op-{role}" in out, out
-            elif tool == "session_execute":
+            elif tool in {"session_execute", "session_stop"}:
                 assert ok or "no agent supervisor" in out, out
             else:
                 assert ok, f"{role} was allowed {tool} but it failed otherwise: {out}"

@@ -77,7 +77,7 @@ class SubprocessAgentRunner:
         deadline, next_beat = loop.time() + watching.timeout_s, loop.time() + beat_every_s
         output = _Follower(output_path, watching)
         reason = "exited"
-        while self.alive(pid):
+        while self.alive(pid) and (started is None or process_groups.start_time(pid) in (started, None)):
             output.read(loop.time())
             if stop.is_set():
                 reason = "cancelled"

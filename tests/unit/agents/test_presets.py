@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from taskgate.application.agents.ports import Watching
 from taskgate.bootstrap import agent_types, load_settings, workflow_catalogue
 from taskgate.domain.agents.presets import PRESETS
 from taskgate.domain.errors import InvalidInput
@@ -87,7 +88,7 @@ def test_only_the_named_credentials_pass_from_the_service_environment(tmp_path, 
         async def beat() -> None:
             return None
 
-        await runner.wait(pid, output_path=str(log), timeout_s=30, max_output_bytes=10**6, stop=stop, beat=beat,
+        await runner.wait(pid, output_path=str(log), watching=Watching(30, 10**6), stop=stop, beat=beat,
                           beat_every_s=5)  # fmt: skip
 
     asyncio.run(run())

@@ -50,7 +50,7 @@ class AgentRuns:
         if agent.status == AgentStatus.QUEUED and not agent.pid and not self._runner.started(agent.output_path):
             self._supervise(agent, self._type_or_default(agent.agent_type), reattach=False)
             return "started (it was queued)"
-        if agent.status in (AgentStatus.RUNNING, AgentStatus.LOST) and agent.pid and self._runner.alive(agent.pid):
+        if agent.status in (AgentStatus.RUNNING, AgentStatus.LOST) and self._its_process_runs(agent):
             if agent.status == AgentStatus.LOST:  # found again: running, under this node's supervision
                 agent = replace(agent, status=AgentStatus.RUNNING, completed_at=None, error=None)
                 await self._save(agent, {"to": AgentStatus.RUNNING.value, "pid": agent.pid, "found": True},
@@ -62,6 +62,12 @@ class AgentRuns:
             return f"ended meanwhile ({describe_exit(ended)}){was}"
         await self._finish(agent, AgentExit(None, "lost", ""), notify=True, error="lost at restart")
         return f"marked failed (process gone){was}"
+
+    def _its_process_runs(self, agent: Agent) -> bool:
+        """Its pid is alive and, when its start time was recorded, is still its own process (not a reused pid)."""
+        if not agent.pid or not self._runner.alive(agent.pid):
+            return False
+        return agent.process_start is None or self._runner.process_start(agent.pid) == agent.process_start
 
     async def _why_failed(self, session_id: str) -> str:
         """What a retry tells the agents: the transition that failed the session, with its reason."""

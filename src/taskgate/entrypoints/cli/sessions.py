@@ -101,14 +101,22 @@ def session_fire(
         if not as_json:
             _print_fired(result)
         # retry, resume or plan_complete kick the session's workflow: this process drives it (no serve needed)
-        outcome = await _drive(services, full_id, known=known, quiet=as_json) if result.session.workflow_stack else None
+        outcome = None
+        if result.session.workflow_stack:
+            driving = _drive(services, full_id, known=known, quiet=as_json)
+            outcome = await interruptible(services, full_id, actor, driving)
         if outcome is None and trigger in _RELAUNCHING and services.workflows is not None:
             # retry and request_changes relaunched the session's agents in this process: supervise them to the end
             done = services.workflows.wait(full_id)
-            await (done if as_json else render.follow_agents(services, full_id, until=done))
+            following = done if as_json else render.follow_agents(services, full_id, until=done)
+            if isinstance(stopped := await interruptible(services, full_id, actor, following), Interrupted):
+                return result, stopped  # Ctrl-C stopped what it relaunched (cli/interrupts.py)
         return result, outcome
 
     result, outcome = run(work)
+    if isinstance(outcome, Interrupted):
+        print_stopped(outcome.stopped)
+        raise typer.Exit(INTERRUPTED_EXIT)
     if as_json:
         render.print_json(result.record)
     elif outcome is not None:

@@ -34,6 +34,7 @@ COLON: dict[str, str] = {
     "session_suspend": "session:suspend",
     "session_resume": "session:resume",
     "session_cancel": "session:cancel",
+    "session_stop": "session:stop",
     "session_review": "session:review",
     "session_review_checkpoint": "session:review_checkpoint",
     "session_list": "session:list",

@@ -28,6 +28,7 @@ from taskgate.domain.access import (
 )
 from taskgate.domain.bounds import PRIORITIES, VERSIONS
 from taskgate.domain.errors import InvalidInput, StorageError
+from taskgate.domain.states import Trigger
 from taskgate.entrypoints.mcp.admin_tools import ADMIN_TOOLS
 from taskgate.entrypoints.mcp.audit_tools import AUDIT_TOOLS
 from taskgate.entrypoints.mcp.browse_tools import BROWSE_TOOLS
@@ -410,6 +411,20 @@ async def session_cancel(session_id: SessionRef, ctx: Context, reason: Reason = 
 
 
 @tool_errors
+async def session_stop(session_id: SessionRef, ctx: Context, reason: Reason = None) -> SessionOut:
+    """Stop the session's agents: SIGTERM to each agent's process group, SIGKILL after [execution] stop_grace_s,
+    whichever process of this node launched them. An executing session is failed (retry runs its agents again);
+    in another state the agents still running are stopped and the session stays. Each agent in the result says
+    how it ended (`ended_by`: SIGTERM or SIGKILL)."""
+    call = call_of(ctx)
+    sid = await session_id_of(call, session_id, Capability.FIRE, Trigger.FAIL)
+    if call.app.agents is None:
+        raise InvalidInput("this server runs no agent supervisor")
+    stopped = await call.app.agents.stop_session(sid, call.principal.actor, reason)
+    return await session_out(call, stopped.session, stopped.agents)
+
+
+@tool_errors
 async def audit_query(
     ctx: Context,
     session_id: Annotated[str | None, Field(description="Only this session (id or prefix).", max_length=64)] = None,
@@ -580,6 +595,7 @@ TOOLS: list[Callable[..., Awaitable[Any]]] = [
     session_suspend,
     session_resume,
     session_cancel,
+    session_stop,
     project_session_merge,
     session_review,
     session_review_checkpoint,
