@@ -164,3 +164,24 @@ def test_a_pid_reused_by_another_process_is_never_signalled(tmp_path):
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_two_stops_at_once_while_the_launcher_supervises_record_one_end_and_one_signal(workspace):
+    cli = workspace
+    sid = cli.json("session", "start", "DEMO-1")["id"]
+    execute = launch(cli, sid, "sleepy")
+    agent = running_agent(cli, sid, execute)
+    stops = [subprocess.Popen([TASKGATE, "session", "stop", sid[:8]], cwd=cli.workdir, env=cli.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
+    for stop in stops:
+        out, err = stop.communicate(timeout=60)
+        assert stop.returncode == 0, err
+        assert f"agent {agent['id'][:8]} sleepy (run 1): cancelled, its process group ended by SIG" in out
+    _out, err = execute.communicate(timeout=60)  # its supervisor found its agent ended, and so did it
+    assert execute.returncode == 0, err
+    assert process_groups.members(agent["pgid"]) == []
+    [after] = cli.json("session", "status", sid)["agents"]
+    assert after["status"] == "cancelled" and after["ended_by"] in ("SIGTERM", "SIGKILL")
+    ends = [p for kind, p in events(cli, sid) if kind == "agent.status" and p["to"] not in ("queued", "running")]
+    assert len(ends) == 1, ends  # the first writer won; the others wrote nothing
+    assert cli.json("session", "show", sid)["state"] == "failed"

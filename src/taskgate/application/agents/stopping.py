@@ -37,7 +37,7 @@ from taskgate.application.agents.processes import ENDED, LIVE, STOP_WAIT_S, WRON
 from taskgate.application.sessions.commands import FireTrigger
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.entities import Agent, AgentStatus, Compensation, Session
-from taskgate.domain.errors import WrongNode
+from taskgate.domain.errors import ConcurrentModification, InvalidTransition, WrongNode
 from taskgate.domain.states import SessionState, Trigger
 
 
@@ -68,8 +68,11 @@ class AgentStops:
         if session.state == SessionState.EXECUTING:
             cmd = FireTrigger(session_id, Trigger.FAIL.value, actor, why, expected_version=session.version,
                               changes={"compensation_plan": Compensation.MANUAL_REVIEW.value})  # fmt: skip
-            session = (await self._sessions.fire(cmd)).session
-            return Stopped(session, await self.agents(session_id), failed=True)
+            try:
+                session = (await self._sessions.fire(cmd)).session
+                return Stopped(session, await self.agents(session_id), failed=True)
+            except (ConcurrentModification, InvalidTransition):  # it moved meanwhile (another stop): stop them here
+                session = await self._sessions.get(session_id)
         return Stopped(session, await self.stop(session_id), failed=False)
 
     async def stop_agents(self, session_id: str, agent_ids: Sequence[str]) -> None:
