@@ -50,7 +50,9 @@ class ScriptedAgentRunner:
                 await asyncio.wait({stopped, released}, return_when=asyncio.FIRST_COMPLETED)
                 for task in (stopped, released):
                     task.cancel()
-                return AgentExit(None, "cancelled", output) if stop.is_set() else AgentExit(0, "exited", output)
+                if stop.is_set():  # stopped: as a real process group that obeyed SIGTERM
+                    return AgentExit(None, "cancelled", output, "SIGTERM")
+                return AgentExit(0, "exited", output)
             if command[0] == "fail":
                 return AgentExit(1, "exited", output)
             if command[0] == "flaky":

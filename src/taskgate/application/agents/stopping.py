@@ -70,10 +70,21 @@ class AgentStops:
                               changes={"compensation_plan": Compensation.MANUAL_REVIEW.value})  # fmt: skip
             try:
                 session = (await self._sessions.fire(cmd)).session
+                await self._settled(session_id)
                 return Stopped(session, await self.agents(session_id), failed=True)
             except (ConcurrentModification, InvalidTransition):  # it moved meanwhile (another stop): stop them here
                 session = await self._sessions.get(session_id)
-        return Stopped(session, await self.stop(session_id), failed=False)
+        await self.stop(session_id)
+        await self._settled(session_id)
+        return Stopped(session, await self.agents(session_id), failed=False)
+
+    async def _settled(self, session_id: str) -> None:
+        """Until this process's supervisors of the session's stopped agents have recorded their ends (bounded). The
+        stop inside a transition waits only for their processes: their rows wait on the session's lock, which the
+        transition holds until it returns."""
+        tasks = list(self._tasks.get(session_id, ()))
+        if tasks:
+            await asyncio.wait(tasks, timeout=self._options.stop_grace_s + STOP_WAIT_S)
 
     async def stop_agents(self, session_id: str, agent_ids: Sequence[str]) -> None:
         """Stop these agents of the session (the others run on)."""

@@ -144,6 +144,9 @@ class AgentOut(BaseModel):
     output_path: str | None
     error: str | None
     output_tail: str = Field(description="The last lines of its output.")
+    ended_by: str | None = Field(
+        default=None, description="SIGTERM or SIGKILL: the signal a stop ended its process group with; else null."
+    )
     report: AgentReportOut | None = Field(
         default=None, description="What its CLI said of its run, once it ended; null for plain-text agents."
     )
@@ -154,7 +157,7 @@ class AgentOut(BaseModel):
             id=a.id, type=a.agent_type, status=a.status.value, run=a.run, exit_code=a.exit_code,
             started_at=a.started_at, completed_at=a.completed_at, heartbeat_at=a.heartbeat_at,
             output_path=a.output_path, error=a.error, output_tail=a.output_tail[-1000:],
-            report=AgentReportOut.of(a.report), node=a.node_id,
+            report=AgentReportOut.of(a.report), node=a.node_id, ended_by=a.ended_by,
         )  # fmt: skip
 
 
