@@ -1048,6 +1048,9 @@ class FakeVcs:
         return found[1]
 
 
+_UNENDED = (AgentStatus.QUEUED, AgentStatus.RUNNING, AgentStatus.LOST)
+
+
 class InMemoryAgentRepository(_Repo):
     async def add(self, agent: Agent) -> None:
         self.store.agents[agent.id] = copy.deepcopy(agent)
@@ -1064,7 +1067,7 @@ class InMemoryAgentRepository(_Repo):
 
     async def heartbeat(self, agent_id: str, at: datetime) -> bool:
         agent = self.store.agents.get(agent_id)
-        if agent is None or agent.status not in (AgentStatus.QUEUED, AgentStatus.RUNNING):
+        if agent is None or agent.status not in _UNENDED:
             return False
         agent.heartbeat_at = at
         return True
@@ -1082,9 +1085,9 @@ class InMemoryAgentRepository(_Repo):
             agent.status = status
             agent.completed_at = None if status in (AgentStatus.QUEUED, AgentStatus.RUNNING) else at
 
-    async def update(self, agent: Agent, *, only_live: bool = False) -> bool:
+    async def update(self, agent: Agent, *, only_unended: bool = False) -> bool:
         current = self.store.agents.get(agent.id)
-        if current is None or (only_live and current.status not in (AgentStatus.QUEUED, AgentStatus.RUNNING)):
+        if current is None or (only_unended and current.status not in _UNENDED):
             return False
         self.store.agents[agent.id] = copy.deepcopy(agent)
         return True

@@ -74,7 +74,7 @@ async def test_the_report_an_agent_cli_gave_is_stored_and_updated_as_json_or_nul
 
 
 async def test_an_agents_end_is_written_once_and_its_signal_once(services, git_repo: Path):
-    """Two stoppers of one agent: the first end written wins (`only_live`), and the first signal recorded stays."""
+    """Two stoppers of one agent: the first end written wins (`only_unended`), and the first signal recorded stays."""
     seeded = await seed(services, git_repo, tasks=1)
     session = (await start(services, seeded.tasks[0])).id
     running = _agent("s-1", session, status=AgentStatus.RUNNING, pid=4242, pgid=4242, process_start=123456789012)
@@ -84,8 +84,8 @@ async def test_an_agents_end_is_written_once_and_its_signal_once(services, git_r
     async with services.uow(write=True) as uow:
         first = _agent("s-1", session, status=AgentStatus.CANCELLED, pid=4242, pgid=4242, process_start=123456789012)
         second = _agent("s-1", session, status=AgentStatus.FAILED, pid=4242, exit_code=-15, error="lost")
-        assert await uow.agents.update(first, only_live=True)
-        assert not await uow.agents.update(second, only_live=True)
+        assert await uow.agents.update(first, only_unended=True)
+        assert not await uow.agents.update(second, only_unended=True)
         assert not await uow.agents.heartbeat("s-1", T0)  # ended: its supervisor is told to stop
         assert await uow.agents.record_signal("s-1", "SIGKILL")
         assert not await uow.agents.record_signal("s-1", "SIGTERM")

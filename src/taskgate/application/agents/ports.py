@@ -32,8 +32,8 @@ class AgentRepository(Protocol):
         """The highest launch number (`Agent.run`) among the session's agents; 0 when it has none."""
 
     async def heartbeat(self, agent_id: str, at: datetime) -> bool:
-        """Record a sign of life; False when no such agent exists or it has ended (a stop recorded elsewhere: its
-        supervisor then stops its process)."""
+        """Record a sign of life; False when no such agent exists or it has ended (completed, failed, cancelled: a
+        stop recorded elsewhere, and its supervisor then stops its process). A lost agent has not ended."""
 
     async def record_signal(self, agent_id: str, signal: str) -> bool:
         """Record the signal a stop ended the agent's process group with, unless one is recorded already (of two
@@ -42,11 +42,11 @@ class AgentRepository(Protocol):
     async def set_status(self, agent_id: str, status: AgentStatus, at: datetime) -> None:
         """Set the status; a status other than queued/running also sets completed_at to `at`."""
 
-    async def update(self, agent: Agent, *, only_live: bool = False) -> bool:
-        """Write every field of the agent (status, pid, times, exit code, output tail, error); with `only_live`,
-        only while its row is still queued or running, in one statement: of two processes that end the same agent
-        (its supervisor, and a stop from another process) the first to write wins and the other writes nothing.
-        Returns whether it wrote."""
+    async def update(self, agent: Agent, *, only_unended: bool = False) -> bool:
+        """Write every field of the agent (status, pid, times, exit code, output tail, error); with `only_unended`,
+        only while its row has not ended (queued, running, or lost), in one statement: of two processes that end
+        the same agent (its supervisor, and a stop from another process) the first to write wins and the other
+        writes nothing. Returns whether it wrote."""
 
     async def active(self) -> list[Agent]:
         """Agents queued or running, of every session (what a restarted service must re-attach or fail)."""

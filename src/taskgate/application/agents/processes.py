@@ -178,9 +178,7 @@ class AgentProcesses:
                        ended_by=outcome.signal)  # fmt: skip
         # the agent's token dies in the transaction that records its end (durable: see `_save`)
         change = {"to": status.value, "exit_code": outcome.exit_code, "reason": outcome.reason}
-        # a lost agent (its node was down) is this node's to settle: its row is not live, and is written all the same
-        saved = await self._save(done, change | ({"signal": outcome.signal} if outcome.signal else {}),
-                                 only_live=agent.status != AgentStatus.LOST)  # fmt: skip
+        saved = await self._save(done, change | ({"signal": outcome.signal} if outcome.signal else {}))
         if saved == SAVED and notify and status != AgentStatus.CANCELLED:
             await self._after_agent(agent.session_id)
 
@@ -197,15 +195,15 @@ class AgentProcesses:
             reason = f"{reason}: {report.error}"
         return report.as_dict(), reason
 
-    async def _save(self, agent: Agent, change: dict[str, object], *, only_live: bool = True) -> str:
+    async def _save(self, agent: Agent, change: dict[str, object]) -> str:
         """Write the agent's row, its token's revocation when it ended, and an `agent.status` event, fenced and only
-        while the row is still live (`only_live`; recovery settles lost agents): SAVED; WRONG_NODE (nothing
-        written, logged by the fence) when this node no longer holds the session; ENDED (nothing written) when its
-        end is recorded already (a stop from another process came first)."""
+        while the row has not ended: SAVED; WRONG_NODE (nothing written, logged by the fence) when this node no
+        longer holds the session; ENDED (nothing written) when its end is recorded already (a stop from another
+        process came first)."""
         try:
             async with self._uow(write=True) as uow:
                 await self._sessions.fence(uow, agent.session_id, f"agent {agent.id} {agent.status.value}")
-                if not await self._write_agent(uow, agent, change, only_live=only_live):
+                if not await self._write_agent(uow, agent, change):
                     return ENDED
                 await uow.commit()
         except WrongNode:
@@ -218,8 +216,8 @@ class AgentProcesses:
                 await self._outputs.record_agents(agent.session_id, [entry], status=f"agent {agent.status.value}")
         return SAVED
 
-    async def _write_agent(self, uow: UnitOfWork, agent: Agent, change: dict[str, object], *, only_live: bool) -> bool:
-        if not await uow.agents.update(agent, only_live=only_live):
+    async def _write_agent(self, uow: UnitOfWork, agent: Agent, change: dict[str, object]) -> bool:
+        if not await uow.agents.update(agent, only_unended=True):  # an ended row stays as its first writer left it
             return False
         if agent.status not in LIVE and await uow.tokens.revoke_for_agent(agent.id, self._clock.now()):
             # ended: its token stops working with the same commit, and the audit log says so
@@ -237,6 +235,7 @@ REPORT_BYTES = 512 * 1024  # the end of an agent's log its CLI's report is read 
 
 
 LIVE = frozenset({AgentStatus.QUEUED, AgentStatus.RUNNING})
+UNENDED = LIVE | {AgentStatus.LOST}  # lost: its node was marked down, and it may run on there (docs/nodes.md)
 
 
 STOP_WAIT_S = 10.0  # how long `stop` waits for the stopped agents' supervisors beyond the SIGTERM grace

@@ -53,8 +53,7 @@ class AgentRuns:
         if agent.status in (AgentStatus.RUNNING, AgentStatus.LOST) and self._its_process_runs(agent):
             if agent.status == AgentStatus.LOST:  # found again: running, under this node's supervision
                 agent = replace(agent, status=AgentStatus.RUNNING, completed_at=None, error=None)
-                await self._save(agent, {"to": AgentStatus.RUNNING.value, "pid": agent.pid, "found": True},
-                                 only_live=False)  # fmt: skip
+                await self._save(agent, {"to": AgentStatus.RUNNING.value, "pid": agent.pid, "found": True})
             self._supervise(agent, self._type_or_default(agent.agent_type), reattach=True)
             return f"re-attached (pid {agent.pid}){was}"
         if agent.output_path and (ended := self._runner.ended(agent.output_path)) is not None:

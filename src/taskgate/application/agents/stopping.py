@@ -12,10 +12,10 @@ A stop (cancel, fail, reject, timeout, abandon, `session stop`) ends each agent'
 - an agent of another node: its row is recorded cancelled; that node's supervisor sees it at its next heartbeat and
   ends the process there.
 
-Two stoppers never record two ends: an agent's end is written by `update(only_live=True)`, one statement that
-writes only while the row is queued or running, so the first writer wins and the second writes nothing; the signal
-is written by `record_signal`, only while none is recorded. Both may signal the group: a second SIGTERM or SIGKILL
-to a group that is ending changes nothing.
+Two stoppers never record two ends: an agent's end is written by `update(only_unended=True)`, one statement that
+writes only while the row has not ended (queued, running or lost), so the first writer wins and the second writes
+nothing; the signal is written by `record_signal`, only while none is recorded. Both may signal the group: a second
+SIGTERM or SIGKILL to a group that is ending changes nothing.
 
 Every stop returns only once the agents' process groups are gone (bounded), so what follows (a cancel removes the
 worktree) never runs under a live agent.
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from taskgate.application.agents.ports import GroupEnded
-from taskgate.application.agents.processes import ENDED, LIVE, STOP_WAIT_S, WRONG_NODE
+from taskgate.application.agents.processes import ENDED, STOP_WAIT_S, UNENDED, WRONG_NODE
 from taskgate.application.sessions.commands import FireTrigger
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.entities import Agent, AgentStatus, Compensation, Session
@@ -104,7 +104,7 @@ class AgentStops:
             if agent.id in self._stops:  # supervised here: its task ends the group and records how
                 self._stops[agent.id].set()
                 gone += [self._gone[agent.id]] if agent.id in self._gone else []
-            elif agent.status in LIVE or self._still_running(agent):
+            elif agent.status in UNENDED or self._still_running(agent):
                 elsewhere.append(agent)
         await asyncio.gather(*(self._stop_elsewhere(agent) for agent in elsewhere))
         # Until their processes are gone, not until their rows are written: that may wait on this very session's
@@ -133,7 +133,7 @@ class AgentStops:
     async def _stop_elsewhere(self, agent: Agent) -> None:
         """Stop an agent no task of this process supervises: its end recorded first (so its supervisor, if any,
         records nothing else), then its process group ended on this node, then the signal recorded."""
-        if agent.status in LIVE:
+        if agent.status in UNENDED:
             at = self._clock.now()
             done = replace(agent, status=AgentStatus.CANCELLED, completed_at=at, error="stopped")
             saved = await self._save(done, {"to": AgentStatus.CANCELLED.value, "reason": "cancelled"})

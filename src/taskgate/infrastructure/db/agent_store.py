@@ -18,7 +18,8 @@ from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.repository_base import SqlRepository, storable
 
 _AGENT_FIELDS = tuple(f.name for f in fields(Agent))
-_LIVE = (AgentStatus.QUEUED.value, AgentStatus.RUNNING.value)
+# Not ended: a lost agent (its node was marked down) may still run under a supervisor that was only slow to beat
+_UNENDED = (AgentStatus.QUEUED.value, AgentStatus.RUNNING.value, AgentStatus.LOST.value)
 
 
 def _agent(row: Any) -> Agent:
@@ -47,7 +48,7 @@ class SqlAlchemyAgentRepository(SqlRepository):
 
     async def heartbeat(self, agent_id: str, at: datetime) -> bool:
         c = t.agents.c
-        stmt = update(t.agents).where(c.id == agent_id, c.status.in_(_LIVE)).values(heartbeat_at=at)
+        stmt = update(t.agents).where(c.id == agent_id, c.status.in_(_UNENDED)).values(heartbeat_at=at)
         return (await self._conn.execute(stmt)).rowcount == 1
 
     async def record_signal(self, agent_id: str, signal: str) -> bool:
@@ -60,11 +61,11 @@ class SqlAlchemyAgentRepository(SqlRepository):
         values: dict[str, Any] = {"status": status.value, "completed_at": at if done else None}
         await self._conn.execute(update(t.agents).where(t.agents.c.id == agent_id).values(**values))
 
-    async def update(self, agent: Agent, *, only_live: bool = False) -> bool:
+    async def update(self, agent: Agent, *, only_unended: bool = False) -> bool:
         values = {name: getattr(agent, name) for name in _AGENT_FIELDS if name != "id"}
         stmt = update(t.agents).where(t.agents.c.id == agent.id)
-        if only_live:  # one statement: of two writers ending the same agent, the first wins (see the port)
-            stmt = stmt.where(t.agents.c.status.in_(_LIVE))
+        if only_unended:  # one statement: of two writers ending the same agent, the first wins (see the port)
+            stmt = stmt.where(t.agents.c.status.in_(_UNENDED))
         return (await self._conn.execute(stmt.values(**{**values, "status": agent.status.value}))).rowcount == 1
 
     async def active(self) -> list[Agent]:
