@@ -9,7 +9,7 @@ stall watch reading the log as it grows), no database:
   `stall_s` (ratio = detected / stall_s; a CLI's start-up lines count as progress, so it is > 1 by their time);
 - **stop → group gone**: `AgentRunner.end` (what every stop uses, from any process) on a sleeper with a child,
   which obeys SIGTERM, and on one that ignores it (SIGKILL after the grace, `--grace`), from the call to the moment
-  no process of the group is left.
+  no process of the group is left; with --real-clis also each real CLI, 3 s into retrying a closed port.
 
 Baseline, same run: `os.killpg(SIGKILL)` on the same sleeper group and a plain wait until its members are gone
 (the floor of any stop). Ratio = stop / floor. Medians of --rounds.
@@ -112,6 +112,16 @@ async def stop_time(ignore_term: bool, grace: float, folder: Path, *, floor: boo
     return took, how
 
 
+async def stop_cli(command: list[str], env: dict[str, str], grace: float, folder: Path) -> tuple[float, str]:
+    """A real CLI retrying a closed port for 3 s, then stopped: seconds to its group gone, and the signal."""
+    runner = SubprocessAgentRunner()
+    pid = await runner.start(command, str(folder), env, str(folder / f"cli-{time.monotonic_ns()}.log"))
+    await asyncio.sleep(3)
+    began = time.perf_counter()
+    ended = await runner.end(pid, runner.process_start(pid), grace)
+    return time.perf_counter() - began, str(ended.signal)
+
+
 async def _nothing() -> None:
     return None
 
@@ -150,6 +160,11 @@ async def run(args: argparse.Namespace) -> None:
             took = statistics.median(t for t, _ in runs)
             signals = ",".join(sorted({s for _, s in runs}))
             print(f"  {label + ' (' + signals + ')':<40} {took * 1000:8.1f} ms  ({took / floor:.1f}x baseline)")
+        if args.real_clis:
+            for name, (command, env) in real_clis(folder).items():
+                took, how = await stop_cli(command, env, args.grace, folder)
+                label = f"{name}, retrying ({how}, one run)"
+                print(f"  {label:<40} {took * 1000:8.1f} ms  ({took / floor:.1f}x baseline)")
 
 
 def _line(label: str, took: float, stall_s: float) -> None:
