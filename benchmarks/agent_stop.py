@@ -14,7 +14,7 @@ stall watch reading the log as it grows), no database:
 Baseline, same run: `os.killpg(SIGKILL)` on the same sleeper group and a plain wait until its members are gone
 (the floor of any stop). Ratio = stop / floor. Medians of --rounds.
 
-Run:  .venv/bin/python benchmarks/agent_stop.py [--rounds 5] [--stall-s 2] [--grace 2] [--real-clis]
+Run:  .venv/bin/python benchmarks/agent_stop.py [--rounds 5] [--stall-s 2] [--grace 2] [--real-clis [--cli-stall-s 20]]
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def real_clis(folder: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
 
 async def stall_after(command: list[str], env: dict[str, str], patterns: tuple[str, ...], stall_s: float,
                       folder: Path) -> float:  # fmt: skip
-    """Seconds from the agent's start to its stall (the runner then stops it)."""
+    """Seconds from the agent's start to its stall (the runner then stops it). Exits when the stall came before
+    any retry notice (a CLI still starting up) or the agent ended some other way."""
     runner, log = SubprocessAgentRunner(), str(folder / f"stall-{time.monotonic_ns()}.log")
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -85,8 +86,9 @@ async def stall_after(command: list[str], env: dict[str, str], patterns: tuple[s
     watching = Watching(3600, 10**9, 2.0, watch, on_stall=on_stall)
     ended = await runner.wait(pid, output_path=log, watching=watching, stop=asyncio.Event(), beat=_nothing,
                               beat_every_s=3600, started=runner.process_start(pid))  # fmt: skip
-    if ended.reason != "stalled":
-        raise SystemExit(f"{command[0]}: ended {ended.reason} ({ended.exit_code}), not stalled: {ended.output_tail}")
+    if ended.reason != "stalled" or watch.last_retry is None:
+        why = "stalled before any retry notice" if ended.reason == "stalled" else f"ended {ended.reason}"
+        raise SystemExit(f"{command[0]}: {why} ({ended.exit_code}); raise --cli-stall-s? {ended.output_tail}")
     return seen[0] - start
 
 
@@ -132,6 +134,8 @@ def main() -> None:
     parser.add_argument("--stall-s", type=float, default=2.0)
     parser.add_argument("--grace", type=float, default=2.0)
     parser.add_argument("--real-clis", action="store_true", help="also the real CLIs, if installed")
+    # aider prints nothing for seconds while it starts: a shorter stall_s finds it stalled before its first retry
+    parser.add_argument("--cli-stall-s", type=float, default=20.0, help="the real CLIs' stall_s")
     args = parser.parse_args()
     asyncio.run(run(args))
 
@@ -149,8 +153,8 @@ async def run(args: argparse.Namespace) -> None:
         _line("retry-only script", statistics.median(stalls), args.stall_s)
         if args.real_clis:
             for name, (command, env) in real_clis(folder).items():
-                took = await stall_after(command, env, PRESETS[name].stall_patterns, args.stall_s, folder)
-                _line(f"{name} (closed port, one run)", took, args.stall_s)
+                took = await stall_after(command, env, PRESETS[name].stall_patterns, args.cli_stall_s, folder)
+                _line(f"{name} (closed port, one run)", took, args.cli_stall_s)
         print(f"\nstop → process group gone (grace {args.grace:g} s), medians of {args.rounds}:")
         floor = statistics.median([(await stop_time(False, args.grace, folder, floor=True))[0]
                                    for _ in range(args.rounds)])  # fmt: skip
