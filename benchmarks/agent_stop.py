@@ -154,7 +154,7 @@ async def run(args: argparse.Namespace) -> None:
         if args.real_clis:
             for name, (command, env) in real_clis(folder).items():
                 took = await stall_after(command, env, PRESETS[name].stall_patterns, args.cli_stall_s, folder)
-                _line(f"{name} (closed port, one run)", took, args.cli_stall_s)
+                _line(f"{name} (closed port, stall_s {args.cli_stall_s:g} s)", took, args.cli_stall_s)
         print(f"\nstop → process group gone (grace {args.grace:g} s), medians of {args.rounds}:")
         floor = statistics.median([(await stop_time(False, args.grace, folder, floor=True))[0]
                                    for _ in range(args.rounds)])  # fmt: skip
@@ -172,7 +172,7 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def _line(label: str, took: float, stall_s: float) -> None:
-    print(f"  {label:<40} {took:6.2f} s  ({took / stall_s:.2f}x stall_s)")
+    print(f"  {label:<44} {took:6.2f} s  ({took / stall_s:.2f}x stall_s)")
 
 
 if __name__ == "__main__":
