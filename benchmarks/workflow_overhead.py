@@ -71,11 +71,14 @@ class NoopRunner:
     async def start(self, command, cwd, env, output_path, inherit=()) -> int:
         return next(self._pids)
 
-    async def wait(self, pid, *, output_path, timeout_s, max_output_bytes, stop, beat, beat_every_s) -> AgentExit:
+    async def wait(self, pid, *, output_path, watching, stop, beat, beat_every_s, started=None) -> AgentExit:
         return AgentExit(0, "exited", "ok")
 
     def alive(self, pid: int) -> bool:
         return False
+
+    def process_start(self, pid: int) -> int | None:
+        return None
 
     def ended(self, output_path: str) -> AgentExit | None:
         return None
