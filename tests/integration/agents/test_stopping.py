@@ -88,3 +88,13 @@ async def test_a_lost_agent_whose_supervisor_lives_keeps_running_and_an_ended_on
         await uow.commit()
     await asyncio.wait_for(agents.wait(session.id), 30)  # its next heartbeat found it ended: it stopped it
     assert process_groups.members(agent.pid) == []
+
+
+async def test_an_agent_killed_at_its_timeout_records_the_signal_that_ended_its_group(sql_services, git_repo, tmp_path):
+    agents = supervisor(sql_services, tmp_path, agent_types(tmp_path, sleeper_timeout_s=1.0))
+    session = await planning_session(sql_services, git_repo)
+    await agents.execute(session.id, ACTOR, ["sleeper"])
+    await asyncio.wait_for(agents.wait(session.id), 30)
+    [row] = await agents.agents(session.id)
+    assert (row.status, row.error, row.ended_by) == (AgentStatus.FAILED, "killed at its timeout", "SIGTERM")
+    assert process_groups.members(row.pid) == []
