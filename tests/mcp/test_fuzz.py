@@ -120,6 +120,7 @@ internal error."""
 AGENT_READS = {"ping", "session_status", "session_history", "session_state_at", "session_review", "context_discover",
                "policies_check"}  # fmt: skip
 AGENT_FIRES = {"session_fire"}
+AGENT_STOPS = {"session_stop"}  # a fail of its own session, as session_fire fail (Capability.FIRE, fail)
 AGENT_WRITES = {"save_output",  # into the agent's own session folder
                 "add_workflow_to_session", "add_checklist_to_session", "checklist_check",  # its own session's stack
                 "workflow_advance", "workflow_back", "workflow_break", "workflow_restart"}  # fmt: skip
@@ -581,7 +582,7 @@ class Harness:
         assert isinstance(out, dict) and isinstance(out.get("summary"), str), f"{tool}({_short(args)}): {out}"
         if self.principal.session_id is None:
             return
-        assert tool in AGENT_READS | AGENT_FIRES | AGENT_WRITES, f"agent was allowed {tool}({_short(args)})"
+        assert tool in AGENT_READS | AGENT_FIRES | AGENT_STOPS | AGENT_WRITES, f"agent allowed {tool}({_short(args)})"
         session = out.get("session", out) if tool != "ping" else {}
         if "id" in session or "session_id" in session:
             assert self.principal.session_id in (session.get("id"), session.get("session_id")), out["summary"]
