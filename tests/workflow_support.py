@@ -83,6 +83,12 @@ class ScriptedAgentRunner:
     def has_credential(self, variables, logins) -> bool:
         return True
 
+    def environment(self, names) -> dict[str, str]:
+        return {}
+
+    def read_private(self, path: str) -> str | None:
+        return None
+
     def locate(self, program: str) -> str | None:
         return None if program.startswith("missing-") else f"/usr/bin/{program}"
 

@@ -1,60 +1,52 @@
-"""From `taskgate init` to a session in verifying, done by the REAL Claude Code and Codex CLIs through taskgate's
-presets, offline against the scripted model server; and what happens when the model fails, hangs, or the CLI is
-not installed.
+"""From `taskgate init` to the change merged on `main`, done by the REAL Claude Code, Codex and aider CLIs (and the
+scripted presets) through taskgate's presets exactly as shipped, offline against the scripted model server; and what
+happens when the model fails, hangs, or the CLI is not installed.
 
-Only the service's environment is set up (the credentials a preset passes, HOME, PATH with the CLI); the agent
-command is the preset's, except that Codex is pointed at the local model provider (a user would put that in
-their Codex config) and retries are turned off so a failing model ends the run at once.
+Only what a user sets is set: the variables of `ENDPOINTS` (a key and the endpoint) in the environment, HOME, and
+PATH with the CLI. No agent table, no CLI config: Codex's model provider is the one taskgate writes into its private
+CODEX_HOME from OPENAI_BASE_URL, aider finds its model from OPENAI_API_KEY. Only the failure tests add a table (a short
+timeout, Claude Code's retries off) where the point is the failure.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_init import User, fresh_repo
+from tests.e2e.test_init import User, fresh_repo, git
 from tests.support.agent_clis import require_cli
-from tests.support.model_server import FINAL_TEXT, SAVE_ARGUMENTS, ModelServer
+from tests.support.model_server import COMMIT_MESSAGE, FINAL_TEXT, INPUT_TOKENS, SAVE_ARGUMENTS, ModelServer
 
-CODEX_PROVIDER = ('model_providers.local={{name="local",base_url="{url}/v1",env_key="OPENAI_API_KEY",'
-                  'wire_api="responses",request_max_retries=0,stream_max_retries=0}}')  # fmt: skip
+CLIS = ("claude", "codex", "aider")
+SCRIPTED = ("coder", "tester", "reviewer")
+ENDPOINTS = {  # what a user exports for each CLI: its key and its endpoint, nothing else
+    "claude": lambda url: {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "test-key"},
+    "codex": lambda url: {"OPENAI_BASE_URL": f"{url}/v1", "OPENAI_API_KEY": "test-key"},
+    "aider": lambda url: {"OPENAI_API_BASE": f"{url}/v1", "OPENAI_API_KEY": "test-key"},
+}
 
 
-def set_up(tmp_path: Path, cli: str, model: ModelServer, *, timeout_s: int = 120) -> User:
-    """A user's repository after `taskgate init`, with `cli` on PATH and its credentials in the environment."""
+def set_up(tmp_path: Path, preset: str, model: ModelServer, *, table: str = "") -> User:
+    """A user's repository after `taskgate init` (committed, as the README says), with the preset's CLI on PATH and
+    its key and endpoint in the environment; `table`, if any, appended to the config (failure tests only)."""
     user = User(fresh_repo(tmp_path / "shop", branch="main"))
     for key, value in (("user.name", "Shop Dev"), ("user.email", "dev@shop.invalid")):  # the user's identity
         subprocess.run(["git", "config", key, value], cwd=user.repo, check=True)
     home = tmp_path / "home"
     home.mkdir()
-    binary = require_cli(cli)
-    user.env |= {"PATH": f"{binary.parent}:{user.env['PATH']}", "HOME": str(home), "TMPDIR": str(tmp_path)}
+    user.env |= {"HOME": str(home), "TMPDIR": str(tmp_path)}
+    if preset in CLIS:
+        user.env["PATH"] = f"{require_cli(preset).parent}:{user.env['PATH']}"
+        user.env |= ENDPOINTS[preset](model.url)
     user.ok("init")
-    config = user.repo / ".taskgate" / "taskgate.toml"
-    if cli == "aider":  # no MCP client; the model is named and its edit format fixed, as a user's .aider.conf would
-        from taskgate.domain.agents.presets import PRESETS
-
-        user.env |= {"OPENAI_API_BASE": f"{model.url}/v1", "OPENAI_API_KEY": "test-key"}
-        command = [*PRESETS["aider"].command, "--model", "openai/gpt-4o", "--edit-format", "whole"]
-        table = f"[agents.aider]\ntimeout_s = {timeout_s}\ncommand = {json.dumps(command)}\n"
-    elif cli == "claude":
-        user.env |= {"ANTHROPIC_BASE_URL": model.url, "ANTHROPIC_API_KEY": "test-key"}
-        table = f'[agents.claude]\ntimeout_s = {timeout_s}\nenv = {{ CLAUDE_CODE_MAX_RETRIES = "0" }}\n'
-    else:
-        from taskgate.domain.agents.presets import PRESETS
-
-        user.env |= {"OPENAI_API_KEY": "test-key", "CODEX_HOME": str(home / ".codex")}
-        (home / ".codex").mkdir()
-        command = list(PRESETS["codex"].command)
-        provider = CODEX_PROVIDER.format(url=model.url).replace("{", "{{").replace("}", "}}")  # literal braces
-        extra = ["-c", provider, "-c", "model_provider=local", "-c", "model=gpt-5"]
-        command[2:2] = extra
-        table = f"[agents.codex]\ntimeout_s = {timeout_s}\ncommand = {json.dumps(command)}\n"
-    config.write_text(config.read_text() + "\n" + table)
+    if table:
+        config = user.repo / ".taskgate" / "taskgate.toml"
+        config.write_text(config.read_text() + "\n" + table)
+    git(user.repo, "add", ".taskgate")
+    git(user.repo, "commit", "-q", "-m", "Set up taskgate")
     return user
 
 
@@ -63,36 +55,51 @@ def session_for(user: User, title: str) -> str:
     return user.json("session", "start", task)["id"]
 
 
-@pytest.mark.parametrize("cli", ["claude", "codex", "aider"])
-def test_a_real_cli_does_the_work_and_the_session_reaches_verifying_by_itself(tmp_path: Path, cli: str):
+COMMITS = {"claude": "feat: hello", "codex": "feat: hello", "aider": COMMIT_MESSAGE, "coder": "feat: Say hello"}
+
+
+@pytest.mark.parametrize("preset", [*CLIS, *SCRIPTED])
+def test_each_preset_as_shipped_takes_a_task_from_init_to_merged_with_the_checkout_clean(tmp_path: Path, preset: str):
     with ModelServer("ok") as model:
         began = time.monotonic()
-        user = set_up(tmp_path, cli, model)
+        user = set_up(tmp_path, preset, model)
         sid = session_for(user, "Say hello")
-        user.ok("session", "execute", sid, "--agent", cli)
+        user.ok("session", "execute", sid, "--agent", preset)
+        status = user.json("session", "status", sid)
+        assert status["state"] == "verifying", status
+        [agent] = user.json("session", "outputs", sid)["agents"]
+        assert agent["status"] == "completed" and agent["exit_code"] == 0, agent
+        worktree = Path(status["worktree_path"])
+        assert git(worktree, "status", "--porcelain", "--untracked-files=all") == ""  # nothing of the CLI's left
+        user.ok("session", "decide", sid, "approve", "--reason", "reviewed the diff")
+        user.ok("session", "merge", sid)
         took = time.monotonic() - began
-    status = user.json("session", "status", sid)
-    assert status["state"] == "verifying", status
-    branch = status["branch_name"]
-    log = subprocess.run(["git", "log", "--format=%s", f"main..{branch}"], cwd=user.repo, capture_output=True,
-                         text=True, check=True).stdout.split("\n")  # fmt: skip
-    assert "feat: hello" in log
-    outputs = user.json("session", "outputs", sid)
-    saved = {o["path"]: o for o in outputs["outputs"]}
-    if cli != "aider":  # aider has no MCP client
-        assert SAVE_ARGUMENTS["name"] in saved and saved[SAVE_ARGUMENTS["name"]]["by"].startswith("agent")
-    [agent] = [a for a in user.json("session", "outputs", sid)["agents"]]
-    assert agent["status"] == "completed" and agent["exit_code"] == 0
-    agent_log = Path(agent["output"]).read_text()
-    assert (FINAL_TEXT if cli != "aider" else "Applied edit to hello.txt") in agent_log
-    report = status["agents"][0]["report"]  # what the CLI said of its run, parsed from its JSON events
-    if cli == "aider":
-        assert report is None  # plain text
-    else:
+    assert user.json("session", "show", sid)["state"] == "completed"
+    assert not worktree.exists()
+    subjects = git(user.repo, "log", "--format=%s", "main").splitlines()
+    if preset in COMMITS:
+        assert COMMITS[preset] in subjects, subjects
+    if preset in CLIS:
+        assert (user.repo / "hello.txt").read_text().strip() == "hello"
+    assert git(user.repo, "status", "--porcelain", "--untracked-files=all") == ""  # the user's checkout: clean
+    report = status["agents"][0]["report"]  # what the CLI said of its run (its events, or aider's usage lines)
+    folder = Path(agent["output"]).parent
+    if preset in ("claude", "codex"):
         assert report["final_message"] == FINAL_TEXT and report["turns"] >= 1 and not report["is_error"]
         assert report["input_tokens"] > 0 and report["output_tokens"] > 0
-        assert (report["cost_usd"] is None) == (cli == "codex")
-    print(f"{cli}: init to verifying in {took:.1f} s")
+        assert (report["cost_usd"] is None) == (preset == "codex")
+        saved = {o["path"]: o for o in user.json("session", "outputs", sid)["outputs"]}
+        assert saved[SAVE_ARGUMENTS["name"]]["by"].startswith("agent")  # its MCP call reached taskgate
+    if preset == "codex":  # its provider: the one taskgate wrote into the agent's private CODEX_HOME
+        config = (folder / f"{agent['id']}.codex" / "config.toml").read_text()
+        assert f'base_url = "{model.url}/v1"' in config and 'env_key = "OPENAI_API_KEY"' in config
+        assert not (Path(user.env["HOME"]) / ".codex").exists()  # never the user's own
+    if preset == "aider":  # its usage recorded; its history in the session folder
+        assert report["turns"] >= 1 and report["input_tokens"] >= INPUT_TOKENS and report["output_tokens"] > 0
+        assert (folder / f"{agent['id']}.aider.chat.history.md").is_file()
+    if preset in SCRIPTED:
+        assert report is None
+    print(f"{preset}: init to merged in {took:.1f} s")
 
 
 # aider is left out: it retries a 500 for about 90 s and then exits 0 (seen with 0.86.1), so its session reaches

@@ -4,7 +4,13 @@ It speaks just enough of two wire formats:
 
 * Anthropic Messages, `POST /v1/messages` (Claude Code), streaming SSE or plain JSON, plus
   `POST /v1/messages/count_tokens`;
-* OpenAI Responses, `POST /v1/responses` (Codex), streaming SSE.
+* OpenAI Responses, `POST /v1/responses` (Codex), streaming SSE: plain function tools (`tools`), or Codex's
+  "code mode" (what its default model gets: no `tools`, an `additional_tools` input item whose custom `exec` tool
+  runs JavaScript that calls the nested tools, `await tools.exec_command({cmd})`), answered with a
+  `custom_tool_call` of `exec` holding the step's call as JavaScript;
+* OpenAI Chat Completions, `POST /v1/chat/completions` (aider through litellm): a file edit in the edit format
+  aider's system prompt asks for (a SEARCH/REPLACE block, its default "diff" format, or the whole file), or a
+  commit message when asked for one.
 
 The script is stateless: each request carrying tools is answered from the number of tool results
 already in its conversation.
@@ -40,6 +46,9 @@ SAVE_ARGUMENTS = {"name": "notes.md", "content": "hello from the model"}
 MODEL_PATHS = ("/v1/messages", "/v1/responses", "/v1/chat/completions")
 # aider's "whole" edit format: the file's name, then its whole content fenced; aider writes it and commits
 WHOLE_EDIT = "I will create hello.txt.\n\nhello.txt\n```\nhello\n```\n"
+# aider's "diff" edit format (its default for gpt-4o): a SEARCH/REPLACE block with an empty SEARCH creates the file
+DIFF_EDIT = "I will create hello.txt.\n\nhello.txt\n```\n<<<<<<< SEARCH\n=======\nhello\n>>>>>>> REPLACE\n```\n"
+COMMIT_MESSAGE = "feat: hello"
 
 
 class ModelServer:
@@ -106,6 +115,50 @@ def _tool_names(tools: list[dict[str, Any]]) -> list[str]:
         elif name:
             names.append(name)
     return names
+
+
+def code_mode_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The nested tools of Codex's code mode, as plain tools (name and the argument names of its declaration), when
+    the request offers the custom `exec` tool in an `additional_tools` item; None otherwise."""
+    for item in body.get("input") or []:
+        if not isinstance(item, dict) or item.get("type") != "additional_tools":
+            continue
+        for group in item.get("tools") or []:
+            for tool in group.get("tools") or []:
+                if tool.get("type") == "custom" and tool.get("name") == "exec":
+                    return _declared(str(tool.get("description") or ""))
+    return None
+
+
+def _declared(description: str) -> list[dict[str, Any]]:
+    """`declare const tools: { NAME(args: { a: …; b?: … }` blocks of the exec tool's description, as tools."""
+    tools = []
+    for found in re.finditer(r"declare const tools: \{ (\w+)\((?:args: \{(.*?)\}\))?", description, re.S):
+        names = re.findall(r"^\s*(\w+)\??:", found.group(2) or "", re.M)
+        tools.append({"name": found.group(1), "input_schema": {"properties": {key: {} for key in names}}})
+    return tools
+
+
+def javascript(call: tuple[str, dict[str, Any]]) -> str:
+    """The step's tool call as code mode's JavaScript: the nested tool awaited, its result given back as text."""
+    name, arguments = call
+    return (f"const result = await tools.{name}({json.dumps(arguments)});\n"
+            "text(typeof result === 'string' ? result : JSON.stringify(result));")  # fmt: skip
+
+
+def save_any_javascript() -> str:
+    """Code mode's step 3: Codex defers MCP tools (they are on `tools` and in `ALL_TOOLS`, not in the exec tool's
+    description), so the script looks the save_output tool up as a model would, and names the file by the argument
+    its declaration has (`path` for taskgate's tool, `name` for the test peer's)."""
+    arguments = json.dumps(SAVE_ARGUMENTS["content"])
+    return (
+        "const tool = ALL_TOOLS.find((t) => t.name.endsWith('save_output'));\n"
+        "if (!tool) { text('no save_output tool'); exit(); }\n"
+        f"const args = {{content: {arguments}}};\n"
+        f"args[/\\bpath\\b/.test(tool.description) ? 'path' : 'name'] = {json.dumps(SAVE_ARGUMENTS['name'])};\n"
+        "const result = await tools[tool.name](args);\n"
+        "text(typeof result === 'string' ? result : JSON.stringify(result));"
+    )
 
 
 def save_arguments(tools: list[dict[str, Any]], name: str) -> dict[str, Any]:
@@ -227,6 +280,13 @@ class _Handler(BaseHTTPRequestHandler):
         if chat:
             self._chat(body)
             return
+        coded = None if anthropic or body.get("tools") else code_mode_tools(body)
+        if coded is not None:  # Codex's code mode: each step a script for its `exec` tool
+            step = responses_tool_results(body)
+            call = plan(step, coded)
+            script = save_any_javascript() if step == 2 else (javascript(call) if call else None)
+            self._responses(body, None, FINAL_TEXT, script=script)
+            return
         tools = body.get("tools") or []
         if not tools:
             call = None
@@ -243,9 +303,13 @@ class _Handler(BaseHTTPRequestHandler):
     # --- plumbing
 
     def _chat(self, body: dict[str, Any]) -> None:
-        """Chat Completions (aider): the whole-file edit, or a commit message when asked for one."""
-        asked = json.dumps(body.get("messages") or []).lower()
-        text = "feat: hello" if "commit message" in asked else WHOLE_EDIT
+        """Chat Completions (aider): the file edit in the format its system prompt asks for, or a commit message
+        when asked for one."""
+        messages = body.get("messages") or []
+        asked = json.dumps(messages).lower()
+        system = json.dumps([m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "system"])
+        edit = DIFF_EDIT if "SEARCH/REPLACE" in system else WHOLE_EDIT
+        text = COMMIT_MESSAGE if "commit message" in asked else edit
         message = {"role": "assistant", "content": text}
         usage = {"prompt_tokens": INPUT_TOKENS, "completion_tokens": OUTPUT_TOKENS,
                  "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS}  # fmt: skip
@@ -331,10 +395,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- OpenAI Responses
 
-    def _responses(self, body: dict[str, Any], call: tuple[str, dict[str, Any]] | None, text: str) -> None:
+    def _responses(
+        self, body: dict[str, Any], call: tuple[str, dict[str, Any]] | None, text: str, *, script: str | None = None
+    ) -> None:
         response_id = self.model.next_id("resp")
-        if call is None:
-            item: dict[str, Any] = {
+        if script is not None:  # code mode: JavaScript for the custom `exec` tool
+            item: dict[str, Any] = {"type": "custom_tool_call", "id": self.model.next_id("ctc"),
+                                    "call_id": self.model.next_id("call"), "name": "exec", "input": script,
+                                    "status": "completed"}  # fmt: skip
+        elif call is None:
+            item = {
                 "type": "message",
                 "id": self.model.next_id("msg"),
                 "role": "assistant",

@@ -130,6 +130,15 @@ class SubprocessAgentRunner:
     def read_log(self, output_path: str, max_bytes: int) -> str:
         return _tail(output_path, max_bytes)
 
+    def environment(self, names: Sequence[str]) -> dict[str, str]:
+        return {name: os.environ[name] for name in names if os.environ.get(name)}
+
+    def read_private(self, path: str) -> str | None:
+        try:
+            return Path(path).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+
     def has_credential(self, variables: Sequence[str], logins: Sequence[str]) -> bool:
         return any(os.environ.get(name) for name in variables) or any((Path.home() / f).exists() for f in logins)
 

@@ -316,7 +316,7 @@ class AgentSettings(BaseModel):
     prompt: str | None = None
     credentials: list[str] | None = None  # service environment variables passed to the agent (allow-list)
     mcp: Literal["env", "claude", "codex", "none"] | None = None
-    output_format: Literal["text", "claude-stream-json", "codex-json"] | None = None
+    output_format: Literal["text", "claude-stream-json", "codex-json", "aider"] | None = None
     # No progress for this long: stalled (an event, an escalation, a stop; docs/agents.md). 0: never.
     stall_s: float | None = Field(default=None, ge=0, le=7 * 86_400)
     stall_patterns: list[str] | None = None  # regular expressions of output lines that are not progress

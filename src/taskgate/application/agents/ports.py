@@ -145,6 +145,14 @@ class AgentRunner(Protocol):
         """Whether a process was ever started with this output (a queued agent found at restart that was not
         is started then; one that was, with no pid recorded, is lost)."""
 
+    def environment(self, names: Sequence[str]) -> dict[str, str]:
+        """The variables among `names` that are set (non-empty) in the service's environment: what `start` would pass
+        of them through `inherit`."""
+
+    def read_private(self, path: str) -> str | None:
+        """The text of the file at `path` (`~/` is the service's HOME), or None when it is not there or unreadable
+        (a CLI's own login, copied into an agent's private home)."""
+
     def has_credential(self, variables: Sequence[str], logins: Sequence[str]) -> bool:
         """Whether one of `variables` is set in the service's environment, or one of `logins` (paths under HOME,
         a CLI's own login) exists."""

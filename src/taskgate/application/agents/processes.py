@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import PurePosixPath
 
 from taskgate.application.agents.ports import AgentExit, Watching
+from taskgate.application.agents.setups import prepare
 from taskgate.application.ports import UnitOfWork
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
@@ -106,6 +107,7 @@ class AgentProcesses:
             self._wire_mcp(kind, agent, folder, url, token.secret)
             cwd, output = str(session.worktree_path), str(agent.output_path)
             await self._before_agent_hook(session, agent, stop)  # the project's before_agent hook: failed, not started
+            env |= prepare(self._runner, kind, folder=folder, agent_id=agent.id, worktree=cwd)  # Codex's home, …
             pid = await self._runner.start(command, cwd, env, output, inherit=kind.credentials)
             # its own child, not reaped yet: the pid cannot be another process's before this reads its start time
             started = replace(agent, status=AgentStatus.RUNNING, pid=pid, pgid=pid,

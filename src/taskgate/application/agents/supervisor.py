@@ -26,6 +26,7 @@ from taskgate.application.agents.outputs import OutputService
 from taskgate.application.agents.ports import AgentEndpoint, AgentRunner, RunHooks
 from taskgate.application.agents.processes import LIVE, AgentProcesses
 from taskgate.application.agents.runs import LAUNCH, AgentRuns
+from taskgate.application.agents.setups import check_endpoint
 from taskgate.application.agents.stopping import AgentStops
 from taskgate.application.operators.access import AccessService
 from taskgate.application.ports import Clock, IdGenerator, StepClaim, UnitOfWorkFactory
@@ -139,8 +140,8 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
         return Launched(result.session, await self._launch_owed(result.session))
 
     def check_installed(self, names: Sequence[str]) -> None:
-        """Refuse, before anything is written, agent types that are unknown, whose program is not installed, or
-        that need a credential none of which is set.
+        """Refuse, before anything is written, agent types that are unknown, whose program is not installed, that
+        need a credential none of which is set, or whose model endpoint is incomplete (`setups.check_endpoint`).
 
         Raises: InvalidInput naming the agent type, the program, and where it was looked for.
         """
@@ -158,6 +159,7 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
                     f"agent type '{name}' needs one of {', '.join(kind.needs_one_of)} in taskgate's environment"
                     f"{login}; none is there"
                 )
+            check_endpoint(self._runner, kind)
 
     async def started(self, session_id: str) -> None:
         """Until no agent of the session waits queued in this process (each was started, or failed to start)."""

@@ -12,6 +12,7 @@ import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from taskgate.domain.agents.setups import SETUPS
 from taskgate.domain.agents.stalls import compile_patterns
 from taskgate.domain.errors import InvalidInput
 
@@ -22,7 +23,7 @@ PLACEHOLDERS = frozenset({"prompt", "task_title", "task_description", "instructi
 # --mcp-config file written into the session folder at start, "codex" its mcp_servers setting, "none" no MCP client.
 MCP_WIRINGS = frozenset({"env", "claude", "codex", "none"})
 # What the agent prints: plain "text", or a CLI's JSON events whose final message, turns and usage are kept.
-OUTPUT_FORMATS = frozenset({"text", "claude-stream-json", "codex-json"})
+OUTPUT_FORMATS = frozenset({"text", "claude-stream-json", "codex-json", "aider"})
 MAX_ARGUMENT = 100_000
 DEFAULT_STALL_S = 300.0  # minutes, not the hour of `timeout_s`: a CLI retrying a dead endpoint is found in 5
 
@@ -47,6 +48,10 @@ class AgentType:
     # are not progress (a CLI retrying its connection).
     stall_s: float = DEFAULT_STALL_S
     stall_patterns: tuple[str, ...] = ()
+    setup: str = "none"  # one of SETUPS: "codex" gives each agent a private CODEX_HOME with its model provider
+    ignored: tuple[str, ...] = ()  # folders the CLI keeps in the worktree, made ignored by git (domain/agents/setups)
+    endpoint: tuple[str, ...] = ()  # variables its model endpoint is read from (by the CLI, or by taskgate for it)
+    endpoint_keys: tuple[str, ...] = ()  # credentials of which one must be set when an endpoint variable is
 
     @property
     def takes_prompt(self) -> bool:
@@ -67,6 +72,10 @@ class AgentType:
         if self.output_format not in OUTPUT_FORMATS:
             known = ", ".join(sorted(OUTPUT_FORMATS))
             raise InvalidInput(f"agents.{self.name}.output_format: unknown {self.output_format!r}; known: {known}")
+        if self.setup not in SETUPS:
+            raise InvalidInput(f"agents.{self.name}.setup: unknown {self.setup!r}; known: {', '.join(sorted(SETUPS))}")
+        if any(not name or "/" in name or name in (".", "..", ".git") for name in self.ignored):
+            raise InvalidInput(f"agents.{self.name}.ignored: each entry must be a folder name in the worktree's top")
         if self.timeout_s <= 0 or self.max_output_bytes <= 0:
             raise InvalidInput(f"agents.{self.name}: timeout_s and max_output_bytes must be positive")
         if self.stall_s < 0:

@@ -7,6 +7,12 @@ read and to check against the real CLIs (tests/e2e/test_real_agent_clis.py runs 
 
 Least privilege inside a worktree: the agent's working directory is the session's worktree, its environment is
 built (docs/agents.md), and only the variables named in `credentials` pass from the service's environment.
+
+Each preset works as shipped with only the variables a user sets (`tests/e2e/test_real_agents_in_sessions.py` drives
+each through init → merge against the real CLI): `endpoint` names the variables its model endpoint is read from and
+`endpoint_keys` the credentials such an endpoint needs (`doctor` checks both, `domain/agents/setups.py`); what a
+CLI would otherwise need in its own config (Codex's model provider) taskgate writes for it (`setup`), and what it
+would leave in the worktree goes to the session folder or is ignored (`ignored`).
 """
 
 from __future__ import annotations
@@ -42,13 +48,18 @@ class Preset:
     timeout_s: float = 3600.0
     stall_s: float = DEFAULT_STALL_S
     stall_patterns: tuple[str, ...] = ()  # output lines that are no progress: the CLI retrying its connection
+    setup: str = "none"  # what taskgate writes for the CLI before it starts (domain/agents/setups.py)
+    ignored: tuple[str, ...] = ()  # folders the CLI keeps in the worktree, made ignored by git
+    endpoint: tuple[str, ...] = ()  # variables the model endpoint is read from (by the CLI, or by taskgate for it)
+    endpoint_keys: tuple[str, ...] = ()  # credentials of which one must be set when an endpoint variable is
 
     def agent_type(self) -> AgentType:
         """The preset as an agent type."""
         return AgentType(self.name, self.command, dict(self.env), self.timeout_s, credentials=self.credentials,
                          mcp=self.mcp, output_format=self.output_format, needs_one_of=self.needs_one_of,
-                         logins=self.logins, stall_s=self.stall_s,
-                         stall_patterns=self.stall_patterns)  # fmt: skip
+                         logins=self.logins, stall_s=self.stall_s, stall_patterns=self.stall_patterns,
+                         setup=self.setup, ignored=self.ignored, endpoint=self.endpoint,
+                         endpoint_keys=self.endpoint_keys)  # fmt: skip
 
 
 # What each CLI prints while it retries a model endpoint it cannot reach (seen with Claude Code 2.1.330, Codex
@@ -88,6 +99,8 @@ PRESETS: dict[str, Preset] = {
             needs_one_of=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_USE_BEDROCK",
                           "CLAUDE_CODE_USE_VERTEX"),
             logins=(".claude/.credentials.json",),
+            endpoint=("ANTHROPIC_BASE_URL",),
+            endpoint_keys=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
             install="npm install -g @anthropic-ai/claude-code",
             mcp="claude",
             output_format="claude-stream-json",
@@ -95,7 +108,8 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             "codex",
-            "Codex CLI, non-interactive (exec --json), workspace-write sandbox, taskgate's MCP tools",
+            "Codex CLI, non-interactive (exec --json), workspace-write sandbox, its model provider written by "
+            "taskgate into a private CODEX_HOME, taskgate's MCP tools",
             ("codex", "exec", "--json", "--skip-git-repo-check", "--sandbox", "workspace-write",
              "--add-dir", "{git_dir}", "--add-dir", "{git_dir}/worktrees/{session_id}",  # git's files, writable
              "-c", 'mcp_servers.taskgate.url="{mcp_url}"',
@@ -103,9 +117,12 @@ PRESETS: dict[str, Preset] = {
              "-c", "mcp_servers.taskgate.required=true",
              "-c", 'mcp_servers.taskgate.default_tools_approval_mode="approve"',
              "{prompt}"),
-            credentials=("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"),
+            credentials=("OPENAI_API_KEY", "OPENAI_BASE_URL"),  # CODEX_HOME: taskgate's private one, per agent
             needs_one_of=("OPENAI_API_KEY",),
             logins=(".codex/auth.json",),
+            setup="codex",
+            endpoint=("OPENAI_BASE_URL",),
+            endpoint_keys=("OPENAI_API_KEY",),
             install="npm install -g @openai/codex",
             mcp="codex",
             output_format="codex-json",
@@ -113,16 +130,24 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             "aider",
-            "aider, one message, commits its edits; no MCP client (it cannot call taskgate's tools)",
+            "aider, one message, commits its edits, its history in the session folder; no MCP client (it cannot "
+            "call taskgate's tools)",
             ("aider", "--message", "{prompt}", "--yes-always", "--no-pretty", "--no-stream", "--no-check-update",
              "--no-analytics", "--auto-commits", "--no-show-release-notes", "--no-gitignore",
-             "--no-show-model-warnings"),
+             "--no-show-model-warnings",
+             # its history files go to the session folder, not into the work (the worktree stays clean)
+             "--chat-history-file", "{session_folder}/{agent_id}.aider.chat.history.md",
+             "--input-history-file", "{session_folder}/{agent_id}.aider.input.history"),
             env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},  # no fetch of litellm's price list from GitHub at start
-            credentials=("OPENAI_API_KEY", "OPENAI_API_BASE", "ANTHROPIC_API_KEY", "AIDER_MODEL"),
+            credentials=("OPENAI_API_KEY", "OPENAI_API_BASE", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "AIDER_MODEL"),
             needs_one_of=("OPENAI_API_KEY", "ANTHROPIC_API_KEY"),
             install="python3 -m pip install aider-chat",
             mcp="none",
             stall_patterns=_AIDER_RETRIES,
+            output_format="aider",
+            ignored=(".aider.tags.cache.v4",),  # its repository map's cache, kept in the worktree's top
+            endpoint=("OPENAI_API_BASE", "OPENAI_BASE_URL"),  # litellm reads either for OpenAI-compatible models
+            endpoint_keys=("OPENAI_API_KEY",),
         ),
         Preset(
             "coder",

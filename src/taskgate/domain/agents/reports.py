@@ -11,6 +11,8 @@ skipped, fields of the wrong type count as absent, and it never raises.
 - "codex-json": the last `agent_message` item is the final message; `turn.completed` events are the turns, their
   usage summed (`cached_input_tokens` is the cache read); `turn.failed` and `error` events after the last completed
   turn make it an error, with their message.
+- "aider": aider's plain output; its usage lines (`Tokens: … sent, … received. Cost: …`) are the turns, tokens and
+  cost (`domain/agents/aider.py`).
 - "text" (or any other format): None, and None when the log holds no event of the format at all.
 """
 
@@ -20,6 +22,8 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from taskgate.domain.agents.aider import aider_usage
 
 MAX_FINAL_MESSAGE = 10_000  # characters kept of the final message (the full text stays in the agent's log)
 MAX_ERROR = 2_000
@@ -74,6 +78,9 @@ def parse_report(output_format: str, text: str) -> AgentReport | None:
             return _claude(_events(text))
         if output_format == "codex-json":
             return _codex(_events(text))
+        if output_format == "aider":
+            usage = aider_usage(text)
+            return AgentReport(**usage) if usage else None
     except Exception:  # a log is never worth a crash: report nothing instead
         return None
     return None

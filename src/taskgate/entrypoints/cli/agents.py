@@ -1,5 +1,5 @@
 """Agent types as a user meets them: `taskgate agents list` and `agents show` (presets and configured types, which
-are installed, which credentials each needs and which are set)."""
+are installed, which credentials each needs and which are set, and the model endpoint each would use)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Group
+from rich.text import Text
 
 from taskgate.bootstrap import Settings, agent_types, load_settings
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.presets import PRESETS
+from taskgate.domain.agents.setups import CODEX_KEY, endpoint_of, endpoint_problem
 from taskgate.domain.errors import TaskgateError
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import JsonOpt, emit, fail, group
@@ -34,7 +37,9 @@ class AgentReadiness:
     version: str | None
     credentials_set: tuple[str, ...]  # names only, never values
     needs_one_of: tuple[str, ...]
-    ready: bool  # installed, and a credential (or the CLI's own login) is there when one is needed
+    ready: bool  # installed, a credential (or the CLI's own login) there when one is needed, its endpoint complete
+    endpoint: str  # the model endpoint it would use, and from which variable (or the CLI's default)
+    problem: str | None  # why it is not ready, when installed: no credential, or an incomplete endpoint
     mcp: str
     output_format: str
     summary: str
@@ -42,7 +47,9 @@ class AgentReadiness:
 
 
 def readiness(settings: Settings, kind: AgentType) -> AgentReadiness:
-    """Whether `kind` can run here: its program on PATH (with its version), its credentials present."""
+    """Whether `kind` can run here: its program on PATH (with its version), its credentials present, and the model
+    endpoint it would use complete (an endpoint variable set with a key for it; for Codex, the provider taskgate
+    writes into its private CODEX_HOME). The same rules as a launch (`check_installed`); nothing is contacted."""
     preset = PRESETS.get(kind.name)
     table = settings.agents.get(kind.name)
     based_on = PRESETS.get(table.preset) if table is not None and table.preset else preset
@@ -50,13 +57,27 @@ def readiness(settings: Settings, kind: AgentType) -> AgentReadiness:
     program = kind.command[0]
     found = shutil.which(program) if "{" not in program else None
     present = tuple(name for name in kind.credentials if os.environ.get(name))
-    needs = based_on.needs_one_of if based_on is not None else ()
-    logged_in = any((Path.home() / login).exists() for login in (based_on.logins if based_on else ()))
-    ready = found is not None and (not needs or logged_in or any(os.environ.get(n) for n in needs))
+    env = {name: os.environ[name] for name in present} | {k: v for k, v in kind.env.items() if v}
+    needs = kind.needs_one_of
+    logged_in = any((Path.home() / login).exists() for login in kind.logins)
+    problem = None
+    if needs and not logged_in and not any(os.environ.get(n) for n in needs):
+        problem = f"no credential: export {' or '.join(needs)}" + (" (or log in with the CLI)" if kind.logins else "")
+    problem = problem or endpoint_problem(kind.endpoint, kind.endpoint_keys, env)
     return AgentReadiness(
-        kind.name, source, program, found, _version(found) if found else None, present, needs, ready, kind.mcp,
-        kind.output_format, based_on.summary if based_on else "", based_on.install if based_on else "",
+        kind.name, source, program, found, _version(found) if found else None, present, needs,
+        found is not None and problem is None, _endpoint(kind, env), problem, kind.mcp, kind.output_format,
+        based_on.summary if based_on else "", based_on.install if based_on else "",
     )  # fmt: skip
+
+
+def _endpoint(kind: AgentType, env: dict[str, str]) -> str:
+    shown = endpoint_of(kind.endpoint, env, setup=kind.setup, model=bool(kind.needs_one_of))
+    if kind.setup != "codex":
+        return shown
+    if env.get(CODEX_KEY):
+        return f"{shown}, as the model provider taskgate writes into the agent's own CODEX_HOME (key {CODEX_KEY})"
+    return "OpenAI's API with Codex's own login (auth.json, copied into the agent's own CODEX_HOME)"
 
 
 def _version(path: str) -> str | None:
@@ -82,16 +103,17 @@ def all_readiness() -> list[AgentReadiness]:
 @agents_app.command("list")
 def agents_list(as_json: JsonOpt = False) -> None:
     """Presets and configured agent types: where each comes from, whether its program is installed (and its
-    version), the credentials it needs and which of them are set (names only), its MCP wiring."""
+    version), the credentials it needs and which of them are set (names only), the model endpoint it would use,
+    its MCP wiring; not ready says why."""
     rows = all_readiness()
 
     def table():
         shown = [(r.name, r.source, "yes" if r.ready else "no", r.version or ("-" if r.installed else "not found"),
-                  ", ".join(r.credentials_set) or "-",
-                  " or ".join(r.needs_one_of) or "-", r.mcp, r.summary or " ".join(r.program.split()[:1]))
-                 for r in rows]  # fmt: skip
-        columns = ["name", "source", "ready", "installed", "credentials set", "needs one of", "mcp", "what"]
-        return render.table("Agent types", columns, shown, markup=False)
+                  ", ".join(r.credentials_set) or "-", " or ".join(r.needs_one_of) or "-", r.endpoint, r.mcp,
+                  r.summary or " ".join(r.program.split()[:1])) for r in rows]  # fmt: skip
+        columns = ["name", "source", "ready", "installed", "credentials set", "needs one of", "endpoint", "mcp", "what"]
+        why = [Text(f"{r.name}: not ready: {r.problem}") for r in rows if r.installed and r.problem]
+        return Group(render.table("Agent types", columns, shown, markup=False), *why)
 
     emit([r.__dict__ for r in rows], as_json, table)
 

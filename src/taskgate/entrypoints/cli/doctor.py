@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass
 
@@ -166,8 +168,10 @@ def _refuses_without_token(url: str) -> bool:
 
 
 def _agent_checks(settings) -> list[Check]:
-    """Agent types the set-up uses (configured, default, or the CLI presets) must be installed and credentialed;
-    a CLI preset nobody configured is only a warning."""
+    """Agent types the set-up uses (configured, default, or the CLI presets) must be installed, credentialed and
+    have a complete model endpoint (`agents.readiness`); a CLI preset nobody configured is only a warning. What is
+    checked: the program runs `--version`, a key (or the CLI's login) is there, the endpoint variable is a URL with
+    a key for it, and that the endpoint accepts a connection (`_answers`). Not checked: that the key is valid."""
     kinds = agent_types(settings)
     used = set(settings.agents) | set(settings.execution.default_agents)
     checks = []
@@ -178,10 +182,26 @@ def _agent_checks(settings) -> list[Check]:
             checks.append(Check(f"agent {name}", missing, f"'{ready.program}' not found on PATH",
                                 ready.install or f"install it, or fix agents.{name}.command"))  # fmt: skip
         elif not ready.ready:
-            needs = " or ".join(ready.needs_one_of)
-            checks.append(Check(f"agent {name}", missing, f"{ready.version or ready.installed}; no credential",
-                                f"export {needs} (or log in with the CLI)"))  # fmt: skip
+            checks.append(Check(f"agent {name}", missing, f"{ready.version or ready.installed}; {ready.problem}",
+                                "export what it names, or set it in the agent's `env`"))  # fmt: skip
         else:
-            creds = ", ".join(ready.credentials_set) or "its own login"
-            checks.append(Check(f"agent {name}", "ok", f"{ready.version or ready.installed}; credentials: {creds}"))
+            creds = ", ".join(ready.credentials_set) or ("its own login" if ready.needs_one_of else "none needed")
+            detail = f"{ready.version or ready.installed}; credentials: {creds}; endpoint: {ready.endpoint}"
+            refused = _answers(ready.endpoint)
+            checks.append(Check(f"agent {name}", "warn" if refused else "ok",
+                                f"{detail}{f'; {refused}' if refused else ''}",
+                                "start the model server, or fix the endpoint variable"))  # fmt: skip
     return checks
+
+
+def _answers(endpoint: str) -> str | None:
+    """Why the endpoint URL at the start of `endpoint` (a readiness' description) takes no connection, or None (it
+    does, or it names no URL: a CLI's default endpoint is not contacted)."""
+    url = urllib.parse.urlsplit(endpoint.split(" ", 1)[0].rstrip(","))
+    if url.scheme not in ("http", "https") or not url.hostname:
+        return None
+    try:
+        with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), 3):
+            return None
+    except OSError as exc:
+        return f"it does not answer ({exc.strerror or exc})"
