@@ -3,6 +3,7 @@ taskgate's MCP tools, and `serve --http` says where it listens."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 from pathlib import Path
@@ -112,5 +113,56 @@ def test_a_preset_whose_credentials_are_all_missing_is_refused_before_anything_i
     before = user.json("session", "show", sid)
     error = user.fails("session", "execute", sid, "--agent", "claude")
     assert "agent type 'claude' needs one of ANTHROPIC_API_KEY" in error and "~/.claude/.credentials.json" in error
+    assert user.json("session", "show", sid)["version"] == before["version"]
+    assert user.json("session", "outputs", sid)["agents"] == []
+
+
+def doctor(user: User) -> dict[str, dict]:
+    """`doctor --json`'s checks by name (it exits 1 when another check, e.g. git's identity, fails)."""
+    return {c["name"]: c for c in json.loads(user.run("doctor", "--json").stdout)}
+
+
+def test_agents_list_and_doctor_say_ok_only_for_an_endpoint_the_cli_will_really_use(tmp_path: Path):
+    """Codex ignores OPENAI_BASE_URL itself: taskgate writes it into the provider of the agent's private CODEX_HOME,
+    which needs OPENAI_API_KEY too. An endpoint variable without its key is not ready; one that takes no connection
+    is a warning; one that answers is ok, and doctor says what it checked."""
+    user = User(fresh_repo(tmp_path / "shop"))
+    user.ok("init")
+    with_fake_cli(user, tmp_path, "codex", "codex-cli 0.169.0")
+    user.env["HOME"] = str(tmp_path)  # no ~/.codex login
+    config = user.repo / ".taskgate" / "taskgate.toml"
+    config.write_text(config.read_text().replace('# default_agents = ["claude"]', 'default_agents = ["codex"]'))
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        url = f"http://127.0.0.1:{listening.getsockname()[1]}/v1"
+        user.env |= {"OPENAI_BASE_URL": url}
+        user.env.pop("OPENAI_API_KEY", None)
+        codex = {a["name"]: a for a in user.json("agents", "list")}["codex"]
+        assert codex["ready"] is False and "OPENAI_API_KEY" in codex["problem"]
+        assert "codex: not ready: no credential: export OPENAI_API_KEY" in user.ok("agents", "list")
+        user.env["OPENAI_API_KEY"] = "sk-secret-value"
+        codex = {a["name"]: a for a in user.json("agents", "list")}["codex"]
+        assert codex["ready"] and codex["problem"] is None
+        assert codex["endpoint"].startswith(f"{url} (from OPENAI_BASE_URL), as the model provider taskgate writes")
+        checks = doctor(user)
+        assert checks["agent codex"]["status"] == "ok" and url in checks["agent codex"]["detail"]
+    checks = doctor(user)  # nothing listens there any more
+    assert checks["agent codex"]["status"] == "warn" and "does not answer" in checks["agent codex"]["detail"]
+
+
+def test_a_launch_whose_endpoint_the_cli_would_not_use_is_refused_before_anything_is_written(tmp_path: Path):
+    user = User(fresh_repo(tmp_path / "shop"))
+    user.ok("init")
+    with_fake_cli(user, tmp_path, "codex", "codex-cli 0.169.0")
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    (home / ".codex" / "auth.json").write_text("{}")  # logged in with Codex itself: its login is for OpenAI's API
+    user.env |= {"HOME": str(home), "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
+    user.env.pop("OPENAI_API_KEY", None)
+    sid = started(user, "Build it")
+    before = user.json("session", "show", sid)
+    error = user.fails("session", "execute", sid, "--agent", "codex")
+    assert "agent type 'codex': OPENAI_BASE_URL is set but OPENAI_API_KEY is not" in error
     assert user.json("session", "show", sid)["version"] == before["version"]
     assert user.json("session", "outputs", sid)["agents"] == []

@@ -104,10 +104,13 @@ def test_each_preset_as_shipped_takes_a_task_from_init_to_merged_with_the_checko
 
 # aider is left out: it retries a 500 for about 90 s and then exits 0 (seen with 0.86.1), so its session reaches
 # verifying with no commit, which the review shows (docs/agents.md says so)
+NO_RETRIES = {"claude": '[agents.claude]\nenv = { CLAUDE_CODE_MAX_RETRIES = "0" }\n'}  # else minutes of retries
+
+
 @pytest.mark.parametrize("cli", ["claude", "codex"])
 def test_a_model_answering_500_fails_the_agent_and_the_session_says_why(tmp_path: Path, cli: str):
     with ModelServer("error500") as model:
-        user = set_up(tmp_path, cli, model)
+        user = set_up(tmp_path, cli, model, table=NO_RETRIES.get(cli, ""))
         sid = session_for(user, "Say hello")
         done = user.run("session", "execute", sid, "--agent", cli)
     assert done.returncode == 0, done.stderr  # the command ran; the agent failed
@@ -122,7 +125,7 @@ def test_a_model_answering_500_fails_the_agent_and_the_session_says_why(tmp_path
 
 def test_a_hanging_model_is_cut_off_at_the_agent_timeout(tmp_path: Path):
     with ModelServer("hang") as model:
-        user = set_up(tmp_path, "claude", model, timeout_s=5)
+        user = set_up(tmp_path, "claude", model, table="[agents.claude]\ntimeout_s = 5\n")
         sid = session_for(user, "Say hello")
         began = time.monotonic()
         user.ok("session", "execute", sid, "--agent", "claude")
