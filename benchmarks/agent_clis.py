@@ -1,19 +1,24 @@
-"""From `taskgate init` to a session in verifying with each real agent CLI, and taskgate's own share of it.
+"""From `taskgate init` to the change merged on `main` with each preset as shipped, and taskgate's own share of it.
 
-For each CLI (the real Claude Code and Codex from npm, as the e2e tests install them; and the built-in scripted
-coder, which needs no model), against the tests' scripted local model server, on a fresh git repository:
+For each preset (the real Claude Code and Codex from npm and aider from PyPI, as the e2e tests install them, and the
+built-in scripted coder, which needs no model), against the tests' scripted local model server, on a fresh git
+repository, with nothing set but what a user exports (`tests/support/agent_clis.py: user_variables`: a key and the
+endpoint; no agent table, no CLI config), the commands a user types, as the README lists them:
 
-- **init → verifying**: the wall time of the user's commands `taskgate init`, `task add`, `session start`,
-  `session execute --agent CLI` (which returns when the session is verifying);
-- **launch → process start**: from the agent's `queued` event to its `started_at` (row, token, MCP endpoint up,
-  config written, process spawned), read from the database;
-- **end → recorded**: from the agent's `completed_at` to the `work_complete` transition into verifying;
-- **CLI run**: `completed_at − started_at`, the CLI's own time inside taskgate.
+    taskgate init; git add .taskgate; git commit; taskgate task add; taskgate session start;
+    taskgate session execute --agent PRESET; taskgate session decide approve; taskgate session merge
 
-Baseline, measured in the same run: the same CLI run directly (plain subprocess, same argv shape and model
-server, its own git repository, no taskgate). Ratio = CLI run under taskgate / direct run. Medians of --rounds.
+- **init → merged**: the wall time of those commands, and how many there are;
+- **launch → start**: from the agent's `queued` event to its `started_at` (row, token, MCP endpoint up, its set-up
+  written: Codex's CODEX_HOME, aider's ignored folder; process spawned), read from the database;
+- **CLI run**: `completed_at − started_at`, the CLI's own time inside taskgate;
+- **taskgate**: init → merged minus the CLI run: what the user waits for taskgate.
 
-Run:  .venv/bin/python benchmarks/agent_clis.py [--rounds 3] [--cli claude codex coder]
+Baseline, measured in the same run: the scripted coder (same commands, no model, a Python script as the agent).
+Ratios are a preset's figure over the coder's. Medians of --rounds, the rounds interleaved (coder, claude, codex,
+aider, then again), so a load that comes and goes falls on all of them.
+
+Run:  .venv/bin/python benchmarks/agent_clis.py [--rounds 3] [--preset coder claude codex aider]
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import sqlite3
 import statistics
 import subprocess
@@ -33,128 +39,104 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.agent_clis import cli_path  # noqa: E402
+from tests.support.agent_clis import cli_path, user_variables  # noqa: E402
 from tests.support.model_server import ModelServer  # noqa: E402
 
-from taskgate.domain.agents.presets import PRESETS  # noqa: E402
-
 TASKGATE = str(Path(sys.executable).with_name("taskgate"))
-PROVIDER = ('model_providers.local={{{{name="local",base_url="{url}/v1",env_key="OPENAI_API_KEY",'
-            'wire_api="responses",request_max_retries=0,stream_max_retries=0}}}}')  # fmt: skip
-
-
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+CLIS = ("claude", "codex", "aider")
 
 
 def fresh_repo(path: Path) -> Path:
     path.mkdir(parents=True)
-    git(path, "init", "-q", "-b", "main")
-    git(path, "config", "user.name", "Bench")
-    git(path, "config", "user.email", "bench@example.invalid")
-    git(path, "commit", "-q", "--allow-empty", "-m", "init")
+    for args in (
+        ("init", "-q", "-b", "main"),
+        ("config", "user.name", "Bench"),
+        ("config", "user.email", "bench@example.invalid"),
+        ("commit", "-q", "--allow-empty", "-m", "init"),
+    ):
+        subprocess.run(["git", *args], cwd=path, check=True, capture_output=True)  # fmt: skip
     return path
 
 
-def environment(root: Path, cli: str, model: ModelServer) -> dict[str, str]:
+def environment(root: Path, preset: str, model: ModelServer) -> dict[str, str]:
+    """The user's environment: theirs without TASKGATE_*, a HOME of its own, the CLI on PATH, its key and endpoint."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASKGATE_")}
     home = root / "home"
     home.mkdir(exist_ok=True)
     env |= {"HOME": str(home), "TMPDIR": str(root)}
-    if cli in ("claude", "codex"):
-        env["PATH"] = f"{cli_path(cli).parent}:{env['PATH']}"
-    if cli == "claude":
-        env |= {"ANTHROPIC_BASE_URL": model.url, "ANTHROPIC_API_KEY": "bench"}
-    if cli == "codex":
-        (home / ".codex").mkdir(exist_ok=True)
-        env |= {"OPENAI_API_KEY": "bench", "CODEX_HOME": str(home / ".codex")}
-    return env
+    if preset in CLIS:
+        env["PATH"] = f"{cli_path(preset).parent}:{env['PATH']}"
+    return env | user_variables(preset, model.url)
 
 
-def agent_table(cli: str, model: ModelServer) -> str:
-    if cli == "claude":
-        return '[agents.claude]\nenv = { CLAUDE_CODE_MAX_RETRIES = "0" }\n'
-    if cli == "codex":
-        command = list(PRESETS["codex"].command)
-        command[2:2] = ["-c", PROVIDER.format(url=model.url), "-c", "model_provider=local", "-c", "model=gpt-5"]
-        return f"[agents.codex]\ncommand = {json.dumps(command)}\n"
-    return ""
-
-
-def through_taskgate(root: Path, cli: str, model: ModelServer) -> dict[str, float]:
+def init_to_merged(root: Path, preset: str, model: ModelServer) -> dict[str, float]:
     repo = fresh_repo(root / "repo")
-    env = environment(root, cli, model)
+    env = environment(root, preset, model)
+    commands = 0
 
-    def tg(*args: str) -> str:
-        done = subprocess.run([TASKGATE, *args], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    def run(*argv: str) -> str:
+        nonlocal commands
+        commands += 1
+        done = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
-            raise SystemExit(f"taskgate {' '.join(args)} failed: {done.stderr}")
+            raise SystemExit(f"{' '.join(argv[:4])} failed: {done.stderr[-2000:]}")
         return done.stdout
 
     began = time.perf_counter()
-    tg("init")
-    config = repo / ".taskgate" / "taskgate.toml"
-    config.write_text(config.read_text() + "\n" + agent_table(cli, model))
-    task = json.loads(tg("task", "add", "Say hello", "--json"))["id"]
-    sid = json.loads(tg("session", "start", task, "--json"))["id"]
-    tg("session", "execute", sid, "--agent", cli)
-    total = time.perf_counter() - began
+    run(TASKGATE, "init")
+    run("git", "add", ".taskgate")
+    run("git", "commit", "-q", "-m", "Set up taskgate")
+    task = json.loads(run(TASKGATE, "task", "add", "Say hello", "--json"))["id"]
+    sid = json.loads(run(TASKGATE, "session", "start", task, "--json"))["id"]
+    run(TASKGATE, "session", "execute", sid, "--agent", preset)
+    run(TASKGATE, "session", "decide", sid, "approve", "--reason", "reviewed")
+    run(TASKGATE, "session", "merge", sid)
+    total, typed = time.perf_counter() - began, commands
+    state = json.loads(run(TASKGATE, "session", "show", sid, "--json"))["state"]
+    if state != "completed":
+        raise SystemExit(f"{preset}: the session ended {state}, not completed")
+    return {"commands": typed, "init_to_merged": total, **_agent_times(repo)}
+
+
+def _agent_times(repo: Path) -> dict[str, float]:
     with sqlite3.connect(repo / ".taskgate" / "data" / "taskgate.db") as db:
         started, completed = db.execute("select started_at, completed_at from agents").fetchone()
         rows = db.execute("select payload, at from events where kind = 'agent.status'").fetchall()
-        queued = min(at for payload, at in rows if json.loads(payload).get("to") == "queued")
-        verifying = db.execute("select at from transition_log where to_state = 'verifying' and outcome = 'applied'"
-                               ).fetchone()[0]  # fmt: skip
+    queued = min(at for payload, at in rows if json.loads(payload).get("to") == "queued")
     t = {name: datetime.fromisoformat(str(v)) for name, v in
-         (("queued", queued), ("started", started), ("completed", completed), ("verifying", verifying))}  # fmt: skip
-    return {
-        "init_to_verifying": total,
-        "launch_to_start": (t["started"] - t["queued"]).total_seconds(),
-        "end_to_recorded": (t["verifying"] - t["completed"]).total_seconds(),
-        "cli_run": (t["completed"] - t["started"]).total_seconds(),
-    }
+         (("queued", queued), ("started", started), ("completed", completed))}  # fmt: skip
+    return {"launch_to_start": (t["started"] - t["queued"]).total_seconds(),
+            "cli_run": (t["completed"] - t["started"]).total_seconds()}  # fmt: skip
 
 
-def direct(root: Path, cli: str, model: ModelServer) -> float:
-    """The same CLI, started straight in a git repository: no taskgate, no MCP server (the model's MCP call
-    then has no tool to call, so the direct run is the shorter one: the baseline is generous to the CLI)."""
-    repo = fresh_repo(root / "direct")
-    env = environment(root, cli, model)
-    prompt = "Work on task: Say hello"
-    if cli == "claude":
-        command = ["claude", "-p", prompt, "--output-format", "stream-json", "--verbose",
-                   "--permission-mode", "acceptEdits", "--allowedTools", "Bash(git:*),Read,Edit,Write"]  # fmt: skip
-        env["CLAUDE_CODE_MAX_RETRIES"] = "0"
-    elif cli == "codex":
-        command = ["codex", "exec", "--json", "--skip-git-repo-check", "--sandbox", "workspace-write", "--add-dir",
-                   str(repo / ".git"), "-c", PROVIDER.format(url=model.url).replace("{{", "{").replace("}}", "}"),
-                   "-c", "model_provider=local", "-c", "model=gpt-5", prompt]  # fmt: skip
-    else:
-        script = PRESETS["coder"].command[1].replace("{catalogue_dir}", str(ROOT / "src" / "taskgate" / "catalogue"))
-        command = ["python3", script, "Say hello"]
-    began = time.perf_counter()
-    subprocess.run(command, cwd=repo, env=env, capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
-    return time.perf_counter() - began
+def _cpu() -> str:
+    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--cli", nargs="+", default=["coder", "claude", "codex"])
+    parser.add_argument("--preset", nargs="+", default=["coder", "claude", "codex", "aider"])
     args = parser.parse_args()
-    print(f"{'cli':<7} {'init→verifying':>15} {'launch→start':>13} {'end→recorded':>13} {'CLI run':>9} "
-          f"{'direct':>8} {'ratio':>6}")  # fmt: skip
-    for cli in args.cli:
-        runs, directs = [], []
-        for _ in range(args.rounds):
+    presets = ["coder", *(p for p in args.preset if p != "coder")]  # the baseline first, in the same run
+    print(f"{_cpu()}, {os.cpu_count()} CPUs; medians of {args.rounds} rounds; ratios against the scripted coder")
+    print(f"{'preset':<7} {'cmds':>4} {'init→merged':>12} {'×coder':>7} {'launch→start':>13} {'×coder':>7} "
+          f"{'CLI run':>8} {'taskgate':>9}")  # fmt: skip
+    runs: dict[str, list[dict[str, float]]] = {preset: [] for preset in presets}
+    for _ in range(args.rounds):  # rounds interleaved: a load that comes and goes falls on every preset alike
+        for preset in presets:
             with tempfile.TemporaryDirectory() as tmp, ModelServer("ok") as model:
-                runs.append(through_taskgate(Path(tmp) / "tg", cli, model))
-                directs.append(direct(Path(tmp) / "plain", cli, model))
-        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        base = statistics.median(directs)
-        print(f"{cli:<7} {med['init_to_verifying']:>13.2f} s {med['launch_to_start'] * 1000:>10.0f} ms "
-              f"{med['end_to_recorded'] * 1000:>10.0f} ms {med['cli_run']:>7.2f} s {base:>6.2f} s "
-              f"{med['cli_run'] / base:>5.2f}×")  # fmt: skip
+                runs[preset].append(init_to_merged(Path(tmp), preset, model))
+    base = {k: statistics.median(r[k] for r in runs["coder"]) for k in runs["coder"][0]}
+    for preset in presets:
+        med = {k: statistics.median(r[k] for r in runs[preset]) for k in runs[preset][0]}
+        print(f"{preset:<7} {med['commands']:>4.0f} {med['init_to_merged']:>10.2f} s "
+              f"{med['init_to_merged'] / base['init_to_merged']:>6.2f}× {med['launch_to_start'] * 1000:>10.0f} ms "
+              f"{med['launch_to_start'] / base['launch_to_start']:>6.2f}× {med['cli_run']:>6.2f} s "
+              f"{med['init_to_merged'] - med['cli_run']:>7.2f} s")  # fmt: skip
 
 
 if __name__ == "__main__":

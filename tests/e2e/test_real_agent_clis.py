@@ -1,4 +1,4 @@
-"""The REAL Claude Code and Codex CLIs, offline against the scripted model server of the tests.
+"""The REAL Claude Code, Codex and aider CLIs, offline against the scripted model server of the tests.
 
 Each CLI is run as a subprocess in a fresh git repository with a minimal environment; the scripted
 model makes it write hello.txt, commit it, call the MCP peer's `save_output` over streamable HTTP
@@ -16,7 +16,8 @@ What was found to work (Claude Code 2.1.330, Codex 0.169.0), as root:
   `.git/worktrees/<name>` and the common `.git`; otherwise `git commit` fails with "index.lock:
   Read-only file system") and `mcp_servers.taskgate.default_tools_approval_mode="approve"` (else the
   MCP call fails: "requires approval, but approval policy is never"); `--sandbox danger-full-access`
-  needs neither. A custom provider with `request_max_retries=0, stream_max_retries=0`; the MCP server
+  needs neither. The model provider taskgate writes for the codex preset (`codex_config`) in its CODEX_HOME, with
+  `request_max_retries=0, stream_max_retries=0` added; the MCP server
   via `mcp_servers.taskgate.url` + `bearer_token_env_var`. Its MCP tools reach the model as a
   Responses `namespace` tool `mcp__taskgate` holding `save_output`.
 """
@@ -35,6 +36,10 @@ from typing import Any
 
 import pytest
 
+from taskgate.domain.agents.kinds import render_command
+from taskgate.domain.agents.presets import PRESETS
+from taskgate.domain.agents.reports import parse_report
+from taskgate.domain.agents.setups import IGNORE_ALL, codex_config
 from tests.support.agent_clis import require_cli
 from tests.support.mcp_peer import McpPeer
 from tests.support.model_server import FINAL_TEXT, INPUT_TOKENS, OUTPUT_TOKENS, SAVE_ARGUMENTS, ModelServer
@@ -155,10 +160,9 @@ def codex_command(
         access = ["--sandbox", sandbox]
     codex_home = ws.root / "codex-home"
     codex_home.mkdir(exist_ok=True)
-    provider = (
-        f'{{name="local",base_url="{server.url}/v1",env_key="OPENAI_API_KEY",wire_api="responses",'
-        "request_max_retries=0,stream_max_retries=0}"
-    )
+    # the provider taskgate writes for the codex preset, with the CLI's retries off (one request per failure)
+    provider = codex_config(f"{server.url}/v1") + "request_max_retries = 0\nstream_max_retries = 0\n"
+    (codex_home / "config.toml").write_text(provider)
     argv = [
         str(require_cli("codex")),
         "exec",
@@ -166,11 +170,7 @@ def codex_command(
         "--skip-git-repo-check",
         *access,
         "-c",
-        f"model_providers.local={provider}",
-        "-c",
-        "model_provider=local",
-        "-c",
-        "model=gpt-5",
+        "model=gpt-5",  # its plain function tools (0.169's default model gets "code mode": the sessions test)
         "-c",
         f'mcp_servers.taskgate.url="{peer.url}"',
         "-c",
@@ -346,3 +346,36 @@ def test_codex_with_a_refused_token_fails_when_the_mcp_server_is_required(worksp
     assert result.returncode == 1
     assert "required MCP servers failed to initialize" in result.stderr
     assert peer.calls == [] and set(peer.refused) == {"Bearer wrong"}
+
+
+def test_aider_as_the_preset_runs_it_commits_prints_its_usage_and_leaves_the_worktree_clean(
+    workspace: Workspace,
+) -> None:
+    """The aider preset's own command (its history in another folder) in a worktree where taskgate made aider's
+    tags cache ignored from inside: the commit is the only change git sees, and its usage line is what
+    `output_format = "aider"` reads."""
+    kind = PRESETS["aider"].agent_type()
+    folder = workspace.root / "session"
+    folder.mkdir()
+    values = {"prompt": "Write hello.txt saying hello.", "session_folder": str(folder), "agent_id": "a1"}
+    for name in kind.ignored:  # what taskgate's set-up writes before the agent starts
+        (workspace.repo / name).mkdir()
+        (workspace.repo / name / ".gitignore").write_text(IGNORE_ALL)
+    subprocess.run(["git", "-C", str(workspace.repo), "commit", "-q", "--allow-empty", "-m", "init"], check=True)
+    with ModelServer("ok") as server:
+        argv = render_command(kind.command, values)
+        env = base_env(workspace) | dict(kind.env) | {"OPENAI_API_KEY": "test", "OPENAI_API_BASE": f"{server.url}/v1"}
+        result = run([str(require_cli("aider")), *argv[1:]], env, workspace.repo)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "feat: hello" in git_log(workspace.repo).splitlines()
+    assert (workspace.repo / "hello.txt").read_text().strip() == "hello"
+    status = subprocess.run(["git", "-C", str(workspace.repo), "status", "--porcelain", "--untracked-files=all"],
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert status == "" and (workspace.repo / ".aider.tags.cache.v4" / "cache.db").exists()
+    assert sorted(p.name for p in folder.iterdir()) == ["a1.aider.chat.history.md", "a1.aider.input.history"]
+    report = parse_report(kind.output_format, result.stdout)
+    assert report is not None and (report.turns, report.input_tokens, report.output_tokens) == (
+        1,
+        INPUT_TOKENS,
+        OUTPUT_TOKENS,
+    )

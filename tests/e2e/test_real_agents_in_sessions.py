@@ -2,7 +2,7 @@
 scripted presets) through taskgate's presets exactly as shipped, offline against the scripted model server; and what
 happens when the model fails, hangs, or the CLI is not installed.
 
-Only what a user sets is set: the variables of `ENDPOINTS` (a key and the endpoint) in the environment, HOME, and
+Only what a user sets is set: the variables of `user_variables` (a key and the endpoint) in the environment, HOME, and
 PATH with the CLI. No agent table, no CLI config: Codex's model provider is the one taskgate writes into its private
 CODEX_HOME from OPENAI_BASE_URL, aider finds its model from OPENAI_API_KEY. Only the failure tests add a table (a short
 timeout, Claude Code's retries off) where the point is the failure.
@@ -17,16 +17,11 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_init import User, fresh_repo, git
-from tests.support.agent_clis import require_cli
+from tests.support.agent_clis import require_cli, user_variables
 from tests.support.model_server import COMMIT_MESSAGE, FINAL_TEXT, INPUT_TOKENS, SAVE_ARGUMENTS, ModelServer
 
 CLIS = ("claude", "codex", "aider")
 SCRIPTED = ("coder", "tester", "reviewer")
-ENDPOINTS = {  # what a user exports for each CLI: its key and its endpoint, nothing else
-    "claude": lambda url: {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "test-key"},
-    "codex": lambda url: {"OPENAI_BASE_URL": f"{url}/v1", "OPENAI_API_KEY": "test-key"},
-    "aider": lambda url: {"OPENAI_API_BASE": f"{url}/v1", "OPENAI_API_KEY": "test-key"},
-}
 
 
 def set_up(tmp_path: Path, preset: str, model: ModelServer, *, table: str = "") -> User:
@@ -40,7 +35,7 @@ def set_up(tmp_path: Path, preset: str, model: ModelServer, *, table: str = "") 
     user.env |= {"HOME": str(home), "TMPDIR": str(tmp_path)}
     if preset in CLIS:
         user.env["PATH"] = f"{require_cli(preset).parent}:{user.env['PATH']}"
-        user.env |= ENDPOINTS[preset](model.url)
+        user.env |= user_variables(preset, model.url)
     user.ok("init")
     if table:
         config = user.repo / ".taskgate" / "taskgate.toml"

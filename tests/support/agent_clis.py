@@ -122,6 +122,18 @@ def _aider() -> Path:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def user_variables(name: str, model_url: str) -> dict[str, str]:
+    """What a user exports to point the preset `name` at the model server at `model_url`: its key and its endpoint,
+    nothing else (no CLI config, no agent table); {} for the scripted presets, which need no model."""
+    if name == "claude":
+        return {"ANTHROPIC_BASE_URL": model_url, "ANTHROPIC_API_KEY": "test-key"}
+    if name == "codex":
+        return {"OPENAI_BASE_URL": f"{model_url}/v1", "OPENAI_API_KEY": "test-key"}
+    if name == "aider":
+        return {"OPENAI_API_BASE": f"{model_url}/v1", "OPENAI_API_KEY": "test-key"}
+    return {}
+
+
 def cli_path(name: str) -> Path:
     """The bin path of `name` ("claude", "codex" or "aider"), installing it once if needed."""
     if name == "aider":

@@ -120,7 +120,8 @@ def agents_list(as_json: JsonOpt = False) -> None:
 
 @agents_app.command("show")
 def agents_show(name: Annotated[str, typer.Argument(help="The agent type.")], as_json: JsonOpt = False) -> None:
-    """One agent type in full: its resolved command, environment, credentials, MCP wiring and output format."""
+    """One agent type in full: its resolved command, environment, credentials, MCP wiring, output format, model
+    endpoint, and what taskgate sets up for it (Codex's own CODEX_HOME; folders made ignored in the worktree)."""
     try:
         settings = load_settings()
         kinds = agent_types(settings)
@@ -131,7 +132,8 @@ def agents_show(name: Annotated[str, typer.Argument(help="The agent type.")], as
     kind = kinds[name]
     ready = readiness(settings, kind)
     shown = {**ready.__dict__, "command": list(kind.command), "env": dict(kind.env),
-             "credentials": list(kind.credentials), "timeout_s": kind.timeout_s}  # fmt: skip
+             "credentials": list(kind.credentials), "timeout_s": kind.timeout_s, "setup": kind.setup,
+             "ignored": list(kind.ignored)}  # fmt: skip
     if as_json:
         render.print_json(shown)
         return
