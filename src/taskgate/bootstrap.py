@@ -231,7 +231,7 @@ def agent_types(settings: Settings) -> dict[str, AgentType]:
     for name, table in settings.agents.items():
         base = PRESETS[table.preset or name].agent_type() if (table.preset or name) in PRESETS else None
         changes = table.changes()
-        for key in ("command", "credentials", "stall_patterns"):
+        for key in ("command", "credentials", "stall_patterns", "ignored"):
             if key in changes:
                 changes[key] = tuple(changes[key])
         if base is None:

@@ -320,6 +320,8 @@ class AgentSettings(BaseModel):
     # No progress for this long: stalled (an event, an escalation, a stop; docs/agents.md). 0: never.
     stall_s: float | None = Field(default=None, ge=0, le=7 * 86_400)
     stall_patterns: list[str] | None = None  # regular expressions of output lines that are not progress
+    # folders the CLI keeps in the worktree's top that git must ignore (a `.gitignore` of `*` is put in each)
+    ignored: list[str] | None = None
 
     @field_validator("preset")
     @classmethod

@@ -95,3 +95,10 @@ def test_only_the_named_credentials_pass_from_the_service_environment(tmp_path, 
     seen = json.loads(out.read_text())
     assert seen["MY_API_KEY"] == "k-123" and seen["GIVEN"] == "1"
     assert "SERVICE_SECRET" not in seen and "UNSET_ONE" not in seen
+
+
+def test_a_table_may_name_the_folders_its_cli_leaves_in_the_worktree_and_bad_ones_are_refused(tmp_path, monkeypatch):
+    text = '[agents.aider]\nignored = [".aider.tags.cache.v5"]\n'
+    assert agent_types(settings_of(tmp_path, text, monkeypatch))["aider"].ignored == (".aider.tags.cache.v5",)
+    with pytest.raises(InvalidInput, match=r"agents\.aider\.ignored: each entry must be a folder name"):
+        agent_types(settings_of(tmp_path, '[agents.aider]\nignored = ["../out"]\n', monkeypatch))
