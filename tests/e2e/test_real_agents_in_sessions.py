@@ -10,6 +10,7 @@ timeout, Claude Code's retries off) where the point is the failure.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -58,6 +59,9 @@ def test_each_preset_as_shipped_takes_a_task_from_init_to_merged_with_the_checko
     with ModelServer("ok") as model:
         began = time.monotonic()
         user = set_up(tmp_path, preset, model)
+        if preset in CLIS:  # doctor says ok for it, having seen the endpoint it will use answer
+            check = {c["name"]: c for c in json.loads(user.run("doctor", "--json").stdout)}[f"agent {preset}"]
+            assert check["status"] == "ok" and model.url in check["detail"], check
         sid = session_for(user, "Say hello")
         user.ok("session", "execute", sid, "--agent", preset)
         status = user.json("session", "status", sid)
