@@ -86,6 +86,9 @@ class ScriptedAgentRunner:
     def environment(self, names) -> dict[str, str]:
         return {}
 
+    def ignore_in_worktree(self, worktree: str, folder: str) -> None:
+        self.private_files[f"{worktree}/{folder}/.gitignore"] = "*\n"
+
     def read_private(self, path: str) -> str | None:
         return None
 

@@ -22,6 +22,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from taskgate.application.agents.ports import AgentExit, GroupEnded, Watching
+from taskgate.domain.agents.setups import IGNORE_ALL
 from taskgate.domain.errors import InvalidInput
 from taskgate.infrastructure import process_groups
 
@@ -129,6 +130,28 @@ class SubprocessAgentRunner:
 
     def read_log(self, output_path: str, max_bytes: int) -> str:
         return _tail(output_path, max_bytes)
+
+    def ignore_in_worktree(self, worktree: str, folder: str) -> None:
+        # by descriptors with O_NOFOLLOW: a link planted at `folder` (an earlier run could commit one) is never
+        # written through
+        try:
+            top = os.open(worktree, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return  # gone (a cancel removed it): nothing to mark, and nothing is recreated
+        try:
+            with suppress(FileExistsError):
+                os.mkdir(folder, 0o755, dir_fd=top)
+            inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+            try:
+                out = os.open(".gitignore", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=inner)
+                with os.fdopen(out, "w", encoding="utf-8") as handle:
+                    handle.write(IGNORE_ALL)
+            finally:
+                os.close(inner)
+        except OSError:
+            return  # not a folder (a file or a link there): left as it is; git shows it, approval's guard decides
+        finally:
+            os.close(top)
 
     def environment(self, names: Sequence[str]) -> dict[str, str]:
         return {name: os.environ[name] for name in names if os.environ.get(name)}

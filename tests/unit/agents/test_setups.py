@@ -11,8 +11,9 @@ import pytest
 
 from taskgate.application.agents.setups import check_endpoint, prepare
 from taskgate.domain.agents.presets import PRESETS
-from taskgate.domain.agents.setups import codex_config, endpoint_problem
+from taskgate.domain.agents.setups import IGNORE_ALL, codex_config, endpoint_problem
 from taskgate.domain.errors import InvalidInput
+from taskgate.infrastructure.agent_runner import SubprocessAgentRunner
 
 
 class Runner:
@@ -29,6 +30,9 @@ class Runner:
 
     def write_private(self, path: str, text: str) -> None:
         self.written[path] = text
+
+    def ignore_in_worktree(self, worktree: str, folder: str) -> None:
+        self.written[f"{worktree}/{folder}/.gitignore"] = IGNORE_ALL
 
 
 def start(runner: Runner, preset: str) -> dict[str, str]:
@@ -107,3 +111,19 @@ def test_a_launch_with_an_incomplete_endpoint_is_refused_naming_the_agent_type()
         check_endpoint(Runner({"OPENAI_BASE_URL": "http://m/v1"}), PRESETS["codex"].agent_type())
     assert "agent type 'codex': OPENAI_BASE_URL is set but OPENAI_API_KEY is not" in str(refused.value)
     check_endpoint(Runner({"OPENAI_BASE_URL": "http://m/v1", "OPENAI_API_KEY": "k"}), PRESETS["codex"].agent_type())
+
+
+def test_the_real_runner_marks_a_folder_ignored_without_following_a_link_or_recreating_a_removed_worktree(tmp_path):
+    runner = SubprocessAgentRunner()
+    worktree = tmp_path / "worktree"
+    worktree.mkdir()
+    runner.ignore_in_worktree(str(worktree), ".cache.v4")
+    assert (worktree / ".cache.v4" / ".gitignore").read_text() == IGNORE_ALL
+    runner.ignore_in_worktree(str(worktree), ".cache.v4")  # again: the same
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (worktree / ".planted").symlink_to(outside)  # a link an earlier run committed
+    runner.ignore_in_worktree(str(worktree), ".planted")
+    assert list(outside.iterdir()) == []
+    runner.ignore_in_worktree(str(tmp_path / "removed"), ".cache.v4")
+    assert not (tmp_path / "removed").exists()

@@ -145,6 +145,10 @@ class AgentRunner(Protocol):
         """Whether a process was ever started with this output (a queued agent found at restart that was not
         is started then; one that was, with no pid recorded, is lost)."""
 
+    def ignore_in_worktree(self, worktree: str, folder: str) -> None:
+        """Make `folder` at the worktree's top ignored by git from inside it (created if missing, with a `.gitignore`
+        of `*`), following no symbolic link; nothing when the worktree is gone or `folder` is not a folder."""
+
     def environment(self, names: Sequence[str]) -> dict[str, str]:
         """The variables among `names` that are set (non-empty) in the service's environment: what `start` would pass
         of them through `inherit`."""

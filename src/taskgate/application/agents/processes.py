@@ -107,7 +107,8 @@ class AgentProcesses:
             self._wire_mcp(kind, agent, folder, url, token.secret)
             cwd, output = str(session.worktree_path), str(agent.output_path)
             await self._before_agent_hook(session, agent, stop)  # the project's before_agent hook: failed, not started
-            env |= prepare(self._runner, kind, folder=folder, agent_id=agent.id, worktree=cwd)  # Codex's home, …
+            # what the CLI needs on disk first: Codex's own CODEX_HOME, the worktree folders git must ignore
+            env |= prepare(self._runner, kind, folder=folder, agent_id=agent.id, worktree=cwd)
             pid = await self._runner.start(command, cwd, env, output, inherit=kind.credentials)
             # its own child, not reaped yet: the pid cannot be another process's before this reads its start time
             started = replace(agent, status=AgentStatus.RUNNING, pid=pid, pgid=pid,

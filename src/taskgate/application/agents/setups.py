@@ -13,7 +13,6 @@ from taskgate.domain.agents.setups import (
     CODEX_ENDPOINT,
     CODEX_KEY,
     CODEX_LOGIN,
-    IGNORE_ALL,
     codex_config,
     endpoint_problem,
 )
@@ -41,7 +40,7 @@ def prepare(runner: AgentRunner, kind: AgentType, *, folder: str, agent_id: str,
 
     Raises: InvalidInput when its endpoint is not an http(s) URL (nothing is started)."""
     for name in kind.ignored:  # a `.gitignore` of `*` inside: git ignores the folder, the user's files unchanged
-        runner.write_private(str(PurePosixPath(worktree, name, ".gitignore")), IGNORE_ALL)
+        runner.ignore_in_worktree(worktree, name)
     if kind.setup != "codex":
         return {}
     home = str(PurePosixPath(folder, f"{agent_id}.codex"))
