@@ -187,21 +187,21 @@ def _agent_checks(settings) -> list[Check]:
         else:
             creds = ", ".join(ready.credentials_set) or ("its own login" if ready.needs_one_of else "none needed")
             detail = f"{ready.version or ready.installed}; credentials: {creds}; endpoint: {ready.endpoint}"
-            refused = _answers(ready.endpoint)
-            checks.append(Check(f"agent {name}", "warn" if refused else "ok",
-                                f"{detail}{f'; {refused}' if refused else ''}",
+            answered, said = _answers(ready.endpoint)
+            checks.append(Check(f"agent {name}", "ok" if answered is not False else "warn", f"{detail}; {said}",
                                 "start the model server, or fix the endpoint variable"))  # fmt: skip
     return checks
 
 
-def _answers(endpoint: str) -> str | None:
-    """Why the endpoint URL at the start of `endpoint` (a readiness' description) takes no connection, or None (it
-    does, or it names no URL: a CLI's default endpoint is not contacted)."""
+def _answers(endpoint: str) -> tuple[bool | None, str]:
+    """Whether the endpoint URL at the start of `endpoint` (a readiness' description) takes a connection (None: it
+    names no URL, a CLI's default endpoint, which is not contacted), and what doctor says of it: what it checked and
+    what it did not (the key is never sent)."""
     url = urllib.parse.urlsplit(endpoint.split(" ", 1)[0].rstrip(","))
     if url.scheme not in ("http", "https") or not url.hostname:
-        return None
+        return None, "not contacted; the key is not tried"
     try:
         with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), 3):
-            return None
+            return True, "it takes a connection; the key and the model are not tried"
     except OSError as exc:
-        return f"it does not answer ({exc.strerror or exc})"
+        return False, f"it does not answer ({exc.strerror or exc})"
