@@ -12,7 +12,8 @@ endpoint; no agent table, no CLI config), the commands a user types, as the READ
 - **launch → start**: from the agent's `queued` event to its `started_at` (row, token, MCP endpoint up, its set-up
   written: Codex's CODEX_HOME, aider's ignored folder; process spawned), read from the database;
 - **CLI run**: `completed_at − started_at`, the CLI's own time inside taskgate;
-- **taskgate**: init → merged minus the CLI run: what the user waits for taskgate.
+- **taskgate**: init → merged minus the CLI run: what the user waits for taskgate;
+- and each command's seconds (`session execute` holds the CLI's run).
 
 Baseline, measured in the same run: the scripted coder (same commands, no model, a Python script as the agent).
 Ratios are a preset's figure over the coder's. Medians of --rounds, the rounds interleaved (coder, claude, codex,
@@ -73,13 +74,17 @@ def init_to_merged(root: Path, preset: str, model: ModelServer) -> dict[str, flo
     repo = fresh_repo(root / "repo")
     env = environment(root, preset, model)
     commands = 0
+    each: dict[str, float] = {}  # seconds per command, by its words (`taskgate session execute`)
 
     def run(*argv: str) -> str:
         nonlocal commands
         commands += 1
+        began = time.perf_counter()
         done = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(argv[:4])} failed: {done.stderr[-2000:]}")
+        words = [Path(argv[0]).name, *(a for a in argv[1:3] if a.isalpha())]
+        each[" ".join(words)] = time.perf_counter() - began
         return done.stdout
 
     began = time.perf_counter()
@@ -95,7 +100,9 @@ def init_to_merged(root: Path, preset: str, model: ModelServer) -> dict[str, flo
     state = json.loads(run(TASKGATE, "session", "show", sid, "--json"))["state"]
     if state != "completed":
         raise SystemExit(f"{preset}: the session ended {state}, not completed")
-    return {"commands": typed, "init_to_merged": total, **_agent_times(repo)}
+    each.pop("taskgate session show", None)
+    per_command = {f"cmd:{words}": seconds for words, seconds in each.items()}
+    return {"commands": typed, "init_to_merged": total, **_agent_times(repo), **per_command}
 
 
 def _agent_times(repo: Path) -> dict[str, float]:
@@ -137,6 +144,10 @@ def main() -> None:
               f"{med['init_to_merged'] / base['init_to_merged']:>6.2f}× {med['launch_to_start'] * 1000:>10.0f} ms "
               f"{med['launch_to_start'] / base['launch_to_start']:>6.2f}× {med['cli_run']:>6.2f} s "
               f"{med['init_to_merged'] - med['cli_run']:>7.2f} s")  # fmt: skip
+    print("\nseconds per command (medians): " + ", ".join(presets))
+    for key in (k for k in runs["coder"][0] if k.startswith("cmd:")):
+        cells = "  ".join(f"{statistics.median(r[key] for r in runs[preset]):>6.2f}" for preset in presets)
+        print(f"  {key.removeprefix('cmd:'):<26} {cells}")
 
 
 if __name__ == "__main__":
