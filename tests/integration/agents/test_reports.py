@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from taskgate.domain.agents.kinds import AgentType
+from taskgate.domain.agents.reports import AgentReport
 from taskgate.domain.entities import AgentStatus
 from taskgate.domain.states import SessionState
 from tests.builders import ACTOR
@@ -52,7 +53,10 @@ async def test_claude_and_codex_runs_leave_their_report_with_the_agent(sql_servi
             "is_error": False, "error": None}  # fmt: skip
     assert rows["claude"].report == {**said, "turns": 4, "cost_usd": 0.0032}
     assert rows["codex"].report == {**said, "turns": 1, "cost_usd": None}
-    assert rows["plain"].report is None  # a text agent reports nothing, whatever it prints
+    # a text agent reports no usage, whatever it prints: its report holds only its result, the whole output here
+    printed = "warning: something on stderr\n" + (DATA / "claude-stream.jsonl").read_text()
+    plain = AgentReport.from_dict(rows["plain"].report)
+    assert plain is not None and plain.final_message == printed.strip() and not plain.measured()
     assert all(a.error is None for a in rows.values())
 
 

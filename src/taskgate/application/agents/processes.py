@@ -16,8 +16,9 @@ from taskgate.application.agents.setups import prepare
 from taskgate.application.ports import UnitOfWork
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
-from taskgate.domain.agents.reports import parse_report
+from taskgate.domain.agents.reports import AgentReport, parse_report
 from taskgate.domain.agents.stalls import ProgressWatch
+from taskgate.domain.agents.transcripts import final_message
 from taskgate.domain.entities import Agent, AgentStatus
 from taskgate.domain.errors import HookFailed, InvalidInput, TaskgateError, WrongNode
 from taskgate.domain.states import SessionState
@@ -186,12 +187,17 @@ class AgentProcesses:
             await self._after_agent(agent.session_id)
 
     def _reported(self, agent: Agent, outcome: AgentExit, reason: str | None) -> tuple[dict | None, str | None]:
-        """What the agent's CLI said of its run (its JSON events, per the type's `output_format`), and the reason
-        it failed: a bare "exited with N" gets the CLI's own error appended (`exited with 1: API Error: 500 …`)."""
+        """What the agent's CLI said of its run (its JSON events, per the type's `output_format`; for any format
+        its result, `transcripts.final_message`), and the reason it failed: a bare "exited with N" gets the CLI's
+        own error appended (`exited with 1: API Error: 500 …`)."""
         output_format = self._type_or_default(agent.agent_type).output_format
-        if output_format == "text" or not agent.output_path:
+        if not agent.output_path:
             return agent.report, reason
-        report = parse_report(output_format, self._runner.read_log(agent.output_path, REPORT_BYTES))
+        log = self._runner.read_log(agent.output_path, REPORT_BYTES)
+        report = parse_report(output_format, log)
+        said = final_message(output_format, log) if report is None or not report.final_message else ""
+        if said:  # a plain-text agent (or aider): its result only, no usage
+            report = replace(report, final_message=said) if report is not None else AgentReport(final_message=said)
         if report is None:
             return agent.report, reason
         if report.is_error and report.error and outcome.reason == "exited" and reason == describe_exit(outcome):

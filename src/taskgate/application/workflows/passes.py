@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from taskgate.application.ports import UnitOfWorkFactory
+from taskgate.domain.agents.transcripts import result_of
 from taskgate.domain.entities import Agent, AgentStatus, Session, StepRun, StepStatus, Task
 from taskgate.domain.errors import TaskgateError
 from taskgate.domain.states import SessionState
@@ -140,11 +141,9 @@ def agents_outcome(step: Step, agents: list[Agent]) -> tuple[StepStatus, str]:
     ok = [a for a in agents if a.status == AgentStatus.COMPLETED]
     need = len(agents) if step.type is StepType.agent else (step.min_success or len(agents))
     if len(agents) == 1:
-        output = agents[0].output_tail or ""
-    else:
-        output = "\n".join(
-            f"[{a.agent_type}] {a.status.value}: {(a.output_tail or '').strip()[-1500:]}" for a in agents
-        )
+        output = result_of(agents[0])
+    else:  # each agent's whole result, under a line naming it
+        output = "\n\n".join(f"[{a.agent_type}] {a.status.value}:\n{result_of(a)}" for a in agents)
     if len(ok) >= need:
         return StepStatus.SUCCEEDED, output
     failed = "; ".join(f"{a.agent_type} {a.id[:8]}: {a.error or a.status.value}" for a in agents if a not in ok)

@@ -16,7 +16,15 @@ from taskgate.domain.entities import Session, StepRun, StepStatus
 from taskgate.domain.errors import ConcurrentModification
 from taskgate.domain.states import Trigger
 from taskgate.domain.workflows.definitions import Step
-from taskgate.domain.workflows.run import OUTPUT_LIMIT, Frame, FrameKind, FrameStatus, dump_stack, load_stack
+from taskgate.domain.workflows.run import (
+    RUN_OUTPUT_LIMIT,
+    Frame,
+    FrameKind,
+    FrameStatus,
+    clip,
+    dump_stack,
+    load_stack,
+)
 
 StepEvent = tuple[str, dict[str, Any]]  # an event kind and its payload, appended with the write it records
 
@@ -138,7 +146,7 @@ class StepRecords:
 
     async def _finish_run(self, uow, run_id: int | None, status: StepStatus, output: str, error, now) -> None:
         if run_id is not None:  # a run closed already (by a stack edit, say) keeps its first outcome
-            await uow.step_runs.finish(run_id, status, now, output[-OUTPUT_LIMIT:], error)
+            await uow.step_runs.finish(run_id, status, now, clip(output, RUN_OUTPUT_LIMIT), error)
 
     async def _close_run(self, run_id: int | None, status: StepStatus, note: str) -> None:
         async with self._uow(write=True) as uow:

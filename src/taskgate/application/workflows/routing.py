@@ -18,12 +18,12 @@ from taskgate.domain.errors import ConcurrentModification, InvalidTransition, Ta
 from taskgate.domain.states import Trigger
 from taskgate.domain.workflows.definitions import END, Step, StepType, changes_target, retry_delay_ms
 from taskgate.domain.workflows.run import (
-    OUTPUT_LIMIT,
     Frame,
     FrameKind,
     FrameStatus,
     add_usage,
     changed_files,
+    clip,
     enter,
     fingerprint,
     last_output,
@@ -48,7 +48,7 @@ class Routing:
         """Record the outcome of the top frame's current step in the frame; its run row and event ride along
         with whatever routing writes next (one transaction)."""
         error = output if status is StepStatus.FAILED else None
-        top.status, top.outcome = FrameStatus.done, {"status": status.value, "output": output[-OUTPUT_LIMIT:]}
+        top.status, top.outcome = FrameStatus.done, {"status": status.value, "output": clip(output)}
         event = {"step": top.step, "frame": top.label, "attempt": top.attempt, "status": status.value}
         return Carry([(top.run_id, status, output, error)], [("workflow.step", event)])
 
@@ -152,7 +152,7 @@ class Routing:
         files = changed_files(child.baseline, await self._changes(session)) if child.baseline is not None else None
         parent.usage = add_usage(parent.usage, child.usage)
         parent.status = FrameStatus.done
-        parent.outcome = {"status": status.value, "output": output[-OUTPUT_LIMIT:],
+        parent.outcome = {"status": status.value, "output": clip(output),
                           "nested": nested_result(child, steps, status, files)}  # fmt: skip
         return output
 

@@ -14,6 +14,9 @@ skipped, fields of the wrong type count as absent, and it never raises.
 - "aider": aider's plain output; its usage lines (`Tokens: … sent, … received. Cost: …`) are the turns, tokens and
   cost (`domain/agents/aider.py`).
 - "text" (or any other format): None, and None when the log holds no event of the format at all.
+
+The supervisor stores a report for every agent that said something (`transcripts.final_message`): for a plain-text
+agent only its `final_message`, its counts zero (`measured()` is False: it reported no usage).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 from taskgate.domain.agents.aider import aider_usage
 
-MAX_FINAL_MESSAGE = 10_000  # characters kept of the final message (the full text stays in the agent's log)
+MAX_FINAL_MESSAGE = 100_000  # characters kept of the final message (a plan, a review: whole; the log keeps all)
 MAX_ERROR = 2_000
 
 
@@ -55,8 +58,15 @@ class AgentReport:
             is_error=data.get("is_error") is True, error=_text(data.get("error")) or None,
         )  # fmt: skip
 
+    def measured(self) -> bool:
+        """Whether the CLI reported any usage (turns, tokens or a cost); a plain-text agent's report has none."""
+        return bool(self.turns or self.input_tokens or self.output_tokens or self.cost_usd is not None)
+
     def usage(self) -> str:
-        """`4 turns, 400 in / 80 out tokens, $0.0032` (the cost only when the CLI reported one)."""
+        """`4 turns, 400 in / 80 out tokens, $0.0032` (the cost only when the CLI reported one); "" when the CLI
+        reported no usage."""
+        if not self.measured():
+            return ""
         turns = f"{self.turns} turn{'' if self.turns == 1 else 's'}"
         tokens = f"{self.input_tokens} in / {self.output_tokens} out tokens"
         if self.cache_read_tokens:

@@ -23,7 +23,8 @@ from taskgate.domain.workflows.definitions import END, ContextMode, Step, StepTy
 
 MAX_DEPTH = 16  # frames on one session's stack
 HISTORY = 50  # visited steps a frame remembers (for workflow_back)
-OUTPUT_LIMIT = 4000  # characters of a step's output kept in the context
+OUTPUT_LIMIT = 32_000  # characters of a step's output kept in the context (and given to the next step's prompt)
+RUN_OUTPUT_LIMIT = 1_000_000  # characters of a step's output kept in its run row (`taskgate session output`)
 
 
 class FrameKind(StrEnum):
@@ -225,11 +226,23 @@ def record(
 ) -> None:
     """The step's result as the frame's later steps and conditions read it (`steps.<id>.…`); `nested` adds the
     structured result of a workflow or group step (`nested_result`)."""
-    result = {"status": status.value, "output": output[-OUTPUT_LIMIT:], "attempts": attempts,
+    result = {"status": status.value, "output": clip(output), "attempts": attempts,
               "success": status in (StepStatus.SUCCEEDED, StepStatus.APPROVED)}  # fmt: skip
     frame.results[step_id] = {**result, **(nested or {})}
     if step_id not in frame.own:
         frame.own.append(step_id)
+
+
+def clip(output: str, limit: int = OUTPUT_LIMIT) -> str:
+    """A step's output as the context keeps it: whole when it fits in `limit` characters; else its start, cut at
+    the end of a line, and a line saying how much was left out (the step's run row keeps the whole output, which
+    `taskgate session output` prints). An agent's result reads from its start (its summary, its plan)."""
+    if len(output) <= limit:
+        return output
+    head = output[: limit - 200]
+    cut = head.rfind("\n")
+    head = head[:cut] if cut > 0 else head
+    return f"{head}\n[… {len(output) - len(head)} more characters; `taskgate session output` prints the whole output]"
 
 
 USAGE_KEYS = ("turns", "input_tokens", "output_tokens", "cache_read_tokens", "cost_usd")
@@ -238,8 +251,11 @@ CHILD_OUTPUT_LIMIT = 500  # characters of each child step's output kept in the p
 
 def add_usage(total: Mapping[str, Any], report: Mapping[str, Any] | None) -> dict[str, Any]:
     """`total` plus what one agent reported of its run (agent_reports.AgentReport.as_dict()); keys it does not
-    report stay as they were (a cost is summed only where reported)."""
+    report stay as they were (a cost is summed only where reported). A report of no usage at all (a plain-text
+    agent's, which holds only its final message) adds nothing."""
     out = dict(total)
+    if not any((report or {}).get(key) for key in USAGE_KEYS) and (report or {}).get("cost_usd") is None:
+        return out
     for key in USAGE_KEYS:
         value = (report or {}).get(key)
         if isinstance(value, int | float) and not isinstance(value, bool):
