@@ -98,7 +98,7 @@ def test_session_logs_follows_an_agent_live_without_escapes_and_status_shows_its
     assert header.startswith("==> agent ") and " streamer (run 1, running): " in header and header.endswith(" <==")
     assert body[0] == "line 0 [bold]not markup[/bold]"
     assert body[1:5] == ["line 1", "line 2", "line 3", "line 4"] and "to stderr " in body
-    assert json.loads(body[-1])["type"] == "result"
+    assert body[-1] == "✓ done · 3 turns, 900 in / 120 out tokens, $0.0125"  # the result event, read for a person
     arrived = {line.decode().strip(): at for at, line in seen}
     assert arrived["line 4"] - arrived["line 1"] > 0.4  # printed as written (~0.75 s apart), not all at the end
 
@@ -115,6 +115,11 @@ def test_session_logs_follows_an_agent_live_without_escapes_and_status_shows_its
     assert again.splitlines()[0].endswith(f"streamer (run 1, completed): {agent['output_path']} <==")
     assert "\x1b" not in again and again.splitlines()[1:6] == body[:5]
     assert cli.ok("session", "logs", sid[:8], "--agent", agent["id"][:6]) == again
+    raw = subprocess.run([TASKGATE, "session", "logs", sid[:8], "--raw"], cwd=cli.workdir, env=cli.env,
+                         capture_output=True, check=True)  # fmt: skip
+    assert raw.stdout == Path(agent["output_path"]).read_bytes()  # into a pipe: the bytes as written, escapes too
+    assert b"\x1b]0;owned\x07" in raw.stdout and raw.stderr.decode().startswith("==> agent ")
+    assert "    │ and a test" in status  # the whole final message under the agent's line
     error = cli.fails("session", "logs", sid[:8], "--agent", "nobody")
     assert "'nobody' is neither an agent id prefix nor an agent type" in error
     assert f"its agents: {agent['id'][:8]} streamer (run 1, completed)" in error

@@ -1,4 +1,5 @@
-"""session_status gives each agent's `report` (what its CLI said of its run), on every backend. The agents run
+"""session_status gives each agent's `report` (what its CLI said of its run) and the session's `usage` summed, on
+every backend. The agents run
 through the real AgentService; only their processes are scripted (tests/workflow_support.py)."""
 
 from __future__ import annotations
@@ -48,5 +49,14 @@ async def test_session_status_gives_each_agent_the_report_of_its_cli(services, g
     assert reports == {
         "claude": {"final_message": "Added the endpoint.", "turns": 3, "input_tokens": 900, "output_tokens": 120,
                    "cache_read_tokens": 50, "cost_usd": 0.0125, "is_error": False, "error": None},
-        "plain": None,
+        # a plain-text agent reports no usage: its report holds only its result (what it printed)
+        "plain": {"final_message": "hello", "turns": 0, "input_tokens": 0, "output_tokens": 0, "cache_read_tokens": 0,
+                  "cost_usd": None, "is_error": False, "error": None},
     }  # fmt: skip
+    usage = status["usage"]  # the session's usage adds up: in all, per run, per agent
+    claude = {"agents": 1, "measured": 1, "turns": 3, "input_tokens": 900, "output_tokens": 120,
+              "cache_read_tokens": 50, "cost_usd": 0.0125, "uncosted": 0}  # fmt: skip
+    assert usage["total"] == {**claude, "agents": 2} and usage["runs"] == {"1": {**claude, "agents": 2}}
+    assert usage["summary"] == "2 agents, 3 turns, 900 in / 120 out tokens (50 cached), $0.0125; 1 reported none"
+    by_type = {a["type"]: usage["agents"][a["id"]] for a in status["agents"]}
+    assert by_type["claude"] == claude and by_type["plain"]["measured"] == 0

@@ -26,7 +26,9 @@ from taskgate.application.workspaces.context import ProjectContext
 from taskgate.application.workspaces.ports import WorkspaceContext
 from taskgate.application.workspaces.reconcile import WorktreeRow
 from taskgate.domain.access import effective_permissions
+from taskgate.domain.agents import usage
 from taskgate.domain.agents.reports import AgentReport
+from taskgate.domain.agents.transcripts import result_of
 from taskgate.domain.entities import Agent, Operator, Outcome, Session, StepRun, Task, TransitionRecord
 from taskgate.domain.policies.facts import TestRun
 
@@ -379,7 +381,7 @@ def agents_table(agents: list[Agent], title: str = "Agents") -> Table:
 def report_cell(agent: Agent) -> str:
     """`4 / 400 in, 80 out / $0.0032` from the agent's report ("" before it ended or for plain-text agents)."""
     report = AgentReport.from_dict(agent.report)
-    if report is None:
+    if report is None or not report.measured():
         return ""
     cost = "-" if report.cost_usd is None else f"${report.cost_usd:.4f}"
     return f"{report.turns} / {report.input_tokens} in, {report.output_tokens} out / {cost}"
@@ -393,7 +395,25 @@ def agent_line(agent: Agent) -> str:
     failed = agent.status.value == "failed" and agent.error
     said = _first_line(agent.error) if failed else (report.headline() if report else _first_line(agent.error))
     line += f": {terminal_safe(said)}" if said else ""
-    return line + (f" ({report.usage()})" if report is not None else "")
+    return line + (f" ({report.usage()})" if report is not None and report.measured() else "")
+
+
+def result_lines(agent: Agent) -> list[str]:
+    """The agent's whole result (its final message), line by line, terminal-safe; none when it is one line that
+    `agent_line` shows already."""
+    result = terminal_safe(result_of(agent))
+    lines = result.splitlines()
+    return [] if len(lines) <= 1 and (not lines or lines[0].strip() == _first_line(result)) else lines
+
+
+def usage_lines(agents: Sequence[Agent]) -> list[tuple[str, str]]:
+    """`usage` with the session's total, then `run N` for each run when it had more than one (none without
+    agents)."""
+    if not agents:
+        return []
+    runs = usage.by(agents, lambda a: a.run)
+    shown = [("usage", usage.total(agents).line())]
+    return shown + ([(f"run {run}", u.line()) for run, u in sorted(runs.items())] if len(runs) > 1 else [])
 
 
 # the start of an escape sequence cut by the end of what was read so far (held back until the rest arrives)
@@ -587,6 +607,14 @@ def continue_hints(session_id: str, view: Any) -> list[str]:
     return [f"taskgate checklist check {session_id} {item}" for item in waiting.missing]
 
 
+def read_hint(session_id: str, view: Any) -> str | None:
+    """The command that prints what an approval asks the operator to read (the output of the step before it)."""
+    waiting = view.waiting
+    if waiting is None or waiting.kind != "approval" or not waiting.output_of:
+        return None
+    return f"taskgate session output {session_id} --step {waiting.output_of}"
+
+
 def waiting_lines(view: Any) -> list[str]:
     """What the session's workflow waits for, in words (plain text)."""
     waiting = view.waiting
@@ -612,6 +640,8 @@ def print_workflow_status(session: Session, view: Any) -> None:
     say(f"workflow: depth {view.depth}: {view.breadcrumb}")
     for line in waiting_lines(view):
         say(line)
+    if read := read_hint(session.id, view):
+        say(f"  read: {read}")
     for hint in continue_hints(session.id, view):
         say(f"  continue: {hint}")
 
@@ -639,6 +669,8 @@ def print_workflow_outcome(session: Session, view: Any, reason: str | None = Non
         say(f"paused: session {sid} ({state}) at {view.breadcrumb}")
         for line in waiting_lines(view):
             say(f"  {line}")
+        if read := read_hint(sid, view):
+            say(f"  read: {read}")
         if state == "executing":
             for hint in continue_hints(sid, view):
                 say(f"  continue: {hint}")

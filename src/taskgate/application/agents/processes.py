@@ -18,7 +18,8 @@ from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.reports import AgentReport, parse_report
 from taskgate.domain.agents.stalls import ProgressWatch
-from taskgate.domain.agents.transcripts import final_message
+from taskgate.domain.agents.transcripts import final_message, result_of
+from taskgate.domain.agents.usage import Usage
 from taskgate.domain.entities import Agent, AgentStatus
 from taskgate.domain.errors import HookFailed, InvalidInput, TaskgateError, WrongNode
 from taskgate.domain.states import SessionState
@@ -221,6 +222,8 @@ class AgentProcesses:
             entry = {"id": agent.id, "name": agent.agent_type, "run": agent.run, "status": agent.status.value,
                      "exit_code": agent.exit_code, "output": agent.output_path, "error": agent.error,
                      "started_at": _iso(agent.started_at), "completed_at": _iso(agent.completed_at)}  # fmt: skip
+            if agent.status not in LIVE:  # what it ended with, whole, and what it reported it used
+                entry |= {"result": result_of(agent), "usage": Usage.of(agent.report).as_dict()}
             with suppress(TaskgateError):  # a manifest that cannot be written never loses the agent's row
                 await self._outputs.record_agents(agent.session_id, [entry], status=f"agent {agent.status.value}")
         return SAVED

@@ -21,6 +21,7 @@ class Waiting:
     items: tuple[dict[str, Any], ...] = ()
     missing: tuple[str, ...] = ()
     since_version: int = 0
+    output_of: str | None = None  # an approval: the last step before it with an output (what it asks to read)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,7 @@ def stack_view_json(view: StackView) -> dict[str, Any]:
     if view.waiting is not None:
         w = view.waiting
         waiting = {"kind": w.kind, "step": w.step_id, "message": w.message, "items": list(w.items),
-                   "missing": list(w.missing)}  # fmt: skip
+                   "missing": list(w.missing), "output_of": w.output_of}  # fmt: skip
     return {"session_id": view.session_id, "state": view.state, "depth": view.depth, "breadcrumb": view.breadcrumb,
             "frames": list(view.frames), "waiting": waiting}  # fmt: skip
 
@@ -73,7 +74,8 @@ class StackReading:
         if step is None:
             return None
         if step.type is StepType.approval:
-            return Waiting("approval", step.id, step.message or "", since_version=session.version)
+            before = next((s for s in reversed(top.own) if top.results.get(s, {}).get("output")), None)
+            return Waiting("approval", step.id, step.message or "", since_version=session.version, output_of=before)
         return Waiting("checklist", step.id, step.description or step.checklist or step.id, tuple(top.items),
                        tuple(top.missing_items()), session.version)  # fmt: skip
 

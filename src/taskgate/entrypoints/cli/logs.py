@@ -1,22 +1,31 @@
-"""`taskgate session logs`: the agents' own output, as they wrote it to their logs, made safe for a terminal.
+"""`taskgate session logs`: the agents' own output, as lines a person reads (or, with --raw, as they wrote it).
 
-An agent's log is whatever its process printed (stdout and stderr): escape sequences in it could recolour, retitle
-or clear the operator's terminal, write to its clipboard (OSC 52) or fake a prompt. Everything printed here goes
-through `render.TerminalSafeStream` (escape sequences and control characters dropped; newlines and tabs kept),
-with Rich markup, highlighting and emoji codes off."""
+An agent's log is whatever its process printed (stdout and stderr). By default each line goes through
+`transcripts.Transcript`, the one renderer the console uses too: Claude Code's and Codex's JSON events become
+their assistant text, each tool call with its command or path, each result folded to one line, and the tokens;
+other lines stay as written. `--raw` prints the log as written: the bytes themselves into a pipe or a file, and on
+a terminal without what a terminal acts on.
+
+Escape sequences in a log could recolour, retitle or clear the operator's terminal, write to its clipboard (OSC 52)
+or fake a prompt: on a terminal, and always in the readable form, everything printed goes through `terminal_safe`
+(`render.TerminalSafeStream` for the raw bytes: escape sequences and control characters dropped; newlines and tabs
+kept), with Rich markup, highlighting and emoji codes off."""
 
 from __future__ import annotations
 
 import asyncio
+import codecs
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from taskgate.domain.entities import Agent, AgentStatus
+from taskgate.domain.agents.transcripts import Transcript, result_of
+from taskgate.domain.entities import Agent, AgentStatus, StepRun
 from taskgate.domain.errors import InvalidInput
-from taskgate.entrypoints.cli.common import run, session_app
-from taskgate.entrypoints.render import TerminalSafeStream, console
+from taskgate.entrypoints.cli.common import JsonOpt, run, session_app
+from taskgate.entrypoints.render import TerminalSafeStream, console, err_console, print_json, terminal_safe
 
 if TYPE_CHECKING:
     from taskgate.bootstrap import App
@@ -53,17 +62,21 @@ def pick(session_id: str, agents: Sequence[Agent], wanted: str | None) -> list[A
 
 
 class _Log:
-    """One agent's log, read from where the last read ended."""
+    """One agent's log, read from where the last read ended: readable lines (`Transcript`), or with `raw` the bytes
+    as written (terminal-safe when `safe`)."""
 
-    def __init__(self, agent: Agent) -> None:
-        self.agent, self.offset, self.stream = agent, 0, TerminalSafeStream()
+    def __init__(self, agent: Agent, *, raw: bool = False, safe: bool = True) -> None:
+        self.agent, self.offset, self.raw, self.safe = agent, 0, raw, safe
+        self.stream = TerminalSafeStream()
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.transcript = Transcript()
 
     def header(self) -> str:
         a = self.agent
         return f"==> agent {a.id[:8]} {a.agent_type} (run {a.run}, {a.status.value}): {a.output_path or 'no log'} <=="
 
-    def read(self, *, final: bool = False) -> str:
-        """What was written since the last read (all of it), terminal-safe; with `final` nothing is held back."""
+    def read(self, *, final: bool = False) -> str | bytes:
+        """What was written since the last read (all of it); with `final` nothing is held back."""
         pieces = []
         while self.agent.output_path:
             try:
@@ -73,10 +86,15 @@ class _Log:
             except OSError:  # not started yet (no file), or gone
                 data = b""
             self.offset += len(data)
-            pieces.append(self.stream.feed(data, final=final and not data))
+            pieces.append(data)
             if not data:
                 break
-        return "".join(pieces)
+        data = b"".join(pieces)
+        if self.raw:
+            return self.stream.feed(data, final=final) if self.safe else data
+        lines = self.transcript.feed(self.decoder.decode(data, final=final))
+        lines += self.transcript.end() if final else []
+        return "".join(f"{terminal_safe(line)}\n" for line in lines)
 
 
 class _Printer:
@@ -84,18 +102,28 @@ class _Printer:
         self.current: _Log | None = None
         self.at_line_start = True
 
-    def show(self, log: _Log, text: str, *, header: bool = False) -> None:
+    def show(self, log: _Log, text: str | bytes, *, header: bool = False) -> None:
         if log is not self.current or header:
-            self._out("" if self.at_line_start else "\n")
-            self._out(log.header() + "\n")
+            if log.raw and not log.safe:  # the bytes alone on stdout (`--raw | jq`): the header to stderr
+                err_console.print(log.header(), markup=False, highlight=False, soft_wrap=True)
+            else:
+                self._out("" if self.at_line_start else "\n")
+                self._out(log.header() + "\n")
             self.current = log
         self._out(text)
 
     def end(self) -> None:
-        self._out("" if self.at_line_start else "\n")
+        if self.current is None or self.current.safe:  # the raw bytes end as they ended
+            self._out("" if self.at_line_start else "\n")
 
-    def _out(self, text: str) -> None:
-        if text:
+    def _out(self, text: str | bytes) -> None:
+        if isinstance(text, bytes):  # --raw into a pipe or a file: the bytes as written
+            if text:
+                sys.stdout.flush()
+                sys.stdout.buffer.write(text)
+                sys.stdout.buffer.flush()
+                self.at_line_start = text.endswith(b"\n")
+        elif text:
             console.print(text, end="", markup=False, highlight=False, emoji=False, soft_wrap=True)
             self.at_line_start = text.endswith("\n")
 
@@ -109,15 +137,21 @@ def session_logs(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing what they write until none is queued or running.")
     ] = False,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="The log as written (JSON events and all); on a terminal, made safe.")
+    ] = False,
 ) -> None:
     """Print the logs of the session's latest run of agents (their own output: stdout and stderr), each after a
-    header line. Escape sequences and control characters in them are dropped, so an agent cannot drive your
-    terminal. With --follow it goes on printing as they write, until every one of them ended."""
+    header line, as lines a person reads: assistant text, each tool call with its command or path, its result
+    folded to one line, and the tokens. --raw prints the log as written (into a pipe, byte for byte). Escape
+    sequences and control characters are dropped on a terminal, so an agent cannot drive it. With --follow it goes
+    on printing as they write, until every one of them ended."""
 
     async def work(services: App) -> None:
         assert services.agents is not None, "the app was not built by bootstrap()"
         full_id = await services.sessions.resolve_id(session_id)
-        logs = [_Log(a) for a in pick(full_id, await services.agents.agents(full_id), agent)]
+        safe = not raw or sys.stdout.isatty()
+        logs = [_Log(a, raw=raw, safe=safe) for a in pick(full_id, await services.agents.agents(full_id), agent)]
         printer = _Printer()
         for log in logs:
             printer.show(log, log.read(final=not follow), header=True)
@@ -138,3 +172,59 @@ def session_logs(
         run(work)
     except KeyboardInterrupt:  # the way out of a --follow on agents nobody supervises: no traceback
         raise typer.Exit(130) from None
+
+
+def chosen_output(
+    session_id: str, runs: Sequence[StepRun], agents: Sequence[Agent], step: str | None
+) -> list[tuple[str, str]]:
+    """What `session output` prints, as (what it is, its text): the latest run of step `step` (or, without one,
+    the latest agent step that ended with an output, else the latest step with one); a session without a workflow
+    gives its latest run's agents' results.
+
+    Raises: InvalidInput naming the steps that have an output when `step` has none."""
+    ended = [r for r in runs if r.status.value not in ("running", "waiting")]
+    if step is not None:
+        mine = [r for r in runs if r.step_id == step]
+        if not mine:
+            having = ", ".join(dict.fromkeys(r.step_id for r in ended if r.output_summary)) or "none"
+            raise InvalidInput(f"session {session_id[:8]} has no run of step '{step}'; steps with an output: {having}")
+        return [(_run_label(mine[-1]), mine[-1].output_summary)]
+    with_output = [r for r in ended if r.output_summary]
+    best = [r for r in with_output if r.agent_ids] or with_output
+    if best:
+        return [(_run_label(best[-1]), best[-1].output_summary)]
+    if runs:
+        raise InvalidInput(f"no step of session {session_id[:8]} has an output yet")
+    return [(f"agent {a.id[:8]} {a.agent_type} (run {a.run}, {a.status.value})", result_of(a))
+            for a in pick(session_id, agents, None)]  # fmt: skip
+
+
+def _run_label(run: StepRun) -> str:
+    attempt = f", attempt {run.attempt}" if run.attempt > 1 else ""
+    return f"step {run.step_id} of {run.frame} ({run.status.value}{attempt})"
+
+
+@session_app.command("output")
+def session_output(
+    session_id: Annotated[str, typer.Argument(help="Session id or a unique prefix of it.")],
+    step: Annotated[str | None, typer.Option("--step", "-s", help="The step (default: the latest).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a step's whole output: its agent's final message (Claude Code's result, Codex's last message, aider's
+    reply, a script's last lines), e.g. the plan an approval asks you to read. Without --step, the latest step
+    that ended with an output; a session without a workflow prints its latest agents' results. What it is goes to
+    stderr, the output alone to stdout."""
+
+    async def work(services: App) -> list[tuple[str, str]]:
+        assert services.agents is not None, "the app was not built by bootstrap()"
+        full_id = await services.sessions.resolve_id(session_id)
+        runs = await services.workflows.step_runs(full_id, 1000) if services.workflows is not None else []
+        return chosen_output(full_id, runs, await services.agents.agents(full_id), step)
+
+    chosen = run(work)
+    if as_json:
+        print_json([{"what": what, "output": text} for what, text in chosen])
+        return
+    for what, text in chosen:
+        err_console.print(f"==> {what} <==", markup=False, highlight=False, soft_wrap=True)
+        console.print(terminal_safe(text), markup=False, highlight=False, emoji=False, soft_wrap=True)

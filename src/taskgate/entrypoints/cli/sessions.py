@@ -13,6 +13,7 @@ from taskgate.application.sessions.commands import FireTrigger, StartTask
 from taskgate.application.workflows.views import stack_view_json
 from taskgate.domain import session_fsm
 from taskgate.domain.access import DECISION_TRIGGERS
+from taskgate.domain.agents.usage import session_usage
 from taskgate.domain.entities import Project, Session
 from taskgate.domain.states import SessionState
 from taskgate.domain.workflows.visibility import Viewer
@@ -142,11 +143,12 @@ def session_show(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt 
     """Show one session."""
 
     async def work(services: App):
-        return await services.sessions.get(await services.sessions.resolve_id(session_id))
+        session = await services.sessions.get(await services.sessions.resolve_id(session_id))
+        return session, await services.agents.agents(session.id) if services.agents is not None else []
 
-    session = run(work)
+    session, agents = run(work)
     if as_json:
-        render.print_json(render.session_json(session))
+        render.print_json({**render.session_json(session), "usage": session_usage(agents)})
         return
     allowed = session_fsm.allowed_triggers(session.state, session.prior_state)
     for key, value in render.jsonable(session).items():
@@ -157,6 +159,8 @@ def session_show(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt 
         note = f"waiting too long for a decision: taskgate session decide {short} approve|request_changes|reject"
         console.print(f"[bold]{'escalated':>17}[/bold]  [bold red]{at}[/bold red] ({note})", highlight=False)
     console.print(f"[bold]{'next triggers':>17}[/bold]  {', '.join(allowed) or '-'}", highlight=False)
+    for label, line in render.usage_lines(agents):
+        console.print(f"[bold]{label:>17}[/bold]  {escape(line)}", highlight=False)
 
 
 @session_app.command("status")
@@ -173,12 +177,18 @@ def session_status(session_id: Annotated[str, typer.Argument()], as_json: JsonOp
     session, view, agents, owed = run(work)
     if as_json:
         allowed = session_fsm.allowed_triggers(session.state, session.prior_state)
-        extra = {"workflow": stack_view_json(view), "agents": agents, "tracker_writebacks": owed}
+        extra = {"workflow": stack_view_json(view), "agents": agents, "usage": session_usage(agents),
+                 "tracker_writebacks": owed}  # fmt: skip
         render.print_json({**render.jsonable(session), "next_triggers": list(allowed), **extra})
         return
     render.print_workflow_status(session, view)
-    for agent in agents:  # each with what its CLI reported: final message, turns, tokens, cost
+    latest = {a.id for a in latest_run(agents)}
+    for agent in agents:  # each with what its CLI reported: final message (whole for the latest run), usage
         console.print(f"  {render.agent_line(agent)}", markup=False, highlight=False, soft_wrap=True)
+        for line in render.result_lines(agent) if agent.id in latest else []:
+            console.print(f"    │ {line}", markup=False, highlight=False, soft_wrap=True)
+    for label, line in render.usage_lines(agents):
+        console.print(f"  {label}: {line}", markup=False, highlight=False, soft_wrap=True)
     _print_owed(owed)
 
 

@@ -17,6 +17,7 @@ from taskgate.application.workflows.views import StackView
 from taskgate.application.workspaces.context import ProjectContext
 from taskgate.application.workspaces.ports import WorkspaceContext
 from taskgate.domain.agents.reports import AgentReport
+from taskgate.domain.agents.usage import Usage, by, total
 from taskgate.domain.entities import Agent, Plan, Project, Session, SessionSnapshot, Task, TransitionRecord
 from taskgate.domain.outputs import OutputRecord
 from taskgate.domain.policies.facts import TestRun
@@ -114,7 +115,10 @@ class TaskList(BaseModel):
 class AgentReportOut(BaseModel):
     """What the agent's CLI said of its run (Claude Code's stream-json result, Codex's exec --json events)."""
 
-    final_message: str = Field(description="Its last message (cut to 10,000 characters).")
+    final_message: str = Field(
+        description="Its result, whole (up to 100,000 characters): its CLI's last message, aider's reply, or a "
+        "plain-text agent's last lines."
+    )
     turns: int
     input_tokens: int
     output_tokens: int
@@ -127,6 +131,39 @@ class AgentReportOut(BaseModel):
     def of(cls, stored: Any) -> AgentReportOut | None:
         report = AgentReport.from_dict(stored)
         return None if report is None else cls(**report.as_dict())
+
+
+class UsageOut(BaseModel):
+    """Turns, tokens and cost as the agents' CLIs reported them, summed (domain/agents/usage.py)."""
+
+    agents: int = Field(description="Agents summed.")
+    measured: int = Field(description="Of them, those whose CLI reported usage (plain-text agents report none).")
+    turns: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cost_usd: float | None = Field(description="The costs reported, summed; null when no agent reported one.")
+    uncosted: int = Field(description="Agents that reported usage but no cost (Codex): the cost is not the whole.")
+
+    @classmethod
+    def of(cls, usage: Usage) -> UsageOut:
+        return cls(**usage.as_dict())
+
+
+class SessionUsageOut(BaseModel):
+    """A session's usage: in all, per run (each launch, relaunch and workflow step is a run) and per agent."""
+
+    summary: str = Field(description="The total in words.")
+    total: UsageOut
+    runs: dict[str, UsageOut] = Field(description="Run number → the usage of that run's agents.")
+    agents: dict[str, UsageOut] = Field(description="Agent id → its usage.")
+
+    @classmethod
+    def of(cls, agents: Sequence[Agent]) -> SessionUsageOut:
+        runs = by(agents, lambda a: a.run)
+        return cls(summary=total(agents).line(), total=UsageOut.of(total(agents)),
+                   runs={str(r): UsageOut.of(u) for r, u in sorted(runs.items())},
+                   agents={a.id: UsageOut.of(Usage.of(a.report)) for a in agents})  # fmt: skip
 
 
 class AgentOut(BaseModel):
@@ -148,7 +185,8 @@ class AgentOut(BaseModel):
         default=None, description="SIGTERM or SIGKILL: the signal a stop ended its process group with; else null."
     )
     report: AgentReportOut | None = Field(
-        default=None, description="What its CLI said of its run, once it ended; null for plain-text agents."
+        default=None,
+        description="What its CLI said of its run, once it ended (a plain-text agent: its result only, counts 0).",
     )
 
     @classmethod
@@ -170,6 +208,10 @@ class WaitingOut(BaseModel):
     items: list[dict[str, Any]] = Field(description="The checklist's items: id, text, required.")
     missing: list[str] = Field(description="Required checklist items not ticked yet.")
     since_version: int = Field(description="The session version the wait was read at.")
+    output_of: str | None = Field(
+        default=None,
+        description="An approval: the step before it whose output it asks to read (`taskgate session output`).",
+    )
 
 
 class WorkflowStackOut(BaseModel):
@@ -191,7 +233,7 @@ class WorkflowStackOut(BaseModel):
         w = view.waiting
         waiting = None if w is None else WaitingOut(
             kind=w.kind, step_id=w.step_id, message=w.message, items=[dict(i) for i in w.items],
-            missing=list(w.missing), since_version=w.since_version,
+            missing=list(w.missing), since_version=w.since_version, output_of=w.output_of,
         )  # fmt: skip
         where = f"{view.breadcrumb} (depth {view.depth})" if view.depth else "no workflow (the stack is empty)"
         return cls(
@@ -250,6 +292,9 @@ class SessionOut(BaseModel):
         description="When the sweeper escalated the verification the session waits in (waiting too long for a "
         "decision, see [sweeper] verification_escalation_hours); null: not escalated.",
     )
+    usage: SessionUsageOut | None = Field(
+        default=None, description="The tokens and cost its agents reported: in all, per run, per agent."
+    )
 
     @classmethod
     def of(cls, s: Session, agents: Sequence[Agent] = (), workflow: StackView | None = None) -> SessionOut:
@@ -283,6 +328,7 @@ class SessionOut(BaseModel):
             started_at=s.started_at,
             completed_at=s.completed_at,
             escalated_at=s.escalated_at,
+            usage=SessionUsageOut.of(agents) if agents else None,
         )
 
 
