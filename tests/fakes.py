@@ -1111,6 +1111,14 @@ class InMemoryAgentRepository(_Repo):
         ]
         return [copy.deepcopy(a) for a in sorted(found, key=lambda a: (a.session_id, a.id))]
 
+    async def ended(self, *, project_id: int | None = None, since: datetime | None = None) -> list[tuple[Agent, str]]:
+        sessions = self.store.sessions
+        found = [a for a in self.store.agents.values() if a.completed_at is not None and a.session_id in sessions
+                 and (project_id is None or sessions[a.session_id].project_id == project_id)
+                 and (since is None or a.completed_at >= since)]  # fmt: skip
+        found.sort(key=lambda a: (a.completed_at, a.id))
+        return [(copy.deepcopy(a), sessions[a.session_id].task_id) for a in found]
+
 
 _DELIVERY_MARKERS = ("skipped", "start")
 

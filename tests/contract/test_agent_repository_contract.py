@@ -95,3 +95,21 @@ async def test_an_agents_end_is_written_once_and_its_signal_once(services, git_r
     assert (stored.status, stored.ended_by, stored.pgid, stored.process_start) == (
         AgentStatus.CANCELLED, "SIGKILL", 4242, 123456789012,
     )  # fmt: skip
+
+
+async def test_ended_agents_are_listed_with_their_task_by_project_and_end_time(services, git_repo: Path):
+    seeded = await seed(services, git_repo, tasks=2)
+    one, two = [await start(services, task) for task in seeded.tasks]
+    hour = timedelta(hours=1)
+    async with services.uow(write=True) as uow:
+        await uow.agents.add(_agent("e-1", one.id, status=AgentStatus.COMPLETED, completed_at=T0, report={"turns": 1}))
+        await uow.agents.add(_agent("e-2", two.id, status=AgentStatus.FAILED, completed_at=T0 - hour))
+        await uow.agents.add(_agent("e-3", two.id, status=AgentStatus.RUNNING))  # not ended: not listed
+        await uow.commit()
+    async with services.uow(write=False) as uow:
+        listed = await uow.agents.ended()
+        assert [(a.id, task) for a, task in listed] == [("e-2", two.task_id), ("e-1", one.task_id)]
+        assert listed[1][0].report == {"turns": 1}
+        assert [a.id for a, _ in await uow.agents.ended(since=T0)] == ["e-1"]
+        assert [a.id for a, _ in await uow.agents.ended(project_id=one.project_id)] == ["e-1", "e-2"][::-1]
+        assert await uow.agents.ended(project_id=one.project_id + 1000) == []

@@ -125,3 +125,25 @@ def test_session_logs_reads_as_text_tool_calls_and_tokens_and_raw_gives_the_byte
     raw = cli.run("session", "logs", sid[:8], "--agent", "planner", "--raw")
     assert raw.returncode == 0 and raw.stdout == Path(agent["output_path"]).read_text()  # the bytes as written
     assert raw.stderr.startswith("==> agent ") and json.loads(raw.stdout.splitlines()[-1])["result"] == PLAN
+
+
+def test_taskgate_usage_sums_what_agents_reported_by_task_agent_and_preset(cli: Cli):
+    sid = cli.ok("workflow", "run", "planned", "--task", "DEMO-1").split()[1]
+    version = cli.json("session", "status", sid)["version"]
+    cli.ok("session", "decide", sid[:8], "approve", "--expected-version", str(version))
+    summed = cli.json("usage")
+    claude = {"agents": 1, "measured": 1, "turns": 4, "input_tokens": 400, "output_tokens": 80,
+              "cache_read_tokens": 0, "cost_usd": 0.0032, "uncosted": 0}  # fmt: skip
+    nothing = {**dict.fromkeys(claude, 0), "agents": 1, "cost_usd": None}
+    assert summed["total"] == {**claude, "agents": 2} and summed["project"] == "every project"
+    assert summed["by_task"] == {"DEMO-1": {**claude, "agents": 2}}
+    assert summed["by_agent"] == {"planner": claude, "echo": nothing}
+    assert summed["by_preset"] == {"custom": {**claude, "agents": 2}}  # both have a command of their own
+    assert cli.json("usage", "--project", "demo", "--since", "2000-01-01")["total"] == summed["total"]
+    assert cli.json("usage", "--since", "2999-01-01")["total"] == {**dict.fromkeys(claude, 0), "cost_usd": None}
+
+    table = cli.ok("usage", "--project", "demo")
+    assert table.splitlines()[0] == "Usage of demo: 2 agents, 4 turns, 400 in / 80 out tokens, $0.0032; 1 reported none"
+    assert "by task" in table and "by agent" in table and "by preset" in table and "$0.0032" in table
+    assert "malformed timestamp 'yesterday'" in cli.fails("usage", "--since", "yesterday")
+    assert "nope" in cli.fails("usage", "--project", "nope")

@@ -73,3 +73,16 @@ def test_an_unknown_word_loads_every_module_so_typer_can_list_them():
     assert commands.modules_for("sesion") == commands.ALL_MODULES
     assert commands.modules_for(None) == commands.ALL_MODULES
     assert commands.modules_for("fsm") == ("audit",)
+
+
+def test_usage_groups_an_agent_type_under_the_preset_it_is_built_on():
+    from taskgate.entrypoints.cli.usage import preset_of
+    from taskgate.infrastructure.settings import AgentSettings, Settings
+
+    settings = Settings.model_construct(agents={
+        "planner": AgentSettings(preset="claude"), "codex": AgentSettings(timeout_s=60),
+        "coder": AgentSettings(command=["my-coder"]), "mine": AgentSettings(command=["x"]),
+    })  # fmt: skip
+    assert [preset_of(settings, name) for name in ("planner", "codex", "coder", "mine", "aider")] == [
+        "claude", "codex", "custom", "custom", "aider"]  # fmt: skip
+    assert preset_of(None, "claude") == "claude"

@@ -62,6 +62,7 @@ COMMANDS = (
     Command("audit", "The audit log: query it, verify its proofs, export, checkpoint, prune.",
             ("audit", "audit_proofs", "audit_upkeep")),
     Command("agents", "Agent types: built-in presets and [agents.NAME] entries.", ("agents",)),
+    Command("usage", "Tokens and cost agents reported, summed by task, agent type and preset.", ("usage",)),
     Command("webhooks", "Webhook deliveries of the events log (see docs/events.md).", ("service",)),
     Command("tracker", "Write-backs to the external tracker (Beads): see, retry, dismiss.", ("tracker",)),
     Command("workflow", "Workflows: list, validate, graph, create; run them on sessions, edit stacks.", ("workflows",)),

@@ -84,6 +84,16 @@ class SqlAlchemyAgentRepository(SqlRepository):
         stmt = select(t.agents).where(c.status == AgentStatus.RUNNING.value, last_seen < before)
         return [_agent(r) for r in await self._all(stmt.order_by(c.session_id, c.id))]
 
+    async def ended(self, *, project_id: int | None = None, since: datetime | None = None) -> list[tuple[Agent, str]]:
+        c, s = t.agents.c, t.sessions.c
+        stmt = select(t.agents, s.task_id.label("of_task")).join(t.sessions, s.id == c.session_id)
+        stmt = stmt.where(c.completed_at.is_not(None))
+        if project_id is not None:
+            stmt = stmt.where(s.project_id == project_id)
+        if since is not None:
+            stmt = stmt.where(c.completed_at >= since)
+        return [(_agent(r), r["of_task"]) for r in await self._all(stmt.order_by(c.completed_at, c.id))]
+
 
 class SqlAlchemyTestRunRepository(SqlRepository):
     """Runs of require_tests' command (`test_runs`)."""
