@@ -28,7 +28,7 @@ from taskgate.application.workspaces.reconcile import WorktreeRow
 from taskgate.domain.access import effective_permissions
 from taskgate.domain.agents import usage
 from taskgate.domain.agents.reports import AgentReport
-from taskgate.domain.agents.transcripts import result_of
+from taskgate.domain.agents.transcripts import Transcript, result_of
 from taskgate.domain.entities import Agent, Operator, Outcome, Session, StepRun, Task, TransitionRecord
 from taskgate.domain.policies.facts import TestRun
 
@@ -404,6 +404,29 @@ def result_lines(agent: Agent) -> list[str]:
     result = terminal_safe(result_of(agent))
     lines = result.splitlines()
     return [] if len(lines) <= 1 and (not lines or lines[0].strip() == _first_line(result)) else lines
+
+
+LOG_VIEW_BYTES = 256 * 1024  # of an agent's log, the end the console shows read for a person
+
+
+def readable_log(path: str | None, max_bytes: int = LOG_VIEW_BYTES) -> tuple[list[str], int]:
+    """The end of an agent's log (its last `max_bytes`, from the first whole line) as lines a person reads
+    (`transcripts.Transcript`, as `session logs` prints them), terminal-safe; and how many bytes before it were
+    left out."""
+    try:
+        with open(path or "", "rb") as log:
+            size = log.seek(0, os.SEEK_END)
+            log.seek(max(0, size - max_bytes))
+            data = log.read()
+    except OSError:
+        return [], 0
+    skipped = size - len(data)
+    if skipped:  # the window starts inside a line: it starts at the next one
+        cut = data.find(b"\n")
+        skipped, data = (skipped + cut + 1, data[cut + 1 :]) if cut >= 0 else (skipped, data)
+    transcript = Transcript()
+    lines = transcript.feed(data.decode("utf-8", errors="replace")) + transcript.end()
+    return [terminal_safe(line) for line in lines], skipped
 
 
 def usage_lines(agents: Sequence[Agent]) -> list[tuple[str, str]]:

@@ -18,13 +18,15 @@ from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.application.timestamps import parse_timestamp
 from taskgate.bootstrap import App
 from taskgate.domain.access import Capability
-from taskgate.domain.errors import InvalidInput
+from taskgate.domain.agents.transcripts import result_of
+from taskgate.domain.errors import InvalidInput, NotFound
 from taskgate.domain.session_fsm import allowed_triggers
 from taskgate.entrypoints.console.diff_view import parse_patch
 from taskgate.entrypoints.console.web import SECURITY_HEADERS, Console, Visit, page
-from taskgate.entrypoints.render import jsonable, transitions_csv
+from taskgate.entrypoints.render import jsonable, readable_log, transitions_csv, usage_lines
 
 AUDIT_LIMIT = 1000
+LOGS_SHOWN = 12  # the session page shows the logs of its last agents (the others: `taskgate session logs`)
 
 
 def routes(console: Console) -> dict[str, Any]:
@@ -81,8 +83,23 @@ def routes(console: Console) -> dict[str, Any]:
             **await _proofs(v.app),
         )
 
+    @page(console)
+    async def agent_log(v: Visit) -> Response:
+        """An agent's log as it wrote it (text/plain: a browser shows it, never runs it)."""
+        sid = await _session_id(v, Capability.READ_SESSION)
+        wanted = v.request.path_params["aid"]
+        agent = next((a for a in await v.app.agents.agents(sid) if a.id == wanted), None) if v.app.agents else None
+        if agent is None or not agent.output_path:
+            raise NotFound(f"session {sid[:8]} has no agent {wanted[:36]!r} with a log")
+        try:
+            with open(agent.output_path, "rb") as log:
+                body = log.read()
+        except OSError:
+            body = b""
+        return Response(body, media_type="text/plain; charset=utf-8", headers=SECURITY_HEADERS)
+
     return {"/": board, "/sessions/{sid}": session, "/sessions/{sid}/review": review, "/audit": audit,
-            "/audit.{fmt}": audit}  # fmt: skip
+            "/audit.{fmt}": audit, "/sessions/{sid}/agents/{aid}/log": agent_log}  # fmt: skip
 
 
 async def _session_id(v: Visit, capability: Capability) -> str:
@@ -103,9 +120,13 @@ async def _session_values(v: Visit, sid: str) -> dict[str, Any]:
         check = await app.sessions.check(sid, "approve", actor=v.principal.actor, run_tests=False)
     outputs = (await app.outputs.manifest(sid)).get("outputs", []) if app.outputs is not None else []
     owed = await app.writebacks.open_rows([session.task_id]) if app.writebacks is not None else []
+    steps = await app.workflows.step_runs(sid) if app.workflows is not None else []
     return {
         "session": session, "task": task, "history": await app.sessions.history(sid, 500), "agents": agents,
-        "stack": stack, "check": check, "outputs": outputs, "owed": owed,
+        "stack": stack, "check": check, "outputs": outputs, "owed": owed, "steps": steps,
+        "step_latest": {r.step_id: r.id for r in steps},  # a step's latest run holds its output now
+        "logs": {a.id: readable_log(a.output_path) for a in agents[-LOGS_SHOWN:]},
+        "results": {a.id: result_of(a) for a in agents}, "usage": usage_lines(agents),
         "triggers": allowed_triggers(session.state, session.prior_state),
         "may_decide": await v.may(Capability.DECIDE, sid), "may_fire": await v.may(Capability.FIRE, sid),
         "may_override": await v.may(Capability.OVERRIDE, sid), "may_steer": await v.may(Capability.STEER, sid),
