@@ -18,7 +18,7 @@ already in its conversation.
 1. a shell call writing hello.txt (`printf hello > hello.txt`);
 2. a shell call committing it (`git add hello.txt && git commit -m "feat: hello"`);
 3. a call of the MCP tool whose name ends with `save_output`;
-4. the final text "done".
+4. the final text "done" (or the `final_text` it is given).
 
 Requests without tools (titles, quota probes) get a short text. Every call reports 100 input and
 20 output tokens. Other scripts: "error500" and "error429" answer every model call with that status,
@@ -54,10 +54,12 @@ COMMIT_MESSAGE = "feat: hello"
 class ModelServer:
     """`with ModelServer("ok") as server:` serves on `server.url` and records `server.requests`."""
 
-    def __init__(self, script: str = "ok") -> None:
+    def __init__(self, script: str = "ok", final_text: str = FINAL_TEXT) -> None:
+        """`final_text`: what the model says last (after its tool calls), e.g. a many-line plan."""
         if script not in SCRIPTS:
             raise ValueError(f"unknown script {script!r}; one of {SCRIPTS}")
         self.script = script
+        self.final_text = final_text
         self.requests: list[dict[str, Any]] = []
         self.stopping = threading.Event()
         self._ids = itertools.count(1)
@@ -294,7 +296,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             step = anthropic_tool_results(body) if anthropic else responses_tool_results(body)
             call = plan(step, tools, working_directory(body) if anthropic else None)
-            text = FINAL_TEXT
+            text = self.model.final_text
         if anthropic:
             self._anthropic(body, call, text)
         else:

@@ -38,6 +38,24 @@ def test_a_multi_line_claude_result_is_kept_whole():
     assert final_message("claude-stream-json", text) == plan
 
 
+PLAN_END = "119. `src/part_119.py`: change it, test it; risk: 2"
+
+
+def test_a_real_claude_code_run_ending_with_a_long_plan_has_the_plan_whole_as_its_result():
+    text = (DATA / "claude-plan.jsonl").read_text()  # tests/e2e/test_real_agent_results.py captured it
+    result = final_message("claude-stream-json", text)
+    assert result.startswith("# Plan\n\n1. `src/part_1.py`") and result.endswith(PLAN_END)
+    assert len(result) > 4000 and result.count("\n") == 120
+    assert rendered(text)[-2:] == [PLAN_END, "✓ done · 4 turns, 400 in / 80 out tokens, $0.0032"]
+
+
+def test_a_real_codex_run_ending_with_a_long_plan_has_the_plan_whole_as_its_result():
+    text = (DATA / "codex-plan.jsonl").read_text()
+    result = final_message("codex-json", text)
+    assert result == final_message("claude-stream-json", (DATA / "claude-plan.jsonl").read_text())
+    assert rendered(text)[-2:] == [PLAN_END, "· tokens: 400 in / 80 out"]
+
+
 def test_codex_final_message_is_its_last_agent_message():
     assert final_message("codex-json", (DATA / "codex-exec.jsonl").read_text()) == "done"
 
