@@ -45,3 +45,38 @@ async def test_a_clients_resources_and_prompt_for_a_session(services, git_repo) 
     async with connect(services, Principal.agent("tok", other.id)) as agent:
         with pytest.raises(Exception, match="scoped to session"):
             await read(agent.client, f"taskgate://sessions/{session.id}/diff")
+
+
+async def test_a_sessions_whole_outputs_are_resources(services, git_repo, tmp_path) -> None:
+    from datetime import UTC, datetime
+
+    from taskgate.domain.entities import Agent, AgentStatus, StepRun, StepStatus
+    from tests.mcp.conftest import app_of
+    from tests.workflow_support import rig
+
+    seeded = await seed(services, git_repo, tasks=2)
+    session = await fire(services, await start(services, seeded.tasks[0]), "plan_complete")
+    plain = await fire(services, await start(services, seeded.tasks[1]), "plan_complete")
+    plan = "# Plan\n" + "\n".join(f"{i}. step {i}" for i in range(500))  # longer than any tail kept
+    at = datetime(2026, 11, 1, tzinfo=UTC)
+    async with services.uow(write=True) as uow:
+        await uow.agents.add(Agent("ag-1", session.id, "coder", ["c"], AgentStatus.COMPLETED, run=1,
+                                   report={"final_message": plan}))  # fmt: skip
+        await uow.agents.add(Agent("ag-2", plain.id, "coder", ["c"], AgentStatus.COMPLETED, run=1,
+                                   report={"final_message": "wrote work/a.md"}))  # fmt: skip
+        for step, output, agents in (("plan", plan, ("ag-1",)), ("gate", "", ()), ("when", "when → True", ())):
+            await uow.step_runs.add(StepRun(session.id, 1, "feature", step, 1, StepStatus.SUCCEEDED, at, at,
+                                            output_summary=output, agent_ids=agents))  # fmt: skip
+        await uow.commit()
+    r = rig(services, tmp_path, {})  # the workflow engine and agents of a served app
+    async with connect(services, ALICE, app=app_of(services, workflows=r.engine, agents=r.agents)) as tools:
+        base = f"taskgate://sessions/{session.id[:8]}"
+        assert await read(tools.client, f"{base}/output") == plan  # the latest agent step's output, whole
+        assert await read(tools.client, f"{base}/steps/plan/output") == plan
+        assert await read(tools.client, f"{base}/steps/when/output") == "when → True"
+        assert await read(tools.client, f"taskgate://sessions/{plain.id}/output") == "wrote work/a.md"
+        with pytest.raises(Exception, match="has no run of step 'nope'; steps with an output: plan, when"):
+            await read(tools.client, f"{base}/steps/nope/output")
+    async with connect(services, Principal.agent("tok", plain.id)) as agent:
+        with pytest.raises(Exception, match="scoped to session"):
+            await read(agent.client, f"{base}/output")

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from taskgate.domain.agents.reports import parse_report
-from taskgate.domain.entities import Agent
+from taskgate.domain.entities import Agent, StepRun
+from taskgate.domain.errors import InvalidInput
 
 TEXT_RESULT_CHARS = 16_000  # of a plain-text agent's output, the end kept as its result
 FOLD_WIDTH = 160  # characters of a folded result's first line, of a tool's argument
@@ -51,6 +53,39 @@ def result_of(agent: Agent) -> str:
     message, aider's reply, a plain-text agent's last lines), else the end of its output."""
     final = (agent.report or {}).get("final_message")
     return final if isinstance(final, str) and final else (agent.output_tail or "").strip()
+
+
+def step_output(
+    session_id: str, runs: Sequence[StepRun], agents: Sequence[Agent], step: str | None = None
+) -> list[tuple[str, str]]:
+    """What `session output` prints, as (what it is, its whole text): the latest run of step `step`; without one,
+    the latest agent step that ended with an output, else the latest step with one; a session that ran no workflow
+    step gives its latest run's agents' results.
+
+    Raises: InvalidInput naming the steps that have an output when `step` ran never, or when no step has one."""
+    ended = [r for r in runs if r.status.value not in ("running", "waiting")]
+    having = ", ".join(dict.fromkeys(r.step_id for r in ended if r.output_summary)) or "none"
+    if step is not None:
+        mine = [r for r in runs if r.step_id == step]
+        if not mine:
+            raise InvalidInput(f"session {session_id[:8]} has no run of step '{step}'; steps with an output: {having}")
+        return [(_run_label(mine[-1]), mine[-1].output_summary)]
+    with_output = [r for r in ended if r.output_summary]
+    best = [r for r in with_output if r.agent_ids] or with_output
+    if best:
+        return [(_run_label(best[-1]), best[-1].output_summary)]
+    if runs:
+        raise InvalidInput(f"no step of session {session_id[:8]} has an output yet")
+    if not agents:
+        raise InvalidInput(f"session {session_id[:8]} has run no agent yet (`taskgate session execute` launches them)")
+    last = max(a.run for a in agents)
+    return [(f"agent {a.id[:8]} {a.agent_type} (run {a.run}, {a.status.value})", result_of(a))
+            for a in agents if a.run == last]  # fmt: skip
+
+
+def _run_label(run: StepRun) -> str:
+    attempt = f", attempt {run.attempt}" if run.attempt > 1 else ""
+    return f"step {run.step_id} of {run.frame} ({run.status.value}{attempt})"
 
 
 def last_lines(text: str, limit: int) -> str:

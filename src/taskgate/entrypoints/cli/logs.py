@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from taskgate.domain.agents.transcripts import Transcript, result_of
-from taskgate.domain.entities import Agent, AgentStatus, StepRun
+from taskgate.domain.agents.transcripts import Transcript, step_output
+from taskgate.domain.entities import Agent, AgentStatus
 from taskgate.domain.errors import InvalidInput
 from taskgate.entrypoints.cli.common import JsonOpt, run, session_app
 from taskgate.entrypoints.render import TerminalSafeStream, console, err_console, print_json, terminal_safe
@@ -174,36 +174,6 @@ def session_logs(
         raise typer.Exit(130) from None
 
 
-def chosen_output(
-    session_id: str, runs: Sequence[StepRun], agents: Sequence[Agent], step: str | None
-) -> list[tuple[str, str]]:
-    """What `session output` prints, as (what it is, its text): the latest run of step `step` (or, without one,
-    the latest agent step that ended with an output, else the latest step with one); a session without a workflow
-    gives its latest run's agents' results.
-
-    Raises: InvalidInput naming the steps that have an output when `step` has none."""
-    ended = [r for r in runs if r.status.value not in ("running", "waiting")]
-    if step is not None:
-        mine = [r for r in runs if r.step_id == step]
-        if not mine:
-            having = ", ".join(dict.fromkeys(r.step_id for r in ended if r.output_summary)) or "none"
-            raise InvalidInput(f"session {session_id[:8]} has no run of step '{step}'; steps with an output: {having}")
-        return [(_run_label(mine[-1]), mine[-1].output_summary)]
-    with_output = [r for r in ended if r.output_summary]
-    best = [r for r in with_output if r.agent_ids] or with_output
-    if best:
-        return [(_run_label(best[-1]), best[-1].output_summary)]
-    if runs:
-        raise InvalidInput(f"no step of session {session_id[:8]} has an output yet")
-    return [(f"agent {a.id[:8]} {a.agent_type} (run {a.run}, {a.status.value})", result_of(a))
-            for a in pick(session_id, agents, None)]  # fmt: skip
-
-
-def _run_label(run: StepRun) -> str:
-    attempt = f", attempt {run.attempt}" if run.attempt > 1 else ""
-    return f"step {run.step_id} of {run.frame} ({run.status.value}{attempt})"
-
-
 @session_app.command("output")
 def session_output(
     session_id: Annotated[str, typer.Argument(help="Session id or a unique prefix of it.")],
@@ -219,7 +189,7 @@ def session_output(
         assert services.agents is not None, "the app was not built by bootstrap()"
         full_id = await services.sessions.resolve_id(session_id)
         runs = await services.workflows.step_runs(full_id, 1000) if services.workflows is not None else []
-        return chosen_output(full_id, runs, await services.agents.agents(full_id), step)
+        return step_output(full_id, runs, await services.agents.agents(full_id), step)
 
     chosen = run(work)
     if as_json:

@@ -210,7 +210,8 @@ class WaitingOut(BaseModel):
     since_version: int = Field(description="The session version the wait was read at.")
     output_of: str | None = Field(
         default=None,
-        description="An approval: the step before it whose output it asks to read (`taskgate session output`).",
+        description="An approval: the step before it whose output it asks to read (resource "
+        "taskgate://sessions/{id}/steps/{step}/output; `taskgate session output`).",
     )
 
 

@@ -1,6 +1,6 @@
 """What an MCP client reads or asks about a session besides the tools: resources (its diff, its transition log, its
-session folder's manifest) and a prompt ("review session X"). Each checks the caller as the tools do (an agent
-reads its own session only)."""
+session folder's manifest, its agents' whole outputs) and a prompt ("review session X"). Each checks the caller as
+the tools do (an agent reads its own session only)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.shared.exceptions import MCPError
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
 
+from taskgate.domain.agents.transcripts import step_output
 from taskgate.domain.errors import TaskgateError
 from taskgate.entrypoints.mcp.calls import call_of, crashed, session_id_of, text_safe
 from taskgate.entrypoints.mcp.names import renamed
@@ -93,6 +94,28 @@ async def session_manifest(session_id: str, ctx: Context) -> str:
     return json.dumps(manifest, indent=2, ensure_ascii=True)
 
 
+async def _outputs(session_id: str, ctx: Context, step: str | None) -> str:
+    call = call_of(ctx)
+    sid = await session_id_of(call, session_id)
+    runs = await call.app.workflows.step_runs(sid, 1000) if call.app.workflows is not None else []
+    agents = await call.app.agents.agents(sid) if call.app.agents is not None else []
+    chosen = step_output(sid, runs, agents, step)
+    return chosen[0][1] if len(chosen) == 1 else "\n\n".join(f"==> {what} <==\n{text}" for what, text in chosen)
+
+
+@resource_errors
+async def session_output(session_id: str, ctx: Context) -> str:
+    """What the session's agents ended with, whole: the output of its latest step that ended with one (an agent
+    step's final message: a plan, a review), or, without a workflow, its latest agents' results."""
+    return await _outputs(session_id, ctx, None)
+
+
+@resource_errors
+async def session_step_output(session_id: str, step_id: str, ctx: Context) -> str:
+    """The whole output of the latest run of one workflow step (e.g. the plan an approval step asks to read)."""
+    return await _outputs(session_id, ctx, step_id)
+
+
 @prompt_errors
 async def review_session(session_id: str, ctx: Context) -> str:
     """Review a taskgate session and decide on it: its task, state, diff stat, commits and the approve policies."""
@@ -129,4 +152,8 @@ def register(server: MCPServer) -> None:
                     description=session_log.__doc__)(session_log)  # fmt: skip
     server.resource(f"{base}/manifest", name="session_manifest", title="Session folder manifest",
                     mime_type="application/json", description=session_manifest.__doc__)(session_manifest)  # fmt: skip
+    server.resource(f"{base}/output", name="session_output", title="Session output", mime_type="text/plain",
+                    description=session_output.__doc__)(session_output)  # fmt: skip
+    server.resource(f"{base}/steps/{{step_id}}/output", name="session_step_output", title="Step output",
+                    mime_type="text/plain", description=session_step_output.__doc__)(session_step_output)  # fmt: skip
     server.prompt(name="review_session", title="Review a session", description=review_session.__doc__)(review_session)
