@@ -64,7 +64,7 @@ def test_a_broken_catalogue_file_fails_validate_and_is_marked_in_list(cli: Cli):
     done = cli.run("workflow", "validate")
     assert done.returncode == 1
     assert done.stdout.strip() == (
-        "config/workflows/development/feature-development.yaml:24: step 'approve-plan': on_reject targets "
+        "config/workflows/development/feature-development.yaml:25: step 'approve-plan': on_reject targets "
         "unknown step 'plann' (hint: did you mean 'plan'?)"
     )
     rows = {row["id"]: row["valid"] for row in cli.json("workflow", "list")}

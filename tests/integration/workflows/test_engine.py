@@ -211,10 +211,13 @@ async def test_request_changes_on_an_approval_goes_back_with_instructions_and_re
 ):
     r = rig(services, tmp_path, {"dev/approvals.yaml": APPROVALS})
     session = await planning_with(services, git_repo, r, "approvals")
-    await _execute(services, r, session)
+    paused = await _execute(services, r, session)
+    assert r.engine.view(paused).waiting.output_of == "plan"  # what the approval asks to read
     await _decide(services, session.id, "request_changes", instructions="split it in two")
     await run_until_idle(r, session.id)
     assert r.runner.prompts("ok")[-1].endswith("The operator's instructions:\nsplit it in two")
+    # waiting again: the plan redone is what to read, not the approval's own note (the instructions)
+    assert r.engine.view(await services.sessions.get(session.id)).waiting.output_of == "plan"
     assert "This is a revision, not a fresh start" in r.runner.prompts("ok")[-1]
     await _decide(services, session.id, "reject", reason="still wrong")  # on_reject: plan
     await run_until_idle(r, session.id)

@@ -74,10 +74,22 @@ class StackReading:
         if step is None:
             return None
         if step.type is StepType.approval:
-            before = next((s for s in reversed(top.own) if top.results.get(s, {}).get("output")), None)
-            return Waiting("approval", step.id, step.message or "", since_version=session.version, output_of=before)
+            return Waiting("approval", step.id, step.message or "", since_version=session.version,
+                           output_of=self._read_before(top))  # fmt: skip
         return Waiting("checklist", step.id, step.description or step.checklist or step.id, tuple(top.items),
                        tuple(top.missing_items()), session.version)  # fmt: skip
+
+    def _read_before(self, top: Frame) -> str | None:
+        """The step an approval asks to read: the one entered last before it (a loop comes back through its
+        steps) that ran agents or a nested frame and has an output; never an approval's own note."""
+        for step_id in reversed(top.history[:-1]):
+            found = self._find(top, step_id)
+            if found is not None and found.type in _PRODUCING and top.results.get(step_id, {}).get("output"):
+                return step_id
+        return None
+
+
+_PRODUCING = frozenset({StepType.agent, StepType.parallel, StepType.workflow, StepType.group})
 
 
 def _frame_view(frame: Frame) -> dict[str, Any]:
