@@ -4,11 +4,20 @@ lines of `session status` and `session review` show what the CLI reported."""
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskgate.domain.entities import Agent, AgentStatus
-from taskgate.entrypoints.render import TerminalSafeStream, agent_line, agents_table, report_cell, terminal_safe
+from taskgate.entrypoints.render import (
+    TerminalSafeStream,
+    agent_line,
+    agents_table,
+    last_line_read,
+    report_cell,
+    terminal_safe,
+)
 
 NASTY = (
     "\x1b[31mred\x1b[0m \x1b[2J\x1b[H"  # colour, clear screen, cursor home
@@ -70,3 +79,14 @@ def test_agent_lines_and_cells_show_the_report():
     plain = agent(status=AgentStatus.RUNNING)
     assert agent_line(plain) == "agent 1a2b3c4d claude (run 1) running" and report_cell(plain) == ""
     assert [c.header for c in agents_table([done, plain]).columns][6] == "turns / tokens / cost"
+
+
+def test_an_agent_that_reported_only_its_result_shows_it_without_counts_and_its_last_line_reads_for_a_person():
+    script = agent(status=AgentStatus.COMPLETED, report={"final_message": "wrote work/a.md\n"})
+    assert (
+        agent_line(script) == "agent 1a2b3c4d claude (run 1) completed: wrote work/a.md" and report_cell(script) == ""
+    )
+    event = {"type": "item.completed", "item": {"id": "i", "type": "command_execution", "command": "make",
+                                                "exit_code": 2, "aggregated_output": "boom\x1b[2J"}}  # fmt: skip
+    assert last_line_read(f"plain\n{json.dumps(event)}\n") == "✗ boom (exit 2)"  # not the raw event, no escape
+    assert last_line_read("") == ""

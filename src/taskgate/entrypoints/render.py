@@ -370,12 +370,19 @@ def agents_table(agents: list[Agent], title: str = "Agents") -> Table:
     rows = []
     for a in agents:
         said = AgentReport.from_dict(a.report)  # a CLI's JSON events: its final message says more than their last
-        last = said.headline(60) if said else (terminal_safe(a.output_tail).strip().splitlines() or [""])[-1][:60]
+        last = said.headline(60) if said else last_line_read(a.output_tail)[:60]
         note = escape(terminal_safe(a.error or last))  # agent output is data, never Rich markup
         rows.append((a.id[:8], a.agent_type, a.run, a.status.value, "" if a.exit_code is None else a.exit_code,
                      _when(a.heartbeat_at), report_cell(a), note))  # fmt: skip
     columns = ["agent", "type", "run", "status", "exit", "heartbeat", "turns / tokens / cost", "note / last output"]
     return table(title, columns, rows)
+
+
+def last_line_read(output: str) -> str:
+    """The last non-blank line of an agent's output as a person reads it (a JSON event rendered, not raw)."""
+    transcript = Transcript()
+    lines = [line for line in transcript.feed(output) + transcript.end() if line.strip()]
+    return terminal_safe(lines[-1]).strip() if lines else ""
 
 
 def report_cell(agent: Agent) -> str:
