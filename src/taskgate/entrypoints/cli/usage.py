@@ -44,8 +44,8 @@ _COLUMNS = ["agents", "reported", "turns", "in", "out", "cached", "cost", "note"
 
 @command("usage")
 def usage(project: ProjectOpt = None, since: SinceOpt = None, as_json: JsonOpt = False) -> None:
-    """Sum the tokens and cost agents reported (Claude Code's cost; Codex and aider tokens; plain-text agents
-    nothing) by task, by agent type and by preset, over every project or one (--project), for the agents that
+    """Sum the tokens and cost agents reported (Claude Code and aider a cost too, Codex tokens only, plain-text
+    agents none) by task, by agent type and by preset, over every project or one (--project), for the agents that
     ended since --since. `reported` counts the agents whose CLI reported usage."""
     after = _timestamp_or_fail(since)
 
