@@ -6,6 +6,8 @@ lines (and a title, a clipboard write) over about a second, then a Claude Code r
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
 import threading
@@ -119,10 +121,33 @@ def test_session_logs_follows_an_agent_live_without_escapes_and_status_shows_its
                          capture_output=True, check=True)  # fmt: skip
     assert raw.stdout == Path(agent["output_path"]).read_bytes()  # into a pipe: the bytes as written, escapes too
     assert b"\x1b]0;owned\x07" in raw.stdout and raw.stderr.decode().startswith("==> agent ")
+    on_terminal = on_a_terminal(cli, "session", "logs", sid[:8], "--raw")  # --raw on a terminal: made safe
+    assert "line 4" in on_terminal and "owned" not in on_terminal and "\x1b]" not in on_terminal
     assert "    │ and a test" in status  # the whole final message under the agent's line
     error = cli.fails("session", "logs", sid[:8], "--agent", "nobody")
     assert "'nobody' is neither an agent id prefix nor an agent type" in error
     assert f"its agents: {agent['id'][:8]} streamer (run 1, completed)" in error
+
+
+def on_a_terminal(cli, *args: str) -> str:
+    """What `taskgate ARGS` prints with a terminal (a pseudo-terminal) as its stdout."""
+    leader, follower = pty.openpty()
+    env = {**cli.env, "TERM": "dumb", "NO_COLOR": "1"}
+    done = subprocess.run([TASKGATE, *args], cwd=cli.workdir, env=env, stdout=follower, stderr=subprocess.DEVNULL,
+                          timeout=60, check=True)  # fmt: skip
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the terminal's other end is closed and drained
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert done.returncode == 0
+    return b"".join(chunks).decode(errors="replace")
 
 
 def test_session_logs_of_a_session_without_agents_says_so(streaming):
