@@ -287,7 +287,7 @@ class _Handler(BaseHTTPRequestHandler):
             step = responses_tool_results(body)
             call = plan(step, coded)
             script = save_any_javascript() if step == 2 else (javascript(call) if call else None)
-            self._responses(body, None, FINAL_TEXT, script=script)
+            self._responses(body, None, self.model.final_text, script=script)
             return
         tools = body.get("tools") or []
         if not tools:
