@@ -21,6 +21,8 @@ def test_every_hook_runs_at_its_point_through_the_cli(tmp_path: Path):
     sid = started(user, "Build it")
     user.ok("session", "execute", sid, "--agent", "coder")
     assert user.json("session", "show", sid)["state"] == "verifying"
+    shown = user.ok("session", "logs", sid, "--hooks")  # the hooks' own log, as the operator reads it
+    assert shown.count("=== ") >= 6 and "=== after_create" in shown and "=== after_agent" in shown
     worktree = Path(user.json("session", "show", sid)["worktree_path"])
     user.ok("session", "fire", sid, "cancel")
     assert not worktree.exists()
@@ -29,3 +31,11 @@ def test_every_hook_runs_at_its_point_through_the_cli(tmp_path: Path):
     log = (user.repo / ".taskgate" / "data" / "agent-outputs" / sid / "hooks.log").read_text()
     assert [line.split()[1] for line in log.splitlines() if line.startswith("=== ") and ":" not in line.split()[1]] == [
         "after_create", "before_agent", "after_agent", "before_remove"]  # fmt: skip
+
+
+def test_hooks_log_is_named_when_no_hook_ran(tmp_path: Path):
+    user = User(fresh_repo(tmp_path / "shop"))
+    user.ok("init")
+    sid = started(user, "Build it")
+    assert "has no hooks log: no hook ran" in user.fails("session", "logs", sid, "--hooks")
+    assert "not with --follow" in user.run("session", "logs", sid, "--hooks", "--follow").stderr

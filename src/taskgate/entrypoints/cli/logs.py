@@ -17,10 +17,12 @@ import asyncio
 import codecs
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from taskgate.application.workspaces.hooks import HOOKS_LOG
 from taskgate.domain.agents.transcripts import Transcript, step_output
 from taskgate.domain.entities import Agent, AgentStatus
 from taskgate.domain.errors import InvalidInput
@@ -140,12 +142,21 @@ def session_logs(
     raw: Annotated[
         bool, typer.Option("--raw", help="The log as written (JSON events and all); on a terminal, made safe.")
     ] = False,
+    hooks: Annotated[
+        bool, typer.Option("--hooks", help="The worktree hooks' log (hooks.log in the session folder) instead.")
+    ] = False,
 ) -> None:
     """Print the logs of the session's latest run of agents (their own output: stdout and stderr), each after a
     header line, as lines a person reads: assistant text, each tool call with its command or path, its result
     folded to one line, and the tokens. --raw prints the log as written (into a pipe, byte for byte). Escape
     sequences and control characters are dropped on a terminal, so an agent cannot drive it. With --follow it goes
-    on printing as they write, until every one of them ended."""
+    on printing as they write, until every one of them ended. --hooks prints what the worktree hooks
+    ([hooks] after_create, before_agent, …) and the `.worktreeinclude` copy wrote instead."""
+    if hooks:
+        if follow or agent:
+            raise typer.BadParameter("--hooks prints the session's hooks.log whole: not with --follow or --agent")
+        run(lambda services: _print_hooks_log(services, session_id, raw))
+        return
 
     async def work(services: App) -> None:
         assert services.agents is not None, "the app was not built by bootstrap()"
@@ -172,6 +183,24 @@ def session_logs(
         run(work)
     except KeyboardInterrupt:  # the way out of a --follow on agents nobody supervises: no traceback
         raise typer.Exit(130) from None
+
+
+async def _print_hooks_log(services: App, session_id: str, raw: bool) -> None:
+    """The session folder's hooks.log, through `terminal_safe` unless it goes byte for byte into a pipe."""
+    assert services.outputs is not None, "the app was not built by bootstrap()"
+    full_id = await services.sessions.resolve_id(session_id)
+    path = Path(services.outputs.folder(full_id)) / HOOKS_LOG
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InvalidInput(f"session {full_id[:8]} has no hooks log: no hook ran ({path} does not exist)") from None
+    err_console.print(f"==> {path} <==", markup=False, highlight=False, soft_wrap=True)
+    if raw and not sys.stdout.isatty():
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        return
+    text = data.decode("utf-8", errors="replace")
+    console.print(terminal_safe(text), markup=False, highlight=False, emoji=False, soft_wrap=True, end="")
 
 
 @session_app.command("output")
