@@ -86,6 +86,8 @@ async def test_start_review_request_changes_approve_merge(site: ConsoleSite, bro
     await card(page, "verifying", task).get_by_role("link").click()
     await expect(page.locator("[data-state]")).to_have_text("verifying")
     await expect(page.get_by_role("heading", name=re.compile("Would approve"))).to_be_visible()
+    await expect(page.locator("ul.verdict li", has_text="require_tests")).to_have_count(1)  # once, with its advice
+    await expect(page.locator("pre.result")).to_have_count(0)  # a script's result is its whole log: shown once
     if site.backend == "sqlite":
         await page.screenshot(path=str(SHOTS / "session.png"), full_page=True)
     session_url = page.url
