@@ -171,6 +171,7 @@ async def test_a_merged_session_is_reviewed_as_what_its_merge_landed_and_a_cance
         review = await tools.ok("session_review", session_id=session["id"], patch=True)
         assert [f["path"] for f in review["files"]] == ["api.py"] and "+def api(): ..." in review["patch"]
         assert [c["subject"] for c in review["commits"]] == ["feat: api"]
+        assert review["branch"] == f"{session['branch']} (merged into main)", review["branch"]
 
         await tools.ok("task_add", title="Another")
         other = await tools.ok("project_session_start", task_id="SHOP-2")

@@ -171,10 +171,11 @@ class WorkspaceService(WorkspaceReconciliation, WorkspaceMerges):
         before = merge.get("from") or (
             f"{commit}^1" if merge.get("mode") == "no-ff" else str(session.state_data.get("base_commit") or "")
         )
-        return await self._vcs.merged_context(
-            project.root_path, str(merge.get("into") or self._base(session)), str(before), commit,
-            max_patch_bytes=self._options.max_patch_bytes,
-        )  # fmt: skip
+        into = str(merge.get("into") or self._base(session))
+        landed = await self._vcs.merged_context(project.root_path, into, str(before), commit,
+                                                max_patch_bytes=self._options.max_patch_bytes)  # fmt: skip
+        # named after the branch that was merged (it is gone), not the base it landed on
+        return replace(landed, branch=f"{session.branch_name or 'its branch'} (merged into {into})")
 
     async def worktree_problem(self, session: Session) -> str | None:
         """Why the session's worktree is not usable from this process (missing, another checkout, branch gone),
