@@ -79,6 +79,8 @@ def test_agent_lines_and_cells_show_the_report():
     plain = agent(status=AgentStatus.RUNNING)
     assert agent_line(plain) == "agent 1a2b3c4d claude (run 1) running" and report_cell(plain) == ""
     assert [c.header for c in agents_table([done, plain]).columns][6] == "turns / tokens / cost"
+    stopped = agent(status=AgentStatus.CANCELLED, error="stopped", ended_by="SIGKILL")
+    assert agent_line(stopped).endswith("cancelled: stopped (its process group ended by SIGKILL)")
 
 
 def test_an_agent_that_reported_only_its_result_shows_it_without_counts_and_its_last_line_reads_for_a_person():

@@ -402,6 +402,7 @@ def agent_line(agent: Agent) -> str:
     failed = agent.status.value == "failed" and agent.error
     said = _first_line(agent.error) if failed else (report.headline() if report else _first_line(agent.error))
     line += f": {terminal_safe(said)}" if said else ""
+    line += f" (its process group ended by {agent.ended_by})" if agent.ended_by else ""  # a stop's signal
     return line + (f" ({report.usage()})" if report is not None and report.measured() else "")
 
 
