@@ -69,16 +69,19 @@ _REPO_STATES = (
     ("REVERT_HEAD", "reverting"),
     ("BISECT_LOG", "bisecting"),
 )
-# git runs without prompts, pagers or the repository's hooks on our own operations (a hook is code from the
-# repository, which agents can write: taskgate's worktree and merge steps must not run it). Config by
-# environment (git >= 2.31) leaves the argv as it is.
+# git runs without prompts, pagers, the repository's hooks or its fsmonitor command on our own operations (both
+# are code from the repository's config, which agents can write until they run sandboxed: taskgate's worktree,
+# review and merge steps must not run it). Config by environment (git >= 2.31) leaves the argv as it is, and
+# outranks every config file.
 _ENV = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_PAGER": "cat",
     "LC_ALL": "C",
-    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_COUNT": "2",
     "GIT_CONFIG_KEY_0": "core.hooksPath",
     "GIT_CONFIG_VALUE_0": "/dev/null",
+    "GIT_CONFIG_KEY_1": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_1": "false",
 }
 
 

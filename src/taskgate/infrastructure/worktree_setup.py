@@ -29,8 +29,10 @@ KILL_GRACE_S = 3.0  # between SIGTERM and SIGKILL of a hook at its timeout
 _LOG_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 _TAIL_BYTES = 64 * 1024
 # git as taskgate runs it elsewhere (infrastructure/git.py): no prompts, no pager, none of the repository's hooks
-_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_CONFIG_COUNT": "1",
-            "GIT_CONFIG_KEY_0": "core.hooksPath", "GIT_CONFIG_VALUE_0": "/dev/null"}  # fmt: skip
+# and no fsmonitor command
+_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_CONFIG_COUNT": "2",
+            "GIT_CONFIG_KEY_0": "core.hooksPath", "GIT_CONFIG_VALUE_0": "/dev/null",
+            "GIT_CONFIG_KEY_1": "core.fsmonitor", "GIT_CONFIG_VALUE_1": "false"}  # fmt: skip
 
 
 class LocalWorktreeSetup:

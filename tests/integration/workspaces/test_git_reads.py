@@ -157,3 +157,20 @@ async def test_the_branch_head_is_read_alike_from_a_loose_and_a_packed_ref(repo:
     change = await vcs.branch_change(str(root), str(worktree), BRANCH, "main")
     assert loose.head_commit == packed.head_commit == change.head_commit == sha
     assert loose == packed
+
+
+async def test_an_fsmonitor_command_an_agent_configured_never_runs_in_taskgates_git_reads(repo, tmp_path) -> None:
+    """An agent can write the repository's config today (issue 39's sandbox will take that away): a `core.fsmonitor`
+    command there would run inside taskgate's own `git status` of the worktree. taskgate's git turns it off."""
+    root, worktree = repo
+    marker = tmp_path / "ran"
+    commit(worktree, "api.py", "def api(): ...\n", "feat: api")
+    (worktree / "api.py").write_text("def api(): return 1\n")  # dirty: status must look at the files
+    git(worktree, "config", "core.fsmonitor", f"touch {marker}; false")  # the shared config, as an agent could
+    vcs = GitPythonVcs()
+    state = await vcs.worktree_state(str(root), str(worktree), BRANCH, "main")
+    context = await vcs.workspace_context(str(root), str(worktree), BRANCH, "main")
+    assert "api.py" in state.dirty and context.dirty
+    assert not marker.exists()  # the agent's command never ran
+    subprocess.run(["git", "status"], cwd=worktree, capture_output=True)  # the check can fail: plain git runs it
+    assert marker.exists()
