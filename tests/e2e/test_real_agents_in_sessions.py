@@ -33,7 +33,9 @@ def set_up(tmp_path: Path, preset: str, model: ModelServer, *, table: str = "") 
         subprocess.run(["git", "config", key, value], cwd=user.repo, check=True)
     home = tmp_path / "home"
     home.mkdir()
-    user.env |= {"HOME": str(home), "TMPDIR": str(tmp_path)}
+    scratch = tmp_path / "tmp"  # the user's temp folder, beside (not above) the repository, as on a real machine
+    scratch.mkdir()
+    user.env |= {"HOME": str(home), "TMPDIR": str(scratch)}
     if preset in CLIS:
         user.env["PATH"] = f"{require_cli(preset).parent}:{user.env['PATH']}"
         user.env |= user_variables(preset, model.url)

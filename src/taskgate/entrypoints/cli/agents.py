@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -81,10 +82,15 @@ def _endpoint(kind: AgentType, env: dict[str, str]) -> str:
 
 
 def _version(path: str) -> str | None:
-    try:
-        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=5, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
-        return None
+    """The CLI's `--version`, run with a throwaway HOME and CODEX_HOME: a probe writes nothing into the user's home
+    (Codex makes `~/.codex/tmp/arg0-linux` helpers at every start when bubblewrap is installed)."""
+    with tempfile.TemporaryDirectory(prefix="taskgate-probe-") as home:
+        env = {**os.environ, "HOME": home, "CODEX_HOME": home}
+        try:
+            done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=5,
+                                  stdin=subprocess.DEVNULL, env=env)  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            return None
     text = (done.stdout or done.stderr).strip().splitlines()
     return text[0][:60] if text else None
 
