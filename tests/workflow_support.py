@@ -35,7 +35,9 @@ class ScriptedAgentRunner:
         self.private_files: dict[str, str] = {}
         self.logs: dict[str, str] = {}  # output path → what the agent "printed" (its prompt), for read_log
 
-    async def start(self, command: list[str], cwd: str, env: dict[str, str], output_path: str, inherit=()) -> int:
+    async def start(
+        self, command: list[str], cwd: str, env: dict[str, str], output_path: str, inherit=(), sandbox=None
+    ) -> int:
         pid = next(self._pids)
         self.commands[pid] = list(command)
         return pid

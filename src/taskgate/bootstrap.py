@@ -50,12 +50,14 @@ from taskgate.domain.entities import ApiToken
 from taskgate.domain.errors import TaskgateError
 from taskgate.domain.outputs import OutputLimits
 from taskgate.domain.policies.facts import Policy
+from taskgate.domain.sandbox import Limits
 from taskgate.domain.workflows.definitions import Catalogue
 from taskgate.domain.workflows.run import LoopLimits
 from taskgate.infrastructure import project_layout
 from taskgate.infrastructure.agent_runner import SubprocessAgentRunner
 from taskgate.infrastructure.git import GitPythonVcs
 from taskgate.infrastructure.project_files import ProjectFileReader
+from taskgate.infrastructure.sandbox.sessions import BwrapSandboxes
 from taskgate.infrastructure.session_folder import SessionFolderStore
 from taskgate.infrastructure.settings import Settings, find_config_file, load_settings
 from taskgate.infrastructure.system import SystemClock, UuidGenerator
@@ -231,9 +233,11 @@ def agent_types(settings: Settings) -> dict[str, AgentType]:
     for name, table in settings.agents.items():
         base = PRESETS[table.preset or name].agent_type() if (table.preset or name) in PRESETS else None
         changes = table.changes()
-        for key in ("command", "credentials", "stall_patterns", "ignored"):
+        for key in ("command", "credentials", "stall_patterns", "ignored", "read"):
             if key in changes:
                 changes[key] = tuple(changes[key])
+        if isinstance(changes.get("network"), list):
+            changes["network"] = tuple(changes["network"])
         if base is None:
             types[name] = AgentType(name, **changes)
         else:  # `env` adds to the preset's variables (set one to "" to blank it); every other key replaces
@@ -241,6 +245,14 @@ def agent_types(settings: Settings) -> dict[str, AgentType]:
                 changes["env"] = {**base.env, **changes["env"]}
             types[name] = dataclasses.replace(base, name=name, **changes)
     return types
+
+
+def sandboxes(settings: Settings) -> BwrapSandboxes:
+    """`[sandbox]` as the agents' Sandboxes (probed at the first agent's start, not here)."""
+    cfg = settings.sandbox
+    limits = Limits(cfg.pids, cfg.memory_mb * 1024 * 1024 if cfg.memory_mb else None)
+    return BwrapSandboxes(cfg.mode, str(settings.data_dir), str(settings.data_dir / "agent-outputs"), read=cfg.read,
+                          hide=cfg.hide, limits=limits)  # fmt: skip
 
 
 def node_service(settings: Settings, uow: UnitOfWorkFactory, clock: Clock) -> NodeService:
@@ -387,6 +399,7 @@ async def bootstrap(
     app.agents, app.outputs = agents, outputs
     if extras[0].hooks is not None:
         agents.use_hooks(extras[0].hooks)
+    agents.use_sandboxes(sandboxes(settings))
     services[0].use_effects(CompositeEffects([services[0].effects, ManifestEffect(outputs)]))
     app.writebacks = WritebackService(uow, clock, tracker_provider(settings))
     app.workflows = build_workflows(

@@ -1,4 +1,5 @@
-"""`python -m taskgate.infrastructure.agent_exec EXITFILE -- ARGV…`: run one agent and record how it ended.
+"""`python -m taskgate.infrastructure.agent_exec EXITFILE [--sandbox SPEC] -- ARGV…`: run one agent and record how
+it ended.
 
 The supervisor starts every agent through this small wrapper (standard library only, so it starts fast). The
 wrapper leads the agent's process group, runs ARGV as its child, and writes the child's exit status to
@@ -6,6 +7,11 @@ EXITFILE (atomically) before exiting with the same status. A supervisor restarte
 re-attach to a still-running agent by its process id and, once it is gone, read how it ended. A stop's SIGTERM
 reaches the agent and the wrapper alike (the whole group): the wrapper waits for the agent and records its end
 (-15: ended by SIGTERM); SIGKILL ends both.
+
+With `--sandbox SPEC` (a sandboxed agent, ARGV being bwrap's command line), the wrapper first enters the agent's
+limits (its cgroup, so every process the agent starts counts) and serves its network gate (a thread: the agent's
+only way out, see sandbox/egress.py) for as long as the agent runs; it ends the group and says which limit ended
+the agent, if one did.
 """
 
 from __future__ import annotations
@@ -22,21 +28,72 @@ def _stay(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str]) -> int:
+    spec = None
+    if len(argv) >= 3 and argv[1] == "--sandbox":
+        spec, argv = argv[2], [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m taskgate.infrastructure.agent_exec EXITFILE -- ARGV...", file=sys.stderr)
+        print(
+            "usage: python -m taskgate.infrastructure.agent_exec EXITFILE [--sandbox SPEC] -- ARGV...", file=sys.stderr
+        )
         return 2
     exit_file, command = argv[0], argv[2:]
     signal.signal(signal.SIGTERM, _stay)
+    try:
+        confined = _Confined(spec) if spec else None
+    except Exception as exc:  # a sandbox that cannot be set up: the agent does not run unconfined instead
+        print(f"[taskgate sandbox] could not set up the sandbox: {exc!r}", flush=True)
+        return _record(exit_file, 126)
     try:
         code = subprocess.call(command)  # inherits stdout/stderr (the output file) and the process group
     except OSError as exc:
         print(f"[taskgate] could not start {command[0]!r}: {exc}", flush=True)
         code = 127
+    finally:
+        if confined is not None:
+            confined.close()
+    return _record(exit_file, code)
+
+
+def _record(exit_file: str, code: int) -> int:
+    """Write the exit status atomically (a re-attaching supervisor reads it) and return the wrapper's own."""
     temporary = f"{exit_file}.tmp"
     with open(temporary, "w") as handle:
         handle.write(str(code))
     os.replace(temporary, exit_file)
     return code if 0 <= code < 256 else 1
+
+
+class _Confined:
+    """The outside half of a sandboxed agent: its limits entered and its network gate served (until `close`)."""
+
+    def __init__(self, spec_path: str) -> None:
+        import json
+
+        with open(spec_path) as handle:
+            spec = json.load(handle)
+        self.group, self.gate = None, None
+        limits = spec.get("limits")
+        if limits and (limits.get("pids") or limits.get("memory_bytes")):
+            from taskgate.infrastructure.sandbox import limits as cgroups
+
+            wanted = cgroups.Limits(pids=limits.get("pids"), memory_bytes=limits.get("memory_bytes"))
+            self.group = cgroups.apply(limits["name"], wanted)
+        egress = spec.get("egress")
+        if egress:
+            from taskgate.infrastructure.sandbox.egress import EgressGate
+
+            self.gate = EgressGate(egress["socket"], egress["allow"], egress["refusals"], egress.get("agent", ""))
+            self.gate.start()
+
+    def close(self) -> None:
+        if self.gate is not None:
+            self.gate.close()
+        if self.group is not None:
+            reason = self.group.end_reason()
+            if reason:
+                print(f"[taskgate sandbox] the agent hit its {reason}", flush=True)
+            self.group.kill()
+            self.group.remove()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ from pathlib import Path
 from taskgate.application.agents.ports import AgentExit, GroupEnded, Watching
 from taskgate.domain.agents.setups import IGNORE_ALL
 from taskgate.domain.errors import InvalidInput
+from taskgate.domain.sandbox import SandboxPlan
 from taskgate.infrastructure import process_groups
+from taskgate.infrastructure.sandbox import confinement
 
 TAIL_BYTES = 4_000
 _POLL_S = 0.05
@@ -44,14 +46,25 @@ class SubprocessAgentRunner:
         self._children: dict[int, asyncio.subprocess.Process] = {}
 
     async def start(
-        self, command: list[str], cwd: str, env: dict[str, str], output_path: str, inherit: Sequence[str] = ()
+        self,
+        command: list[str],
+        cwd: str,
+        env: dict[str, str],
+        output_path: str,
+        inherit: Sequence[str] = (),
+        sandbox: SandboxPlan | None = None,
     ) -> int:
         Path(output_path).parent.mkdir(parents=True, exist_ok=True)
         with suppress(FileNotFoundError):
             os.unlink(exit_file(output_path))
         passed = (*_PASSED_THROUGH, *inherit)  # credentials: only those the agent type names, never the rest
         environment = {k: os.environ[k] for k in passed if k in os.environ} | env
-        wrapper = [sys.executable, "-m", "taskgate.infrastructure.agent_exec", exit_file(output_path), "--"]
+        wrapper = [sys.executable, "-m", "taskgate.infrastructure.agent_exec", exit_file(output_path)]
+        if sandbox is not None:  # agent_exec (outside) serves its network gate and limits; bwrap confines the rest
+            wrapper += ["--sandbox", confinement.write_spec(sandbox, os.path.basename(output_path))]
+            command = confinement.wrap(sandbox, command)
+            environment |= confinement.environment(sandbox)
+        wrapper.append("--")
         with open(output_path, "ab") as output:
             try:
                 proc = await asyncio.create_subprocess_exec(

@@ -322,6 +322,10 @@ class AgentSettings(BaseModel):
     stall_patterns: list[str] | None = None  # regular expressions of output lines that are not progress
     # folders the CLI keeps in the worktree's top that git must ignore (a `.gitignore` of `*` is put in each)
     ignored: list[str] | None = None
+    # its sandbox (docs/agents.md): "none", "open", or `host:port` entries allowed besides taskgate's MCP endpoint
+    # and its model endpoint; folders shown read-only besides its toolchain
+    network: Literal["none", "open"] | list[str] | None = None
+    read: list[str] | None = None
 
     @field_validator("preset")
     @classmethod
@@ -355,6 +359,28 @@ class ExecutionSettings(BaseModel):
     heartbeat_interval_s: float = Field(default=5.0, gt=0, le=3600)
     # A stop sends SIGTERM to the agent's process group, then SIGKILL to what is left after this long.
     stop_grace_s: float = Field(default=2.0, gt=0, le=600)
+
+
+class SandboxSettings(BaseModel):
+    """`[sandbox]`: each agent process in bubblewrap (docs/agents.md, "What an agent can and cannot do"). `auto`:
+    confined where the host supports it, else unconfined with the reason in doctor, agents list and the audit log;
+    `bwrap`: confined or not started; `off`: unconfined, said everywhere the same way."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["auto", "bwrap", "off"] = "auto"
+    read: list[str] = Field(default_factory=list)  # folders every agent sees read-only besides its toolchain
+    hide: list[str] = Field(default_factory=list)  # folders hidden besides the home, /tmp, the project and data
+    pids: int | None = Field(default=1024, ge=16, le=1_000_000)  # processes per agent (a fork bomb ends there)
+    memory_mb: int | None = Field(default=8192, ge=64, le=16 * 1024 * 1024)  # memory per agent (then OOM-killed)
+
+    @field_validator("read", "hide")
+    @classmethod
+    def _absolute(cls, value: list[str]) -> list[str]:
+        bad = [p for p in value if not os.path.isabs(os.path.expanduser(p))]
+        if bad:
+            raise ValueError(f"must be absolute paths (or ~/…): {', '.join(map(repr, bad))}")
+        return [os.path.expanduser(p) for p in value]
 
 
 class WorkflowSettings(BaseModel):
@@ -395,6 +421,7 @@ class Settings(BaseSettings):
     hooks: HooksSettings = HooksSettings()
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     execution: ExecutionSettings = ExecutionSettings()
+    sandbox: SandboxSettings = SandboxSettings()
     workflows: WorkflowSettings = WorkflowSettings()
     dispatch: DispatchSettings = DispatchSettings()
     context: ContextSettings = ContextSettings()

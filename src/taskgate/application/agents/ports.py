@@ -4,11 +4,12 @@ session folders they write to."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.stalls import ProgressWatch
 from taskgate.domain.entities import (
     Agent,
@@ -16,6 +17,7 @@ from taskgate.domain.entities import (
     Session,
 )
 from taskgate.domain.outputs import OutputLimits, OutputRecord
+from taskgate.domain.sandbox import SandboxPlan
 
 
 class AgentRepository(Protocol):
@@ -100,15 +102,50 @@ class Watching:
     on_stall: Callable[[str], Awaitable[None]] | None = None
 
 
+class Sandboxes(Protocol):
+    """Each agent process's confinement (infrastructure/sandbox; docs/agents.md)."""
+
+    def state(self) -> tuple[str, str]:
+        """("bwrap", what confines agents), ("off", why not) or ("unavailable", why: `[sandbox] mode = "bwrap"`
+        asked for it and the host cannot, so no agent starts)."""
+
+    async def prepare(
+        self,
+        session: Session,
+        agent_id: str,
+        kind: AgentType,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        mcp_url: str,
+    ) -> SandboxPlan | None:
+        """The sandbox of one agent about to start, its session's private git dir brought up to date; None when
+        agents run unconfined. Raises: InvalidInput (the sandbox is required and unavailable, a bad network entry),
+        VcsError."""
+
+    async def bring_back(self, session: Session) -> str | None:
+        """After an agent of `session` ended: its private branch's commits onto the session's branch (a
+        compare-and-swap). Returns the new commit, or None. Raises: VcsError (the branch is left as it was)."""
+
+    async def discard(self, session_id: str) -> None:
+        """Remove the session's private git dir, home and temp folders (its worktree is gone)."""
+
+
 class AgentRunner(Protocol):
     """Starts agent processes (argv lists, never a shell) in their own process group, and watches them."""
 
     async def start(
-        self, command: list[str], cwd: str, env: dict[str, str], output_path: str, inherit: Sequence[str] = ()
+        self,
+        command: list[str],
+        cwd: str,
+        env: dict[str, str],
+        output_path: str,
+        inherit: Sequence[str] = (),
+        sandbox: SandboxPlan | None = None,
     ) -> int:
         """Start the agent; its stdout and stderr go to `output_path`. Returns the process (group) id. `env` is
         added to a built environment; of the service's own environment only a few basics and the variables
-        named in `inherit` (the agent type's credentials) pass through.
+        named in `inherit` (the agent type's credentials) pass through. With `sandbox`, the process runs confined
+        by that plan (its network, mounts and limits).
 
         Raises: InvalidInput when the program cannot be started (missing, not executable, no cwd).
         """

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime
@@ -17,12 +18,16 @@ from taskgate.application.ports import UnitOfWork
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.reports import AgentReport, parse_report
+from taskgate.domain.agents.setups import inside_sandbox
 from taskgate.domain.agents.stalls import ProgressWatch
 from taskgate.domain.agents.transcripts import final_message, result_of
 from taskgate.domain.agents.usage import Usage
-from taskgate.domain.entities import Agent, AgentStatus
-from taskgate.domain.errors import HookFailed, InvalidInput, TaskgateError, WrongNode
+from taskgate.domain.entities import Agent, AgentStatus, Session
+from taskgate.domain.errors import HookFailed, InvalidInput, TaskgateError, VcsError, WrongNode
+from taskgate.domain.sandbox import SandboxPlan
 from taskgate.domain.states import SessionState
+
+_log = logging.getLogger(__name__)
 
 
 class AgentProcesses:
@@ -57,6 +62,9 @@ class AgentProcesses:
                         if agent.pid
                         else AgentExit(None, "start_failed", agent.error or "")
                     )
+            failed_home = await self._bring_back(agent)  # its commits onto the branch before anyone looks at it
+            if failed_home and outcome.reason == "exited" and outcome.exit_code == 0:
+                agent = replace(agent, error=failed_home)
             await self._after_agent_hook(agent, stop)  # the project's after_agent hook (not blocking)
             self._gone.get(agent.id, asyncio.Event()).set()  # its process is gone: a waiting `stop` may go on
             if stop.is_set() and not (outcome.reason == "exited" and outcome.exit_code == 0):
@@ -71,6 +79,11 @@ class AgentProcesses:
             return  # another node holds the session now: this node writes nothing about it (logged by the fence)
         except TaskgateError as exc:  # the database or the engine refused: record it, never lose the agent
             await self._finish(agent, AgentExit(None, "start_failed", ""), notify=True, error=str(exc))
+        except Exception as exc:  # a bug or an OS error: still recorded (an agent left `queued` waits forever)
+            _log.exception("agent %s: supervision failed", agent.id)
+            await self._finish(
+                agent, AgentExit(None, "start_failed", ""), notify=True, error=f"internal error: {exc!r}"
+            )
         finally:
             if agent.id in self._holding and self._endpoint is not None:  # every way out lets the endpoint go
                 self._holding.discard(agent.id)
@@ -111,13 +124,15 @@ class AgentProcesses:
             await self._before_agent_hook(session, agent, stop)  # the project's before_agent hook: failed, not started
             # what the CLI needs on disk first: Codex's own CODEX_HOME, the worktree folders git must ignore
             env |= prepare(self._runner, kind, folder=folder, agent_id=agent.id, worktree=cwd)
-            pid = await self._runner.start(command, cwd, env, output, inherit=kind.credentials)
+            command, plan, confined = await self._confine(session, agent, kind, command, env, url)
+            pid = await self._runner.start(command, cwd, env, output, inherit=kind.credentials, sandbox=plan)
             # its own child, not reaped yet: the pid cannot be another process's before this reads its start time
             started = replace(agent, status=AgentStatus.RUNNING, pid=pid, pgid=pid,
                               process_start=self._runner.process_start(pid), started_at=self._clock.now())  # fmt: skip
-        except (InvalidInput, HookFailed) as exc:
-            started = replace(agent, error=str(exc))
-        saved = await self._save(started, {"to": started.status.value, "pid": started.pid, "error": started.error})
+        except (InvalidInput, HookFailed, VcsError) as exc:
+            started, confined = replace(agent, error=str(exc)), {}
+        change = {"to": started.status.value, "pid": started.pid, "error": started.error} | confined
+        saved = await self._save(started, change)
         if saved != SAVED:
             if started.pid:  # adopted elsewhere, or stopped, in the instant since the claim: it must not work on
                 stop.set()
@@ -126,6 +141,30 @@ class AgentProcesses:
                 raise _NotStarted("stopped as its process started", ended=True)
             raise WrongNode(agent.session_id, "another node", str(self._options.node_id), "see the log")
         return started
+
+    async def _confine(
+        self, session: Session, agent: Agent, kind: AgentType, command: list[str], env: dict[str, str], url: str
+    ) -> tuple[list[str], SandboxPlan | None, dict[str, str]]:
+        """The command as it runs in its sandbox, the plan, and what the agent's start event records of it (the
+        audit log says for every agent whether it ran confined, and if not, why). Raises: InvalidInput, VcsError."""
+        if self._sandboxes is None:
+            return command, None, {}
+        seen = self._runner.environment(kind.credentials) | env
+        plan = await self._sandboxes.prepare(session, agent.id, kind, command, seen, url)
+        if plan is None:
+            return command, None, {"sandbox": "off", "sandbox_reason": self._sandboxes.state()[1]}
+        return inside_sandbox(kind.setup, command), plan, {"sandbox": "bwrap", "network": plan.network_label}
+
+    async def _bring_back(self, agent: Agent) -> str | None:
+        """The agent's commits, made in its sandbox's private git dir, onto the session's branch. A failure is the
+        agent's error (its work stays in the private git dir; the next agent's start brings it home)."""
+        if self._sandboxes is None:
+            return None
+        try:
+            await self._sandboxes.bring_back(await self._sessions.get(agent.session_id))
+        except (VcsError, TaskgateError) as exc:
+            return f"its commits could not be brought to the session's branch: {exc}"
+        return None
 
     def _wire_mcp(self, kind: AgentType, agent: Agent, folder: str, url: str, token: str) -> None:
         """Claude Code reads its MCP servers from `--mcp-config FILE`: written here, private to the service's user,

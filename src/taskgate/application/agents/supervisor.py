@@ -23,7 +23,7 @@ from pathlib import PurePosixPath
 
 from taskgate.application.agents.hooks import AgentHooks
 from taskgate.application.agents.outputs import OutputService
-from taskgate.application.agents.ports import AgentEndpoint, AgentRunner, RunHooks
+from taskgate.application.agents.ports import AgentEndpoint, AgentRunner, RunHooks, Sandboxes
 from taskgate.application.agents.processes import LIVE, AgentProcesses
 from taskgate.application.agents.runs import LAUNCH, AgentRuns
 from taskgate.application.agents.setups import check_endpoint
@@ -99,6 +99,7 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
         self._hooks: RunHooks | None = None  # the project's before_agent and after_agent hooks
         self._progress: dict[str, ProgressWatch] = {}  # agent id → its stall watch, while it is watched
         self._stalls: dict[str, str] = {}  # agent id → why it stalled, until its end is recorded
+        self._sandboxes: Sandboxes | None = None  # None: agents run unconfined (the fakes of the unit tests)
         for name in options.default_agents:
             self._type(name)
 
@@ -107,6 +108,17 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
     def use_endpoint(self, endpoint: AgentEndpoint) -> None:
         """Give agents started from now on this MCP endpoint (acquired per agent, released when it ends)."""
         self._endpoint = endpoint
+
+    def use_sandboxes(self, sandboxes: Sandboxes) -> None:
+        """Confine each agent process from now on as `sandboxes` says (docs/agents.md), its commits brought home
+        to the session's branch after it ends."""
+        self._sandboxes = sandboxes
+
+    def sandbox_state(self) -> tuple[str, str]:
+        """("bwrap" | "off" | "unavailable", what or why): what `doctor` and `agents list` show."""
+        if self._sandboxes is None:
+            return "off", "no sandbox configured"
+        return self._sandboxes.state()
 
     def use_hooks(self, hooks: RunHooks) -> None:
         """Run the project's `before_agent` and `after_agent` hooks around each agent's process (docs/worktrees.md)."""

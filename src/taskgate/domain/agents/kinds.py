@@ -52,6 +52,11 @@ class AgentType:
     ignored: tuple[str, ...] = ()  # folders the CLI keeps in the worktree, made ignored by git (domain/agents/setups)
     endpoint: tuple[str, ...] = ()  # variables its model endpoint is read from (by the CLI, or by taskgate for it)
     endpoint_keys: tuple[str, ...] = ()  # credentials of which one must be set when an endpoint variable is
+    hosts: tuple[str, ...] = ()  # its vendor's API (`host:port`): its sandbox may reach it when no endpoint is set
+    # its sandbox's network (docs/agents.md): "none", "open", or `host:port` entries allowed besides taskgate's
+    # MCP endpoint and its model endpoint (None: only those two)
+    network: str | tuple[str, ...] | None = None
+    read: tuple[str, ...] = ()  # folders its sandbox shows read-only besides its toolchain
 
     @property
     def takes_prompt(self) -> bool:

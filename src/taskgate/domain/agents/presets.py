@@ -52,6 +52,7 @@ class Preset:
     ignored: tuple[str, ...] = ()  # folders the CLI keeps in the worktree, made ignored by git
     endpoint: tuple[str, ...] = ()  # variables the model endpoint is read from (by the CLI, or by taskgate for it)
     endpoint_keys: tuple[str, ...] = ()  # credentials of which one must be set when an endpoint variable is
+    hosts: tuple[str, ...] = ()  # its vendor's API, reached from its sandbox when no endpoint variable is set
 
     def agent_type(self) -> AgentType:
         """The preset as an agent type."""
@@ -59,7 +60,7 @@ class Preset:
                          mcp=self.mcp, output_format=self.output_format, needs_one_of=self.needs_one_of,
                          logins=self.logins, stall_s=self.stall_s, stall_patterns=self.stall_patterns,
                          setup=self.setup, ignored=self.ignored, endpoint=self.endpoint,
-                         endpoint_keys=self.endpoint_keys)  # fmt: skip
+                         endpoint_keys=self.endpoint_keys, hosts=self.hosts)  # fmt: skip
 
 
 # What each CLI prints while it retries a model endpoint it cannot reach (seen with Claude Code 2.1.330, Codex
@@ -101,6 +102,7 @@ PRESETS: dict[str, Preset] = {
             logins=(".claude/.credentials.json",),
             endpoint=("ANTHROPIC_BASE_URL",),
             endpoint_keys=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+            hosts=("api.anthropic.com:443",),
             install="npm install -g @anthropic-ai/claude-code",
             mcp="claude",
             output_format="claude-stream-json",
@@ -123,6 +125,7 @@ PRESETS: dict[str, Preset] = {
             setup="codex",
             endpoint=("OPENAI_BASE_URL",),
             endpoint_keys=("OPENAI_API_KEY",),
+            hosts=("api.openai.com:443", "chatgpt.com:443"),
             install="npm install -g @openai/codex",
             mcp="codex",
             output_format="codex-json",
@@ -148,6 +151,7 @@ PRESETS: dict[str, Preset] = {
             ignored=(".aider.tags.cache.v4",),  # its repository map's cache, kept in the worktree's top
             endpoint=("OPENAI_API_BASE", "OPENAI_BASE_URL"),  # litellm reads either for OpenAI-compatible models
             endpoint_keys=("OPENAI_API_KEY",),
+            hosts=("api.openai.com:443", "api.anthropic.com:443"),
         ),
         Preset(
             "coder",

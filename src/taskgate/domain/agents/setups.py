@@ -68,3 +68,24 @@ def endpoint_of(variables: Sequence[str], env: Mapping[str, str], *, setup: str 
         return "the CLI's own" if model else "none (no model)"
     default = "OpenAI's API" if setup == "codex" else "the CLI's default"
     return f"{default} ({' or '.join(variables)} unset)"
+
+
+def inside_sandbox(setup: str, command: Sequence[str]) -> list[str]:
+    """The command as it runs inside taskgate's sandbox. Codex's own sandbox is replaced by
+    `--sandbox danger-full-access` and its `--add-dir`s of the project's git dir are dropped: ours is the boundary
+    (it confines Codex and every process it starts), and Codex's `workspace-write` keeps `.git` read-only, so its
+    commits would fail; nesting its bubblewrap in ours adds nothing we rely on (docs/decisions.md)."""
+    if setup != "codex":
+        return list(command)
+    out: list[str] = []
+    parts = iter(command)
+    for part in parts:
+        if part == "--add-dir":
+            next(parts, None)
+            continue
+        if part == "--sandbox":
+            next(parts, None)
+            out += ["--sandbox", "danger-full-access"]
+            continue
+        out.append(part)
+    return out

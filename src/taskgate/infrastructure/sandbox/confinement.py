@@ -1,0 +1,70 @@
+"""How a `SandboxPlan` becomes an agent's command line: `bwrap … -- [inside …] -- ARGV`, the spec files its two
+halves read, and the environment its HTTP clients need.
+
+Two halves: outside, `agent_exec` (the wrapper that records the exit status) reads `sandbox.json` and serves the
+network gate (egress.py: the allow-list, refusals recorded where the agent cannot write) and puts itself into the
+agent's limits (limits.py) before it starts bwrap; inside, `inside.py` forwards the allowed loopback ports and
+the proxy port to the gate's socket, then runs the agent. The run folder (the socket and `inside.json`) is shown
+read-only inside; the refusals file is not shown at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from taskgate.domain.sandbox import SandboxPlan
+from taskgate.infrastructure.sandbox import bwrap
+
+PROXY_PORTS = (3128, 3129, 8118, 18118)  # the in-sandbox proxy's port: the first not forwarded
+
+
+def proxy_port(plan: SandboxPlan) -> int:
+    return next(port for port in PROXY_PORTS if port not in plan.forward_ports)
+
+
+def filtered(plan: SandboxPlan) -> bool:
+    """Whether the agent reaches an allow-list through the gate (not `none`, not `open`)."""
+    return not isinstance(plan.network, str)
+
+
+def write_spec(plan: SandboxPlan, agent: str) -> str:
+    """Write the outside spec (for agent_exec) and the inside one (for inside.py); returns the outside one's path."""
+    socket = os.path.join(plan.run_dir, "egress.sock")
+    outside = {"limits": {"name": os.path.basename(os.path.dirname(plan.run_dir)), "pids": plan.limits.pids,
+                          "memory_bytes": plan.limits.memory_bytes}}  # fmt: skip
+    if filtered(plan):
+        outside["egress"] = {"socket": socket, "allow": list(plan.network), "refusals": plan.refusals, "agent": agent}
+        inside = {"socket": socket, "forward": list(plan.forward_ports), "proxy_port": proxy_port(plan)}
+        _write(os.path.join(plan.run_dir, "inside.json"), inside)
+    path = os.path.join(os.path.dirname(plan.run_dir), "sandbox.json")
+    _write(path, outside)
+    return path
+
+
+def wrap(plan: SandboxPlan, command: list[str]) -> list[str]:
+    """The agent's command, confined."""
+    inner = list(command)
+    if filtered(plan):
+        spec = os.path.join(plan.run_dir, "inside.json")
+        inner = [sys.executable, "-m", "taskgate.infrastructure.sandbox.inside", spec, "--", *inner]
+    return bwrap.argv(plan, inner)
+
+
+def environment(plan: SandboxPlan) -> dict[str, str]:
+    """Proxy variables for an allow-list (loopback stays direct: its allowed ports are forwarded as they are)."""
+    if not filtered(plan):
+        return {}
+    proxy = f"http://127.0.0.1:{proxy_port(plan)}"
+    direct = "127.0.0.1,localhost,::1"
+    names = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy")
+    return {name: proxy for name in names} | {"NO_PROXY": direct, "no_proxy": direct}
+
+
+def _write(path: str, data: dict) -> None:
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    temporary = f"{path}.tmp"
+    with open(temporary, "w") as handle:
+        json.dump(data, handle)
+    os.replace(temporary, path)

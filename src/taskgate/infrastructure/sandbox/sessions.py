@@ -1,0 +1,118 @@
+"""`BwrapSandboxes`: the Sandboxes port: each agent's `SandboxPlan`, built from the session's paths, the agent
+type and `[sandbox]`, and its session's private git dir (gitdir.py) kept in step with the project's branch."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from taskgate.domain.agents.kinds import AgentType
+from taskgate.domain.entities import Session
+from taskgate.domain.errors import InvalidInput, VcsError
+from taskgate.domain.sandbox import Limits, SandboxPlan, SessionPaths, network_of, plan
+from taskgate.infrastructure.git import _ENV, _git
+from taskgate.infrastructure.sandbox import bwrap, gitdir, toolchain
+
+SANDBOX_FOLDER = "sandbox"  # <data_dir>/sandbox/<session id>/: git (the private git dir), home, <agent>/tmp, run
+
+
+class BwrapSandboxes:
+    """Sandboxes over bubblewrap. `mode`: "auto" (confined where bwrap works), "bwrap" (required), "off"."""
+
+    def __init__(
+        self, mode: str, data_dir: str, outputs_root: str, *, read: Sequence[str] = (), hide: Sequence[str] = (),
+        limits: Limits | None = None, support: bwrap.Support | None = None,
+    ) -> None:  # fmt: skip
+        self._mode, self._data_dir, self._outputs_root = mode, os.path.realpath(data_dir), outputs_root
+        self._read, self._hide, self._limits = tuple(read), tuple(hide), limits or Limits()
+        self._support = support  # probed at the first use (a bwrap run, ~10 ms), then kept
+
+    def state(self) -> tuple[str, str]:
+        if self._mode == "off":
+            return "off", '[sandbox] mode = "off": agents run with the service\'s rights'
+        if self._support is None:
+            self._support = bwrap.probe()
+        if self._support.available:
+            return "bwrap", self._support.detail
+        return ("unavailable" if self._mode == "bwrap" else "off"), self._support.detail
+
+    async def prepare(
+        self, session: Session, agent_id: str, kind: AgentType, command: Sequence[str], env: Mapping[str, str],
+        mcp_url: str,
+    ) -> SandboxPlan | None:  # fmt: skip
+        mode, why = await asyncio.to_thread(self.state)
+        if mode == "off":
+            return None
+        if mode == "unavailable":
+            raise InvalidInput(f'the sandbox is required ([sandbox] mode = "bwrap") but unavailable: {why}')
+        endpoint = next((env[name] for name in kind.endpoint if env.get(name)), None)
+        network = network_of(kind.network, [endpoint] if endpoint else kind.hosts, mcp_url)
+        return await asyncio.to_thread(self._prepare, session, agent_id, kind, command, env, network)
+
+    def _prepare(
+        self, session: Session, agent_id: str, kind: AgentType, command: Sequence[str], env: Mapping[str, str],
+        network: str | tuple[str, ...],
+    ) -> SandboxPlan:  # fmt: skip
+        paths = self._paths(session)
+        gitdir.prepare(paths.project_root, paths.worktree, str(session.branch_name), paths.git_dir, paths.dot_git)
+        home = os.path.realpath(os.path.expanduser("~"))
+        shown = toolchain.prefixes(command, env, home)
+        sandbox = plan(paths, agent_id, toolchain=shown, read=[*self._read, *kind.read], hide=self._hide,
+                       network=network, limits=self._limits)  # fmt: skip
+        for folder in (sandbox.home, sandbox.tmp, sandbox.run_dir):
+            Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
+        return sandbox
+
+    def _paths(self, session: Session) -> SessionPaths:
+        if not session.worktree_path or not session.branch_name:
+            raise InvalidInput(f"session {session.id} has no worktree: no agent can start in it")
+        worktree = os.path.realpath(session.worktree_path)
+        common = _common_of(worktree)
+        project = os.path.dirname(common)
+        private = os.path.join(self._data_dir, SANDBOX_FOLDER, session.id)
+        outside = os.path.dirname(worktree)
+        return SessionPaths(
+            project_root=project, objects_dir=os.path.join(common, "objects"), worktree=worktree,
+            git_dir=os.path.join(private, "git"), dot_git=os.path.join(private, "dot-git"),
+            session_folder=os.path.realpath(os.path.join(self._outputs_root, session.id)), private_root=private,
+            data_dir=self._data_dir, operator_home=os.path.realpath(os.path.expanduser("~")),
+            worktrees_root="" if outside.startswith(project + os.sep) else outside,
+            hooks_dir=os.path.join(common, "hooks"),
+        )  # fmt: skip
+
+    async def bring_back(self, session: Session) -> str | None:
+        private = os.path.join(self._data_dir, SANDBOX_FOLDER, session.id)
+        if not os.path.isdir(os.path.join(private, "git")) or not session.worktree_path or not session.branch_name:
+            return None
+        worktree = os.path.realpath(session.worktree_path)
+
+        def home() -> str | None:
+            project = os.path.dirname(_common_of(worktree))
+            return gitdir.bring_back(project, worktree, session.branch_name or "", os.path.join(private, "git"),
+                                     session.id)  # fmt: skip
+
+        return await asyncio.to_thread(home)
+
+    async def discard(self, session_id: str) -> None:
+        await asyncio.to_thread(shutil.rmtree, os.path.join(self._data_dir, SANDBOX_FOLDER, session_id), True)
+
+
+def _common_of(worktree: str) -> str:
+    """The project's git dir (resolved) of a linked worktree, asked of git with its admin folder named."""
+    common = _git(worktree, "rev-parse", "--path-format=absolute", "--git-common-dir",
+                  env={**_ENV, "GIT_DIR": _linked_admin(worktree)}).strip()  # fmt: skip
+    return os.path.realpath(common)
+
+
+def _linked_admin(worktree: str) -> str:
+    """The worktree's admin folder, from its `.git` file (`gitdir: <common>/worktrees/<name>`). Raises: VcsError."""
+    try:
+        text = Path(worktree, ".git").read_text().strip()
+    except OSError as exc:
+        raise VcsError(f"{worktree} is not a session worktree: {exc}") from None
+    if not text.startswith("gitdir:"):
+        raise VcsError(f"{worktree}/.git is not a worktree's gitdir file")
+    return text.removeprefix("gitdir:").strip()
