@@ -364,7 +364,7 @@ def apply(name: str, limits: Limits) -> Group | None:
     try:
         group = create(name, limits)
         group.enter(os.getpid())
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # whatever went wrong, the agent must still run
         print(f"[taskgate sandbox] limits not applied: {exc}", file=sys.stderr, flush=True)
         return None
     if group.kind == "rlimit" and limits.pids is not None:
