@@ -200,9 +200,20 @@ class Group:
         while left := self.pids():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"cgroup {self.name!r} still has processes {sorted(left)} after {timeout_s} s")
-            for pid in left:
-                _signal(pid)
+            self._kill_members(left)
             time.sleep(0.01)
+
+    def _kill_members(self, listed: set[int]) -> None:
+        """SIGKILL the listed processes without hitting a stranger that got a freed pid: a pidfd pins the process
+        holding the pid when it is opened, and only the pids still in the group after that are signalled."""
+        handles = {pid: fd for pid in listed if (fd := _pidfd(pid)) is not None}
+        try:
+            for pid in self.pids() & handles.keys():
+                with contextlib.suppress(ProcessLookupError):  # exited meanwhile
+                    signal.pidfd_send_signal(handles[pid], signal.SIGKILL)
+        finally:
+            for fd in handles.values():
+                os.close(fd)
 
     def remove(self, timeout_s: float = 5.0) -> None:
         """Remove the group's dirs once it is empty (EBUSY is retried while the last processes exit); a group
@@ -240,9 +251,11 @@ def _reasons(path: str) -> list[str]:
     return [reason for reason in found if reason]
 
 
-def _signal(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):  # exited since the list was read
-        os.kill(pid, signal.SIGKILL)
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:  # exited since the list was read
+        return None
 
 
 def _rmdir(path: str, deadline: float) -> None:
