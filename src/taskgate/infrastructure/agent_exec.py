@@ -16,6 +16,7 @@ the agent, if one did.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -44,7 +45,12 @@ def main(argv: list[str]) -> int:
         print(f"[taskgate sandbox] could not set up the sandbox: {exc!r}", flush=True)
         return _record(exit_file, 126)
     try:
-        code = subprocess.call(command)  # inherits stdout/stderr (the output file) and the process group
+        # inherits stdout/stderr (the output file) and the process group; a sandboxed child enters its limits
+        # before exec (the wrapper itself stays outside them, so it can end and remove the group afterwards)
+        child = subprocess.Popen(command, preexec_fn=confined.enter if confined else None)
+        if confined is not None:
+            confined.watch()
+        code = child.wait()
     except OSError as exc:
         print(f"[taskgate] could not start {command[0]!r}: {exc}", flush=True)
         code = 127
@@ -71,13 +77,19 @@ class _Confined:
 
         with open(spec_path) as handle:
             spec = json.load(handle)
-        self.group, self.gate = None, None
+        import threading
+
+        self.group, self.gate, self.reason = None, None, ""
+        self.closed = threading.Event()
         limits = spec.get("limits")
         if limits and (limits.get("pids") or limits.get("memory_bytes")):
             from taskgate.infrastructure.sandbox import limits as cgroups
 
             wanted = cgroups.Limits(pids=limits.get("pids"), memory_bytes=limits.get("memory_bytes"))
-            self.group = cgroups.apply(limits["name"], wanted)
+            try:
+                self.group = cgroups.create(limits["name"], wanted)
+            except (OSError, ValueError) as exc:  # the agent still runs (doctor says limits are unavailable)
+                print(f"[taskgate sandbox] limits not applied: {exc}", flush=True)
         egress = spec.get("egress")
         if egress:
             from taskgate.infrastructure.sandbox.egress import EgressGate
@@ -85,15 +97,45 @@ class _Confined:
             self.gate = EgressGate(egress["socket"], egress["allow"], egress["refusals"], egress.get("agent", ""))
             self.gate.start()
 
+    def watch(self) -> None:
+        """A thread: once the agent hits a limit (a fork bomb at its pids limit, an OOM kill), its whole group
+        ends, said in its log. Polled: cgroup v1 has no event to wait on that works for both limits."""
+        import threading
+
+        def run() -> None:
+            while not self.closed.wait(0.25):
+                reason = self.group.end_reason() if self.group is not None else None
+                if reason:
+                    print(f"[taskgate sandbox] the agent hit its {reason}: ending it", flush=True)
+                    self.reason = reason
+                    with contextlib.suppress(OSError, TimeoutError):
+                        self.group.kill()
+                    return
+
+        if self.group is not None:
+            threading.Thread(target=run, daemon=True).start()
+
+    def enter(self) -> None:
+        """In the child, before exec: into the agent's limits (a failure leaves it unlimited, said in its log)."""
+        if self.group is not None:
+            try:
+                self.group.enter(os.getpid())
+            except OSError as exc:
+                os.write(2, f"[taskgate sandbox] limits not applied: {exc}\n".encode())
+
     def close(self) -> None:
+        self.closed.set()
         if self.gate is not None:
             self.gate.close()
         if self.group is not None:
             reason = self.group.end_reason()
-            if reason:
+            if reason and not self.reason:
                 print(f"[taskgate sandbox] the agent hit its {reason}", flush=True)
-            self.group.kill()
-            self.group.remove()
+            try:
+                self.group.kill()  # bwrap's pid namespace took the agent's leftovers already; this is the net
+                self.group.remove()
+            except (OSError, TimeoutError) as exc:
+                print(f"[taskgate sandbox] the agent's cgroup was not removed: {exc}", flush=True)
 
 
 if __name__ == "__main__":

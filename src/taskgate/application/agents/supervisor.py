@@ -38,7 +38,7 @@ from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.stalls import ProgressWatch
 from taskgate.domain.entities import Agent, AgentStatus, Project, Session
 from taskgate.domain.errors import InvalidInput
-from taskgate.domain.states import SessionState, Trigger
+from taskgate.domain.states import TERMINAL_STATES, SessionState, Trigger
 
 _STOP_ON = frozenset({Trigger.CANCEL, Trigger.FAIL, Trigger.REJECT, Trigger.TIMEOUT, Trigger.ABANDON})
 
@@ -248,6 +248,8 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
         elif trigger in _RELAUNCH_ON:
             crashpoints.reached("decide.request_changes" if trigger == Trigger.REQUEST_CHANGES else "retry.recorded")
             await self._launch_owed(result.session)
+        if result.session.state in TERMINAL_STATES and self._sandboxes is not None:
+            await self._sandboxes.discard(result.session.id)  # its agents ended and their work came home
         return NOTHING
 
     async def resume(self, session: Session) -> Aftermath:

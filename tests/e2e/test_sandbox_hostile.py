@@ -1,0 +1,161 @@
+"""Hostile agents in the sandbox (issue 39), through the real `taskgate` CLI, real bubblewrap, real git.
+
+A scripted agent tries every way out the issue lists (tests/support/hostile_agent.py): writes into the project's
+checkout, another repository and the operator's home; reads an SSH key and another session's worktree; moves
+`main` or another session's branch by `update-ref`, `push` or by writing the ref files; changes git's config and
+hooks; rewrites its `.git` file and its alternates; connects to a loopback port not on its allow-list. Each is
+refused, its own work still commits and comes home to its branch, and nothing outside changed. A fork bomb and a
+10 GiB allocation end that agent and not the node. The operator's home is a planted one (HOME of the service)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from taskgate.infrastructure.sandbox import bwrap
+from tests.conftest import make_git_repo
+from tests.e2e.test_cli import Cli, seed
+
+HOSTILE = Path(__file__).parents[1] / "support" / "hostile_agent.py"
+ATTEMPTS = 16
+
+
+def require_bwrap() -> None:
+    support = bwrap.probe()
+    assert support.available, f"the sandbox tests need bubblewrap (apt-get install bubblewrap): {support.detail}"
+
+
+@pytest.fixture
+def listener():
+    """A loopback TCP service on the host that no agent may reach (it answers whoever reaches it)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    reached: list[str] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            reached.append("reached")
+            conn.sendall(b"HTTP/1.0 200 OK\r\n\r\nsecret")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1], reached
+    server.close()
+
+
+def fingerprint(*paths: Path) -> dict[str, str]:
+    """Every file under `paths` (the project's checkout and .git, the other repository, the home) by content."""
+    found = {}
+    for root in paths:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and not path.is_symlink() and "/.worktrees/" not in str(path):
+                found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def hostile(tmp_path: Path, listener) -> tuple[Cli, dict]:
+    require_bwrap()
+    port, reached = listener
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n")
+    (home / ".bashrc").write_text("# the operator's\n")
+    other_repo = tmp_path / "elsewhere"
+    make_git_repo(other_repo)
+    make_git_repo(tmp_path / "repo")
+    cli = Cli(tmp_path)
+    cli.env["HOME"] = str(home)
+    seed(cli)
+    other = cli.json("session", "start", "DEMO-1")  # a second live session: its worktree and branch
+    cli.json("task", "add", "Hostile", "--priority", "1")
+    paths = {"project": tmp_path / "repo", "other_repo": other_repo, "home": home, "other": other, "port": port,
+             "reached": reached}  # fmt: skip
+    command = [sys.executable, str(HOSTILE), str(tmp_path / "repo"), str(other_repo), str(home),
+               other["worktree_path"], other["branch_name"], str(port)]  # fmt: skip
+    config = tmp_path / "taskgate.toml"
+    config.write_text(
+        f"[agents.hostile]\ncommand = {json.dumps(command)}\n\n"
+        f"[agents.bomb]\ncommand = {json.dumps([*command, '--bomb'])}\n\n"
+        f"[agents.hog]\ncommand = {json.dumps([*command, '--hog'])}\n\n"
+        "[sandbox]\nmode = \"bwrap\"\npids = 200\nmemory_mb = 512\n"
+    )
+    cli.env["TASKGATE_CONFIG"] = str(config)
+    return cli, paths
+
+
+def run_agent(cli: Cli, agent: str) -> tuple[dict, str, list]:
+    """Start a session on the next ready task, run `agent` in it to its end; (session, its log, its events)."""
+    ready = [t["id"] for t in cli.json("task", "ready") if t["title"] == "Hostile"]
+    session = cli.json("session", "start", ready[0])
+    done = subprocess.run([*cli_command(), "session", "execute", session["id"], "--agent", agent], cwd=cli.workdir,
+                          env=cli.env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr
+    status = cli.json("session", "status", session["id"])
+    log = Path(status["agents"][0]["output_path"]).read_text()
+    return cli.json("session", "show", session["id"]), log, status["agents"]
+
+
+def cli_command() -> list[str]:
+    from tests.e2e.test_cli import TASKGATE
+
+    return [TASKGATE]
+
+
+def test_every_way_out_is_refused_and_the_agents_own_work_still_comes_home(hostile):
+    cli, paths = hostile
+    project, other = paths["project"], paths["other"]
+    before = fingerprint(project / "README.md", project / ".git", paths["other_repo"], paths["home"])
+    main_before, other_before = git(project, "rev-parse", "main"), git(project, "rev-parse", other["branch_name"])
+    session, log, agents = run_agent(cli, "hostile")
+    attempts = dict(re.findall(r"^ATTEMPT (\S+): (\S+)", log, re.M))
+    assert len(attempts) == ATTEMPTS, log
+    assert {name for name, verdict in attempts.items() if verdict != "refused"} == set(), log
+    assert "OWN WORK COMMITTED" in log and agents[0]["status"] == "completed", log
+    assert session["state"] == "verifying"
+    # its commit is on its branch in the project; main and the other session's branch did not move
+    assert git(project, "log", "-1", "--format=%s", session["branch_name"]) == "feat: the hostile agent's own work"
+    assert git(project, "rev-parse", "main") == main_before
+    assert git(project, "rev-parse", other["branch_name"]) == other_before
+    assert git(project, "status", "--porcelain") == ""
+    assert git(Path(session["worktree_path"]), "status", "--porcelain") == ""
+    subprocess.run(["git", "-C", str(project), "fsck", "--strict"], check=True, capture_output=True)
+    after = fingerprint(project / "README.md", project / ".git", paths["other_repo"], paths["home"])
+    changed = {path for path in set(before) | set(after) if before.get(path) != after.get(path)}
+    # git's own bookkeeping of the fetch home (the incoming ref, the branch's reflog, new objects) is all that moved
+    assert {p for p in changed if not re.search(r"/\.git/(objects|logs|refs/taskgate|refs/heads/feature|index)", p)} \
+        == set(), changed  # fmt: skip
+    assert paths["reached"] == []
+    assert Path(session["worktree_path"], ".git").read_text().startswith("gitdir: ")
+    assert "/.git/worktrees/" in Path(session["worktree_path"], ".git").read_text()
+
+
+@pytest.mark.parametrize(("agent", "limit"), [("bomb", "pids limit"), ("hog", "memory limit")])
+def test_a_fork_bomb_or_a_runaway_allocation_ends_that_agent_not_the_node(hostile, agent, limit):
+    cli, paths = hostile
+    session, log, agents = run_agent(cli, agent)
+    assert f"hit its {limit}" in log, log
+    assert agents[0]["status"] == "failed", agents
+    # the node still serves: the next agent runs and its work comes home
+    assert "OWN WORK COMMITTED" in log
+    assert git(paths["project"], "log", "-1", "--format=%s", session["branch_name"]) == (
+        "feat: the hostile agent's own work"
+    )
+    assert cli.json("session", "status", session["id"])["state"] in ("failed", "verifying")
+    assert not [line for line in os.popen("ps -eo stat,args").read().splitlines() if "hostile_agent.py" in line]
