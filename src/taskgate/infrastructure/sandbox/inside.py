@@ -1,7 +1,8 @@
 """`python -m taskgate.infrastructure.sandbox.inside SPECFILE -- ARGV…`: the sandbox's init for the network.
 
 Runs inside the agent's network namespace (bwrap `--unshare-net`: only a loopback interface), before the agent.
-SPECFILE is JSON: `{"socket": "/path/egress.sock", "forward": [8765, 18080], "proxy_port": 3128}`.
+SPECFILE is JSON: `{"socket": "/path/egress.sock", "forward": [8765, 18080], "proxy_port": 3128}`, and
+optionally `"catch_all": true` (as root with CAP_NET_ADMIN: see `catchall`).
 
 - For each port P in `forward` it listens on 127.0.0.1:P and relays each connection to the network gate's Unix
   socket (`egress.EgressGate`, outside the sandbox) as `CONNECT 127.0.0.1:P`: a loopback endpoint (the model,
@@ -18,6 +19,7 @@ every agent.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -30,6 +32,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from taskgate.infrastructure.sandbox import catchall
+from taskgate.infrastructure.sandbox.catchall import CatchAllError
 from taskgate.infrastructure.sandbox.relay import HeadError, read_head, splice
 
 CANNOT_START = 126
@@ -47,6 +51,7 @@ class Spec:
     socket: str
     forward: tuple[int, ...]
     proxy_port: int | None
+    catch_all: bool = False
 
 
 def load_spec(path: str) -> Spec:
@@ -66,7 +71,10 @@ def load_spec(path: str) -> Spec:
         raise SpecError(f"the network spec {path}: 'proxy_port' must be a port (1-65535), not {proxy_port!r}")
     if proxy_port in forward or len(set(forward)) != len(forward):
         raise SpecError(f"the network spec {path} lists a port twice")
-    return Spec(raw["socket"], tuple(forward), proxy_port)
+    catch_all = raw.get("catch_all", False)
+    if not isinstance(catch_all, bool):
+        raise SpecError(f"the network spec {path}: 'catch_all' must be true or false, not {catch_all!r}")
+    return Spec(raw["socket"], tuple(forward), proxy_port, catch_all)
 
 
 def _is_port(value: object) -> bool:
@@ -96,7 +104,7 @@ def _connect_gate(path: str) -> socket.socket:
     return gate
 
 
-def _forward(client: socket.socket, gate_path: str, port: int) -> None:
+def _forward(client: socket.socket, *, gate_path: str, port: int) -> None:
     """Relay one connection to 127.0.0.1:port through the gate, as a CONNECT it allows or refuses."""
     try:
         gate = _connect_gate(gate_path)
@@ -118,7 +126,7 @@ def _forward(client: socket.socket, gate_path: str, port: int) -> None:
     splice(client, gate)
 
 
-def _proxy(client: socket.socket, gate_path: str) -> None:
+def _proxy(client: socket.socket, *, gate_path: str) -> None:
     """Relay one proxy-port connection raw: the client speaks CONNECT or absolute-form HTTP to the gate itself."""
     try:
         gate = _connect_gate(gate_path)
@@ -128,9 +136,27 @@ def _proxy(client: socket.socket, gate_path: str) -> None:
     splice(client, gate)
 
 
-def listen(port: int, serve: Callable[[socket.socket], None]) -> None:
-    """Listen on 127.0.0.1:port and serve each connection in a daemon thread. Raises OSError if it cannot."""
-    listener = socket.create_server(("127.0.0.1", port), backlog=64)
+Serve = Callable[[socket.socket], None]
+
+
+def open_listeners(spec: Spec) -> list[tuple[socket.socket, Serve]]:
+    """Bind and listen on 127.0.0.1 for the forwarded ports and the proxy port; raises OSError if a port is taken.
+
+    Sockets first, threads later (`serve_forever`): with the catch-all, capabilities are dropped in between, and
+    capabilities belong to a thread, so no thread may be started while they are held.
+    """
+    listeners: list[tuple[socket.socket, Serve]] = []
+    for port in spec.forward:
+        serve = functools.partial(_forward, gate_path=spec.socket, port=port)
+        listeners.append((socket.create_server(("127.0.0.1", port), backlog=64), serve))
+    if spec.proxy_port is not None:
+        serve = functools.partial(_proxy, gate_path=spec.socket)
+        listeners.append((socket.create_server(("127.0.0.1", spec.proxy_port), backlog=64), serve))
+    return listeners
+
+
+def serve_forever(listener: socket.socket, serve: Serve) -> None:
+    """Accept connections in a daemon thread, serving each in a daemon thread of its own (they share nothing)."""
 
     def accept_loop() -> None:
         while True:
@@ -141,15 +167,20 @@ def listen(port: int, serve: Callable[[socket.socket], None]) -> None:
                 continue
             threading.Thread(target=serve, args=(client,), daemon=True).start()
 
-    threading.Thread(target=accept_loop, name=f"listen-{port}", daemon=True).start()
+    threading.Thread(target=accept_loop, name=f"listen-{listener.getsockname()[1]}", daemon=True).start()
 
 
-def start_listeners(spec: Spec) -> None:
-    """The forwarders and the proxy listener, all up when this returns."""
-    for port in spec.forward:
-        listen(port, lambda client, port=port: _forward(client, spec.socket, port))
-    if spec.proxy_port is not None:
-        listen(spec.proxy_port, lambda client: _proxy(client, spec.socket))
+def set_up_network(spec: Spec) -> None:
+    """Loopback up, listeners bound, the catch-all installed and capabilities dropped if asked, then serving."""
+    ensure_loopback_up()
+    listeners = open_listeners(spec)
+    if spec.catch_all:
+        catcher = catchall.open_listener()
+        catchall.install_rules(catcher.getsockname()[1])
+        catchall.drop_capabilities()
+        listeners.append((catcher, functools.partial(catchall.report, gate_path=spec.socket)))
+    for listener, serve in listeners:
+        serve_forever(listener, serve)
 
 
 def run_child(argv: list[str]) -> int:
@@ -188,12 +219,11 @@ def main(argv: list[str]) -> int:
         return CANNOT_START
     try:
         spec = load_spec(argv[0])
-        ensure_loopback_up()
-        start_listeners(spec)
+        set_up_network(spec)
     except SpecError as exc:
         print(f"[taskgate sandbox] {exc}", file=sys.stderr, flush=True)
         return CANNOT_START
-    except OSError as exc:
+    except (OSError, CatchAllError) as exc:
         print(f"[taskgate sandbox] cannot set up the sandbox's network: {exc}", file=sys.stderr, flush=True)
         return CANNOT_START
     return run_child(argv[2:])
