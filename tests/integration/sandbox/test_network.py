@@ -40,13 +40,16 @@ def servers() -> Iterator[tuple[RecordingHttp, int, int, int]]:
         yield handler, allowed, unlisted, not_allowed
 
 
-def sandboxed(bwrap: str, folder: Path, forward: list[int], script: str) -> list[str]:
+def sandboxed(bwrap: str, folder: Path, forward: list[int], script: str, catch_all: bool = False) -> list[str]:
     """The argv of `inside` in a bwrap sandbox without a network of its own, running `python -c script`."""
     spec = folder / "spec.json"
-    spec.write_text(json.dumps({"socket": str(folder / "egress.sock"), "forward": forward, "proxy_port": PROXY_PORT}))
+    fields = {"socket": str(folder / "egress.sock"), "forward": forward, "proxy_port": PROXY_PORT}
+    spec.write_text(json.dumps({**fields, "catch_all": catch_all}))
     return [
         *(bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"),
-        *("--bind", str(folder), str(folder), "--unshare-net", "--unshare-pid", "--die-with-parent", "--"),
+        *("--bind", str(folder), str(folder), "--unshare-net", "--unshare-pid", "--die-with-parent"),
+        *(("--cap-add", "CAP_NET_ADMIN") if catch_all else ()),
+        "--",
         *(sys.executable, "-m", "taskgate.infrastructure.sandbox.inside", str(spec), "--"),
         *(sys.executable, "-c", textwrap.dedent(script)),
     ]
@@ -120,6 +123,57 @@ def test_the_agent_reaches_exactly_its_allow_list(bwrap: str, tmp_path: Path, se
     ]
 
 
+CAUGHT = """
+    import json, socket, subprocess, urllib.request
+
+    def attempt(host, port):
+        try:
+            with socket.create_connection((host, port), timeout=10) as sock:
+                return sock.recv(100).decode()
+        except OSError as exc:
+            return type(exc).__name__
+
+    own = socket.create_server(("127.0.0.1", 0))  # the agent's own test server keeps working
+    client = socket.create_connection(own.getsockname(), timeout=10)
+    own.accept()[0].sendall(b"mine")
+    nft = subprocess.run(["nft", "flush", "ruleset"], capture_output=True, text=True)
+    status = dict(line.split(":\t") for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
+    print(json.dumps({
+        "outside": [attempt("10.1.2.3", 443), attempt("1.1.1.1", 80)],
+        "own_server": client.recv(10).decode(),
+        "allowed": urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        .open("http://127.0.0.1:ALLOWED/", timeout=10).read().decode(),
+        "nft_flush": nft.returncode,
+        "caps": [status["CapEff"], status["CapPrm"], status["CapBnd"], status["CapAmb"]],
+    }))
+"""
+
+
+def test_the_catch_all_records_connects_outside_and_the_agent_has_no_capabilities(
+    bwrap: str, tmp_path: Path, servers
+) -> None:
+    _, allowed, _, _ = servers
+    gate = start_gate(tmp_path, [f"127.0.0.1:{allowed}"])
+    script = CAUGHT.replace("ALLOWED", str(allowed))
+    try:
+        command = sandboxed(bwrap, tmp_path, [allowed], script, catch_all=True)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    finally:
+        gate.close()
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["outside"] == ["", ""]  # closed at once by the catch-all
+    assert seen["own_server"] == "mine"
+    assert seen["allowed"] == f"hello from {allowed}"
+    assert seen["nft_flush"] != 0
+    assert seen["caps"] == ["0000000000000000"] * 4
+    lines = refusals(tmp_path)
+    assert [(line["target"], line["source"]) for line in lines] == [
+        ("10.1.2.3:443", "catch-all"),
+        ("1.1.1.1:80", "catch-all"),
+    ]
+
+
 def test_the_agents_exit_status_is_relayed(bwrap: str, tmp_path: Path) -> None:
     gate = start_gate(tmp_path, [])
     try:
@@ -170,7 +224,10 @@ def inside_pid(spec: Path) -> int:
     raise AssertionError(f"no inside process for {spec}")
 
 
-@pytest.mark.parametrize("spec_text", [None, "{not json", '{"socket": 1}', '{"socket": "/s", "forward": [0]}'])
+@pytest.mark.parametrize(
+    "spec_text",
+    [None, "{not json", '{"socket": 1}', '{"socket": "/s", "forward": [0]}', '{"socket": "/s", "catch_all": 1}'],
+)
 def test_a_missing_or_malformed_spec_is_126_with_a_clear_error(tmp_path: Path, spec_text: str | None) -> None:
     spec = tmp_path / "spec.json"
     if spec_text is not None:
