@@ -37,6 +37,8 @@ from taskgate.infrastructure.sandbox.catchall import CatchAllError
 from taskgate.infrastructure.sandbox.relay import HeadError, read_head, splice
 
 CANNOT_START = 126
+# longer than the gate's own connect timeout (egress.CONNECT_TIMEOUT, 10 s), so that its 502 arrives in time
+_GATE_ANSWER_TIMEOUT = 30.0
 _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -113,7 +115,7 @@ def _forward(client: socket.socket, *, gate_path: str, port: int) -> None:
         return
     try:
         gate.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
-        head, rest = read_head(gate)
+        head, rest = read_head(gate, timeout=_GATE_ANSWER_TIMEOUT)
         status = head.split(b" ", 2)[1:2]
         if status != [b"200"]:
             raise HeadError(f"the gate answered {head[:100]!r}")
