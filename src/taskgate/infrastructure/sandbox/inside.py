@@ -30,7 +30,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from taskgate.infrastructure.sandbox import catchall
 from taskgate.infrastructure.sandbox.catchall import CatchAllError
@@ -46,14 +45,17 @@ class SpecError(Exception):
     """The spec file is missing or malformed."""
 
 
-@dataclass(frozen=True)
 class Spec:
-    """What the sandbox's network is: the gate's socket, the loopback ports forwarded, the proxy port."""
+    """What the sandbox's network is: the gate's socket, the loopback ports forwarded, the proxy port, the catch-all.
 
-    socket: str
-    forward: tuple[int, ...]
-    proxy_port: int | None
-    catch_all: bool = False
+    A plain class, not a dataclass: `dataclasses` imports `inspect`, a fifth of this module's start-up time.
+    """
+
+    def __init__(self, socket: str, forward: tuple[int, ...], proxy_port: int | None, catch_all: bool) -> None:
+        self.socket = socket
+        self.forward = forward
+        self.proxy_port = proxy_port
+        self.catch_all = catch_all
 
 
 def load_spec(path: str) -> Spec:
