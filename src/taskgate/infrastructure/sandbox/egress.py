@@ -88,7 +88,7 @@ class BadRequest(Exception):
     """The client's request cannot be understood: it is answered 400."""
 
 
-class _Request:
+class ProxyRequest:
     """One parsed proxy request: where it goes and, for plain HTTP, the head to send there."""
 
     def __init__(self, kind: str, host: str, port: int, upstream_head: bytes = b"") -> None:
@@ -102,7 +102,7 @@ class _Request:
         return _target(self.host, self.port)
 
 
-def parse_request(head: bytes) -> _Request:
+def parse_request(head: bytes) -> ProxyRequest:
     """Parse a proxy request head (without its blank line); raises BadRequest."""
     try:
         text = head.decode("latin-1")
@@ -114,9 +114,9 @@ def parse_request(head: bytes) -> _Request:
         raise BadRequest(f"not an HTTP/1.x request line: {request_line[:200]!r}")
     method, target, version = parts
     if method == "CONNECT":
-        return _Request("connect", *_authority(target))
+        return ProxyRequest("connect", *_authority(target))
     if method == "REFUSED":
-        return _Request("refused", *_authority(target))
+        return ProxyRequest("refused", *_authority(target))
     return _absolute_form(method, target, version, header_lines)
 
 
@@ -129,7 +129,7 @@ def _authority(text: str) -> tuple[str, int]:
     return host, number
 
 
-def _absolute_form(method: str, target: str, version: str, header_lines: list[str]) -> _Request:
+def _absolute_form(method: str, target: str, version: str, header_lines: list[str]) -> ProxyRequest:
     """A plain HTTP proxy request: rewritten to origin form, without Proxy-* headers, one request per connection."""
     try:
         url = urlsplit(target)
@@ -143,7 +143,7 @@ def _absolute_form(method: str, target: str, version: str, header_lines: list[st
     # connection could name another host, and would not be checked against the allow-list.
     kept = [line for line in header_lines if not _dropped_header(line)]
     lines = [f"{method} {path} {version}", *kept, "Connection: close", "", ""]
-    return _Request("http", host, port, "\r\n".join(lines).encode("latin-1"))
+    return ProxyRequest("http", host, port, "\r\n".join(lines).encode("latin-1"))
 
 
 def _dropped_header(line: str) -> bool:
@@ -218,7 +218,7 @@ class EgressGate:
         else:
             self._relay(client, request, rest)
 
-    def _relay(self, client: socket.socket, request: _Request, rest: bytes) -> None:
+    def _relay(self, client: socket.socket, request: ProxyRequest, rest: bytes) -> None:
         try:
             upstream = socket.create_connection((request.host, request.port), timeout=CONNECT_TIMEOUT)
         except OSError as exc:
