@@ -94,7 +94,7 @@ def hostile(tmp_path: Path, listener) -> tuple[Cli, dict]:
         f"[agents.hostile]\ncommand = {json.dumps(command)}\n\n"
         f"[agents.bomb]\ncommand = {json.dumps([*command, '--bomb'])}\n\n"
         f"[agents.hog]\ncommand = {json.dumps([*command, '--hog'])}\n\n"
-        "[sandbox]\nmode = \"bwrap\"\npids = 200\nmemory_mb = 512\n"
+        '[sandbox]\nmode = "bwrap"\npids = 200\nmemory_mb = 512\n'
     )
     cli.env["TASKGATE_CONFIG"] = str(config)
     return cli, paths
@@ -123,6 +123,7 @@ def test_every_way_out_is_refused_and_the_agents_own_work_still_comes_home(hosti
     project, other = paths["project"], paths["other"]
     before = fingerprint(project / "README.md", project / ".git", paths["other_repo"], paths["home"])
     main_before, other_before = git(project, "rev-parse", "main"), git(project, "rev-parse", other["branch_name"])
+    status_before = git(project, "status", "--porcelain")
     session, log, agents = run_agent(cli, "hostile")
     attempts = dict(re.findall(r"^ATTEMPT (\S+): (\S+)", log, re.M))
     assert len(attempts) == ATTEMPTS, log
@@ -133,14 +134,14 @@ def test_every_way_out_is_refused_and_the_agents_own_work_still_comes_home(hosti
     assert git(project, "log", "-1", "--format=%s", session["branch_name"]) == "feat: the hostile agent's own work"
     assert git(project, "rev-parse", "main") == main_before
     assert git(project, "rev-parse", other["branch_name"]) == other_before
-    assert git(project, "status", "--porcelain") == ""
+    assert git(project, "status", "--porcelain") == status_before
     assert git(Path(session["worktree_path"]), "status", "--porcelain") == ""
     subprocess.run(["git", "-C", str(project), "fsck", "--strict"], check=True, capture_output=True)
     after = fingerprint(project / "README.md", project / ".git", paths["other_repo"], paths["home"])
     changed = {path for path in set(before) | set(after) if before.get(path) != after.get(path)}
-    # git's own bookkeeping of the fetch home (the incoming ref, the branch's reflog, new objects) is all that moved
-    assert {p for p in changed if not re.search(r"/\.git/(objects|logs|refs/taskgate|refs/heads/feature|index)", p)} \
-        == set(), changed  # fmt: skip
+    # taskgate's own: the new session's worktree and branch, and the fetch home (the incoming ref, new objects)
+    ours = (session["id"], session["branch_name"], "/.git/objects/", "/.git/refs/taskgate/", "/.git/index")
+    assert {p for p in changed if not any(part in p for part in ours)} == set(), changed
     assert paths["reached"] == []
     assert Path(session["worktree_path"], ".git").read_text().startswith("gitdir: ")
     assert "/.git/worktrees/" in Path(session["worktree_path"], ".git").read_text()

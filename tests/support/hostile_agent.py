@@ -72,12 +72,21 @@ def main(argv: list[str]) -> int:
     os.makedirs("work", exist_ok=True)
     write("work/hostile.md", "the agent's own work\n")
     git("add", "work/hostile.md")
-    git("commit", "-q", "-m", "feat: the hostile agent's own work")
+    git(
+        "-c",
+        "user.name=hostile",
+        "-c",
+        "user.email=hostile@example.invalid",
+        "commit",
+        "-q",
+        "-m",
+        "feat: the hostile agent's own work",
+    )
     print("OWN WORK COMMITTED", git("rev-parse", "--short", "HEAD").strip(), flush=True)
     if "--bomb" in argv:
         bomb()
     if "--hog" in argv:
-        hog = bytearray(10 * 1024**3)  # noqa: F841  (touched page by page by the kernel's zeroing)
+        hog = bytearray(10 * 1024**3)  # 10 GiB, each page touched below
         for index in range(0, len(hog), 4096):
             hog[index] = 1
     return 0

@@ -29,13 +29,15 @@ SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", 
 # Under the operator's home: hidden again when a shown toolchain prefix (`~/.local`, `~/.config/…`) holds them
 CREDENTIALS = (".ssh", ".aws", ".gnupg", ".netrc", ".git-credentials", ".config/gh", ".config/gcloud", ".docker",
                ".kube", ".azure", ".npmrc", ".pypirc", ".local/share/keyrings", ".password-store")  # fmt: skip
-DEFAULT_HIDDEN = ("/root", "/home", "/tmp", "/var/tmp", "/run/user", "/var/lib/postgresql", "/var/lib/mysql")
+SCRATCH = ("/tmp", "/var/tmp")  # hidden, and writable scratch space (a private tmpfs each): tools expect them
+DEFAULT_HIDDEN = ("/root", "/home", "/run/user", "/var/lib/postgresql", "/var/lib/mysql")
 
 
 @dataclass(frozen=True)
 class Mount:
-    """One bind of the plan. `how`: "ro" / "rw" (show `source` at `path`), "tmpfs" (an empty folder over `path`),
-    "null" (`/dev/null` over the file `path`)."""
+    """One bind of the plan. `how`: "ro" / "rw" (show `source` at `path`), "hide" (an empty read-only folder over
+    `path`: a write there fails as it would outside), "tmpfs" (an empty writable scratch folder: `/tmp`), "null"
+    (`/dev/null` over the file `path`)."""
 
     how: str
     path: str
@@ -68,12 +70,8 @@ class SandboxPlan:
     network: str | tuple[str, ...]
     forward_ports: tuple[int, ...] = ()
     limits: Limits = field(default_factory=Limits)
-    run_dir: str = ""  # the agent's private runtime folder on the host: egress socket, the in-sandbox spec
-
-    @property
-    def refusals(self) -> str:
-        """Where the host side records refused connections: beside the run folder, never shown to the agent."""
-        return self.run_dir.rsplit("/", 1)[0] + "/refusals.jsonl"
+    run_dir: str = ""  # the agent's runtime folder on the host (short: a Unix socket's path has 108 bytes at most)
+    refusals: str = ""  # where the host side records refused connections: never shown to the agent
 
     @property
     def network_label(self) -> str:
@@ -106,21 +104,25 @@ def plan(
     hide: Iterable[str] = (),
     network: str | tuple[str, ...] = "none",
     limits: Limits | None = None,
+    run_dir: str = "",
 ) -> SandboxPlan:
     """The sandbox of agent `agent_id` of the session at `paths`: `toolchain` (its command's interpreters and
-    install prefixes) and `read` (configured) shown read-only, `hide` (configured) hidden besides the defaults."""
+    install prefixes) and `read` (configured) shown read-only, `hide` (configured) hidden besides the defaults;
+    `run_dir`: its runtime folder (the network gate's socket), shown read-only."""
     private = f"{paths.private_root}/{agent_id}"
-    home, tmp, run = f"{paths.private_root}/home", f"{private}/tmp", f"{private}/run"
+    home, tmp, run = f"{paths.private_root}/home", f"{private}/tmp", run_dir or f"{private}/run"
     hidden = [*DEFAULT_HIDDEN, paths.operator_home, paths.project_root, paths.data_dir, *hide]
     if paths.worktrees_root:
         hidden.append(paths.worktrees_root)
-    mounts = [Mount("tmpfs", path) for path in _outermost(hidden)]
+    # scratch first, then the hidden (read-only) folders, also those inside scratch (a project under /tmp)
+    mounts = [Mount("tmpfs", path) for path in SCRATCH]
+    mounts += [Mount("hide", path) for path in _outermost(p for p in hidden if p not in SCRATCH)]
     mounts += [Mount("null", path) for path in SECRET_FILES]
     shown = _outermost([*toolchain, *read])
     mounts += [Mount("ro", path) for path in shown]
     # what a shown prefix holds of the hidden (a data dir under `~/.local`, keys under `~/.config`) is hidden again
     again = [*(f"{paths.operator_home}/{name}" for name in CREDENTIALS), paths.data_dir, paths.project_root, *hide]
-    mounts += [Mount("tmpfs", path) for path in _outermost(again) if any(_inside(path, s) for s in shown)]
+    mounts += [Mount("hide", path) for path in _outermost(again) if any(_inside(path, s) for s in shown)]
     mounts += [Mount("ro", path) for path in (paths.objects_dir, paths.hooks_dir) if path]
     mounts += [Mount("rw", path) for path in (paths.worktree, paths.session_folder, paths.git_dir, home, tmp)]
     mounts += [Mount("ro", run), Mount("ro", f"{paths.worktree}/.git", paths.dot_git)]
@@ -128,6 +130,7 @@ def plan(
     return SandboxPlan(
         mounts=tuple(mounts), chdir=paths.worktree, home=home, tmp=tmp, network=network,
         forward_ports=tuple(_loopback_ports(network)), limits=limits or Limits(), run_dir=run,
+        refusals=f"{private}/refusals.jsonl",
     )  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -95,6 +96,7 @@ class _Confined:
             from taskgate.infrastructure.sandbox.egress import EgressGate
 
             self.gate = EgressGate(egress["socket"], egress["allow"], egress["refusals"], egress.get("agent", ""))
+            self.gate_socket = egress["socket"]
             self.gate.start()
 
     def watch(self) -> None:
@@ -127,6 +129,7 @@ class _Confined:
         self.closed.set()
         if self.gate is not None:
             self.gate.close()
+            shutil.rmtree(os.path.dirname(self.gate_socket), ignore_errors=True)  # the run folder: socket, spec
         if self.group is not None:
             reason = self.group.end_reason()
             if reason and not self.reason:

@@ -36,6 +36,8 @@ def argv(plan: SandboxPlan, inner: list[str]) -> list[str]:
     args = [_bwrap(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for mount in plan.mounts:
         args += _mount_args(mount)
+    # hidden folders become read-only once everything inside them is bound (bwrap made the mount points there)
+    args += [arg for mount in plan.mounts if mount.how == "hide" for arg in _remount(mount)]
     if plan.network != "open":
         args.append("--unshare-net")
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
@@ -45,7 +47,7 @@ def argv(plan: SandboxPlan, inner: list[str]) -> list[str]:
 
 def _mount_args(mount: Mount) -> list[str]:
     path = os.path.realpath(mount.path)
-    if mount.how == "tmpfs":
+    if mount.how in ("tmpfs", "hide"):
         if os.path.isdir(path):
             return ["--tmpfs", path]
         return ["--ro-bind", "/dev/null", path] if os.path.isfile(path) else []
@@ -56,6 +58,11 @@ def _mount_args(mount: Mount) -> list[str]:
         return []
     flag = "--bind" if mount.how == "rw" else "--ro-bind"
     return [flag, source, path]
+
+
+def _remount(mount: Mount) -> list[str]:
+    path = os.path.realpath(mount.path)
+    return ["--remount-ro", path] if os.path.isdir(path) else []
 
 
 def _bwrap() -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from taskgate.domain.sandbox import Limits, SandboxPlan, SessionPaths, network_o
 from taskgate.infrastructure.git import _ENV, _git
 from taskgate.infrastructure.sandbox import bwrap, gitdir, toolchain
 
+RUN_ROOT = "/tmp"
 SANDBOX_FOLDER = "sandbox"  # <data_dir>/sandbox/<session id>/: git (the private git dir), home, <agent>/tmp, run
 
 
@@ -60,9 +62,11 @@ class BwrapSandboxes:
         gitdir.prepare(paths.project_root, paths.worktree, str(session.branch_name), paths.git_dir, paths.dot_git)
         home = os.path.realpath(os.path.expanduser("~"))
         shown = toolchain.prefixes(command, env, home)
+        # a short, private, unguessable folder: a Unix socket's path is at most 108 bytes (removed by agent_exec)
+        run = tempfile.mkdtemp(prefix="taskgate-", dir=RUN_ROOT if os.path.isdir(RUN_ROOT) else None)
         sandbox = plan(paths, agent_id, toolchain=shown, read=[*self._read, *kind.read], hide=self._hide,
-                       network=network, limits=self._limits)  # fmt: skip
-        for folder in (sandbox.home, sandbox.tmp, sandbox.run_dir):
+                       network=network, limits=self._limits, run_dir=run)  # fmt: skip
+        for folder in (sandbox.home, sandbox.tmp):
             Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
         return sandbox
 
