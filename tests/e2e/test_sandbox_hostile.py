@@ -14,6 +14,7 @@ import json
 import os
 import re
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -26,7 +27,7 @@ from tests.conftest import make_git_repo
 from tests.e2e.test_cli import Cli, seed
 
 HOSTILE = Path(__file__).parents[1] / "support" / "hostile_agent.py"
-ATTEMPTS = 16
+ATTEMPTS = 18
 
 
 def require_bwrap() -> None:
@@ -63,6 +64,12 @@ def fingerprint(*paths: Path) -> dict[str, str]:
             if path.is_file() and not path.is_symlink() and "/.worktrees/" not in str(path):
                 found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found
+
+
+def events(cli: Cli, sid: str) -> list[tuple[str, dict]]:
+    with sqlite3.connect(cli.workdir / "data" / "taskgate.db") as conn:
+        rows = conn.execute("select kind, payload from events where session_id = ? order by id", (sid,)).fetchall()
+    return [(kind, json.loads(payload)) for kind, payload in rows]
 
 
 def git(repo: Path, *args: str) -> str:
@@ -143,6 +150,18 @@ def test_every_way_out_is_refused_and_the_agents_own_work_still_comes_home(hosti
     ours = (session["id"], session["branch_name"], "/.git/objects/", "/.git/refs/taskgate/", "/.git/index")
     assert {p for p in changed if not any(part in p for part in ours)} == set(), changed
     assert paths["reached"] == []
+    # every refusal the sandbox saw is on the session's audit log, with the agent that tried
+    refused = [payload for kind, payload in events(cli, session["id"]) if kind == "sandbox.refused"]
+    assert {(r["target"], r["source"]) for r in refused if r["what"] == "connect"} >= {
+        (f"127.0.0.1:{paths['port']}", "catch-all"),
+        ("10.1.2.3:443", "catch-all"),
+        ("evil.example:443", "proxy"),
+    }
+    assert len([r for r in refused if r["what"] == "write"]) >= 5
+    assert {r["agent"] for r in refused} == {agents[0]["id"]}
+    assert not [kind for kind, _ in events(cli, session["id"]) if kind == "sandbox.breach"]
+    started = [p for kind, p in events(cli, session["id"]) if kind == "agent.status" and p.get("to") == "running"]
+    assert started[0]["sandbox"] == "bwrap" and started[0]["network"].startswith("allow-list: 127.0.0.1:")
     assert Path(session["worktree_path"], ".git").read_text().startswith("gitdir: ")
     assert "/.git/worktrees/" in Path(session["worktree_path"], ".git").read_text()
 

@@ -48,6 +48,28 @@ def connect(port: int) -> str:
     return data.decode(errors="replace")
 
 
+def connect_to(host: str, port: int) -> str:
+    with socket.create_connection((host, port), timeout=3) as conn:
+        data = conn.recv(100)
+    if not data:
+        raise ConnectionRefusedError(111, "closed without an answer")
+    return data.decode(errors="replace")
+
+
+def through_proxy(target: str) -> str:
+    """CONNECT through the proxy taskgate gives the agent (HTTPS_PROXY), as an HTTP client would."""
+    proxy = os.environ.get("HTTPS_PROXY", "")
+    if not proxy:
+        raise ConnectionRefusedError(111, "no proxy at all")
+    host, _, port = proxy.removeprefix("http://").rstrip("/").rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=3) as conn:
+        conn.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        answer = conn.recv(200).decode(errors="replace")
+    if " 200 " not in answer.split("\r\n")[0]:
+        raise PermissionError(13, answer.split("\r\n")[0])
+    return answer
+
+
 def main(argv: list[str]) -> int:
     project, other_repo, home, other_worktree, other_branch, port = argv[:6]
     head = git("rev-parse", "HEAD").strip()
@@ -68,6 +90,8 @@ def main(argv: list[str]) -> int:
     attempt("rewrite-dot-git", lambda: write(".git", "gitdir: ./evil\n"))
     attempt("rewrite-alternates", lambda: write(_git_dir() + "/objects/info/alternates", "/\n"))
     attempt("connect-unlisted-port", lambda: connect(int(port)))
+    attempt("connect-outside", lambda: connect_to("10.1.2.3", 443))
+    attempt("proxy-unlisted-host", lambda: through_proxy("evil.example:443"))
     # the agent's own work: still commits on its branch
     os.makedirs("work", exist_ok=True)
     write("work/hostile.md", "the agent's own work\n")

@@ -72,6 +72,8 @@ class SandboxPlan:
     limits: Limits = field(default_factory=Limits)
     run_dir: str = ""  # the agent's runtime folder on the host (short: a Unix socket's path has 108 bytes at most)
     refusals: str = ""  # where the host side records refused connections: never shown to the agent
+    # connects to any other address are caught and recorded (root only: nftables in the sandbox's netns)
+    catch_all: bool = False
 
     @property
     def network_label(self) -> str:
@@ -190,3 +192,19 @@ def _outermost(paths: Iterable[str]) -> list[str]:
         if not any(path == k or _inside(path, k) for k in kept):
             kept.append(path)
     return kept
+
+
+# What a refused write looks like in a program's error output (the kernel refuses silently; the program says so)
+_REFUSED_WRITE = ("Read-only file system", "Device or resource busy")
+MAX_REFUSALS = 50  # per agent on the audit log; more are counted in one last event
+
+
+def refusals_in_log(text: str) -> list[dict[str, str]]:
+    """Writes the sandbox refused, as far as the agent's log tells (best effort: a quiet agent leaves nothing to
+    find; enforcement never depends on it): one record per distinct line naming such an error."""
+    found: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        if any(mark in line for mark in _REFUSED_WRITE):
+            target = line.strip()[:300]
+            found.setdefault(target, {"what": "write", "target": target, "source": "log"})
+    return list(found.values())

@@ -126,6 +126,10 @@ class Sandboxes(Protocol):
         """After an agent of `session` ended: its private branch's commits onto the session's branch (a
         compare-and-swap). Returns the new commit, or None. Raises: VcsError (the branch is left as it was)."""
 
+    async def refusals(self, session_id: str, agent_id: str, log: str) -> list[dict[str, str]]:
+        """What the sandbox refused the agent (each a record: what, target, source, and when if known), read
+        after it ended; `log` is the end of its output."""
+
     async def discard(self, session_id: str) -> None:
         """Remove the session's private git dir, home and temp folders (its worktree is gone)."""
 

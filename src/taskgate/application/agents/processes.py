@@ -24,7 +24,7 @@ from taskgate.domain.agents.transcripts import final_message, result_of
 from taskgate.domain.agents.usage import Usage
 from taskgate.domain.entities import Agent, AgentStatus, Session
 from taskgate.domain.errors import HookFailed, InvalidInput, TaskgateError, VcsError, WrongNode
-from taskgate.domain.sandbox import SandboxPlan
+from taskgate.domain.sandbox import MAX_REFUSALS, SandboxPlan
 from taskgate.domain.states import SessionState
 
 _log = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ class AgentProcesses:
                         else AgentExit(None, "start_failed", agent.error or "")
                     )
             failed_home = await self._bring_back(agent)  # its commits onto the branch before anyone looks at it
+            await self._record_refusals(agent)
             if failed_home and outcome.reason == "exited" and outcome.exit_code == 0:
                 agent = replace(agent, error=failed_home)
             await self._after_agent_hook(agent, stop)  # the project's after_agent hook (not blocking)
@@ -165,6 +166,28 @@ class AgentProcesses:
         except (VcsError, TaskgateError) as exc:
             return f"its commits could not be brought to the session's branch: {exc}"
         return None
+
+    async def _record_refusals(self, agent: Agent) -> None:
+        """What its sandbox refused the agent, as `sandbox.refused` events on its session (`sandbox.breach` for a
+        change to what no agent can change): at most MAX_REFUSALS, then one event counting the rest."""
+        if self._sandboxes is None or not agent.output_path:
+            return
+        log = self._runner.read_log(agent.output_path, REPORT_BYTES)
+        records = await self._sandboxes.refusals(agent.session_id, agent.id, log)
+        if not records:
+            return
+        shown = records[:MAX_REFUSALS]
+        with suppress(WrongNode):
+            async with self._uow(write=True) as uow:
+                await self._sessions.fence(uow, agent.session_id, f"the sandbox refusals of agent {agent.id}")
+                for record in shown:
+                    kind = "sandbox.breach" if record.get("what") == "breach" else "sandbox.refused"
+                    payload = {**record, "agent": agent.id, "type": agent.agent_type}  # the agent as taskgate knows it
+                    await uow.events.append(kind, self._clock.now(), payload, agent.session_id)
+                if len(records) > len(shown):
+                    more = {"agent": agent.id, "what": "more", "count": len(records) - len(shown)}
+                    await uow.events.append("sandbox.refused", self._clock.now(), more, agent.session_id)
+                await uow.commit()
 
     def _wire_mcp(self, kind: AgentType, agent: Agent, folder: str, url: str, token: str) -> None:
         """Claude Code reads its MCP servers from `--mcp-config FILE`: written here, private to the service's user,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 
 from taskgate.domain.sandbox import Mount, SandboxPlan
@@ -40,6 +41,8 @@ def argv(plan: SandboxPlan, inner: list[str]) -> list[str]:
     args += [arg for mount in plan.mounts if mount.how == "hide" for arg in _remount(mount)]
     if plan.network != "open":
         args.append("--unshare-net")
+    if plan.catch_all:  # for the in-sandbox init's nftables rules; it drops every capability before the agent runs
+        args += ["--cap-add", "CAP_NET_ADMIN"]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
     args += ["--setenv", "HOME", plan.home, "--setenv", "TMPDIR", plan.tmp, "--chdir", plan.chdir]
     return [*args, "--", *inner]
@@ -112,3 +115,22 @@ def _userns_advice() -> str:
         except OSError:
             continue
     return "unprivileged user namespaces seem refused here (a container without them?): run the service where they are"
+
+
+def probe_catch_all() -> str | None:
+    """None when the catch-all works here (root, `ip` and `nft` with NAT in a new network namespace), else why."""
+    if os.geteuid() != 0:
+        return "not root: connects to unlisted addresses are refused but not recorded"
+    path = shutil.which("bwrap")
+    if path is None:
+        return "bubblewrap is not installed"
+    script = "from taskgate.infrastructure.sandbox import catchall; catchall.install_rules(9)"
+    command = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
+               "--cap-add", "CAP_NET_ADMIN", "--", sys.executable, "-c", script]  # fmt: skip
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"could not probe: {exc}"
+    if done.returncode == 0:
+        return None
+    return f"nftables in the sandbox failed ({done.stderr.strip()[-200:]}): apt-get install nftables iproute2"

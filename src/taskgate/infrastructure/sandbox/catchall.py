@@ -6,7 +6,9 @@ the socket layer, and an nftables rule redirects every TCP connect to an address
 catch-all listener. That listener reads the original destination (SO_ORIGINAL_DST), reports it to the network
 gate as a `REFUSED host:port` pseudo-request (the gate writes the refusal line: from in here there is no access
 to the refusals file) and closes the connection. Loopback destinations are left alone: the agent's own test
-servers on 127.0.0.1 must keep working, and a loopback port nobody listens on is refused by the kernel anyway.
+servers on 127.0.0.1 must keep working, and a loopback port nobody listens on is refused by the kernel anyway;
+except the `watched` ports: those the host listened on when the agent started (its database, the operator's dev
+servers), not on the allow-list. A connect to them inside is caught and recorded too.
 
 Then `drop_capabilities` takes every capability away (ambient, bounding set, effective/permitted/inheritable)
 before the agent is started, so that the agent cannot flush the rules. Standard library only.
@@ -37,13 +39,19 @@ def open_listener() -> socket.socket:
     return socket.create_server(("127.0.0.1", 0), backlog=64)
 
 
-def install_rules(catch_port: int) -> None:
-    """Route every address through `lo` and redirect TCP connects outside 127.0.0.0/8 to the catch-all port."""
+def install_rules(catch_port: int, watched: tuple[int, ...] = ()) -> None:
+    """Route every address through `lo` and redirect TCP connects outside 127.0.0.0/8, and to the `watched`
+    loopback ports, to the catch-all port."""
+    loopback = ""
+    if watched:
+        ports = ", ".join(str(port) for port in sorted(set(watched)))
+        loopback = f"    meta l4proto tcp ip daddr 127.0.0.0/8 tcp dport {{ {ports} }} redirect to :{catch_port}\n"
     ruleset = (
         "table ip taskgate_catch_all {\n"
         "  chain output {\n"
         "    type nat hook output priority -100; policy accept;\n"
         f"    meta l4proto tcp ip daddr != 127.0.0.0/8 redirect to :{catch_port}\n"
+        f"{loopback}"
         "  }\n"
         "}\n"
     )

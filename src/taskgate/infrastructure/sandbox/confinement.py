@@ -17,6 +17,7 @@ import sys
 from taskgate.domain.sandbox import SandboxPlan
 from taskgate.infrastructure.sandbox import bwrap
 
+MAX_WATCHED = 500  # host ports watched inside (an nftables set; more would slow nothing but say little more)
 PROXY_PORTS = (3128, 3129, 8118, 18118)  # the in-sandbox proxy's port: the first not forwarded
 
 
@@ -36,7 +37,11 @@ def write_spec(plan: SandboxPlan, agent: str) -> str:
                           "memory_bytes": plan.limits.memory_bytes}}  # fmt: skip
     if filtered(plan):
         outside["egress"] = {"socket": socket, "allow": list(plan.network), "refusals": plan.refusals, "agent": agent}
-        inside = {"socket": socket, "forward": list(plan.forward_ports), "proxy_port": proxy_port(plan)}
+        inside = {"socket": socket, "forward": list(plan.forward_ports), "proxy_port": proxy_port(plan),
+                  "catch_all": plan.catch_all}  # fmt: skip
+        if plan.catch_all:  # the host's services: reaching one inside is caught and recorded, not just refused
+            taken = {*plan.forward_ports, proxy_port(plan)}
+            inside["watched"] = sorted(host_listening_ports() - taken)[:MAX_WATCHED]
         _write(os.path.join(plan.run_dir, "inside.json"), inside)
     path = os.path.join(os.path.dirname(plan.run_dir), "sandbox.json")
     _write(path, outside)
@@ -60,6 +65,22 @@ def environment(plan: SandboxPlan) -> dict[str, str]:
     direct = "127.0.0.1,localhost,::1"
     names = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy")
     return {name: proxy for name in names} | {"NO_PROXY": direct, "no_proxy": direct}
+
+
+def host_listening_ports() -> set[int]:
+    """The TCP ports something listens on, on this host, now (IPv4 and IPv6), from /proc/net."""
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as handle:
+                lines = handle.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":  # TCP_LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def _write(path: str, data: dict) -> None:

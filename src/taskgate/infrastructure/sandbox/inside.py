@@ -51,8 +51,16 @@ class Spec:
     A plain class, not a dataclass: `dataclasses` imports `inspect`, a fifth of this module's start-up time.
     """
 
-    def __init__(self, socket: str, forward: tuple[int, ...], proxy_port: int | None, catch_all: bool) -> None:
+    def __init__(
+        self,
+        socket: str,
+        forward: tuple[int, ...],
+        proxy_port: int | None,
+        catch_all: bool,
+        watched: tuple[int, ...] = (),
+    ) -> None:
         self.socket = socket
+        self.watched = watched
         self.forward = forward
         self.proxy_port = proxy_port
         self.catch_all = catch_all
@@ -78,7 +86,10 @@ def load_spec(path: str) -> Spec:
     catch_all = raw.get("catch_all", False)
     if not isinstance(catch_all, bool):
         raise SpecError(f"the network spec {path}: 'catch_all' must be true or false, not {catch_all!r}")
-    return Spec(raw["socket"], tuple(forward), proxy_port, catch_all)
+    watched = raw.get("watched", [])
+    if not isinstance(watched, list) or not all(_is_port(port) for port in watched):
+        raise SpecError(f"the network spec {path}: 'watched' must be a list of ports")
+    return Spec(raw["socket"], tuple(forward), proxy_port, catch_all, tuple(watched))
 
 
 def _is_port(value: object) -> bool:
@@ -180,7 +191,7 @@ def set_up_network(spec: Spec) -> None:
     listeners = open_listeners(spec)
     if spec.catch_all:
         catcher = catchall.open_listener()
-        catchall.install_rules(catcher.getsockname()[1])
+        catchall.install_rules(catcher.getsockname()[1], spec.watched)
         catchall.drop_capabilities()
         listeners.append((catcher, functools.partial(catchall.report, gate_path=spec.socket)))
     for listener, serve in listeners:

@@ -4,6 +4,10 @@ type and `[sandbox]`, and its session's private git dir (gitdir.py) kept in step
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -13,7 +17,7 @@ from pathlib import Path
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.entities import Session
 from taskgate.domain.errors import InvalidInput, VcsError
-from taskgate.domain.sandbox import Limits, SandboxPlan, SessionPaths, network_of, plan
+from taskgate.domain.sandbox import Limits, SandboxPlan, SessionPaths, network_of, plan, refusals_in_log
 from taskgate.infrastructure.git import _ENV, _git
 from taskgate.infrastructure.sandbox import bwrap, gitdir, toolchain
 
@@ -31,6 +35,7 @@ class BwrapSandboxes:
         self._mode, self._data_dir, self._outputs_root = mode, os.path.realpath(data_dir), outputs_root
         self._read, self._hide, self._limits = tuple(read), tuple(hide), limits or Limits()
         self._support = support  # probed at the first use (a bwrap run, ~10 ms), then kept
+        self._catch_all: str | bool | None = False  # False: not probed yet; None: works; else why not
 
     def state(self) -> tuple[str, str]:
         if self._mode == "off":
@@ -66,8 +71,12 @@ class BwrapSandboxes:
         run = tempfile.mkdtemp(prefix="taskgate-", dir=RUN_ROOT if os.path.isdir(RUN_ROOT) else None)
         sandbox = plan(paths, agent_id, toolchain=shown, read=[*self._read, *kind.read], hide=self._hide,
                        network=network, limits=self._limits, run_dir=run)  # fmt: skip
+        sandbox = dataclasses.replace(sandbox, catch_all=self.catch_all() is None)
         for folder in (sandbox.home, sandbox.tmp):
             Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
+        common = os.path.dirname(paths.objects_dir)
+        Path(paths.private_root, agent_id, "protected.json").write_text(json.dumps(_fingerprint(common)))
+        Path(paths.private_root, agent_id, "common.json").write_text(json.dumps(common))
         return sandbox
 
     def _paths(self, session: Session) -> SessionPaths:
@@ -100,8 +109,47 @@ class BwrapSandboxes:
 
         return await asyncio.to_thread(home)
 
+    def catch_all(self) -> str | None:
+        """None when connects to unlisted addresses are caught and recorded here, else why not (probed once)."""
+        if self._catch_all is False:
+            self._catch_all = bwrap.probe_catch_all()
+        return self._catch_all or None
+
+    async def refusals(self, session_id: str, agent_id: str, log: str) -> list[dict[str, str]]:
+        """What the sandbox refused this agent: its network gate's records (exact: what, when), the refused writes
+        its log names, and a breach of the project's git config or hooks if the fingerprint taken at its start
+        changed (must never happen)."""
+        private = os.path.join(self._data_dir, SANDBOX_FOLDER, session_id, agent_id)
+        return await asyncio.to_thread(_refusals, private, log)
+
     async def discard(self, session_id: str) -> None:
         await asyncio.to_thread(shutil.rmtree, os.path.join(self._data_dir, SANDBOX_FOLDER, session_id), True)
+
+
+def _fingerprint(common: str) -> dict[str, str]:
+    """What no agent may change in the project's git dir, by content: its config and its hooks."""
+    found = {}
+    for path in [Path(common, "config"), *sorted(Path(common, "hooks").glob("*"))]:
+        with contextlib.suppress(OSError):
+            found[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+def _refusals(private: str, log: str) -> list[dict[str, str]]:
+    records: list[dict[str, str]] = []
+    with contextlib.suppress(OSError):
+        for line in Path(private, "refusals.jsonl").read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                records.append({k: str(v) for k, v in json.loads(line).items()})
+    records += refusals_in_log(log)
+    with contextlib.suppress(OSError, ValueError):
+        before = json.loads(Path(private, "protected.json").read_text())
+        common = json.loads(Path(private, "common.json").read_text()) if Path(private, "common.json").exists() else ""
+        after = _fingerprint(common) if common else before
+        for name in sorted(set(before) | set(after)):
+            if before.get(name) != after.get(name):
+                records.append({"what": "breach", "target": f".git/{name}", "source": "fingerprint"})
+    return records
 
 
 def _common_of(worktree: str) -> str:
