@@ -66,7 +66,8 @@ class BwrapSandboxes:
         paths = self._paths(session)
         gitdir.prepare(paths.project_root, paths.worktree, str(session.branch_name), paths.git_dir, paths.dot_git)
         home = os.path.realpath(os.path.expanduser("~"))
-        shown = toolchain.prefixes(command, env, home)
+        # the PATH the agent gets: the service's own (the runner passes it through) unless its type sets one
+        shown = toolchain.prefixes(command, {"PATH": os.environ.get("PATH", os.defpath), **env}, home)
         # a short, private, unguessable folder: a Unix socket's path is at most 108 bytes (removed by agent_exec)
         run = tempfile.mkdtemp(prefix="taskgate-", dir=RUN_ROOT if os.path.isdir(RUN_ROOT) else None)
         sandbox = plan(paths, agent_id, toolchain=shown, read=[*self._read, *kind.read], hide=self._hide,
