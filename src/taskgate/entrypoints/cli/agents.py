@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -15,11 +15,12 @@ import typer
 from rich.console import Group
 from rich.text import Text
 
-from taskgate.bootstrap import Settings, agent_types, load_settings
+from taskgate.bootstrap import Settings, agent_types, load_settings, sandboxes
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.presets import PRESETS
 from taskgate.domain.agents.setups import CODEX_KEY, endpoint_of, endpoint_problem
 from taskgate.domain.errors import TaskgateError
+from taskgate.domain.sandbox import network_of
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import JsonOpt, emit, fail, group
 from taskgate.entrypoints.render import console
@@ -45,6 +46,7 @@ class AgentReadiness:
     output_format: str
     summary: str
     install: str
+    sandbox: str = ""  # "bwrap; network: …" or "off: why" (docs/agents.md)
 
 
 def readiness(settings: Settings, kind: AgentType) -> AgentReadiness:
@@ -100,10 +102,27 @@ def all_readiness() -> list[AgentReadiness]:
     bad configuration."""
     try:
         settings = load_settings()
-        return [readiness(settings, kind) for kind in agent_types(settings).values()]
+        mode, why = sandboxes(settings).state()
+        return [replace(readiness(settings, kind), sandbox=sandbox_of(settings, kind, mode, why))
+                for kind in agent_types(settings).values()]  # fmt: skip
     except TaskgateError as exc:
         fail(str(exc))
     raise AssertionError("unreachable")
+
+
+def sandbox_of(settings: Settings, kind: AgentType, mode: str, why: str) -> str:
+    """How an agent of `kind` would run: confined, with which network (taskgate's MCP endpoint and its model endpoint
+    as the service's environment names them now), or unconfined and why."""
+    if mode != "bwrap":
+        return f"{'OFF' if mode == 'off' else 'UNAVAILABLE'}: {why}"
+    env = {name: os.environ[name] for name in kind.endpoint if os.environ.get(name)}
+    endpoint = next(iter(env.values()), None)
+    mcp = f"http://{settings.mcp.host}:{settings.mcp.port}/mcp"
+    try:
+        network = network_of(kind.network, [endpoint] if endpoint else kind.hosts, mcp)
+    except TaskgateError as exc:
+        return f"bwrap; network: {exc}"
+    return f"bwrap; network {network if isinstance(network, str) else ', '.join(network)}"
 
 
 @agents_app.command("list")
@@ -116,8 +135,9 @@ def agents_list(as_json: JsonOpt = False) -> None:
     def table():
         shown = [(r.name, r.source, "yes" if r.ready else "no", r.version or ("-" if r.installed else "not found"),
                   ", ".join(r.credentials_set) or "-", " or ".join(r.needs_one_of) or "-", r.endpoint, r.mcp,
-                  r.summary or " ".join(r.program.split()[:1])) for r in rows]  # fmt: skip
-        columns = ["name", "source", "ready", "installed", "credentials set", "needs one of", "endpoint", "mcp", "what"]
+                  r.sandbox, r.summary or " ".join(r.program.split()[:1])) for r in rows]  # fmt: skip
+        columns = ["name", "source", "ready", "installed", "credentials set", "needs one of", "endpoint", "mcp",
+                   "sandbox", "what"]  # fmt: skip
         why = [Text(f"{r.name}: not ready: {r.problem}") for r in rows if r.installed and r.problem]
         return Group(render.table("Agent types", columns, shown, markup=False), *why)
 

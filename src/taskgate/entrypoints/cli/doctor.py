@@ -21,6 +21,7 @@ from taskgate.bootstrap import (
     dispatch_report,
     find_config_file,
     load_settings,
+    sandboxes,
 )
 from taskgate.domain.errors import TaskgateError
 from taskgate.entrypoints import render
@@ -51,6 +52,7 @@ def doctor(as_json: JsonOpt = False) -> None:
                             "" if settings.config_file else "taskgate init (in your repository)"))  # fmt: skip
         checks += asyncio.run(_service_checks(settings))
         checks += _agent_checks(settings)
+        checks += _sandbox_checks(settings)
     except TaskgateError as exc:
         checks.append(Check("config", "fail", str(exc), "fix the file named above"))
     if as_json:
@@ -190,6 +192,34 @@ def _agent_checks(settings) -> list[Check]:
             answered, said = _answers(ready.endpoint)
             checks.append(Check(f"agent {name}", "ok" if answered is not False else "warn", f"{detail}; {said}",
                                 "start the model server, or fix the endpoint variable"))  # fmt: skip
+    return checks
+
+
+def _sandbox_checks(settings) -> list[Check]:
+    """Whether agents run confined here (`[sandbox] mode`), what the network gate records, which limits hold."""
+    from taskgate.infrastructure.sandbox import limits
+
+    box = sandboxes(settings)
+    mode, why = box.state()
+    install = "apt-get install bubblewrap (or allow unprivileged user namespaces)"
+    if mode == "bwrap":
+        checks = [Check("sandbox", "ok", f"{why} (mode {settings.sandbox.mode})")]
+    elif mode == "unavailable":
+        return [Check("sandbox", "fail", f'required ([sandbox] mode = "bwrap") but unavailable: {why}', install)]
+    elif settings.sandbox.mode == "off":
+        return [Check("sandbox", "warn", why, 'remove [sandbox] mode = "off" to confine agents')]
+    else:
+        return [Check("sandbox", "warn", f"agents run unconfined: {why}", install)]
+    caught = box.catch_all()
+    checks.append(Check("sandbox network", "ok" if caught is None else "warn",
+                        "allow-lists enforced; refused connects recorded, also to unlisted addresses"
+                        if caught is None else f"allow-lists enforced; {caught}", "run the service as root with "
+                        "nftables installed to record every refused connect"))  # fmt: skip
+    support = limits.probe()
+    per_agent = f"per agent: pids {settings.sandbox.pids}, memory {settings.sandbox.memory_mb} MiB"
+    fix = "run the service as root or in a delegated cgroup"
+    checks.append(Check("sandbox limits", "ok" if support.kind != "rlimit" else "warn",
+                        f"{support.detail}; {per_agent}", fix))  # fmt: skip
     return checks
 
 
