@@ -22,17 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from taskgate.infrastructure.sandbox import bwrap
 from tests.conftest import make_git_repo
 from tests.e2e.test_cli import Cli, seed
+from tests.support.sandbox import require_bwrap
 
 HOSTILE = Path(__file__).parents[1] / "support" / "hostile_agent.py"
 ATTEMPTS = 18
-
-
-def require_bwrap() -> None:
-    support = bwrap.probe()
-    assert support.available, f"the sandbox tests need bubblewrap (apt-get install bubblewrap): {support.detail}"
 
 
 @pytest.fixture
@@ -160,6 +155,10 @@ def test_every_way_out_is_refused_and_the_agents_own_work_still_comes_home(hosti
     assert len([r for r in refused if r["what"] == "write"]) >= 5
     assert {r["agent"] for r in refused} == {agents[0]["id"]}
     assert not [kind for kind, _ in events(cli, session["id"]) if kind == "sandbox.breach"]
+    # where the operator looks: session status (text and JSON)
+    shown = cli.ok("session", "status", session["id"])
+    assert "sandbox refused: connect " in shown and "10.1.2.3:443 (catch-all)" in shown, shown
+    assert len(cli.json("session", "status", session["id"])["sandbox"]) == len(refused)
     started = [p for kind, p in events(cli, session["id"]) if kind == "agent.status" and p.get("to") == "running"]
     assert started[0]["sandbox"] == "bwrap" and started[0]["network"].startswith("allow-list: 127.0.0.1:")
     assert Path(session["worktree_path"], ".git").read_text().startswith("gitdir: ")

@@ -716,3 +716,23 @@ def print_workflow_outcome(session: Session, view: Any, reason: str | None = Non
         return True
     say(f"session {sid} is {state}" + (f" at {view.breadcrumb}" if view.depth else ""))
     return True
+
+
+def sandbox_lines(events: list[dict], per_kind: int = 4) -> list[str]:
+    """What the sandbox refused a session's agents, for `session status`: a count by kind, then the latest few of
+    each kind (a breach first: it must never happen)."""
+    if not events:
+        return []
+    by_what: dict[str, list[dict]] = {}
+    counts: dict[str, int] = {}
+    for event in events:
+        what = "BREACH" if event["kind"] == "sandbox.breach" else str(event["payload"].get("what", "?"))
+        by_what.setdefault(what, []).append(event["payload"])
+        counts[what] = counts.get(what, 0) + int(event["payload"].get("count", 1))
+    summary = ", ".join(f"{what} {n}" for what, n in sorted(counts.items()))
+    lines = [f"sandbox refused: {summary} (all: session status --json)"]
+    for what in sorted(by_what, key=lambda w: (w != "BREACH", w)):
+        for p in by_what[what][-per_kind:]:
+            if what != "more":
+                lines.append(f"  {str(p.get('agent', ''))[:8]} {what} {p.get('target', '')} ({p.get('source', '')})")
+    return lines

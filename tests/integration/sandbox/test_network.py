@@ -1,13 +1,12 @@
 """The sandbox's network end to end with the real bubblewrap: the gate on the host, `inside` in the namespace.
 
-Never skipped: without bwrap the tests fail and say how to install it (CI installs it).
+Never skipped in CI (which installs bwrap); elsewhere skipped, saying how to install it (tests/support/sandbox.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,16 +19,14 @@ import pytest
 
 from taskgate.infrastructure.sandbox.egress import EgressGate
 from tests.support.net_servers import RecordingHttp, tcp_server
+from tests.support.sandbox import require_bwrap
 
 PROXY_PORT = 3128
 
 
 @pytest.fixture(scope="module")
 def bwrap() -> str:
-    path = shutil.which("bwrap")
-    if path is None:
-        pytest.fail("bwrap (bubblewrap) is not installed: apt-get install bubblewrap")
-    return path
+    return require_bwrap()
 
 
 @pytest.fixture

@@ -120,6 +120,11 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
             return "off", "no sandbox configured"
         return self._sandboxes.state()
 
+    async def sandbox_events(self, session_id: str, limit: int = 200) -> list[dict]:
+        """What the sandbox refused the session's agents (`sandbox.refused`, `sandbox.breach`), oldest first."""
+        async with self._uow(write=False) as uow:
+            return await uow.events.list(session_id, limit, kind="sandbox.")
+
     def use_hooks(self, hooks: RunHooks) -> None:
         """Run the project's `before_agent` and `after_agent` hooks around each agent's process (docs/worktrees.md)."""
         self._hooks = hooks

@@ -172,13 +172,15 @@ def session_status(session_id: Annotated[str, typer.Argument()], as_json: JsonOp
     async def work(services: App):
         session = await services.sessions.get(await services.sessions.resolve_id(session_id))
         agents = await services.agents.agents(session.id) if services.agents is not None else []
-        return session, _engine(services).view(session), agents, await _owed_to_tracker(services, session.task_id)
+        refused = await services.agents.sandbox_events(session.id) if services.agents is not None else []
+        owed = await _owed_to_tracker(services, session.task_id)
+        return session, _engine(services).view(session), agents, owed, refused
 
-    session, view, agents, owed = run(work)
+    session, view, agents, owed, refused = run(work)
     if as_json:
         allowed = session_fsm.allowed_triggers(session.state, session.prior_state)
         extra = {"workflow": stack_view_json(view), "agents": agents, "usage": session_usage(agents),
-                 "tracker_writebacks": owed}  # fmt: skip
+                 "tracker_writebacks": owed, "sandbox": refused}  # fmt: skip
         render.print_json({**render.jsonable(session), "next_triggers": list(allowed), **extra})
         return
     render.print_workflow_status(session, view)
@@ -189,6 +191,8 @@ def session_status(session_id: Annotated[str, typer.Argument()], as_json: JsonOp
             console.print(f"    │ {line}", markup=False, highlight=False, soft_wrap=True)
     for label, line in render.usage_lines(agents):
         console.print(f"  {label}: {line}", markup=False, highlight=False, soft_wrap=True)
+    for line in render.sandbox_lines(refused):
+        console.print(terminal_safe(f"  {line}"), style="yellow", markup=False, highlight=False, soft_wrap=True)
     _print_owed(owed)
 
 

@@ -23,7 +23,7 @@ from taskgate.domain.errors import InvalidInput, NotFound
 from taskgate.domain.session_fsm import allowed_triggers
 from taskgate.entrypoints.console.diff_view import parse_patch
 from taskgate.entrypoints.console.web import SECURITY_HEADERS, Console, Visit, page
-from taskgate.entrypoints.render import jsonable, readable_log, transitions_csv, usage_lines
+from taskgate.entrypoints.render import jsonable, readable_log, sandbox_lines, transitions_csv, usage_lines
 
 AUDIT_LIMIT = 1000
 LOGS_SHOWN = 12  # the session page shows the logs of its last agents (the others: `taskgate session logs`)
@@ -127,6 +127,7 @@ async def _session_values(v: Visit, sid: str) -> dict[str, Any]:
         "step_latest": {r.step_id: r.id for r in steps},  # a step's latest run holds its output now
         "logs": {a.id: readable_log(a.output_path) for a in agents[-LOGS_SHOWN:]},
         "results": {a.id: result_of(a) for a in agents}, "usage": usage_lines(agents),
+        "sandbox": sandbox_lines(await app.agents.sandbox_events(sid)) if app.agents is not None else [],
         "triggers": allowed_triggers(session.state, session.prior_state),
         "may_decide": await v.may(Capability.DECIDE, sid), "may_fire": await v.may(Capability.FIRE, sid),
         "may_override": await v.may(Capability.OVERRIDE, sid), "may_steer": await v.may(Capability.STEER, sid),

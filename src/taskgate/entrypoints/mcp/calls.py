@@ -239,4 +239,9 @@ async def session_out(call: Call, session: Session, agents: list[Agent] | None =
     out = SessionOut.of(session, agents, engine.view(session) if engine and session.workflow_stack else None)
     if call.principal.operator_id is None:
         out.allowed_triggers = [t for t in out.allowed_triggers if Trigger(t) in AGENT_TRIGGERS]
+    elif call.app.agents is not None:  # what its sandbox refused: for the operator, not the agents themselves
+        out.sandbox = [{"kind": e["kind"], "at": str(e.get("at", "")), **e["payload"]}
+                       for e in await call.app.agents.sandbox_events(session.id)]  # fmt: skip
+    if out.sandbox:
+        out.summary += f"; sandbox refused {len(out.sandbox)}"
     return out

@@ -296,6 +296,11 @@ class SessionOut(BaseModel):
     usage: SessionUsageOut | None = Field(
         default=None, description="The tokens and cost its agents reported: in all, per run, per agent."
     )
+    sandbox: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="What the sandbox refused its agents (`sandbox.refused`/`sandbox.breach` events: what, target, "
+        "source, agent), oldest first; shown to operators only.",
+    )
 
     @classmethod
     def of(cls, s: Session, agents: Sequence[Agent] = (), workflow: StackView | None = None) -> SessionOut:
