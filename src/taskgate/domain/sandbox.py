@@ -120,7 +120,9 @@ def plan(
     mounts = [Mount("tmpfs", path) for path in SCRATCH]
     mounts += [Mount("hide", path) for path in _outermost(p for p in hidden if p not in SCRATCH)]
     mounts += [Mount("null", path) for path in SECRET_FILES]
-    shown = _outermost([*toolchain, *read])
+    # only what a hidden folder covers needs showing again (the rest of the root is visible, read-only, already)
+    covered = [p for p in hidden if p not in SCRATCH] + list(SCRATCH)
+    shown = [p for p in _outermost([*toolchain, *read]) if any(p == h or _inside(p, h) for h in covered)]
     mounts += [Mount("ro", path) for path in shown]
     # what a shown prefix holds of the hidden (a data dir under `~/.local`, keys under `~/.config`) is hidden again
     again = [*(f"{paths.operator_home}/{name}" for name in CREDENTIALS), paths.data_dir, paths.project_root, *hide]

@@ -118,7 +118,9 @@ class _Confined:
             threading.Thread(target=run, daemon=True).start()
 
     def enter(self) -> None:
-        """In the child, before exec: into the agent's limits (a failure leaves it unlimited, said in its log)."""
+        """In the child, before exec: SIGTERM ignored by bwrap (confinement.wrap says why), and into the agent's
+        limits (a failure leaves it unlimited, said in its log)."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if self.group is not None:
             try:
                 self.group.enter(os.getpid())

@@ -32,8 +32,8 @@ class Support:
 
 def argv(plan: SandboxPlan, inner: list[str]) -> list[str]:
     """`bwrap … -- inner…` for `plan`. The agent is pid 2 of its own pid namespace (its init, bwrap's, kills
-    every leftover when the agent ends), in a new session (no terminal to push input into), dies with its
-    launcher's wrapper, and has no network but loopback unless the plan's network is `open`."""
+    every leftover when the agent ends), dies with its launcher's wrapper, and has no network but loopback unless
+    the plan's network is `open`."""
     args = [_bwrap(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for mount in plan.mounts:
         args += _mount_args(mount)
@@ -43,7 +43,9 @@ def argv(plan: SandboxPlan, inner: list[str]) -> list[str]:
         args.append("--unshare-net")
     if plan.catch_all:  # for the in-sandbox init's nftables rules; it drops every capability before the agent runs
         args += ["--cap-add", "CAP_NET_ADMIN"]
-    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
+    # no --new-session: the agent stays in its wrapper's process group, so a stop's SIGTERM reaches it (and it
+    # has no terminal to push input into: agent_exec runs in a session of its own without one, stdin /dev/null)
+    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
     args += ["--setenv", "HOME", plan.home, "--setenv", "TMPDIR", plan.tmp, "--chdir", plan.chdir]
     return [*args, "--", *inner]
 

@@ -49,11 +49,14 @@ def write_spec(plan: SandboxPlan, agent: str) -> str:
 
 
 def wrap(plan: SandboxPlan, command: list[str]) -> list[str]:
-    """The agent's command, confined."""
-    inner = list(command)
+    """The agent's command, confined. bwrap starts with SIGTERM ignored (agent_exec sets it: a stop's SIGTERM to
+    the group must not end bwrap, whose death would SIGKILL the whole sandbox at once, with no grace for the
+    agent), so the agent's SIGTERM is set back to its default first: by the in-sandbox init (its own handler), or
+    by coreutils' `env --default-signal=TERM`."""
+    inner = ["env", "--default-signal=TERM", *command]
     if filtered(plan):
         spec = os.path.join(plan.run_dir, "inside.json")
-        inner = [sys.executable, "-m", "taskgate.infrastructure.sandbox.inside", spec, "--", *inner]
+        inner = [sys.executable, "-m", "taskgate.infrastructure.sandbox.inside", spec, "--", *command]
     return bwrap.argv(plan, inner)
 
 

@@ -72,7 +72,8 @@ class BwrapSandboxes:
         run = tempfile.mkdtemp(prefix="taskgate-", dir=RUN_ROOT if os.path.isdir(RUN_ROOT) else None)
         sandbox = plan(paths, agent_id, toolchain=shown, read=[*self._read, *kind.read], hide=self._hide,
                        network=network, limits=self._limits, run_dir=run)  # fmt: skip
-        sandbox = dataclasses.replace(sandbox, catch_all=self.catch_all() is None)
+        if not isinstance(network, str):  # an allow-list: the catch-all records what it refuses (root only)
+            sandbox = dataclasses.replace(sandbox, catch_all=self.catch_all() is None)
         for folder in (sandbox.home, sandbox.tmp):
             Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
         common = os.path.dirname(paths.objects_dir)
