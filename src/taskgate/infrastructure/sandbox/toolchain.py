@@ -84,8 +84,13 @@ def _venv_base(program: str, found: set[str], home: str) -> None:
 
 
 def _prefix(folder: str, home: str) -> str:
-    """The install prefix of a program folder: `…/bin` and `…/shims` → their parent; never the home or `/`."""
+    """The install prefix of a program folder: `…/bin` and `…/shims` → their parent; a Node package's folder →
+    its `node_modules` (a CLI loads its dependencies and platform binaries from sibling packages: Codex's
+    `@openai/codex-linux-x64`); never the home or `/`."""
     folder = os.path.abspath(folder)
+    parts = folder.split(os.sep)
+    if "node_modules" in parts:
+        return os.sep.join(parts[: parts.index("node_modules") + 1])
     if os.path.basename(folder) in ("bin", "shims", "sbin"):
         parent = os.path.dirname(folder)
         if parent not in ("/", "/usr", home) and not parent.startswith("/usr/"):
