@@ -178,3 +178,38 @@ def test_a_fork_bomb_or_a_runaway_allocation_ends_that_agent_not_the_node(hostil
     )
     assert cli.json("session", "status", session["id"])["state"] in ("failed", "verifying")
     assert not [line for line in os.popen("ps -eo stat,args").read().splitlines() if "hostile_agent.py" in line]
+
+
+PLANTER = r"""
+import os, subprocess, sys
+outside, home = sys.argv[1], sys.argv[2]
+os.symlink(outside, "out")            # committed: a link to a folder outside
+os.symlink(home, "home")              # a link to the operator's home
+os.symlink(outside + "/marker.txt", "notes.md")
+subprocess.run(["git", "add", "out", "notes.md", "home"], check=True)
+subprocess.run(["git", "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-q", "-m", "feat: links"], check=True)
+print("PLANTED")
+"""
+
+
+def test_symlinks_planted_in_the_worktree_lead_taskgates_review_merge_and_cleanup_nowhere(hostile, tmp_path):
+    cli, paths = hostile
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "marker.txt").write_text("outside, untouched\n")
+    planter = tmp_path / "planter.py"
+    planter.write_text(PLANTER)
+    config = Path(cli.env["TASKGATE_CONFIG"])
+    command = [sys.executable, str(planter), str(outside), str(paths["home"])]
+    config.write_text(config.read_text() + f"\n[agents.planter]\ncommand = {json.dumps(command)}\n")
+    before = fingerprint(outside, paths["home"])
+    session, log, _ = run_agent(cli, "planter")
+    assert "PLANTED" in log and session["state"] == "verifying", log
+    assert "out" in cli.ok("session", "review", session["id"], "--patch")
+    cli.ok("session", "decide", session["id"], "approve", "--reason", "links only")
+    cli.ok("session", "merge", session["id"])
+    assert cli.json("session", "show", session["id"])["state"] == "completed"
+    assert not Path(session["worktree_path"]).exists()
+    assert fingerprint(outside, paths["home"]) == before
+    assert sorted(p.name for p in outside.iterdir()) == ["marker.txt"]
+    assert git(paths["project"], "cat-file", "-p", "main:out") == str(outside)  # merged as a link, not followed

@@ -122,11 +122,17 @@ def plan(
     mounts += [Mount("null", path) for path in SECRET_FILES]
     # only what a hidden folder covers needs showing again (the rest of the root is visible, read-only, already)
     covered = [p for p in hidden if p not in SCRATCH] + list(SCRATCH)
-    shown = [p for p in _outermost([*toolchain, *read]) if any(p == h or _inside(p, h) for h in covered)]
+    wanted = [*toolchain, *read]
+    shown = [p for p in _outermost(wanted) if any(p == h or _inside(p, h) for h in covered)]
     mounts += [Mount("ro", path) for path in shown]
-    # what a shown prefix holds of the hidden (a data dir under `~/.local`, keys under `~/.config`) is hidden again
-    again = [*(f"{paths.operator_home}/{name}" for name in CREDENTIALS), paths.data_dir, paths.project_root, *hide]
-    mounts += [Mount("hide", path) for path in _outermost(again) if any(_inside(path, s) for s in shown)]
+    # what a shown folder holds of the hidden (the home under a script's folder, a data dir under `~/.local`, keys
+    # under `~/.config`) is hidden again, then what is wanted inside those is shown once more (never a credential)
+    credentials = [f"{paths.operator_home}/{name}" for name in CREDENTIALS]
+    again = _outermost(h for h in [*hidden, *credentials] if h not in SCRATCH and any(_inside(h, s) for s in shown))
+    mounts += [Mount("hide", path) for path in again]
+    inner = [p for p in _outermost(p for p in wanted if any(_inside(p, h) for h in again))
+             if not any(p == c or _inside(p, c) or _inside(c, p) for c in credentials)]  # fmt: skip
+    mounts += [Mount("ro", path) for path in inner]
     mounts += [Mount("ro", path) for path in (paths.objects_dir, paths.hooks_dir) if path]
     mounts += [Mount("rw", path) for path in (paths.worktree, paths.session_folder, paths.git_dir, home, tmp)]
     mounts += [Mount("ro", run), Mount("ro", f"{paths.worktree}/.git", paths.dot_git)]
