@@ -74,6 +74,7 @@ class SandboxPlan:
     refusals: str = ""  # where the host side records refused connections: never shown to the agent
     # connects to any other address are caught and recorded (root only: nftables in the sandbox's netns)
     catch_all: bool = False
+    agent_id: str = ""  # names its cgroup: one per agent, never shared
 
     @property
     def network_label(self) -> str:
@@ -140,7 +141,7 @@ def plan(
     return SandboxPlan(
         mounts=tuple(mounts), chdir=paths.worktree, home=home, tmp=tmp, network=network,
         forward_ports=tuple(_loopback_ports(network)), limits=limits or Limits(), run_dir=run,
-        refusals=f"{private}/refusals.jsonl",
+        refusals=f"{private}/refusals.jsonl", agent_id=agent_id,
     )  # fmt: skip
 
 

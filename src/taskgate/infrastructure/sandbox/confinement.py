@@ -31,19 +31,24 @@ def filtered(plan: SandboxPlan) -> bool:
 
 
 def write_spec(plan: SandboxPlan, agent: str) -> str:
-    """Write the outside spec (for agent_exec) and the inside one (for inside.py); returns the outside one's path."""
+    """Write the outside spec (for agent_exec) and the inside one (for inside.py); returns the outside one's path.
+    Raises: ValueError when the plan names no agent (its cgroup would have no name of its own)."""
+    if not plan.agent_id:
+        raise ValueError("a sandbox plan without an agent id")
     socket = os.path.join(plan.run_dir, "egress.sock")
-    outside = {"limits": {"name": os.path.basename(os.path.dirname(plan.run_dir)), "pids": plan.limits.pids,
+    # the agent's own cgroup, named by its id (a group shared by two agents would end both at the first's end)
+    outside = {"limits": {"name": f"agent-{plan.agent_id}", "pids": plan.limits.pids,
                           "memory_bytes": plan.limits.memory_bytes}}  # fmt: skip
     if filtered(plan):
-        outside["egress"] = {"socket": socket, "allow": list(plan.network), "refusals": plan.refusals, "agent": agent}
+        outside["egress"] = {"socket": socket, "allow": list(plan.network), "refusals": plan.refusals,
+                             "agent": plan.agent_id or agent}  # fmt: skip
         inside = {"socket": socket, "forward": list(plan.forward_ports), "proxy_port": proxy_port(plan),
                   "catch_all": plan.catch_all}  # fmt: skip
         if plan.catch_all:  # the host's services: reaching one inside is caught and recorded, not just refused
             taken = {*plan.forward_ports, proxy_port(plan)}
             inside["watched"] = sorted(host_listening_ports() - taken)[:MAX_WATCHED]
         _write(os.path.join(plan.run_dir, "inside.json"), inside)
-    path = os.path.join(os.path.dirname(plan.run_dir), "sandbox.json")
+    path = os.path.join(os.path.dirname(plan.refusals), "sandbox.json")  # the agent's own folder, not shown to it
     _write(path, outside)
     return path
 

@@ -96,10 +96,11 @@ def _create(project_root: str, git_dir: str) -> None:
     _git(project_root, "init", "--quiet", "--bare", "--", git_dir)
     for key, value in _CONFIG:
         _private(git_dir, "config", key, value)
-    for key in ("user.name", "user.email"):
+    # the project's identity (global config included: the agent cannot read it), else one that says "agent": a
+    # CLI that finds none writes one into the repository's config (aider), which is read-only here
+    for key, fallback in (("user.name", "taskgate agent"), ("user.email", "agent@taskgate.invalid")):
         value = _git(project_root, "config", "--get", key, check=False).strip()
-        if value:
-            _private(git_dir, "config", key, value)
+        _private(git_dir, "config", key, value or fallback)
     hooks = _git(project_root, "rev-parse", "--path-format=absolute", "--git-path", "hooks").strip()
     _private(git_dir, "config", "core.hooksPath", hooks)  # the project's pre-commit etc. still run, read-only, inside
     objects = _git(project_root, "rev-parse", "--path-format=absolute", "--git-path", "objects").strip()
