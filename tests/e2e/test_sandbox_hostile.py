@@ -9,6 +9,7 @@ refused, its own work still commits and comes home to its branch, and nothing ou
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from taskgate.infrastructure.sandbox import limits
 from tests.conftest import make_git_repo
 from tests.e2e.test_cli import Cli, seed
 from tests.support.sandbox import require_bwrap
@@ -213,3 +215,31 @@ def test_symlinks_planted_in_the_worktree_lead_taskgates_review_merge_and_cleanu
     assert fingerprint(outside, paths["home"]) == before
     assert sorted(p.name for p in outside.iterdir()) == ["marker.txt"]
     assert git(paths["project"], "cat-file", "-p", "main:out") == str(outside)  # merged as a link, not followed
+
+
+def test_many_sandboxed_agents_at_once_each_get_their_own_group_and_bring_their_own_work_home(hostile):
+    """Six `session execute` processes at once, each launching the scripted coder in its own sandbox: each agent
+    has a cgroup and a spec of its own (one agent's end must not end another's), and every commit comes home to its
+    own branch (the fetches home are serialised by the repository lock)."""
+    cli, paths = hostile
+    for index in range(6):
+        cli.json("task", "add", f"Parallel {index}")
+    sessions = [cli.json("session", "start", t["id"]) for t in cli.json("task", "ready") if "Parallel" in t["title"]]
+    launched = [subprocess.Popen([*cli_command(), "session", "execute", s["id"], "--agent", "coder"], cwd=cli.workdir,
+                                 env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for s in sessions]  # fmt: skip
+    for process in launched:
+        assert process.wait(timeout=300) == 0, process.stderr.read()
+    for session in sessions:
+        status = cli.json("session", "status", session["id"])
+        assert status["state"] == "verifying" and status["agents"][0]["exit_code"] == 0, status
+        started = [p for kind, p in events(cli, session["id"]) if kind == "agent.status" and p.get("to") == "running"]
+        assert started[0]["sandbox"] == "bwrap"
+        subject = git(paths["project"], "log", "-1", "--format=%s", session["branch_name"])
+        assert subject.startswith("feat: Parallel"), subject
+    # every agent had a group of its own, removed at its end
+    ours = {f"agent-{cli.json('session', 'status', s['id'])['agents'][0]['id']}" for s in sessions}
+    support = limits.probe()
+    assert support.kind in ("cgroup1", "cgroup2"), support.detail
+    left = {Path(d).name for d in glob.glob("/sys/fs/cgroup/**/taskgate/agent-*", recursive=True)}
+    assert ours.isdisjoint(left), ours & left
