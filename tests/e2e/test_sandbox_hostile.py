@@ -163,6 +163,7 @@ def test_every_way_out_is_refused_and_the_agents_own_work_still_comes_home(hosti
     assert len(cli.json("session", "status", session["id"])["sandbox"]) == len(refused)
     started = [p for kind, p in events(cli, session["id"]) if kind == "agent.status" and p.get("to") == "running"]
     assert started[0]["sandbox"] == "bwrap" and started[0]["network"].startswith("allow-list: 127.0.0.1:")
+    assert agents[0]["sandbox"] == f"bwrap; network {started[0]['network']}"  # the record says it too
     assert Path(session["worktree_path"], ".git").read_text().startswith("gitdir: ")
     assert "/.git/worktrees/" in Path(session["worktree_path"], ".git").read_text()
 

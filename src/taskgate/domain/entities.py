@@ -142,6 +142,7 @@ class Agent:
     pgid: int | None = None
     process_start: int | None = None
     ended_by: str | None = None  # the signal a stop ended its process group with: SIGTERM or SIGKILL
+    sandbox: str | None = None  # how its process was confined: "bwrap; network …" or "off: why" (None: before 0019)
 
 
 class StepStatus(StrEnum):

@@ -403,6 +403,7 @@ def agent_line(agent: Agent) -> str:
     said = _first_line(agent.error) if failed else (report.headline() if report else _first_line(agent.error))
     line += f": {terminal_safe(said)}" if said else ""
     line += f" (its process group ended by {agent.ended_by})" if agent.ended_by else ""  # a stop's signal
+    line += f" [UNCONFINED: {terminal_safe(agent.sandbox[5:])}]" if (agent.sandbox or "").startswith("off:") else ""
     return line + (f" ({report.usage()})" if report is not None and report.measured() else "")
 
 

@@ -30,6 +30,15 @@ from taskgate.domain.states import SessionState
 _log = logging.getLogger(__name__)
 
 
+def _sandbox_label(confined: dict[str, str]) -> str | None:
+    """The agent record's `sandbox`: how its process was confined, in the words of its start event."""
+    if not confined:
+        return None
+    if confined["sandbox"] == "bwrap":
+        return f"bwrap; network {confined['network']}"
+    return f"off: {confined.get('sandbox_reason', '')}"
+
+
 class AgentProcesses:
     """Each agent's process: started once its start is claimed, watched (heartbeats, timeout, stop), and how it ended
     recorded, every write fenced."""
@@ -129,7 +138,8 @@ class AgentProcesses:
             pid = await self._runner.start(command, cwd, env, output, inherit=kind.credentials, sandbox=plan)
             # its own child, not reaped yet: the pid cannot be another process's before this reads its start time
             started = replace(agent, status=AgentStatus.RUNNING, pid=pid, pgid=pid,
-                              process_start=self._runner.process_start(pid), started_at=self._clock.now())  # fmt: skip
+                              process_start=self._runner.process_start(pid), started_at=self._clock.now(),
+                              sandbox=_sandbox_label(confined))  # fmt: skip
         except (InvalidInput, HookFailed, VcsError) as exc:
             started, confined = replace(agent, error=str(exc)), {}
         change = {"to": started.status.value, "pid": started.pid, "error": started.error} | confined

@@ -184,6 +184,9 @@ class AgentOut(BaseModel):
     ended_by: str | None = Field(
         default=None, description="SIGTERM or SIGKILL: the signal a stop ended its process group with; else null."
     )
+    sandbox: str | None = Field(
+        default=None, description="How its process was confined: `bwrap; network …` or `off: why` (docs/agents.md)."
+    )
     report: AgentReportOut | None = Field(
         default=None,
         description="What its CLI said of its run, once it ended (a plain-text agent: its result only, counts 0).",
@@ -195,7 +198,7 @@ class AgentOut(BaseModel):
             id=a.id, type=a.agent_type, status=a.status.value, run=a.run, exit_code=a.exit_code,
             started_at=a.started_at, completed_at=a.completed_at, heartbeat_at=a.heartbeat_at,
             output_path=a.output_path, error=a.error, output_tail=a.output_tail[-1000:],
-            report=AgentReportOut.of(a.report), node=a.node_id, ended_by=a.ended_by,
+            report=AgentReportOut.of(a.report), node=a.node_id, ended_by=a.ended_by, sandbox=a.sandbox,
         )  # fmt: skip
 
 

@@ -223,6 +223,7 @@ agents = Table(
     Column("pgid", Integer, nullable=True),  # its process group (0018)
     Column("process_start", BigInteger, nullable=True),  # the leader's start time, clock ticks since boot (0018)
     Column("ended_by", String(16), nullable=True),  # SIGTERM | SIGKILL: the signal a stop ended it with (0018)
+    Column("sandbox", String(1000), nullable=True),  # how it was confined: "bwrap; network …" or "off: why" (0019)
     Index("ix_agents_status", "status"),
 )
 
