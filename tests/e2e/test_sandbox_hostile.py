@@ -244,3 +244,19 @@ def test_many_sandboxed_agents_at_once_each_get_their_own_group_and_bring_their_
     assert support.kind in ("cgroup1", "cgroup2"), support.detail
     left = {Path(d).name for d in glob.glob("/sys/fs/cgroup/**/taskgate/agent-*", recursive=True)}
     assert ours.isdisjoint(left), ours & left
+
+
+def test_off_only_by_an_explicit_setting_that_doctor_agents_list_the_record_and_the_audit_log_all_show(hostile):
+    cli, _ = hostile
+    config = Path(cli.env["TASKGATE_CONFIG"])
+    config.write_text(config.read_text().replace('mode = "bwrap"', 'mode = "off"'))
+    session, log, agents = run_agent(cli, "coder")
+    assert session["state"] == "verifying", log
+    started = [p for kind, p in events(cli, session["id"]) if kind == "agent.status" and p.get("to") == "running"]
+    assert started[0]["sandbox"] == "off" and 'mode = "off"' in started[0]["sandbox_reason"]
+    assert agents[0]["sandbox"].startswith("off: [sandbox] mode")
+    assert "[UNCONFINED: [sandbox] mode" in cli.ok("session", "status", session["id"])
+    doctor = {c["name"]: c for c in json.loads(cli.run("doctor", "--json").stdout)}
+    assert doctor["sandbox"]["status"] == "warn" and 'mode = "off"' in doctor["sandbox"]["detail"]
+    listed = {r["name"]: r for r in cli.json("agents", "list")}
+    assert listed["coder"]["sandbox"].startswith("OFF: [sandbox] mode")

@@ -88,3 +88,25 @@ def test_bwrap_argv_resolves_links_skips_absent_paths_and_makes_hidden_folders_r
     assert "--unshare-net" in args and args[-2:] == ["--", "true"]
     open_plan = type(p)((), "/", "/h", "/t", "open")
     assert "--unshare-net" not in bwrap.argv(open_plan, ["true"])
+
+
+async def test_a_required_sandbox_the_host_cannot_give_refuses_the_start_naming_why():
+    from datetime import UTC, datetime
+
+    from taskgate.domain.agents.kinds import AgentType
+    from taskgate.domain.entities import Session
+    from taskgate.domain.states import SessionState
+    from taskgate.infrastructure.sandbox.sessions import BwrapSandboxes
+
+    missing = bwrap.Support(False, "", "bubblewrap is not installed: apt-get install bubblewrap")
+    now = datetime.now(UTC)
+    session = Session("s1", "T-1", 1, None, None, SessionState.EXECUTING, 1, now, now, branch_name="b",
+                      worktree_path="/nowhere")  # fmt: skip
+    kind = AgentType("x", ("true",))
+    required = BwrapSandboxes("bwrap", "/data", "/data/out", support=missing)
+    assert required.state() == ("unavailable", missing.detail)
+    with pytest.raises(InvalidInput, match='required \\(\\[sandbox\\] mode = "bwrap"\\) but unavailable: bubblewrap'):
+        await required.prepare(session, "a1", kind, ["true"], {}, "")
+    automatic = BwrapSandboxes("auto", "/data", "/data/out", support=missing)
+    assert automatic.state() == ("off", missing.detail)
+    assert await automatic.prepare(session, "a1", kind, ["true"], {}, "") is None
