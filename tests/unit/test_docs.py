@@ -32,3 +32,17 @@ def test_the_operators_doc_shows_the_loop_generated_from_the_transition_table():
 
     doc = (ROOT / "docs" / "operators.md").read_text()
     assert f"```mermaid\n{loop_to_mermaid()}\n```" in doc
+
+
+def test_what_an_agent_cannot_do_names_every_attempt_of_the_hostile_agent():
+    """docs/agents.md's table of what an agent cannot do stays true: it names every attempt the hostile agent makes
+    (tests/e2e/test_sandbox_hostile.py checks each is refused), and no attempt it does not make."""
+    import re
+
+    hostile = (ROOT / "tests" / "support" / "hostile_agent.py").read_text()
+    attempts = set(re.findall(r'attempt\("([a-z-]+)"', hostile))
+    doc = (ROOT / "docs" / "agents.md").read_text()
+    section = doc.split("### What an agent can and cannot do: the sandbox", 1)[1].split("\n## ", 1)[0]
+    first_cells = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    documented = {name for cell in first_cells for name in re.findall(r"`([a-z-]+)`", cell)}
+    assert len(attempts) == 18 and documented == attempts, (attempts - documented, documented - attempts)
