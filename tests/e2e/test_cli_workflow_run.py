@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from taskgate.infrastructure.sandbox import bwrap
 from tests.conftest import make_git_repo
 from tests.e2e.test_cli import Cli, seed
 
@@ -255,6 +256,9 @@ def test_a_run_takes_input_and_context_its_prompts_and_manifest_show_them(cli: C
     runs = cli.json("workflow", "steps", sid[:8])
     assert [(r["step_id"], r["status"]) for r in runs] == [("make", "succeeded"), ("nested", "succeeded"),
                                                             ("more", "succeeded")]  # fmt: skip
+    # the workflow's agents, the nested workflow's included, ran in the sandbox where the host has one
+    expected = "bwrap; network" if bwrap.probe().available else "off:"
+    assert all(a["sandbox"].startswith(expected) for a in cli.json("session", "status", sid)["agents"])
 
 
 OUTER = """
