@@ -252,7 +252,7 @@ def sandboxes(settings: Settings) -> BwrapSandboxes:
     cfg = settings.sandbox
     limits = Limits(cfg.pids, cfg.memory_mb * 1024 * 1024 if cfg.memory_mb else None)
     return BwrapSandboxes(cfg.mode, str(settings.data_dir), str(settings.data_dir / "agent-outputs"), read=cfg.read,
-                          hide=cfg.hide, limits=limits)  # fmt: skip
+                          hide=cfg.hide, write=cfg.write, limits=limits)  # fmt: skip
 
 
 def node_service(settings: Settings, uow: UnitOfWorkFactory, clock: Clock) -> NodeService:

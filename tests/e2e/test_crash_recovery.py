@@ -146,6 +146,8 @@ class Service:
             f"[agents.slow]\ncommand = [{q(sys.executable)}, {q(str(script))}, "
             f'"{{task_id}}", "{{task_title}}", {q(str(self.release))}]\ntimeout_s = 120\n\n'
             f'[agents.fast]\ncommand = [{q(sys.executable)}, {q(str(script))}, "{{task_id}}", "{{task_title}}", "-"]\n'
+            # the agents write their tokens to, and wait for their release in, a folder the sandbox must let them
+            f"\n[sandbox]\nwrite = [{q(str(self.release))}]\n"
         )
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("TASKGATE_")} | {
             "TASKGATE_CONFIG": str(config),

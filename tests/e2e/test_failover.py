@@ -56,6 +56,7 @@ class Cluster:
             f"[agents.slow]\ncommand = [{q(sys.executable)}, {q(str(script))}, "
             f'"{{task_id}}", "{{task_title}}", {q(str(self.release))}]\ntimeout_s = 120\n\n'
             f"[node]\nheartbeat_s = {BEAT_S}\nlease_s = {LEASE_S}\n\n[sweeper]\ninterval_s = {SWEEP_S}\n"
+            f"\n[sandbox]\nwrite = [{q(str(self.release))}]\n"  # the agents' release folder, outside their worktree
         )
         base = {k: v for k, v in os.environ.items() if not k.startswith("TASKGATE_")}
         self.base = base | {"TASKGATE_CONFIG": str(config), "TASKGATE_DATABASE_URL": database_url,

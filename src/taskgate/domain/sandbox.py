@@ -105,12 +105,14 @@ def plan(
     toolchain: Iterable[str] = (),
     read: Iterable[str] = (),
     hide: Iterable[str] = (),
+    write: Iterable[str] = (),
     network: str | tuple[str, ...] = "none",
     limits: Limits | None = None,
     run_dir: str = "",
 ) -> SandboxPlan:
     """The sandbox of agent `agent_id` of the session at `paths`: `toolchain` (its command's interpreters and
-    install prefixes) and `read` (configured) shown read-only, `hide` (configured) hidden besides the defaults;
+    install prefixes) and `read` (configured) shown read-only, `hide` (configured) hidden besides the defaults,
+    `write` (configured: a shared cache, a build folder) writable;
     `run_dir`: its runtime folder (the network gate's socket), shown read-only."""
     private = f"{paths.private_root}/{agent_id}"
     home, tmp, run = f"{paths.private_root}/home", f"{private}/tmp", run_dir or f"{private}/run"
@@ -135,7 +137,8 @@ def plan(
              if not any(p == c or _inside(p, c) or _inside(c, p) for c in credentials)]  # fmt: skip
     mounts += [Mount("ro", path) for path in inner]
     mounts += [Mount("ro", path) for path in (paths.objects_dir, paths.hooks_dir) if path]
-    mounts += [Mount("rw", path) for path in (paths.worktree, paths.session_folder, paths.git_dir, home, tmp)]
+    mounts += [Mount("rw", path) for path in (*_outermost(write), paths.worktree, paths.session_folder, paths.git_dir,
+                                              home, tmp)]  # fmt: skip
     mounts += [Mount("ro", run), Mount("ro", f"{paths.worktree}/.git", paths.dot_git)]
     mounts += [Mount("ro", f"{paths.git_dir}/{part}") for part in ("config", "hooks", "objects/info")]
     return SandboxPlan(

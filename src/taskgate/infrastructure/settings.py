@@ -371,10 +371,11 @@ class SandboxSettings(BaseModel):
     mode: Literal["auto", "bwrap", "off"] = "auto"
     read: list[str] = Field(default_factory=list)  # folders every agent sees read-only besides its toolchain
     hide: list[str] = Field(default_factory=list)  # folders hidden besides the home, /tmp, the project and data
+    write: list[str] = Field(default_factory=list)  # folders every agent may write besides its own (a shared cache)
     pids: int | None = Field(default=1024, ge=16, le=1_000_000)  # processes per agent (a fork bomb ends there)
     memory_mb: int | None = Field(default=8192, ge=64, le=16 * 1024 * 1024)  # memory per agent (then OOM-killed)
 
-    @field_validator("read", "hide")
+    @field_validator("read", "hide", "write")
     @classmethod
     def _absolute(cls, value: list[str]) -> list[str]:
         bad = [p for p in value if not os.path.isabs(os.path.expanduser(p))]

@@ -56,8 +56,11 @@ class AgentRuns:
                 await self._save(agent, {"to": AgentStatus.RUNNING.value, "pid": agent.pid, "found": True})
             self._supervise(agent, self._type_or_default(agent.agent_type), reattach=True)
             return f"re-attached (pid {agent.pid}){was}"
+        # it ended while no service watched it: the commits its sandbox kept come home first (never lost)
+        await self._bring_back(agent)
+        await self._record_refusals(agent)
         if agent.output_path and (ended := self._runner.ended(agent.output_path)) is not None:
-            await self._finish(agent, ended, notify=True)  # it ended while no service watched it
+            await self._finish(agent, ended, notify=True)
             return f"ended meanwhile ({describe_exit(ended)}){was}"
         await self._finish(agent, AgentExit(None, "lost", ""), notify=True, error="lost at restart")
         return f"marked failed (process gone){was}"

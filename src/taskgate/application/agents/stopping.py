@@ -143,6 +143,7 @@ class AgentStops:
             return  # never started, or another node's process: that node's supervisor ends it at its next beat
         ended = await self._runner.end(agent.pid, agent.process_start, self._options.stop_grace_s)
         await self._record_end(agent, ended)
+        await self._bring_back(agent)  # what it committed in its sandbox before the stop is kept on the branch
 
     async def _record_end(self, agent: Agent, ended: GroupEnded) -> None:
         """The signal that ended the group, on the agent's row (unless a stopper recorded one first) and as an

@@ -48,8 +48,8 @@ def prepare(project_root: str, worktree: str, branch: str, git_dir: str, dot_git
         ):
             return  # the private branch is ahead: commits of a run not brought home yet stay (bring_back takes them)
         if private != head:  # new, or taskgate moved the project's branch (a rebase): the agent starts from there
+            _copy_index(worktree, git_dir)  # first: a crash before the ref moves redoes both at the next start
             _private(git_dir, "update-ref", f"refs/heads/{branch}", head)
-            _copy_index(worktree, git_dir)
         _private(git_dir, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
     Path(dot_git).write_text(f"gitdir: {git_dir}\n")
 
@@ -70,9 +70,17 @@ def bring_back(project_root: str, worktree: str, branch: str, git_dir: str, sess
         new = _rev(project_root, incoming)
         if not new or new == old:
             return None
-        _git(project_root, "update-ref", "-m", "taskgate: the sandboxed agent's commits", "--", f"refs/heads/{branch}",
-             new, old)  # fmt: skip
-        _git(worktree, "--git-dir", _linked_git_dir(project_root, worktree), "--work-tree", worktree, "reset", "-q")
+        # the worktree's index first, then the branch: a crash between them leaves the branch where it was, and the
+        # next bring_back fetches and does both again (the index never lags the branch it stands for)
+        admin = _linked_git_dir(project_root, worktree)
+        _git(worktree, "--git-dir", admin, "--work-tree", worktree, "read-tree", new)
+        try:
+            _git(project_root, "update-ref", "-m", "taskgate: the sandboxed agent's commits", "--",
+                 f"refs/heads/{branch}", new, old)  # fmt: skip
+        except VcsError:
+            _git(worktree, "--git-dir", admin, "--work-tree", worktree, "read-tree", old)
+            raise
+        _git(worktree, "--git-dir", admin, "--work-tree", worktree, "update-index", "-q", "--refresh", check=False)
         return new
 
 
@@ -92,7 +100,16 @@ def remove(git_dir: str) -> None:
 
 
 def _create(project_root: str, git_dir: str) -> None:
+    """Made whole in a folder beside it, then renamed into place: a crash half-way leaves no private dir without
+    its alternates (whose absence would fail every later start) but a leftover the next attempt replaces."""
     Path(git_dir).parent.mkdir(parents=True, exist_ok=True)
+    building = f"{git_dir}.new"
+    shutil.rmtree(building, ignore_errors=True)
+    _build(project_root, building)
+    os.rename(building, git_dir)
+
+
+def _build(project_root: str, git_dir: str) -> None:
     _git(project_root, "init", "--quiet", "--bare", "--", git_dir)
     for key, value in _CONFIG:
         _private(git_dir, "config", key, value)

@@ -22,7 +22,11 @@ from taskgate.infrastructure.git import _ENV, _git
 from taskgate.infrastructure.sandbox import bwrap, gitdir, toolchain
 
 RUN_ROOT = "/tmp"
-SANDBOX_FOLDER = "sandbox"  # <data_dir>/sandbox/<session id>/: git (the private git dir), home, <agent>/tmp, run
+SANDBOX_FOLDER = "sandbox"  # <data_dir>/sandbox/<session id>/: home, <agent>/ (tmp, refusals, specs), common.json
+# <project's git dir>/taskgate-sandbox/<session id>/: the private git dir (`git`) and the `.git` file shown for the
+# worktree (`dot-git`). Beside the project's objects, not in the node's data dir: a node that adopts the session
+# (docs/nodes.md) sees commits an agent of the first node made there, and brings them home.
+GIT_FOLDER = "taskgate-sandbox"
 
 
 class BwrapSandboxes:
@@ -30,10 +34,11 @@ class BwrapSandboxes:
 
     def __init__(
         self, mode: str, data_dir: str, outputs_root: str, *, read: Sequence[str] = (), hide: Sequence[str] = (),
-        limits: Limits | None = None, support: bwrap.Support | None = None,
+        write: Sequence[str] = (), limits: Limits | None = None, support: bwrap.Support | None = None,
     ) -> None:  # fmt: skip
         self._mode, self._data_dir, self._outputs_root = mode, os.path.realpath(data_dir), outputs_root
         self._read, self._hide, self._limits = tuple(read), tuple(hide), limits or Limits()
+        self._write = tuple(os.path.realpath(p) for p in write)
         self._support = support  # probed at the first use (a bwrap run, ~10 ms), then kept
         self._catch_all: str | bool | None = False  # False: not probed yet; None: works; else why not
 
@@ -71,7 +76,7 @@ class BwrapSandboxes:
         # a short, private, unguessable folder: a Unix socket's path is at most 108 bytes (removed by agent_exec)
         run = tempfile.mkdtemp(prefix="taskgate-", dir=RUN_ROOT if os.path.isdir(RUN_ROOT) else None)
         sandbox = plan(paths, agent_id, toolchain=shown, read=[*self._read, *kind.read], hide=self._hide,
-                       network=network, limits=self._limits, run_dir=run)  # fmt: skip
+                       write=self._write, network=network, limits=self._limits, run_dir=run)  # fmt: skip
         if not isinstance(network, str):  # an allow-list: the catch-all records what it refuses (root only)
             sandbox = dataclasses.replace(sandbox, catch_all=self.catch_all() is None)
         for folder in (sandbox.home, sandbox.tmp):
@@ -88,10 +93,13 @@ class BwrapSandboxes:
         common = _common_of(worktree)
         project = os.path.dirname(common)
         private = os.path.join(self._data_dir, SANDBOX_FOLDER, session.id)
+        shared = os.path.join(common, GIT_FOLDER, session.id)
+        Path(private).mkdir(parents=True, exist_ok=True)
+        Path(private, "common.json").write_text(json.dumps(common))  # for `discard`, once the worktree is gone
         outside = os.path.dirname(worktree)
         return SessionPaths(
             project_root=project, objects_dir=os.path.join(common, "objects"), worktree=worktree,
-            git_dir=os.path.join(private, "git"), dot_git=os.path.join(private, "dot-git"),
+            git_dir=os.path.join(shared, "git"), dot_git=os.path.join(shared, "dot-git"),
             session_folder=os.path.realpath(os.path.join(self._outputs_root, session.id)), private_root=private,
             data_dir=self._data_dir, operator_home=os.path.realpath(os.path.expanduser("~")),
             worktrees_root="" if outside.startswith(project + os.sep) else outside,
@@ -99,14 +107,16 @@ class BwrapSandboxes:
         )  # fmt: skip
 
     async def bring_back(self, session: Session) -> str | None:
-        private = os.path.join(self._data_dir, SANDBOX_FOLDER, session.id)
-        if not os.path.isdir(os.path.join(private, "git")) or not session.worktree_path or not session.branch_name:
+        if not session.worktree_path or not session.branch_name or not os.path.exists(session.worktree_path):
             return None
         worktree = os.path.realpath(session.worktree_path)
 
         def home() -> str | None:
-            project = os.path.dirname(_common_of(worktree))
-            return gitdir.bring_back(project, worktree, session.branch_name or "", os.path.join(private, "git"),
+            common = _common_of(worktree)
+            private = os.path.join(common, GIT_FOLDER, session.id, "git")
+            if not os.path.isdir(private):
+                return None  # no agent of this session ran confined: nothing to bring
+            return gitdir.bring_back(os.path.dirname(common), worktree, session.branch_name or "", private,
                                      session.id)  # fmt: skip
 
         return await asyncio.to_thread(home)
@@ -125,7 +135,15 @@ class BwrapSandboxes:
         return await asyncio.to_thread(_refusals, private, log)
 
     async def discard(self, session_id: str) -> None:
-        await asyncio.to_thread(shutil.rmtree, os.path.join(self._data_dir, SANDBOX_FOLDER, session_id), True)
+        await asyncio.to_thread(self._discard, session_id)
+
+    def _discard(self, session_id: str) -> None:
+        private = os.path.join(self._data_dir, SANDBOX_FOLDER, session_id)
+        with contextlib.suppress(OSError, ValueError):
+            common = json.loads(Path(private, "common.json").read_text())
+            if isinstance(common, str) and os.path.basename(session_id) == session_id:
+                shutil.rmtree(os.path.join(common, GIT_FOLDER, session_id), ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _fingerprint(common: str) -> dict[str, str]:
