@@ -140,7 +140,7 @@ async def bring_home(sandboxes, session, rounds: int) -> list[float]:
     """Seconds of `bring_back` after a commit made in the private git dir (as an agent inside makes it)."""
     times = []
     worktree = Path(session.worktree_path)
-    private = Path(sandboxes._data_dir, "sandbox", session.id, "git")
+    private = worktree.parents[1] / ".git" / "taskgate-sandbox" / session.id / "git"  # beside the project's objects
     for index in range(rounds):
         (worktree / f"home-{index}.txt").write_text(f"{index}\n")
         env = {**os.environ, "GIT_DIR": str(private), "GIT_WORK_TREE": str(worktree)}

@@ -50,6 +50,10 @@ def main(argv: list[str]) -> int:
         # before exec (the wrapper itself stays outside them, so it can end and remove the group afterwards)
         child = subprocess.Popen(command, preexec_fn=confined.enter if confined else None)
         if confined is not None:
+            try:
+                confined.serve()
+            except Exception as exc:  # no gate: the agent's connections are refused, nothing more is open
+                print(f"[taskgate sandbox] the network gate could not start: {exc!r}", flush=True)
             confined.watch()
         code = child.wait()
     except OSError as exc:
@@ -75,26 +79,27 @@ class _Confined:
 
     def __init__(self, spec_path: str) -> None:
         import json
+        import threading
 
         with open(spec_path) as handle:
             spec = json.load(handle)
-        import threading
 
+        # the agent's cgroup was made by the launcher (confinement.write_spec): here only its description, so
+        # nothing is imported on the way to the agent's start (the limits module loads in the watcher thread)
         self.group, self.gate, self.reason = None, None, ""
         self.closed = threading.Event()
-        limits = spec.get("limits")
-        if limits and (limits.get("pids") or limits.get("memory_bytes")):
-            from taskgate.infrastructure.sandbox import limits as cgroups
+        self.described = spec.get("group")
+        if spec.get("limits_error"):
+            print(f"[taskgate sandbox] limits not applied: {spec['limits_error']}", flush=True)
+        self.egress = spec.get("egress")
 
-            wanted = cgroups.Limits(pids=limits.get("pids"), memory_bytes=limits.get("memory_bytes"))
-            try:
-                self.group = cgroups.create(limits["name"], wanted)
-            except (OSError, ValueError) as exc:  # the agent still runs (doctor says limits are unavailable)
-                print(f"[taskgate sandbox] limits not applied: {exc}", flush=True)
-        egress = spec.get("egress")
-        if egress:
+    def serve(self) -> None:
+        """The network gate, started once the sandbox is on its way (its import is off the agent's start-up
+        path; the in-sandbox forwarder waits for the socket to appear)."""
+        if self.egress:
             from taskgate.infrastructure.sandbox.egress import EgressGate
 
+            egress = self.egress
             self.gate = EgressGate(egress["socket"], egress["allow"], egress["refusals"], egress.get("agent", ""))
             self.gate_socket = egress["socket"]
             self.gate.start()
@@ -105,6 +110,7 @@ class _Confined:
         import threading
 
         def run() -> None:
+            self._open_group()
             while not self.closed.wait(0.25):
                 reason = self.group.end_reason() if self.group is not None else None
                 if reason:
@@ -114,24 +120,41 @@ class _Confined:
                         self.group.kill()
                     return
 
-        if self.group is not None:
+        if self.described is not None:
             threading.Thread(target=run, daemon=True).start()
+
+    def _open_group(self) -> None:
+        if self.group is None and self.described is not None:
+            from taskgate.infrastructure.sandbox.limits import Group
+
+            self.group = Group.from_json(self.described["json"])
 
     def enter(self) -> None:
         """In the child, before exec: SIGTERM ignored by bwrap (confinement.wrap says why), and into the agent's
         limits (a failure leaves it unlimited, said in its log)."""
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if self.group is not None:
-            try:
-                self.group.enter(os.getpid())
-            except OSError as exc:
-                os.write(2, f"[taskgate sandbox] limits not applied: {exc}\n".encode())
+        if self.described is None:
+            return
+        try:
+            if self.described["kind"] == "rlimit":
+                import resource
+
+                if self.described["memory_bytes"]:
+                    cap = self.described["memory_bytes"]
+                    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+                return
+            for folder in self.described["dirs"]:
+                with open(os.path.join(folder, "cgroup.procs"), "w") as procs:
+                    procs.write(str(os.getpid()))
+        except OSError as exc:
+            os.write(2, f"[taskgate sandbox] limits not applied: {exc}\n".encode())
 
     def close(self) -> None:
         self.closed.set()
         if self.gate is not None:
             self.gate.close()
             shutil.rmtree(os.path.dirname(self.gate_socket), ignore_errors=True)  # the run folder: socket, spec
+        self._open_group()
         if self.group is not None:
             reason = self.group.end_reason()
             if reason and not self.reason:

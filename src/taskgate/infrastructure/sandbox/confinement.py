@@ -15,7 +15,7 @@ import os
 import sys
 
 from taskgate.domain.sandbox import SandboxPlan
-from taskgate.infrastructure.sandbox import bwrap
+from taskgate.infrastructure.sandbox import bwrap, limits
 
 MAX_WATCHED = 500  # host ports watched inside (an nftables set; more would slow nothing but say little more)
 PROXY_PORTS = (3128, 3129, 8118, 18118)  # the in-sandbox proxy's port: the first not forwarded
@@ -36,9 +36,7 @@ def write_spec(plan: SandboxPlan, agent: str) -> str:
     if not plan.agent_id:
         raise ValueError("a sandbox plan without an agent id")
     socket = os.path.join(plan.run_dir, "egress.sock")
-    # the agent's own cgroup, named by its id (a group shared by two agents would end both at the first's end)
-    outside = {"limits": {"name": f"agent-{plan.agent_id}", "pids": plan.limits.pids,
-                          "memory_bytes": plan.limits.memory_bytes}}  # fmt: skip
+    outside: dict = _group(plan)
     if filtered(plan):
         outside["egress"] = {"socket": socket, "allow": list(plan.network), "refusals": plan.refusals,
                              "agent": plan.agent_id or agent}  # fmt: skip
@@ -51,6 +49,21 @@ def write_spec(plan: SandboxPlan, agent: str) -> str:
     path = os.path.join(os.path.dirname(plan.refusals), "sandbox.json")  # the agent's own folder, not shown to it
     _write(path, outside)
     return path
+
+
+def _group(plan: SandboxPlan) -> dict:
+    """The agent's own cgroup, made here, in the launcher (limits.py loaded already), named by the agent's id (a
+    group shared by two agents would end both at the first's end): its description for agent_exec, whose child
+    enters it before exec. A failure is said in the agent's log; the agent still runs (doctor names the cause)."""
+    if not plan.limits.pids and not plan.limits.memory_bytes:
+        return {}
+    wanted = limits.Limits(pids=plan.limits.pids, memory_bytes=plan.limits.memory_bytes)
+    try:
+        group = limits.create(f"agent-{plan.agent_id}", wanted)
+    except (OSError, ValueError) as exc:
+        return {"limits_error": str(exc)}
+    described = {"kind": group.kind, "dirs": list(group.dirs), "memory_bytes": plan.limits.memory_bytes}
+    return {"group": described | {"json": group.to_json()}}
 
 
 def wrap(plan: SandboxPlan, command: list[str]) -> list[str]:

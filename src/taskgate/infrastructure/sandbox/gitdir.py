@@ -41,17 +41,24 @@ def prepare(project_root: str, worktree: str, branch: str, git_dir: str, dot_git
         if not os.path.isdir(git_dir):
             _create(project_root, git_dir)
         private = _private_rev(git_dir, f"refs/heads/{branch}")
-        if (
-            private
-            and private != head
-            and _ok(git_dir, "merge-base", "--is-ancestor", head, private, env={**_ENV, "GIT_DIR": git_dir})
-        ):
-            return  # the private branch is ahead: commits of a run not brought home yet stay (bring_back takes them)
-        if private != head:  # new, or taskgate moved the project's branch (a rebase): the agent starts from there
+        # the private branch ahead (commits of a run not brought home yet) stays: bring_back takes them
+        ahead = bool(private) and private != head and _ok(git_dir, "merge-base", "--is-ancestor", head, private,
+                                                          env={**_ENV, "GIT_DIR": git_dir})  # fmt: skip
+        if private != head and not ahead:  # new, or taskgate moved the project's branch (a rebase): start there
             _copy_index(worktree, git_dir)  # first: a crash before the ref moves redoes both at the next start
             _private(git_dir, "update-ref", f"refs/heads/{branch}", head)
-        _private(git_dir, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
-    Path(dot_git).write_text(f"gitdir: {git_dir}\n")
+        wanted = f"ref: refs/heads/{branch}"
+        if _read(Path(git_dir, "HEAD")) != wanted:  # a file read saves a git process at each start
+            _private(git_dir, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+    if _read(Path(dot_git)) != f"gitdir: {git_dir}":
+        Path(dot_git).write_text(f"gitdir: {git_dir}\n")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def bring_back(project_root: str, worktree: str, branch: str, git_dir: str, session_id: str) -> str | None:

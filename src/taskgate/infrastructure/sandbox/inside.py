@@ -109,14 +109,26 @@ def ensure_loopback_up() -> None:
         subprocess.run([ip, "link", "set", "lo", "up"], check=False, stdout=subprocess.DEVNULL)
 
 
+GATE_WAIT_S = 5.0  # agent_exec starts the gate just after the sandbox (off the agent's start-up path)
+
+
 def _connect_gate(path: str) -> socket.socket:
-    gate = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        gate.connect(path)
-    except OSError:
-        gate.close()
-        raise
-    return gate
+    """A connection to the gate, waiting up to GATE_WAIT_S for its socket to appear (it is made just after the
+    sandbox starts, so an agent's very first connection may come before it)."""
+    deadline = time.monotonic() + GATE_WAIT_S
+    while True:
+        gate = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            gate.connect(path)
+            return gate
+        except (FileNotFoundError, ConnectionRefusedError):
+            gate.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+        except OSError:
+            gate.close()
+            raise
 
 
 def _forward(client: socket.socket, *, gate_path: str, port: int) -> None:

@@ -173,10 +173,19 @@ def _refusals(private: str, log: str) -> list[dict[str, str]]:
 
 
 def _common_of(worktree: str) -> str:
-    """The project's git dir (resolved) of a linked worktree, asked of git with its admin folder named."""
-    common = _git(worktree, "rev-parse", "--path-format=absolute", "--git-common-dir",
-                  env={**_ENV, "GIT_DIR": _linked_admin(worktree)}).strip()  # fmt: skip
-    return os.path.realpath(common)
+    """The project's git dir (resolved) of a linked worktree: its admin folder's `commondir` (as git reads it),
+    else git is asked. The admin folder must name the worktree back (its `gitdir` file), or VcsError."""
+    admin = _linked_admin(worktree)
+    try:
+        common = Path(admin, "commondir").read_text().strip()
+        back = Path(admin, "gitdir").read_text().strip()
+    except OSError:
+        common = _git(worktree, "rev-parse", "--path-format=absolute", "--git-common-dir",
+                      env={**_ENV, "GIT_DIR": admin}).strip()  # fmt: skip
+        return os.path.realpath(common)
+    if os.path.realpath(back) != os.path.realpath(os.path.join(worktree, ".git")):
+        raise VcsError(f"{worktree}/.git names an admin folder of another worktree ({admin})")
+    return os.path.realpath(os.path.join(admin, common))
 
 
 def _linked_admin(worktree: str) -> str:
