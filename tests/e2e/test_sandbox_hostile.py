@@ -155,6 +155,7 @@ def test_every_way_out_is_refused_and_the_agents_own_work_still_comes_home(hosti
         ("evil.example:443", "proxy"),
     }
     assert len([r for r in refused if r["what"] == "write"]) >= 5
+    assert len([r for r in refused if r["what"] == "git"]) >= 2  # update-ref on the hidden project, push into it
     assert {r["agent"] for r in refused} == {agents[0]["id"]}
     assert not [kind for kind, _ in events(cli, session["id"]) if kind == "sandbox.breach"]
     # where the operator looks: session status (text and JSON)
@@ -174,6 +175,8 @@ def test_a_fork_bomb_or_a_runaway_allocation_ends_that_agent_not_the_node(hostil
     session, log, agents = run_agent(cli, agent)
     assert f"hit its {limit}" in log, log
     assert agents[0]["status"] == "failed", agents
+    limits_hit = [p for kind, p in events(cli, session["id"]) if kind == "sandbox.refused" and p["what"] == "limit"]
+    assert limits_hit and limits_hit[0]["target"].startswith(limit), limits_hit
     # the node still serves: the next agent runs and its work comes home
     assert "OWN WORK COMMITTED" in log
     assert git(paths["project"], "log", "-1", "--format=%s", session["branch_name"]) == (

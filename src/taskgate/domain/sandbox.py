@@ -206,17 +206,25 @@ def _outermost(paths: Iterable[str]) -> list[str]:
     return kept
 
 
-# What a refused write looks like in a program's error output (the kernel refuses silently; the program says so)
+# What a refused write looks like in a program's error output (the kernel refuses silently; the program says so),
+# git finding the project's hidden git dir gone, and the wrapper's own line when a limit ended the agent
 _REFUSED_WRITE = ("Read-only file system", "Device or resource busy")
+_REFUSED_GIT = ("not a git repository: ", "does not appear to be a git repository")
+_LIMIT_HIT = "[taskgate sandbox] the agent hit its "
 MAX_REFUSALS = 50  # per agent on the audit log; more are counted in one last event
 
 
 def refusals_in_log(text: str) -> list[dict[str, str]]:
-    """Writes the sandbox refused, as far as the agent's log tells (best effort: a quiet agent leaves nothing to
-    find; enforcement never depends on it): one record per distinct line naming such an error."""
+    """What the sandbox refused, as far as the agent's log tells (best effort: a quiet agent leaves nothing to find;
+    enforcement never depends on it): one record per distinct line naming a refused write, a git call that found
+    the project's git dir hidden, or the limit that ended the agent."""
     found: dict[str, dict[str, str]] = {}
     for line in text.splitlines():
-        if any(mark in line for mark in _REFUSED_WRITE):
-            target = line.strip()[:300]
+        target = line.strip()[:300]
+        if line.startswith(_LIMIT_HIT):
+            found.setdefault(target, {"what": "limit", "target": line[len(_LIMIT_HIT) :].strip(), "source": "cgroup"})
+        elif any(mark in line for mark in _REFUSED_WRITE):
             found.setdefault(target, {"what": "write", "target": target, "source": "log"})
+        elif any(mark in line for mark in _REFUSED_GIT):
+            found.setdefault(target, {"what": "git", "target": target, "source": "log"})
     return list(found.values())

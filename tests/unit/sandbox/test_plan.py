@@ -67,6 +67,11 @@ def test_refused_writes_are_read_from_the_log_once_per_line():
     assert refusals_in_log(log) == [
         {"what": "write", "target": "cp: cannot create 'x': Read-only file system", "source": "log"}]  # fmt: skip
     assert refusals_in_log("all good\n") == []
+    ended = "[taskgate sandbox] the agent hit its pids limit: fork refused 97 times: ending it\n"
+    assert refusals_in_log(ended) == [
+        {"what": "limit", "target": "pids limit: fork refused 97 times: ending it", "source": "cgroup"}]  # fmt: skip
+    git = "fatal: not a git repository: '/src/shop/.git'\n"
+    assert refusals_in_log(git)[0]["what"] == "git"
 
 
 def test_codex_runs_with_its_own_sandbox_off_inside_ours():
