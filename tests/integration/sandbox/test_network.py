@@ -22,6 +22,7 @@ from tests.support.net_servers import RecordingHttp, tcp_server
 from tests.support.sandbox import require_bwrap
 
 PROXY_PORT = 3128
+CHECKOUT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,8 @@ def sandboxed(bwrap: str, folder: Path, forward: list[int], script: str, catch_a
     spec.write_text(json.dumps({**fields, "catch_all": catch_all}))
     return [
         *(bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"),
+        # this checkout and its venv shown again: a fresh clone (and CI's) may lie under /tmp
+        *("--ro-bind", str(CHECKOUT), str(CHECKOUT), "--ro-bind", sys.prefix, sys.prefix),
         *("--bind", str(folder), str(folder), "--unshare-net", "--unshare-pid", "--die-with-parent"),
         *(("--cap-add", "CAP_NET_ADMIN") if catch_all else ()),
         "--",
