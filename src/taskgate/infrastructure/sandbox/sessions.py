@@ -83,7 +83,6 @@ class BwrapSandboxes:
             Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
         common = os.path.dirname(paths.objects_dir)
         Path(paths.private_root, agent_id, "protected.json").write_text(json.dumps(_fingerprint(common)))
-        Path(paths.private_root, agent_id, "common.json").write_text(json.dumps(common))
         return sandbox
 
     def _paths(self, session: Session) -> SessionPaths:
@@ -164,7 +163,8 @@ def _refusals(private: str, log: str) -> list[dict[str, str]]:
     records += refusals_in_log(log)
     with contextlib.suppress(OSError, ValueError):
         before = json.loads(Path(private, "protected.json").read_text())
-        common = json.loads(Path(private, "common.json").read_text()) if Path(private, "common.json").exists() else ""
+        session_record = Path(private).parent / "common.json"  # written once per session by `_paths`
+        common = json.loads(session_record.read_text()) if session_record.exists() else ""
         after = _fingerprint(common) if common else before
         for name in sorted(set(before) | set(after)):
             if before.get(name) != after.get(name):
