@@ -17,6 +17,9 @@ from taskgate.application.agents.ports import AgentRunner
 from taskgate.application.agents.supervisor import AgentService, ExecutionOptions
 from taskgate.application.audit.ledger import AuditLedger
 from taskgate.application.audit.queries import AuditService
+from taskgate.application.forge.deliveries import ForgeDeliveries
+from taskgate.application.forge.follower import ForgeFollower
+from taskgate.application.forge.publish import ForgePublisher
 from taskgate.application.nodes.adoption import SessionAdoption
 from taskgate.application.nodes.heartbeats import NodeIdentity, NodeService
 from taskgate.application.operators.access import AccessService
@@ -70,6 +73,7 @@ from taskgate.infrastructure.worktree_setup import LocalWorktreeSetup
 if TYPE_CHECKING:  # the database layer (SQLAlchemy) loads when a database is opened: see `bootstrap`
     from taskgate.infrastructure.db.engine import Database
     from taskgate.infrastructure.db.unit_of_work import SqlAlchemyUnitOfWork
+    from taskgate.infrastructure.forge.directory import SettingsForges
 
 __all__ = [
     "BUILTIN_CATALOGUE",
@@ -110,6 +114,9 @@ class App:
     adoption: SessionAdoption | None = None  # moving a down node's sessions here (docs/nodes.md)
     writebacks: WritebackService | None = None  # status writes owed to the external tracker (durable outbox)
     ledger: AuditLedger | None = None  # the audit chains' checkpoints, verification and retention (docs/audit.md)
+    forge: ForgeFollower | None = None  # the forge loop (docs/forge.md), when a project has a [forge]
+    forge_deliveries: ForgeDeliveries | None = None  # its webhook endpoint's use case
+    forges: SettingsForges | None = None  # which forge each project has
 
     async def close(self) -> None:
         """Run the closers (e.g. an agent endpoint), newest first, then release the database."""
@@ -411,7 +418,26 @@ async def bootstrap(
     app.adoption = SessionAdoption(uow, services[0], extras[0], app.nodes, clock, agents.process_alive)
     app.recovery = Recovery(services[0], extras[0], services[3], agents, app.workflows)
     app.ledger = audit_ledger(settings, uow, clock)
+    build_forge(settings, app)
     return app
+
+
+def build_forge(settings: Settings, app: App) -> None:
+    """The forge loop when any project has a `[forge]` (docs/forge.md): pushes and pull requests as effects after
+    the others, the merge asked of the forge first, the follower and its webhook deliveries. Nothing otherwise:
+    a project without a forge merges locally, as before."""
+    from taskgate.infrastructure.forge.directory import SettingsForges  # githubkit loads only with a forge
+
+    forges = SettingsForges(settings)
+    if not forges.configured():
+        return
+    assert app.uow is not None and app.clock is not None
+    publisher = ForgePublisher(app.uow, app.sessions, forges, app.clock)
+    app.sessions.use_effects(CompositeEffects([app.sessions.effects, publisher]))
+    app.workspaces.use_remote_merge(publisher.merge_through)
+    app.forges = forges
+    app.forge = ForgeFollower(app.uow, app.sessions, publisher, forges, app.clock, app.nodes)
+    app.forge_deliveries = ForgeDeliveries(app.uow, forges, app.forge, app.clock)
 
 
 def audit_ledger(settings: Settings, uow: Any, clock: Clock) -> AuditLedger:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from taskgate.application.agents.ports import AgentRepository
+from taskgate.application.forge.ports import PullRequestRepository
 from taskgate.application.nodes.ports import LeaseRepository, NodeRepository
 from taskgate.application.operators.ports import OperatorRepository, TokenRepository
 from taskgate.application.sessions.ports import (
@@ -66,6 +67,7 @@ class UnitOfWork(Protocol):
     writebacks: WritebackRepository
     nodes: NodeRepository
     leases: LeaseRepository
+    pull_requests: PullRequestRepository
 
     async def __aenter__(self) -> UnitOfWork: ...
     async def __aexit__(self, *exc_info: object) -> None:

@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from taskgate.domain.entities import Operator, Permission, Role
 from taskgate.domain.errors import Forbidden
-from taskgate.domain.states import Trigger
+from taskgate.domain.states import FORGE_ROUNDS, Trigger
 
 
 class PrincipalKind(StrEnum):
@@ -54,7 +54,10 @@ ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
 DECISION_TRIGGERS: frozenset[Trigger] = frozenset({Trigger.APPROVE, Trigger.REQUEST_CHANGES, Trigger.REJECT})
 """Triggers that are an operator's decision on a verification (project_decide fires them)."""
 
-_APPROVER_TRIGGERS = DECISION_TRIGGERS | {Trigger.MERGE, Trigger.REVERIFY}  # reverify reopens a decision
+_APPROVER_TRIGGERS = (
+    DECISION_TRIGGERS | FORGE_ROUNDS | {Trigger.MERGE, Trigger.REVERIFY, Trigger.UPDATE_PR, Trigger.FORGE_MERGED}
+)
+# reverify reopens a decision; the forge's triggers act on an approval (fired by hand they need approve too)
 _PERMISSION_OF: dict[Capability, Permission] = {
     Capability.READ: Permission.READ,
     Capability.READ_SESSION: Permission.READ,

@@ -20,7 +20,8 @@
     │   ├── WorktreeNotCreated  a new session's worktree could not be made: the session was cancelled
     │   └── BranchGone          a session's branch was deleted outside taskgate
     ├── HookFailed              a worktree lifecycle hook (`[hooks]`) exited non-zero or ran past its timeout
-    └── TrackerError            an external tracker (Beads' `bd`) is missing, timed out or failed
+    ├── TrackerError            an external tracker (Beads' `bd`) is missing, timed out or failed
+    └── ForgeError              the forge's API or remote refused or failed (ForgeHeadMoved: a merge's head moved)
 
 Every message names the thing that was wrong and, where there is one, what to do next.
 """
@@ -219,6 +220,15 @@ class ClaimRefused(TrackerError):
     def __init__(self, issue_id: str, said: str) -> None:
         super().__init__(f"cannot claim {issue_id} in the tracker: {said}")
         self.issue_id = issue_id
+
+
+class ForgeError(TaskgateError):
+    """The forge (its API or its git remote) refused or failed; the message names the call, what the forge said, and
+    what to check (the token's variable, the remote, the URL). Never carries the token."""
+
+
+class ForgeHeadMoved(ForgeError):
+    """The pull request's head is not the commit that was approved: the forge refused the compare-and-swap merge."""
 
 
 class WrongNode(ConflictError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from taskgate.domain.forge import SUBSTATES
 from taskgate.domain.states import (
     ACTIVE_STATES,
     SUSPENDABLE_STATES,
@@ -29,6 +30,7 @@ class Initiator(StrEnum):
     DECISION = "decision"
     SWEEPER = "sweeper"
     SYSTEM = "system"
+    FORGE = "forge"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,24 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     _row(T.TIMEOUT, {S.EXECUTING, S.VERIFYING}, S.TIMED_OUT, Initiator.SWEEPER, "session deadline passed"),
     _row(T.ABANDON, ACTIVE_STATES - {S.CREATED}, S.ABANDONED, Initiator.SWEEPER, "heartbeats missed"),
     _row(T.CANCEL, _NON_TERMINAL, S.CANCELLED, Initiator.OPERATOR, "agents stopped, worktree removed"),
+    # the forge loop (docs/forge.md): the pull request's checks, reviews and merge fed back
+    _row(T.CI_FAILED, S.AWAITING_MERGE, S.EXECUTING, Initiator.FORGE, "a check failed: the agents fix it"),
+    _row(
+        T.REVIEW_CHANGES,
+        {S.AWAITING_MERGE, S.VERIFYING},
+        S.EXECUTING,
+        Initiator.FORGE,
+        "a review on the forge asks for changes",
+    ),
+    _row(T.REBASE, S.AWAITING_MERGE, S.EXECUTING, Initiator.FORGE, "the pull request conflicts with its base"),
+    _row(T.UPDATE_PR, S.VERIFYING, S.AWAITING_MERGE, Initiator.FORGE, "a forge round's fix pushed to the pull request"),
+    _row(
+        T.FORGE_MERGED,
+        {S.AWAITING_MERGE, S.VERIFYING},
+        S.MERGED,
+        Initiator.FORGE,
+        "the pull request was merged on the forge",
+    ),
 )
 
 
@@ -130,7 +150,17 @@ def to_mermaid() -> str:
         label = row.trigger.value + (f" [prior={row.when_prior.value}]" if row.when_prior else "")
         lines.extend(f"    {src.value} --> {row.dest.value}: {label}" for src in sorted(row.sources))
     lines.extend(f"    {state.value} --> [*]" for state in sorted(TERMINAL_STATES))
+    lines.extend(_pull_request_substates())
     return "\n".join(lines)
+
+
+def _pull_request_substates() -> list[str]:
+    """`awaiting_merge`'s sub-states with a forge: the pull request's (domain/forge.py SUBSTATES), nested."""
+    first = SUBSTATES[0][0].value
+    # prefixed: a sub-state may share a name with a state (merged), and Mermaid has one namespace
+    lines = [f"    state {S.AWAITING_MERGE.value} {{", f"        [*] --> pr_{first}"]
+    lines.extend(f"        pr_{a.value} --> pr_{b.value}: {what}" for a, b, what in SUBSTATES)
+    return [*lines, "    }"]
 
 
 # The operator's loop: agents work, a person decides, the work comes back or lands (docs/operators.md).

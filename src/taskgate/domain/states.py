@@ -48,6 +48,11 @@ class Trigger(StrEnum):
     TIMEOUT = "timeout"
     ABANDON = "abandon"
     CANCEL = "cancel"
+    CI_FAILED = "ci_failed"
+    REVIEW_CHANGES = "review_changes"
+    REBASE = "rebase"
+    UPDATE_PR = "update_pr"
+    FORGE_MERGED = "forge_merged"
 
 
 S = SessionState
@@ -63,6 +68,10 @@ SUSPENDABLE_STATES: frozenset[SessionState] = WIP_STATES
 
 ACTIVE_STATES: frozenset[SessionState] = frozenset({S.CREATED, S.INITIALIZING, S.READY, *WIP_STATES, S.SUSPENDED})
 """A session doing or waiting to do work: the sweeper may abandon it, an error may fail it."""
+
+
+FORGE_ROUNDS: frozenset[Trigger] = frozenset({Trigger.CI_FAILED, Trigger.REVIEW_CHANGES, Trigger.REBASE})
+"""The forge sends the agents back: a failed check, a review asking for changes, a conflict (docs/forge.md)."""
 
 
 def is_terminal(state: SessionState) -> bool:

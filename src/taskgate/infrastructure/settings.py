@@ -116,6 +116,7 @@ class ProjectSettings(BaseModel):
     test_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
     policies: PoliciesSettings = PoliciesSettings()
     hooks: HooksSettings | None = None
+    forge: ForgeSettings | None = None  # unset: the top-level [forge]
 
 
 class ConfiguredToken(BaseModel):
@@ -190,6 +191,33 @@ class GitSettings(BaseModel):
     merge_mode: Literal["ff-only", "no-ff"] = "ff-only"
     orphans: Literal["prune", "report"] = "prune"
     max_patch_bytes: int = Field(default=200_000, ge=1_000, le=50_000_000)
+
+
+class ForgeSettings(BaseModel):
+    """`[forge]` (or `[projects.<name>.forge]`): where a session's branch is pushed and opened as a pull request,
+    and how its checks and reviews come back (docs/forge.md). `kind = "none"` keeps today's local merge."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["none", "github"] = "none"
+    remote: str = Field(default="origin", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    api_url: str = Field(default="https://api.github.com", pattern=r"^https?://")
+    # owner/name; unset: read from the remote's URL (github.com/acme/shop.git → acme/shop)
+    repository: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    # the environment variable holding the token: never copied into an agent's environment, a file or a log
+    token_env: str = Field(default="GITHUB_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # the environment variable holding the webhook secret; unset: webhooks are refused, polling only
+    webhook_secret_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    merge_method: Literal["merge", "squash", "rebase"] = "merge"
+    auto_merge: bool = True  # merge through the forge once the approved head is green (else `session merge`)
+    max_ci_rounds: int = Field(default=3, ge=0, le=100)
+    max_review_rounds: int = Field(default=3, ge=0, le=100)
+    max_rebase_rounds: int = Field(default=2, ge=0, le=100)
+    min_checks: int = Field(default=1, ge=0, le=1000)  # a head with fewer reported checks is still pending
+    log_tail_lines: int = Field(default=80, ge=1, le=10_000)
+    poll_s: float = Field(default=30.0, gt=0, le=86_400)  # how often an open pull request is looked at
+    delete_branch: bool = True  # delete the pushed branch once merged (only if it is still at taskgate's head)
+    console_url: str | None = Field(default=None, pattern=r"^https?://")  # links in pull requests; unset: the id
 
 
 class ContextSettings(BaseModel):
@@ -419,6 +447,7 @@ class Settings(BaseSettings):
     sqlite: SqliteSettings = SqliteSettings()
     mcp: McpSettings = McpSettings()
     git: GitSettings = GitSettings()
+    forge: ForgeSettings = ForgeSettings()
     hooks: HooksSettings = HooksSettings()
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     execution: ExecutionSettings = ExecutionSettings()

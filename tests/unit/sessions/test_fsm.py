@@ -100,5 +100,15 @@ def test_the_mermaid_diagram_has_one_edge_per_source_of_every_row():
     for row in TRANSITIONS:
         for src in row.sources:
             assert f"    {src.value} --> {row.dest.value}: {row.trigger.value}" in diagram
-    edges = [line for line in diagram.splitlines() if "-->" in line and "[*]" not in line]
+    edges = [line for line in diagram.splitlines() if line.startswith("    ") and "-->" in line and "[*]" not in line]
+    edges = [line for line in edges if not line.startswith("        ")]  # the pull request's sub-states, nested
     assert len(edges) == sum(len(r.sources) for r in TRANSITIONS)
+
+
+def test_the_diagram_nests_the_pull_request_sub_states_in_awaiting_merge():
+    from taskgate.domain.forge import SUBSTATES
+
+    diagram = to_mermaid()
+    nested = diagram.split("    state awaiting_merge {\n", 1)[1].split("\n    }", 1)[0].splitlines()
+    assert nested[0] == "        [*] --> pr_pushing"
+    assert nested[1:] == [f"        pr_{a.value} --> pr_{b.value}: {what}" for a, b, what in SUBSTATES]

@@ -38,7 +38,7 @@ from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.stalls import ProgressWatch
 from taskgate.domain.entities import Agent, AgentStatus, Project, Session
 from taskgate.domain.errors import InvalidInput
-from taskgate.domain.states import TERMINAL_STATES, SessionState, Trigger
+from taskgate.domain.states import FORGE_ROUNDS, TERMINAL_STATES, SessionState, Trigger
 
 _STOP_ON = frozenset({Trigger.CANCEL, Trigger.FAIL, Trigger.REJECT, Trigger.TIMEOUT, Trigger.ABANDON})
 
@@ -298,4 +298,4 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
         return self._types.get(name) or AgentType(name, ("true",))
 
 
-_RELAUNCH_ON = frozenset({Trigger.REQUEST_CHANGES, Trigger.RETRY})
+_RELAUNCH_ON = frozenset({Trigger.REQUEST_CHANGES, Trigger.RETRY, *FORGE_ROUNDS})  # rounds: the forge's instructions

@@ -25,6 +25,8 @@ class WorkspaceMerges:
     """Approve and merge in git: the approved head and change recorded, checked again before the merge, the merge asked
     for recorded before git moves anything, then rebase (or merge) and fast-forward."""
 
+    _remote_merge = None  # set by WorkspaceService.use_remote_merge: a forge's merge, asked first
+
     async def _merge(self, session: Session, cmd: FireTrigger) -> FireTrigger:
         project = await self._project(session.project_id)
         if not session.branch_name or not session.worktree_path:
@@ -32,6 +34,8 @@ class WorkspaceMerges:
         await self._refuse_unapproved_change(session)
         await self._record_merge_request(session, cmd)
         crashpoints.reached("merge.requested")
+        if self._remote_merge is not None and (through := await self._remote_merge(session, cmd)) is not None:
+            return through  # the project has a forge: merged there (application/forge/publish.py)
         forget = {MERGE_REQUESTED: None}  # a refused merge is no longer owed: a restart must not try it again
         try:
             outcome = await self._vcs.merge(

@@ -19,6 +19,7 @@ absolute folder outside the project); branches follow the configured pattern.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import replace
 from typing import Any
@@ -46,6 +47,7 @@ from taskgate.domain.naming import branch_name
 from taskgate.domain.states import SessionState, Trigger
 
 SYSTEM_ACTOR = "system"
+RemoteMerge = Callable[[Session, FireTrigger], Awaitable[FireTrigger | None]]
 _ENDED = frozenset({SessionState.MERGED, SessionState.COMPLETED, SessionState.CANCELLED, SessionState.ROLLED_BACK})
 _BEFORE = frozenset({Trigger.INITIALIZE, Trigger.APPROVE, Trigger.MERGE, Trigger.COMPENSATE, Trigger.CLEANUP_DONE})
 
@@ -59,6 +61,12 @@ class WorkspaceService(WorkspaceReconciliation, WorkspaceMerges):
         self._uow, self._vcs, self._clock, self._options, self._scout = uow, vcs, clock, options, scout
         self._sessions: SessionService | None = None
         self._hooks: WorktreeHooks | None = None
+        self._remote_merge: RemoteMerge | None = None
+
+    def use_remote_merge(self, merge: RemoteMerge) -> None:
+        """Ask `merge` first at every merge: a project with a forge merges its pull request there (it returns the
+        transition's changes), one without gets None and the local merge (the composition root's call)."""
+        self._remote_merge = merge
 
     def use_hooks(self, hooks: WorktreeHooks) -> None:
         """Run the project's lifecycle hooks and copy its `.worktreeinclude` files (the composition root's call)."""
@@ -109,8 +117,8 @@ class WorkspaceService(WorkspaceReconciliation, WorkspaceMerges):
         if trigger == Trigger.INITIALIZE:
             crashpoints.reached("start.initializing")
             return await self._prepare(session)
-        if trigger in (Trigger.MERGE, Trigger.COMPENSATE):
-            crashpoints.reached("merge.merged" if trigger == Trigger.MERGE else "compensate.rolled_back")
+        if trigger in (Trigger.MERGE, Trigger.COMPENSATE, Trigger.FORGE_MERGED):
+            crashpoints.reached("compensate.rolled_back" if trigger == Trigger.COMPENSATE else "merge.merged")
             return Aftermath(self._fire(session, Trigger.CLEANUP_DONE, reason=f"automatic after {trigger.value}"))
         if trigger == Trigger.CANCEL:
             return Aftermath(warning=await self._discard_quietly(session) or "")

@@ -9,6 +9,7 @@ import typer
 
 from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.domain import session_fsm
+from taskgate.domain.forge import SUBSTATES
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.common import (
     JsonOpt,
@@ -87,3 +88,7 @@ def fsm(fmt: Annotated[FsmFormat, typer.Option("--format")] = FsmFormat.table) -
         render.print_json([dict(zip(keys, row, strict=True)) for row in rows])
         return
     console.print(render.table("Session transitions", ["trigger", "from", "to", "when prior", "by", "what"], rows))
+    subs = [(a.value, b.value, what) for a, b, what in SUBSTATES]
+    console.print(
+        render.table("awaiting_merge with a forge: the pull request's sub-states", ["from", "to", "when"], subs)
+    )

@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from taskgate.bootstrap import App
@@ -36,6 +36,7 @@ def console_app(runtime_app: Callable[[], App | None]) -> tuple[Starlette, Conso
         methods = {"/signin": ["GET", "POST"], "/signin/link": ["GET"]}.get(path, ["POST"])
         routes.append(Route(path, endpoint, methods=methods))
     routes += [Route("/events", _events(console)), Route("/static/{name}", _static)]
+    routes.append(Route("/forge/webhook", _forge_webhook(runtime_app), methods=["POST"]))
     return Starlette(routes=routes), console
 
 
@@ -51,6 +52,21 @@ def beside_mcp(mcp: Any, console: Starlette) -> Any:
             await console(scope, receive, send)
 
     return dispatch
+
+
+def _forge_webhook(runtime_app: Callable[[], App | None]) -> Callable[[Request], Any]:
+    """`POST /forge/webhook`: a forge's delivery (application/forge/deliveries.py). No session cookie or token: the
+    delivery's HMAC signature is its authentication. 404 when no project has a forge."""
+
+    async def receive(request: Request) -> Response:
+        app = runtime_app()
+        if app is None or app.forge_deliveries is None:
+            return PlainTextResponse("no forge is configured", status_code=404)
+        body = await request.body()
+        answer = await app.forge_deliveries.receive({k.lower(): v for k, v in request.headers.items()}, body)
+        return PlainTextResponse(answer.text, status_code=answer.status)
+
+    return receive
 
 
 def _events(console: Console) -> Callable[[Request], Any]:

@@ -41,6 +41,7 @@ class _OpenApp:
             app.nodes.identity = dataclasses.replace(app.nodes.identity, url=self.agent_url)
         beating = await _start_heartbeat(app)
         sweeping = _start_sweeper(self.settings, app)
+        following = _start_forge(app)
         sealing = asyncio.create_task(_seal_audit_log(app), name="taskgate-audit-seal")  # off the first answer's path
         linking = _start_linker(self.settings, app)
         delivering = None
@@ -54,6 +55,7 @@ class _OpenApp:
             await _stop_webhooks(delivering)
             await _stop_sweeper(linking)  # a pass in flight rolls back whole; the next start links its records
             await _stop_sweeper(sweeping)
+            await _stop_sweeper(following)
             await _stop_sweeper(beating)
             await app.close()
 
@@ -120,6 +122,14 @@ def _start_sweeper(settings: Settings, app: App) -> tuple[asyncio.Event, asyncio
         return None
     stop = asyncio.Event()
     return stop, asyncio.create_task(build_sweeper(settings, app).run(stop), name="taskgate-sweeper")
+
+
+def _start_forge(app: App) -> tuple[asyncio.Event, asyncio.Task[None]] | None:
+    """The forge loop (docs/forge.md) when a project has a `[forge]`: looks at open pull requests, acts on them."""
+    if app.forge is None:
+        return None
+    stop = asyncio.Event()
+    return stop, asyncio.create_task(app.forge.run(stop), name="taskgate-forge")
 
 
 async def _stop_sweeper(sweeping: tuple[asyncio.Event, asyncio.Task[None]] | None) -> None:

@@ -362,6 +362,41 @@ tracker_writebacks = Table(
     Index("ix_tracker_writebacks_task", "task_id", "id"),
 )
 
+# -- The forge loop (0020, docs/forge.md) ------------------------------------------------------------------------------
+# One row per session pushed to a forge: what taskgate pushed, the pull request, the forge's last look (JSON, cleared by
+# each push; stored by compare-and-swap on `pushed`), what happened last, and a webhook's poke.
+pull_requests = Table(
+    "pull_requests",
+    metadata,
+    Column("session_id", String(36), ForeignKey("sessions.id"), primary_key=True),
+    Column("project_id", Integer, ForeignKey("projects.id"), nullable=False),
+    Column("branch", String(500), nullable=False),
+    Column("base", String(500), nullable=False),
+    Column("number", Integer, nullable=True),
+    Column("url", Text, nullable=True),
+    Column("pushed", String(64), nullable=True),
+    Column("pushed_at", UtcDateTime, nullable=True),
+    Column("status", String(32), nullable=False),
+    Column("observation", JSON, nullable=True),
+    Column("observed_at", UtcDateTime, nullable=True),
+    Column("note", Text, nullable=False, server_default=text("''")),
+    Column("error", Text, nullable=True),
+    Column("poke", Boolean, nullable=False, server_default=false()),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Index("ix_pull_requests_branch", "branch"),
+)
+
+# Webhook deliveries from the forge: accepted ones by their delivery id (a replay is refused by the key), refused and
+# replayed ones under an id of their own, so both are counted.
+forge_deliveries = Table(
+    "forge_deliveries",
+    metadata,
+    Column("id", String(100), primary_key=True),
+    Column("event", String(100), nullable=False),
+    Column("outcome", String(16), nullable=False),  # accepted | refused | replay
+    Column("received_at", UtcDateTime, nullable=False),
+)
+
 # -- The audit chains (0014, docs/audit.md) ---------------------------------------------------------------------------
 # Each audited record (a row of transition_log, decisions or events) has one link: its place in its chain and its
 # link hash (domain/audit/chain.py), written by the linker after the record's commit (since 0016). A chain's head
@@ -439,6 +474,8 @@ ALL_TABLES = [
     tracker_writebacks,
     nodes,
     leases,
+    pull_requests,
+    forge_deliveries,
     audit_links,
     audit_chains,
     audit_marks,

@@ -17,6 +17,7 @@ from taskgate.infrastructure.db.audit_store import SqlAlchemyAuditRepository
 from taskgate.infrastructure.db.commit_group import Member
 from taskgate.infrastructure.db.connections import AnyConnection
 from taskgate.infrastructure.db.engine import Database
+from taskgate.infrastructure.db.forge_store import SqlAlchemyPullRequestRepository
 from taskgate.infrastructure.db.node_store import SqlAlchemyLeaseRepository, SqlAlchemyNodeRepository
 from taskgate.infrastructure.db.outbox_store import SqlAlchemyDeliveryRepository, SqlAlchemyWritebackRepository
 from taskgate.infrastructure.db.session_store import (
@@ -124,6 +125,7 @@ _REPOSITORY_CLASSES: dict[str, type] = {
     "writebacks": SqlAlchemyWritebackRepository,
     "nodes": SqlAlchemyNodeRepository,
     "leases": SqlAlchemyLeaseRepository,
+    "pull_requests": SqlAlchemyPullRequestRepository,
 }
 REPOSITORIES = tuple(_REPOSITORY_CLASSES)  # the port's repositories (UnitOfWork): bound, and refused after commit
 # The AuditUnitOfWork port's one more (application/audit/ports.py): only the SQL units have the audit chains.

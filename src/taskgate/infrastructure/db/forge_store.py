@@ -1,0 +1,91 @@
+"""The forge loop's rows: each session's pull request, and the webhook deliveries (0020, docs/forge.md)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+
+from taskgate.application.forge.ports import PullRequestRecord
+from taskgate.infrastructure.db import statements as sql
+from taskgate.infrastructure.db import tables as t
+from taskgate.infrastructure.db.repository_base import TERMINAL, SqlRepository
+
+_COLUMNS = tuple(f.name for f in fields(PullRequestRecord) if f.name != "extra")
+
+
+class SqlAlchemyPullRequestRepository(SqlRepository):
+    async def get(self, session_id: str) -> PullRequestRecord | None:
+        row = await self._one(select(t.pull_requests).where(t.pull_requests.c.session_id == session_id))
+        return _record(row) if row else None
+
+    async def save(self, record: PullRequestRecord) -> None:
+        values = {name: getattr(record, name) for name in _COLUMNS}
+        stmt = sql.dialect_insert(self._dialect)(t.pull_requests).values(values)
+        changed = {k: v for k, v in values.items() if k != "session_id"}
+        await self._conn.execute(
+            stmt.on_conflict_do_update(index_elements=[t.pull_requests.c.session_id], set_=changed)
+        )
+
+    async def following(self) -> list[PullRequestRecord]:
+        p, s = t.pull_requests.c, t.sessions.c
+        stmt = (
+            select(t.pull_requests)
+            .join(t.sessions, s.id == p.session_id)
+            .where(s.state.not_in(TERMINAL))
+            .order_by(p.session_id)
+        )
+        return [_record(row) for row in await self._all(stmt)]
+
+    async def store_observation(
+        self, session_id: str, pushed: str | None, observation: dict[str, Any], status: str, at: datetime
+    ) -> bool:
+        p = t.pull_requests.c
+        # the compare-and-swap: a push since the look was taken changed `pushed`, and the look no longer applies
+        same_push = p.pushed.is_(None) if pushed is None else p.pushed == pushed
+        stmt = (
+            update(t.pull_requests)
+            .where(p.session_id == session_id, same_push)
+            .values(observation=observation, status=status, observed_at=at, poke=False, error=None, updated_at=at)
+        )
+        return (await self._conn.execute(stmt)).rowcount == 1
+
+    async def note(self, session_id: str, note: str, at: datetime) -> None:
+        p = t.pull_requests.c
+        await self._conn.execute(
+            update(t.pull_requests).where(p.session_id == session_id).values(note=note, updated_at=at)
+        )
+
+    async def poke(self, branch: str | None, number: int | None) -> int:
+        p = t.pull_requests.c
+        # the branch when the delivery names one (numbers repeat across repositories), else the number
+        if branch:
+            wanted = p.branch == branch
+        elif number is not None:
+            wanted = p.number == number
+        else:
+            return 0
+        return (await self._conn.execute(update(t.pull_requests).where(wanted).values(poke=True))).rowcount
+
+    async def record_delivery(self, delivery: str, event: str, outcome: str, at: datetime) -> bool:
+        # the primary key refuses a delivery id seen before: a replay, whichever node received the first one
+        stmt = sql.dialect_insert(self._dialect)(t.forge_deliveries).values(
+            id=delivery, event=event, outcome=outcome, received_at=at
+        )
+        return (await self._conn.execute(stmt.on_conflict_do_nothing(index_elements=["id"]))).rowcount == 1
+
+    async def delivery_counts(self) -> dict[str, int]:
+        d = t.forge_deliveries.c
+        rows = (await self._conn.execute(select(d.outcome, func.count()).group_by(d.outcome))).all()
+        return {row[0]: row[1] for row in rows}
+
+    async def forget_deliveries(self, before: datetime) -> int:
+        """Drop delivery ids older than `before` (GitHub redelivers within days, not months)."""
+        d = t.forge_deliveries.c
+        return (await self._conn.execute(delete(t.forge_deliveries).where(d.received_at < before))).rowcount
+
+
+def _record(row: Any) -> PullRequestRecord:
+    return PullRequestRecord(**{name: row[name] for name in _COLUMNS})
