@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from taskgate.application.forge.ports import PullRequestRecord
 from taskgate.application.nodes.ports import Lease, NodeRecord
 from taskgate.application.sessions.ports import TestOutcome, TransitionQuery
 from taskgate.application.trackers.ports import TaskFacts
@@ -96,6 +97,8 @@ class InMemoryStore:
     writebacks: dict[int, Writeback] = field(default_factory=dict)
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     leases: dict[str, Lease] = field(default_factory=dict)
+    pull_requests: dict[str, PullRequestRecord] = field(default_factory=dict)
+    forge_deliveries: dict[str, tuple[str, str, datetime]] = field(default_factory=dict)
     next_id: dict[str, int] = field(default_factory=dict)
 
     def allocate(self, kind: str) -> int:
@@ -530,6 +533,55 @@ class InMemoryLeaseRepository(_Repo):
             del self.store.leases[name]
 
 
+class InMemoryPullRequestRepository(_Repo):
+    async def get(self, session_id: str) -> PullRequestRecord | None:
+        found = self.store.pull_requests.get(session_id)
+        return replace(found) if found is not None else None
+
+    async def save(self, record: PullRequestRecord) -> None:
+        self.store.pull_requests[record.session_id] = replace(record, extra={})
+
+    async def following(self) -> list[PullRequestRecord]:
+        live = {sid for sid, s in self.store.sessions.items() if s.state not in TERMINAL_STATES}
+        return [replace(r) for sid, r in sorted(self.store.pull_requests.items()) if sid in live]
+
+    async def store_observation(self, session_id, pushed, observation, status, at) -> bool:
+        record = self.store.pull_requests.get(session_id)
+        if record is None or record.pushed != pushed:
+            return False
+        self.store.pull_requests[session_id] = replace(
+            record, observation=observation, status=status, observed_at=at, poke=False, error=None, updated_at=at
+        )
+        return True
+
+    async def note(self, session_id: str, note: str, at: datetime) -> None:
+        if (record := self.store.pull_requests.get(session_id)) is not None:
+            self.store.pull_requests[session_id] = replace(record, note=note, updated_at=at)
+
+    async def poke(self, branch: str | None, number: int | None) -> int:
+        if branch:
+            hit = [sid for sid, r in self.store.pull_requests.items() if r.branch == branch]
+        elif number is not None:
+            hit = [sid for sid, r in self.store.pull_requests.items() if r.number == number]
+        else:
+            hit = []
+        for sid in hit:
+            self.store.pull_requests[sid] = replace(self.store.pull_requests[sid], poke=True)
+        return len(hit)
+
+    async def record_delivery(self, delivery: str, event: str, outcome: str, at: datetime) -> bool:
+        if delivery in self.store.forge_deliveries:
+            return False
+        self.store.forge_deliveries[delivery] = (event, outcome, at)
+        return True
+
+    async def delivery_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for _, outcome, _ in self.store.forge_deliveries.values():
+            counts[outcome] = counts.get(outcome, 0) + 1
+        return counts
+
+
 class InMemoryWritebackRepository(_Repo):
     async def enqueue_for_task(self, task_id, sources, status, session_id, reason, now) -> None:
         task = self.store.tasks.get(task_id)
@@ -628,6 +680,7 @@ class InMemoryUnitOfWork:
         self.writebacks = InMemoryWritebackRepository(store)
         self.nodes = InMemoryNodeRepository(store)
         self.leases = InMemoryLeaseRepository(store)
+        self.pull_requests = InMemoryPullRequestRepository(store)
         return self
 
     async def commit(self) -> None:
