@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from taskgate.domain.forge import (
     CheckRun,
-    LineComment,
     Limits,
+    LineComment,
     Observation,
     PrStatus,
     PullRequest,
@@ -123,8 +123,9 @@ _reviews = st.lists(st.builds(Review, st.integers(1, 9), st.sampled_from(["alice
 
 
 @given(
-    checks=_checks, reviews=_reviews, head=st.sampled_from([HEAD, OTHER]), mergeable=st.sampled_from([True, False, None]),
-    approved=st.sampled_from([HEAD, OTHER, None]), state=st.sampled_from(["awaiting_merge", "verifying"]),
+    checks=_checks, reviews=_reviews, head=st.sampled_from([HEAD, OTHER]),
+    mergeable=st.sampled_from([True, False, None]), approved=st.sampled_from([HEAD, OTHER, None]),
+    state=st.sampled_from(["awaiting_merge", "verifying"]),
 )  # fmt: skip
 def test_nothing_is_merged_but_the_approved_pushed_head_with_every_check_passed(
     checks, reviews, head, mergeable, approved, state
