@@ -7,6 +7,7 @@ webhook signatures and payloads) is checked against what GitHub does.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import threading
@@ -307,6 +308,14 @@ async def test_githubkit_auto_retry_gets_through_rate_limits_and_server_errors(g
     repo = (await g.rest.repos.async_get(OWNER, REPO)).parsed_data
     assert repo.name == "shop" and time.monotonic() - started < 5
     assert [s for _, _, s in gh.calls] == [status, 200]
+
+
+async def test_concurrent_requests_are_served_together(gh: GitHubStandIn) -> None:
+    g = client(gh)
+    await open_feature(g)
+    pulls = await asyncio.gather(*(g.rest.pulls.async_get(OWNER, REPO, 1) for _ in range(20)))
+    assert {p.parsed_data.head.sha for p in pulls} == {pulls[0].parsed_data.head.sha}
+    assert gh.calls_to("GET", "/repos/acme/shop/pulls/1") == 20
 
 
 async def test_unknown_endpoints_and_bad_json(gh: GitHubStandIn) -> None:

@@ -8,6 +8,7 @@ import math
 import re
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
@@ -58,8 +59,12 @@ class Api:
     # -- plumbing ----------------------------------------------------------------------------------------
 
     def handle(self, req: Request) -> Reply:
-        """Answer and record one request."""
-        reply = self._answer(req)
+        """Answer and record one request (a bug in the stand-in is a 500 with its traceback on stderr)."""
+        try:
+            reply = self._answer(req)
+        except Exception:
+            traceback.print_exc()
+            reply = _error(500, "Server Error")
         for name, value in self._rate_headers().items():
             reply.headers.setdefault(name, value)  # a rate-limited answer keeps its own (remaining: 0)
         reply.headers.setdefault("X-GitHub-Request-Id", f"{time.monotonic_ns():X}")
