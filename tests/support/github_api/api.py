@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
-from tests.support.github_api.forge import Forge, Refused
+from tests.support.github_api.forge import Forge, Refused, invalid
 from tests.support.github_api.server import Reply, Request
 
 DOCS = "https://docs.github.com/rest"
@@ -178,8 +178,8 @@ class Api:
         rels = {"prev": page - 1, "next": page + 1, "last": last, "first": 1}
         keep = {"prev", "first"} if page > 1 else set()
         keep |= {"next", "last"} if page < last else set()
-        links = [f'<{self._page_url(req, rels[rel])}>; rel="{rel}"' for rel in ("prev", "next", "last", "first")
-                 if rel in keep]  # fmt: skip
+        order = [rel for rel in ("prev", "next", "last", "first") if rel in keep]
+        links = [f'<{self._page_url(req, rels[rel])}>; rel="{rel}"' for rel in order]
         return items[(page - 1) * per_page : page * per_page], ({"Link": ", ".join(links)} if links else {})
 
     def _page_url(self, req: Request, page: int) -> str:
@@ -202,10 +202,14 @@ class Api:
         """GET /repos/{owner}/{repo}/pulls (newest first, as GitHub sorts by default)."""
         state = req.query.get("state", "open")
         head = req.query.get("head", "")
-        pulls = [p for p in sorted(self.forge.pulls.values(), key=lambda p: -p.number)
-                 if state in ("all", p.state)
-                 and (not head or f"{self.forge.site.owner}:{p.head_ref}" == head)
-                 and req.query.get("base", p.base_ref) == p.base_ref]  # fmt: skip
+        base = req.query.get("base")
+        pulls = [
+            p
+            for p in sorted(self.forge.pulls.values(), key=lambda p: -p.number)
+            if state in ("all", p.state)
+            and head in ("", f"{self.forge.site.owner}:{p.head_ref}")
+            and base in (None, p.base_ref)
+        ]
         page, headers = self._page(req, pulls)
         repo = self.forge.repository()
         return Reply(200, [self.forge.pull_simple_json(p, repo) for p in page], headers)
@@ -215,8 +219,7 @@ class Api:
         data = self._json(req)
         missing = [f for f in ("title", "head", "base") if not data.get(f)]
         if missing:
-            errors = [{"resource": "PullRequest", "field": f, "code": "missing_field"} for f in missing]
-            raise Refused(422, "Validation Failed", errors=errors)
+            raise invalid(*missing, code="missing_field")
         pull = self.forge.open_pull(
             data["title"], data["head"], data["base"], data.get("body"), bool(data.get("draft")), self._login()
         )
@@ -231,11 +234,9 @@ class Api:
         """PATCH /repos/{owner}/{repo}/pulls/{number}: title, body, state, base."""
         data, pull = self._json(req), self.forge.pull(int(number))
         if data.get("state") not in (None, "open", "closed"):
-            raise Refused(422, "Validation Failed", errors=[{"resource": "PullRequest", "field": "state",
-                                                              "code": "invalid"}])  # fmt: skip
+            raise invalid("state")
         if data.get("base") and self.forge.repo.head(data["base"]) is None:
-            raise Refused(422, "Validation Failed", errors=[{"resource": "PullRequest", "field": "base",
-                                                              "code": "invalid"}])  # fmt: skip
+            raise invalid("base")
         for name in ("title", "body"):
             if name in data:
                 setattr(pull, name, data[name])

@@ -141,12 +141,12 @@ class Forge:
         if ":" in head:
             owner, head = head.split(":", 1)
             if owner != self.site.owner:
-                raise _invalid("head")
+                raise invalid("head")
         base_sha, head_sha = self.repo.head(base), self.repo.head(head)
         if base_sha is None:
-            raise _invalid("base")
+            raise invalid("base")
         if head_sha is None:
-            raise _invalid("head")
+            raise invalid("head")
         if any(p.state == "open" and p.head_ref == head and p.base_ref == base for p in self.pulls.values()):
             raise _custom(f"A pull request already exists for {self.site.owner}:{head}.")
         if self.repo.is_ancestor(head_sha, base_sha):
@@ -248,21 +248,28 @@ class Forge:
         for spec in comments:
             hunk = self.repo.diff_hunk(view.base_sha, view.head_sha, spec["path"])
             comment = CommentRecord(
-                next(self._ids), pull.number, rec.id, login, spec["path"], spec["line"], spec["body"], rec.commit_id,
-                hunk, now(), spec.get("side", "RIGHT"),
-            )  # fmt: skip
+                id=next(self._ids),
+                number=pull.number,
+                review_id=rec.id,
+                user=login,
+                path=spec["path"],
+                line=spec["line"],
+                body=spec["body"],
+                commit_id=rec.commit_id,
+                diff_hunk=hunk,
+                created_at=now(),
+                side=spec.get("side", "RIGHT"),
+            )
             self.comments.append(comment)
-            self._hook("pull_request_review_comment", "created", pull, login, comment=bodies.review_comment(
-                self.site, comment))  # fmt: skip
+            payload = bodies.review_comment(self.site, comment)
+            self._hook("pull_request_review_comment", "created", pull, login, comment=payload)
         return rec.id
 
     # -- webhook events ----------------------------------------------------------------------------------
 
     def pull_event(self, action: str, pull: PullRecord, login: str, **extra: Any) -> None:
         """A `pull_request` delivery (the payload is built now, like GitHub's snapshot)."""
-        if self._hooks_on():
-            self._deliverer.enqueue("pull_request", {"action": action, "number": pull.number, **extra,
-                **self._common(pull, login)})  # fmt: skip
+        self._hook("pull_request", action, pull, login, number=pull.number, **extra)
 
     def check_event(self, action: str, check: CheckRecord) -> None:
         """A `check_run` delivery, sent by the check's app."""
@@ -282,8 +289,10 @@ class Forge:
         return {"pull_request": self.pull_json(pull), "repository": self.repository(), "sender": user(self.site, login)}
 
 
-def _invalid(field: str) -> Refused:
-    return Refused(422, "Validation Failed", errors=[{"resource": "PullRequest", "field": field, "code": "invalid"}])
+def invalid(*fields: str, code: str = "invalid") -> Refused:
+    """GitHub's 422 for invalid (or missing) pull request fields."""
+    errors = [{"resource": "PullRequest", "field": field, "code": code} for field in fields]
+    return Refused(422, "Validation Failed", errors=errors)
 
 
 def _custom(message: str) -> Refused:
