@@ -323,8 +323,11 @@ async def test_unknown_endpoints_and_bad_json(gh: GitHubStandIn) -> None:
     with httpx.Client(base_url=gh.url, headers=auth) as http:
         unknown = http.get("/repos/acme/shop/nothing-here")
         bad = http.post("/repos/acme/shop/pulls", content=b"{not json")
+        gh.fail_next(1, 500, "/repos/acme/shop/pulls")
+        failed = http.get("/repos/acme/shop/pulls")
     assert (unknown.status_code, unknown.json()["message"]) == (404, "Not Found")
     assert (bad.status_code, bad.json()["message"]) == (400, "Problems parsing JSON")
+    assert (failed.status_code, failed.json()) == (500, {"message": "Server Error"})
 
 
 class _Receiver:

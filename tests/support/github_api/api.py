@@ -111,7 +111,7 @@ class Api:
                     break
             else:
                 return None
-        return self._rate_limited(status) if status in (403, 429) else _error(status, "Server Error")
+        return self._rate_limited(status) if status in (403, 429) else Reply(status, {"message": "Server Error"})
 
     def _rate_limited(self, status: int) -> Reply:
         reply = _error(

@@ -189,7 +189,12 @@ class Forge:
         return merged
 
     def _merge_commit(
-        self, pull: PullRecord, view: bodies.PullView, method: str, commit_title=None, commit_message=None
+        self,
+        pull: PullRecord,
+        view: bodies.PullView,
+        method: str,
+        commit_title: str | None = None,
+        commit_message: str | None = None,
     ) -> tuple[list[str], str]:
         # merge: a two-parent commit titled as GitHub titles it. squash and rebase: one commit on the base
         # (the stand-in does a rebase as a squash: git 2.39's merge-tree cannot replay commits one by one)

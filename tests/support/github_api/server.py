@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 
 @dataclass
@@ -87,7 +87,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         request = Request(
             method=self.command,
-            path=parts.path,
+            path=unquote(parts.path),  # branch names with slashes arrive %-encoded
             query=dict(parse_qsl(parts.query)),
             headers={k.lower(): v for k, v in self.headers.items()},
             body=self.rfile.read(length) if length else b"",
