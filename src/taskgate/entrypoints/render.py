@@ -737,3 +737,21 @@ def sandbox_lines(events: list[dict], per_kind: int = 4) -> list[str]:
             if what != "more":
                 lines.append(f"  {str(p.get('agent', ''))[:8]} {what} {p.get('target', '')} ({p.get('source', '')})")
     return lines
+
+
+def pull_request_line(record: Any) -> str:
+    """A session's pull request in one line: `#12 URL: checks_failed; CI failed (lint): sent back, round 1 of 3`."""
+    if record is None:
+        return ""
+    where = f"#{record.number} {record.url}" if record.number is not None else f"not opened yet ({record.branch})"
+    tail = f"; {record.note}" if record.note else ""
+    error = f"; error: {record.error}" if record.error else ""
+    return f"{where}: {record.status}{tail}{error}"
+
+
+def pull_request_json(record: Any) -> dict[str, Any] | None:
+    """A session's pull request row as JSON (without the forge's raw look), or None."""
+    if record is None:
+        return None
+    keys = ("number", "url", "branch", "base", "pushed", "pushed_at", "status", "observed_at", "note", "error")
+    return {key: jsonable(getattr(record, key)) for key in keys}

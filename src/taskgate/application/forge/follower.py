@@ -78,6 +78,11 @@ class ForgeFollower:
         self._wake = asyncio.Event()
         self._acted: dict[str, str] = {}  # session → the decision last fired on its version and look
 
+    async def pull_request(self, session_id: str) -> PullRequestRecord | None:
+        """The session's pull request row (what `session show`, MCP and the console show), or None."""
+        async with self._uow(write=False) as uow:
+            return await uow.pull_requests.get(session_id)
+
     def wake(self) -> None:
         """Look and act now (a webhook delivery), not at the next tick."""
         self._wake.set()

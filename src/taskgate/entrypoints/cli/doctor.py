@@ -27,6 +27,7 @@ from taskgate.domain.errors import TaskgateError
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.agents import readiness
 from taskgate.entrypoints.cli.common import JsonOpt, command
+from taskgate.entrypoints.cli.forge_checks import forge_checks
 from taskgate.entrypoints.render import console
 
 _MARK = {"ok": "[green]ok  [/green]", "warn": "[yellow]warn[/yellow]", "fail": "[red]FAIL[/red]"}
@@ -100,11 +101,13 @@ async def _service_checks(settings) -> list[Check]:
         at_head = report["schema_revision"] == report["head_revision"]
         checks = [Check("database", "ok" if at_head else "fail",
                         f"{report['database_url']} (schema {report['schema_revision']})")]  # fmt: skip
+        project = None
         try:
             project = await app_.tracker.resolve_project(None, os.getcwd())
             checks.append(Check("project", "ok", f"{project.name} (key {project.key}) at {project.root_path}"))
         except TaskgateError as exc:
             checks.append(Check("project", "warn", str(exc), "taskgate init (in your repository)"))
+        checks += [Check(*line) for line in await forge_checks(settings, app_, project)]
         checks.append(await _dispatch_check(settings, app_))
         checks.append(await _audit_check(settings, app_))
         endpoint = LoopbackEndpoint(app_, settings.mcp.tool_names, grace_s=0)

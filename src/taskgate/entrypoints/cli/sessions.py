@@ -144,11 +144,14 @@ def session_show(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt 
 
     async def work(services: App):
         session = await services.sessions.get(await services.sessions.resolve_id(session_id))
-        return session, await services.agents.agents(session.id) if services.agents is not None else []
+        agents = await services.agents.agents(session.id) if services.agents is not None else []
+        pull = await services.forge.pull_request(session.id) if services.forge is not None else None
+        return session, agents, pull
 
-    session, agents = run(work)
+    session, agents, pull = run(work)
     if as_json:
-        render.print_json({**render.session_json(session), "usage": session_usage(agents)})
+        extra = {"usage": session_usage(agents), "pull_request": render.pull_request_json(pull)}
+        render.print_json({**render.session_json(session), **extra})
         return
     allowed = session_fsm.allowed_triggers(session.state, session.prior_state)
     for key, value in render.jsonable(session).items():
@@ -159,6 +162,8 @@ def session_show(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt 
         note = f"waiting too long for a decision: taskgate session decide {short} approve|request_changes|reject"
         console.print(f"[bold]{'escalated':>17}[/bold]  [bold red]{at}[/bold red] ({note})", highlight=False)
     console.print(f"[bold]{'next triggers':>17}[/bold]  {', '.join(allowed) or '-'}", highlight=False)
+    if pull is not None:
+        console.print(f"[bold]{'pull request':>17}[/bold]  {escape(render.pull_request_line(pull))}", highlight=False)
     for label, line in render.usage_lines(agents):
         console.print(f"[bold]{label:>17}[/bold]  {escape(line)}", highlight=False)
 

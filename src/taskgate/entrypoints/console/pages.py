@@ -128,6 +128,7 @@ async def _session_values(v: Visit, sid: str) -> dict[str, Any]:
         "logs": {a.id: readable_log(a.output_path) for a in agents[-LOGS_SHOWN:]},
         "results": {a.id: result_of(a) for a in agents}, "usage": usage_lines(agents),
         "sandbox": sandbox_lines(await app.agents.sandbox_events(sid)) if app.agents is not None else [],
+        "pull_request": await app.forge.pull_request(sid) if app.forge is not None else None,
         "triggers": allowed_triggers(session.state, session.prior_state),
         "may_decide": await v.may(Capability.DECIDE, sid), "may_fire": await v.may(Capability.FIRE, sid),
         "may_override": await v.may(Capability.OVERRIDE, sid), "may_steer": await v.may(Capability.STEER, sid),

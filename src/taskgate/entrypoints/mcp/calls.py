@@ -36,6 +36,7 @@ from taskgate.domain.workflows.visibility import Viewer
 from taskgate.entrypoints.mcp.models import (
     SessionOut,
 )
+from taskgate.entrypoints.render import pull_request_json, pull_request_line
 
 PRINCIPAL_SCOPE_KEY = "taskgate.principal"
 
@@ -244,4 +245,7 @@ async def session_out(call: Call, session: Session, agents: list[Agent] | None =
                        for e in await call.app.agents.sandbox_events(session.id)]  # fmt: skip
     if out.sandbox:
         out.summary += f"; sandbox refused {len(out.sandbox)}"
+    if call.app.forge is not None and (pull := await call.app.forge.pull_request(session.id)) is not None:
+        out.pull_request = pull_request_json(pull)
+        out.summary += f"; pull request {pull_request_line(pull)}"
     return out

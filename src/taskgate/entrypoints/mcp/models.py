@@ -299,6 +299,11 @@ class SessionOut(BaseModel):
     usage: SessionUsageOut | None = Field(
         default=None, description="The tokens and cost its agents reported: in all, per run, per agent."
     )
+    pull_request: dict[str, Any] | None = Field(
+        default=None,
+        description="Its pull request on the forge (docs/forge.md): number, url, branch, what taskgate pushed, its "
+        "sub-state of awaiting_merge (status), what happened last (note), the last error; null: none.",
+    )
     sandbox: list[dict[str, Any]] = Field(
         default_factory=list,
         description="What the sandbox refused its agents (`sandbox.refused`/`sandbox.breach` events: what, target, "

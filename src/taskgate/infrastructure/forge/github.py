@@ -12,6 +12,7 @@ name the variable, never the value.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from githubkit import GitHub
@@ -76,8 +77,12 @@ class GitHubForge:
         return _pull(pull)
 
     async def observe(self, number: int) -> Observation:
-        raw = await self._call(f"read PR #{number}", self._gh.rest.pulls.async_get, self._owner, self._name, number)
-        pull = _pull(raw)
+        try:
+            resp = await self._gh.rest.pulls.async_get(self._owner, self._name, number)
+        except (RequestFailed, GitHubException) as exc:
+            raise ForgeError(self._failed(f"read PR #{number}", exc)) from None
+        # the model of API version 2026-03-10 has no merge_commit_sha: read from the JSON it was parsed from
+        pull = replace(_pull(resp.parsed_data), merge_commit=resp.json().get("merge_commit_sha") or None)
         checks = await self._pages(f"read the checks of {pull.head[:12]}", self._checks_page, pull.head)
         reviews = await self._pages(f"read the reviews of PR #{number}", self._reviews_page, number)
         comments = await self._pages(f"read the review comments of PR #{number}", self._comments_page, number)

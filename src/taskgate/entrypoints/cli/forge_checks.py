@@ -1,0 +1,49 @@
+"""`taskgate doctor`'s forge lines: the remote, the token's variable, the API (it answers, the token is taken, the
+repository is there), and how its events come in (webhooks, or polling only)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from taskgate.domain.errors import ForgeError
+
+
+def _line(name: str, status: str, detail: str, fix: str = "") -> tuple[str, str, str, str]:
+    """A doctor line as (name, status, detail, fix): doctor makes its Check of it."""
+    return name, status, detail, fix
+
+
+async def forge_checks(settings: Any, app: Any, project: Any) -> list[tuple[str, str, str, str]]:
+    """One line per part of the project's `[forge]`, each with its fix; nothing when no project has one."""
+    if app.forges is None or project is None:
+        return []
+    cfg = app.forges.settings_of(project.name)
+    if cfg.kind == "none":
+        return [_line("forge", "ok", f"none for project {project.name}: sessions merge locally")]
+    try:
+        link = app.forges.for_project(project)
+    except ForgeError as exc:
+        return [_line("forge remote", "fail", str(exc), f"git remote add {cfg.remote} URL, or set [forge] remote")]
+    checks = [_line("forge remote", "ok", f"{cfg.remote} → {link.api.repository} ({cfg.kind})")]
+    if not os.environ.get(cfg.token_env):
+        checks.append(_line("forge token", "fail", f"${cfg.token_env} is not set: nothing can be pushed or opened",
+                            f"export {cfg.token_env}=<a token that can push and open pull requests>"))  # fmt: skip
+        return checks
+    checks.append(_line("forge token", "ok", f"${cfg.token_env} is set (kept from agents, files and logs)"))
+    try:
+        default = await link.api.check()
+    except ForgeError as exc:
+        checks.append(_line("forge api", "fail", str(exc), "check [forge] api_url, repository and the token"))
+        return checks
+    base = settings.git.base_branch
+    same = "" if default == base else f" (its default branch is {default}; sessions target {base})"
+    checks.append(_line("forge api", "ok", f"{cfg.api_url} answers for {link.api.repository}{same}"))
+    if cfg.webhook_secret_env and os.environ.get(cfg.webhook_secret_env):
+        events = f"webhooks at /forge/webhook (serve --http), polling every {cfg.poll_s:g} s as the fallback"
+        checks.append(_line("forge events", "ok", events))
+    else:
+        why = f"${cfg.webhook_secret_env} is not set" if cfg.webhook_secret_env else "no webhook_secret_env"
+        fix = "set [forge] webhook_secret_env and point the forge's webhook at /forge/webhook"
+        checks.append(_line("forge events", "warn", f"polling only, every {cfg.poll_s:g} s ({why})", fix))
+    return checks
