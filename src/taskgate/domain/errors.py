@@ -19,7 +19,6 @@
     │   ├── WorktreeMismatch    the folder at a worktree path is not that worktree; git was not run there
     │   ├── WorktreeNotCreated  a new session's worktree could not be made: the session was cancelled
     │   └── BranchGone          a session's branch was deleted outside taskgate
-    ├── ForgeError              a push, fetch or API call to the project's forge failed; the message says why
     ├── HookFailed              a worktree lifecycle hook (`[hooks]`) exited non-zero or ran past its timeout
     ├── TrackerError            an external tracker (Beads' `bd`) is missing, timed out or failed
     └── ForgeError              the forge's API or remote refused or failed (ForgeHeadMoved: a merge's head moved)
@@ -200,11 +199,6 @@ class BranchGone(VcsError):
                 f"To keep its work, recreate the branch at it (`git branch {branch} <commit>`), else cancel the session"
             )
         super().__init__(f"{gone}. Nothing was changed; {advice}")
-
-
-class ForgeError(TaskgateError):
-    """The project's forge (its git remote or GitHub's API) refused or failed; the message names the branch or call,
-    carries the forge's own reason (with any token redacted) and says what to do next."""
 
 
 class HookFailed(TaskgateError):
