@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -167,6 +168,11 @@ async def test_the_token_stays_in_the_git_process_and_with_this_remote(
     assert network and all(env[TOKEN_VAR] == TOKEN and "GIT_TRACE_CURL" not in env for _, env in network)
     assert all(TOKEN_VAR not in env for argv, env in launched if (argv, env) not in network)
     assert TOKEN_VAR not in os.environ and "GITHUB_TOKEN" not in os.environ
+    (push_argv,) = [argv for argv, _ in launched if "push" in argv]
+    head = git(repo, "rev-parse", BRANCH)
+    assert push_argv[-3:] == (f"--force-with-lease=refs/heads/{BRANCH}:", "origin", f"{head}:refs/heads/{BRANCH}")
+    assert not {"--force", "-f", "--all", "--mirror", "--tags", "--follow-tags"} & set(push_argv)
+    assert "core.hooksPath=/dev/null" in push_argv
     url = forge.repo_url("acme", "shop")
     assert credential_options([url]) == [
         "-c",
@@ -275,3 +281,16 @@ async def test_the_remote_wants_the_token_to_read_and_write(tmp_path: Path, forg
     assert remote_sha(bare(forge), "refs/heads/main") == git(clone, "rev-parse", "HEAD")
     git(tmp_path, *auth_header(), "clone", "-q", url, str(tmp_path / "again"))
     assert (tmp_path / "again" / "big.bin").stat().st_size == 2_500_000
+
+
+async def test_a_remote_that_never_answers_is_given_up_on(repo: Path, pushes: GitPushes, monkeypatch) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))  # accepts connections (the backlog) and never answers
+    with listener:
+        port = listener.getsockname()[1]
+        git(repo, "remote", "set-url", "origin", f"http://127.0.0.1:{port}/acme/shop.git")
+        monkeypatch.setattr(pushes_module, "GIT_TIMEOUT_S", 1.0)
+        with pytest.raises(ForgeError, match=r"git push in .* took longer than 1 s and was stopped"):
+            await pushes.push(str(repo), BRANCH, None)
+    # the whole process group went: git and the git-remote-http it started
+    left = subprocess.run(["pgrep", "-f", f"127.0.0.1:{port}"], capture_output=True, text=True).stdout.split()
+    assert left == []
