@@ -550,9 +550,13 @@ class InMemoryPullRequestRepository(_Repo):
         if record is None or record.pushed != pushed:
             return False
         self.store.pull_requests[session_id] = replace(
-            record, observation=observation, status=status, observed_at=at, poke=False, error=None, updated_at=at
+            record, observation=observation, status=status, observed_at=at, error=None, updated_at=at
         )
         return True
+
+    async def unpoke(self, session_id: str) -> None:
+        if (record := self.store.pull_requests.get(session_id)) is not None:
+            self.store.pull_requests[session_id] = replace(record, poke=False)
 
     async def note(self, session_id: str, note: str, at: datetime) -> None:
         if (record := self.store.pull_requests.get(session_id)) is not None:

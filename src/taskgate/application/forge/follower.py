@@ -129,6 +129,10 @@ class ForgeFollower:
         for record, session, link in await self._following():
             if session.state not in _LOOKED_AT or record.number is None or not self._due(record, link):
                 continue
+            if record.poke:  # cleared before the look: a delivery arriving during it pokes again (no lost wake-up)
+                async with self._uow(write=True) as uow:
+                    await uow.pull_requests.unpoke(session.id)
+                    await uow.commit()
             try:
                 seen = await link.api.observe(record.number)
             except ForgeError as exc:

@@ -122,8 +122,11 @@ class PullRequestRepository(Protocol):
     async def store_observation(
         self, session_id: str, pushed: str | None, observation: dict[str, Any], status: str, at: datetime
     ) -> bool:
-        """Store a look on the row if taskgate's pushed head is still `pushed` (a push meanwhile drops it); clears
-        the poke. False when it was dropped."""
+        """Store a look on the row if taskgate's pushed head is still `pushed` (a push meanwhile drops it). False
+        when it was dropped."""
+
+    async def unpoke(self, session_id: str) -> None:
+        """Clear the row's poke: done *before* a look, so a webhook arriving during the look pokes it again."""
 
     async def note(self, session_id: str, note: str, at: datetime) -> None:
         """Set what happened last (shown to people)."""

@@ -48,9 +48,13 @@ class SqlAlchemyPullRequestRepository(SqlRepository):
         stmt = (
             update(t.pull_requests)
             .where(p.session_id == session_id, same_push)
-            .values(observation=observation, status=status, observed_at=at, poke=False, error=None, updated_at=at)
+            .values(observation=observation, status=status, observed_at=at, error=None, updated_at=at)
         )
         return (await self._conn.execute(stmt)).rowcount == 1
+
+    async def unpoke(self, session_id: str) -> None:
+        p = t.pull_requests.c
+        await self._conn.execute(update(t.pull_requests).where(p.session_id == session_id).values(poke=False))
 
     async def note(self, session_id: str, note: str, at: datetime) -> None:
         p = t.pull_requests.c
