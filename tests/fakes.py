@@ -545,9 +545,9 @@ class InMemoryPullRequestRepository(_Repo):
         live = {sid for sid, s in self.store.sessions.items() if s.state not in TERMINAL_STATES}
         return [replace(r) for sid, r in sorted(self.store.pull_requests.items()) if sid in live]
 
-    async def store_observation(self, session_id, pushed, observation, status, at) -> bool:
+    async def store_observation(self, session_id, pushed_at, observation, status, at) -> bool:
         record = self.store.pull_requests.get(session_id)
-        if record is None or record.pushed != pushed:
+        if record is None or record.pushed_at != pushed_at:
             return False
         self.store.pull_requests[session_id] = replace(
             record, observation=observation, status=status, observed_at=at, error=None, updated_at=at

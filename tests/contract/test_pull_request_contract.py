@@ -31,9 +31,9 @@ async def test_rows_are_saved_replaced_followed_and_observed_by_compare_and_swap
     seen = {"pull": {"number": 7, "head": "a" * 40}, "checks": [{"id": 1, "name": "lint"}]}
     later = T0 + timedelta(seconds=5)
     async with services.uow(write=True) as uow:
-        assert await uow.pull_requests.store_observation(one.id, "a" * 40, seen, "checks_pending", later)
-        assert not await uow.pull_requests.store_observation(one.id, "b" * 40, seen, "merged", later)  # pushed since
-        assert not await uow.pull_requests.store_observation(two.id, "a" * 40, seen, "merged", later)
+        assert await uow.pull_requests.store_observation(one.id, T0, seen, "checks_pending", later)
+        assert not await uow.pull_requests.store_observation(one.id, later, seen, "merged", later)  # published since
+        assert not await uow.pull_requests.store_observation(two.id, T0, seen, "merged", later)
         assert await uow.pull_requests.store_observation(two.id, None, seen, "checks_green", later)
         await uow.pull_requests.note(one.id, "CI failed (lint): sent back", later)
         await uow.commit()

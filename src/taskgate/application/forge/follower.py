@@ -4,8 +4,8 @@ Two halves, because they belong to different processes in a cluster:
 
 - **Looking** (`observe_due`) is done once for all nodes, by the holder of the `forge` lease (the sweeper's way,
   docs/nodes.md): each open pull request every `poll_s`, or at once when a webhook poked it. A look is stored on the
-  pull request's row by compare-and-swap on the head taskgate pushed (`store_observation`), so a look that raced a
-  push is dropped instead of undoing it.
+  pull request's row by compare-and-swap on when taskgate last published it (`store_observation`), so a look that
+  raced a push (or a reopening) is dropped instead of undoing it.
 - **Acting** (`act_held`) is done by every node for the sessions it holds (only the holder may move a session): the
   newest look, taken after the last push, is decided (domain/forge.py `decide`) into one trigger, fired with the
   version the decision read. A session that moved meanwhile refuses it (ConcurrentModification), and the next look
@@ -77,6 +77,9 @@ class ForgeFollower:
         self._clock, self._nodes, self.tick_s = clock, nodes, tick_s
         self._wake = asyncio.Event()
         self._acted: dict[str, str] = {}  # session → the decision last fired on its version and look
+        # the first pass after this process took the lease looks at every pull request: what changed while no one
+        # looked (a restart, a node down: webhooks sent then are lost, GitHub does not resend them) is seen at once
+        self._caught_up = False
 
     async def pull_request(self, session_id: str) -> PullRequestRecord | None:
         """The session's pull request row (what `session show`, MCP and the console show), or None."""
@@ -113,6 +116,9 @@ class ForgeFollower:
         report = FollowReport()
         if await self._my_turn():
             await self.observe_due(report)
+            self._caught_up = True
+        else:
+            self._caught_up = False  # another holds the lease: if it comes back here, catch up again
         await self.act_held(report)
         return report
 
@@ -133,6 +139,7 @@ class ForgeFollower:
                 async with self._uow(write=True) as uow:
                     await uow.pull_requests.unpoke(session.id)
                     await uow.commit()
+            began = self._clock.now()  # the look's time is when it began: a change after that is not in it
             try:
                 seen = await link.api.observe(record.number)
             except ForgeError as exc:
@@ -141,12 +148,14 @@ class ForgeFollower:
             status = status_of(seen, pushed=record.pushed, approved=_approved(session), limits=link.limits)
             async with self._uow(write=True) as uow:
                 stored = await uow.pull_requests.store_observation(
-                    session.id, record.pushed, encode_observation(seen), status.value, self._clock.now()
+                    session.id, record.pushed_at, encode_observation(seen), status.value, began
                 )
                 await uow.commit()
             report.looked += int(stored)
 
     def _due(self, record: PullRequestRecord, link: ForgeLink) -> bool:
+        if not self._caught_up:
+            return True
         if record.error:  # a failed call waits `poll_s` from the failure, whatever a webhook says
             return record.updated_at is None or self._clock.now() - record.updated_at >= timedelta(seconds=link.poll_s)
         if record.poke or record.observed_at is None:
@@ -200,7 +209,7 @@ class ForgeFollower:
         if session.state == SessionState.VERIFYING and _forge(session).get("round"):
             done = _forge(session)["round"]
             return self._fire(session, Trigger.UPDATE_PR, f"{done} round done: its fix pushed to PR #{record.number}")
-        if session.state not in _LOOKED_AT or record.observation is None or not _after_push(record):
+        if session.state not in _LOOKED_AT or record.observation is None or not _fresh(record, session):
             return None
         seen = decode_observation(record.observation)
         rounds = Rounds(**{k: int(v) for k, v in (_forge(session).get("rounds") or {}).items()})
@@ -236,9 +245,13 @@ class ForgeFollower:
         return FireTrigger(session.id, trigger.value, "forge", reason=reason, expected_version=session.version, **extra)
 
 
-def _after_push(record: PullRequestRecord) -> bool:
-    """Whether the look was taken after taskgate's last push (an older one shows a head that is no longer ours)."""
-    return record.observed_at is not None and (record.pushed_at is None or record.observed_at >= record.pushed_at)
+def _fresh(record: PullRequestRecord, session: Session) -> bool:
+    """Whether the look began after taskgate's last push (an older one shows a head that is no longer ours) and
+    after the session's last transition (an approval that reopens a closed pull request must not be answered by
+    the look that saw it closed, in the moment before its push)."""
+    if record.observed_at is None:
+        return False
+    return record.observed_at >= max(filter(None, (record.pushed_at, session.updated_at)))
 
 
 def _approved(session: Session) -> str | None:

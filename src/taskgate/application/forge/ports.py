@@ -120,10 +120,10 @@ class PullRequestRepository(Protocol):
         """The rows of sessions that are not terminal (the ones the forge loop looks at)."""
 
     async def store_observation(
-        self, session_id: str, pushed: str | None, observation: dict[str, Any], status: str, at: datetime
+        self, session_id: str, pushed_at: datetime | None, observation: dict[str, Any], status: str, at: datetime
     ) -> bool:
-        """Store a look on the row if taskgate's pushed head is still `pushed` (a push meanwhile drops it). False
-        when it was dropped."""
+        """Store a look begun `at` on the row if taskgate last published at `pushed_at` still (a publish meanwhile
+        drops it). False when it was dropped."""
 
     async def unpoke(self, session_id: str) -> None:
         """Clear the row's poke: done *before* a look, so a webhook arriving during the look pokes it again."""

@@ -40,11 +40,12 @@ class SqlAlchemyPullRequestRepository(SqlRepository):
         return [_record(row) for row in await self._all(stmt)]
 
     async def store_observation(
-        self, session_id: str, pushed: str | None, observation: dict[str, Any], status: str, at: datetime
+        self, session_id: str, pushed_at: datetime | None, observation: dict[str, Any], status: str, at: datetime
     ) -> bool:
         p = t.pull_requests.c
-        # the compare-and-swap: a push since the look was taken changed `pushed`, and the look no longer applies
-        same_push = p.pushed.is_(None) if pushed is None else p.pushed == pushed
+        # the compare-and-swap: a publish since the look began changed `pushed_at` (even one that found its commit
+        # pushed already, e.g. reopening a closed pull request), and the look no longer applies
+        same_push = p.pushed_at.is_(None) if pushed_at is None else p.pushed_at == pushed_at
         stmt = (
             update(t.pull_requests)
             .where(p.session_id == session_id, same_push)
