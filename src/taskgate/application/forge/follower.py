@@ -49,6 +49,9 @@ from taskgate.domain.states import SessionState, Trigger
 _log = logging.getLogger("taskgate.forge")
 FORGE_LEASE = "forge"
 _LOOKED_AT = frozenset({SessionState.AWAITING_MERGE, SessionState.VERIFYING})
+# how long a transition's own publish (push, open or update the pull request) is left to finish before the forge
+# loop takes it over: a push of a large branch over a slow link takes seconds, not minutes
+_EFFECT_GRACE = timedelta(seconds=60)
 
 
 @dataclass(slots=True)
@@ -185,6 +188,8 @@ class ForgeFollower:
                 if owed(session, record):  # a push or pull request call that failed, or was cut off: again
                     if record.error and not self._due(record, link):
                         continue  # it failed less than `poll_s` ago: the forge gets a rest
+                    if not record.error and self._clock.now() - session.updated_at < _EFFECT_GRACE:
+                        continue  # the transition's own effect is publishing it now (maybe in the CLI's process)
                     project, _ = await self._publisher.link(session.project_id)
                     await self._publisher.publish(session, project, link)
                     continue

@@ -92,6 +92,9 @@ class ForgePublisher(NoEffects):
         forge loop)."""
         assert session.branch_name
         record = await self._record(session)
+        if record.updated_at is None:  # the row exists from the first attempt on: the forge loop finishes a cut one
+            record.status, record.updated_at = PrStatus.PUSHING.value, self._clock.now()
+            await self._save(record)
         try:
             pushed = await link.pushes.push(project.root_path, session.branch_name, record.pushed)
             body = await self._body(session, link)
@@ -205,12 +208,13 @@ class ForgePublisher(NoEffects):
 
 def owed(session: Session, record: PullRequestRecord | None) -> bool:
     """Whether an approved session still owes its push and pull request: never published, a failed push or API
-    call (retried), or a forge round's fix not pushed yet (`update_pr` committed, its push cut off)."""
+    call (retried), or a transition into awaiting_merge (`approve`, `update_pr`) newer than the last publish (its
+    effect is running now, maybe in another process, or a crash cut it off)."""
     if session.state != SessionState.AWAITING_MERGE:
         return False
-    if record is None or record.number is None or record.error is not None:
+    if record is None or record.number is None or record.error is not None or record.pushed_at is None:
         return True
-    return bool(_forge(session).get("round"))
+    return record.pushed_at < session.updated_at or bool(_forge(session).get("round"))
 
 
 def _refused(rule: str, message: str, suggestion: str) -> EffectRefused:
