@@ -105,3 +105,27 @@ def test_escalation_webhooks_must_name_configured_webhooks(tmp_path):
 
     write_config(tmp_path, f'{hook}\n[escalation]\nwebhooks = ["ci"]\n')
     assert load_settings(tmp_path).escalation.webhooks == ["ci"]
+
+
+@pytest.mark.parametrize(
+    "agent",
+    ['credentials = ["GITHUB_TOKEN"]', 'env = { GITHUB_TOKEN = "x" }', 'credentials = ["TG_HOOK_SECRET"]'],
+)
+def test_an_agent_type_may_not_pass_the_forges_token_or_webhook_secret_on(tmp_path, agent):
+    forge = '[forge]\nkind = "github"\nrepository = "acme/shop"\nwebhook_secret_env = "TG_HOOK_SECRET"\n'
+    write_config(tmp_path, f'{forge}\n[agents.coder]\ncommand = ["true"]\n{agent}\n')
+    with pytest.raises(InvalidInput, match=r"agents\.coder passes (GITHUB_TOKEN|TG_HOOK_SECRET) on to its agents"):
+        load_settings(tmp_path)
+    write_config(tmp_path, f'[agents.coder]\ncommand = ["true"]\n{agent}\n')  # no forge: it is the user's to pass
+    assert load_settings(tmp_path).agents["coder"].command == ["true"]
+
+
+def test_a_forge_is_configured_per_project_or_for_all(tmp_path):
+    write_config(tmp_path, '[forge]\nkind = "github"\nmerge_method = "squash"\n\n[projects.web.forge]\nkind = "none"\n')
+    settings = load_settings(tmp_path)
+    assert (settings.forge.kind, settings.forge.merge_method, settings.forge.token_env) == ("github", "squash",
+                                                                                          "GITHUB_TOKEN")  # fmt: skip
+    assert settings.projects["web"].forge.kind == "none"
+    write_config(tmp_path, '[forge]\nkind = "gitlab"\n')
+    with pytest.raises(InvalidInput, match=r"forge\.kind"):
+        load_settings(tmp_path)

@@ -475,6 +475,21 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _forge_token_kept_from_agents(self) -> Settings:
+        """The forge's token never reaches an agent: no agent type may pass its variable on (docs/forge.md)."""
+        forges = [self.forge, *(p.forge for p in self.projects.values() if p.forge is not None)]
+        secrets = {f.token_env for f in forges if f.kind != "none"}
+        secrets |= {f.webhook_secret_env for f in forges if f.kind != "none" and f.webhook_secret_env}
+        for name, agent in self.agents.items():
+            passed = set(agent.credentials or ()) | set(agent.env or {})
+            if found := sorted(passed & secrets):
+                raise ValueError(
+                    f"agents.{name} passes {', '.join(found)} on to its agents, but [forge] keeps it for taskgate: "
+                    f"agents never get the forge's token (docs/forge.md); remove it from agents.{name}"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _escalation_webhooks_exist(self) -> Settings:
         known = [hook.name for hook in self.webhooks]
         unknown = [name for name in self.escalation.webhooks if name not in known]
