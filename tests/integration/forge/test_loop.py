@@ -3,10 +3,12 @@ never twice), each look decided and fired, the merge by compare-and-swap on the 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from taskgate.application.forge.codec import encode_observation
 from taskgate.application.forge.deliveries import ForgeDeliveries
 from taskgate.application.forge.follower import ForgeFollower
 from taskgate.application.forge.publish import ForgePublisher
+from taskgate.application.nodes.heartbeats import NodeIdentity, NodeService
 from taskgate.application.sessions.effects import CompositeEffects
 from taskgate.domain.errors import ConflictError
 from taskgate.domain.forge import LineComment, Review
@@ -166,3 +169,33 @@ async def test_webhook_deliveries_are_verified_deduplicated_and_only_poke(servic
     assert forged.status == 401 and "signature does not match" in forged.text
     assert await loop.deliveries.counts() == {"accepted": 1, "replay": 1, "refused": 1}
     assert await loop.state(sid) == "awaiting_merge"  # a delivery moves nothing by itself
+
+
+async def test_a_conflict_with_the_base_sends_a_rebase_round_naming_the_base_commit(services, git_repo):
+    loop = Loop(services)
+    sid, branch = await loop.approved(git_repo)
+    loop.api.set_check(loop.api.heads[branch], "lint")
+    loop.api.pulls[1] = replace(loop.api.pulls[1], mergeable=False)
+    loop.api.heads["main"] = git(git_repo, "rev-parse", "main")
+    report = await loop.follower.follow_once()
+    assert report.fired == [f"session {sid}: rebase: PR #1 conflicts with main: rebase round 1"]
+    session = await services.sessions.get(sid)
+    assert f"`git merge {loop.api.heads['main']}`" in session.state_data["instructions"]
+    assert session.state.value == "executing"
+
+
+async def test_one_node_of_a_cluster_looks_at_the_forge_and_the_others_do_not(services, git_repo):
+    loop = Loop(services)
+    sid, _ = await loop.approved(git_repo)
+    clock = SystemClock()
+    followers = []
+    for name in ("node-a", "node-b", "node-c"):
+        nodes = NodeService(services.uow, clock, NodeIdentity(name, "host", f"/data/{name}", 1, "t"), heartbeat_s=5)
+        followers.append(ForgeFollower(services.uow, services.sessions, loop.publisher, loop.forges, clock, nodes))
+    before = loop.api.calls
+    await asyncio.gather(*(f.follow_once() for f in followers))
+    assert loop.api.calls - before == 1  # one look (the fake counts one call per look) by the lease's holder
+    async with services.uow(write=False) as uow:
+        holder = (await uow.leases.acquire("forge", "nobody", "nobody", clock.now(), clock.now())).holder
+    assert holder.split("/")[0] in {"node-a", "node-b", "node-c"}
+    assert (await loop.record(sid)).observed_at is not None
