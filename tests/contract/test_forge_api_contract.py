@@ -121,3 +121,12 @@ async def test_a_lease_refuses_to_overwrite_someone_elses_commits(twin: Twin):
     assert (moved.created, moved.already) == (False, False) and moved.sha != first.sha
     assert not await twin.pushes.delete(str(twin.repo), "feature/x", first.sha)
     assert await twin.pushes.delete(str(twin.repo), "feature/x", moved.sha)
+
+
+async def test_a_draft_is_opened_and_marked_ready_for_review(twin: Twin):
+    await twin.pushes.push(str(twin.repo), "feature/x", None)
+    pull = await twin.api.open_pull("feature/x", "main", "Feature X", "body", draft=True)
+    assert pull.draft is True and (await twin.api.observe(pull.number)).pull.draft is True
+    await twin.api.mark_ready(pull.number)
+    await twin.api.mark_ready(pull.number)  # not a draft any more: nothing to do
+    assert (await twin.api.observe(pull.number)).pull.draft is False

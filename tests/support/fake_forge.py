@@ -40,7 +40,7 @@ class FakeForgeApi:
         )
         return self._live(mine[-1]) if mine else None
 
-    async def open_pull(self, branch: str, base: str, title: str, body: str) -> PullRequest:
+    async def open_pull(self, branch: str, base: str, title: str, body: str, *, draft: bool = False) -> PullRequest:
         self.calls += 1
         if branch not in self.heads:
             raise ForgeError(f"open a pull request of {branch}: 422 head invalid")
@@ -49,8 +49,12 @@ class FakeForgeApi:
         number = len(self.pulls) + 1
         self.opened += 1
         self.pulls[number] = PullRequest(number, f"http://forge.test/pull/{number}", "open", self.heads[branch],
-                                         branch, base, mergeable=True)  # fmt: skip
+                                         branch, base, mergeable=True, draft=draft)  # fmt: skip
         return self.pulls[number]
+
+    async def mark_ready(self, number: int) -> None:
+        self.calls += 1
+        self.pulls[number] = replace(self.pulls[number], draft=False)
 
     async def update_pull(self, number: int, *, body: str | None = None, reopen: bool = False) -> PullRequest:
         self.calls += 1
@@ -122,10 +126,11 @@ class FakePushes:
 class FakeForges:
     """Every project's forge is the one fake (ForgeDirectory)."""
 
-    def __init__(self, api: FakeForgeApi | None = None, limits: Limits | None = None) -> None:
+    def __init__(self, api: FakeForgeApi | None = None, limits: Limits | None = None, draft: bool = False) -> None:
         self.api = api or FakeForgeApi()
         self.pushes = FakePushes(self.api)
-        self.link = ForgeLink("github", self.api, self.pushes, limits or Limits(max_ci_rounds=2), poll_s=0.0)
+        self.link = ForgeLink("github", self.api, self.pushes, limits or Limits(max_ci_rounds=2), poll_s=0.0,
+                              draft=draft)  # fmt: skip
 
     def for_project(self, project: Project) -> ForgeLink | None:
         return self.link

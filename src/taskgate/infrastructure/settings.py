@@ -216,6 +216,7 @@ class ForgeSettings(BaseModel):
     min_checks: int = Field(default=1, ge=0, le=1000)  # a head with fewer reported checks is still pending
     log_tail_lines: int = Field(default=80, ge=1, le=10_000)
     poll_s: float = Field(default=30.0, gt=0, le=86_400)  # how often an open pull request is looked at
+    draft: bool = False  # push and open a draft pull request when the work first reaches verifying (CI runs early)
     delete_branch: bool = True  # delete the pushed branch once merged (only if it is still at taskgate's head)
     console_url: str | None = Field(default=None, pattern=r"^https?://")  # links in pull requests; unset: the id
 

@@ -72,7 +72,8 @@ async def test_approve_pushes_and_opens_a_pull_request_once_even_when_published_
     assert (record.number, record.status, record.pushed) == (1, "checks_pending", loop.api.heads[branch])
     assert loop.api.pulls[1].head_branch == branch and loop.api.opened == 1
     session = await services.sessions.get(sid)
-    assert session.state_data["pull_request"] == {"number": 1, "url": "http://forge.test/pull/1", "kind": "github"}
+    assert session.state_data["pull_request"] == {"number": 1, "url": "http://forge.test/pull/1", "kind": "github",
+                                                  "draft": False}  # fmt: skip
     # a crash cut a publish off after its push and its pull request, before its row: published again, found there
     record.number = None
     async with services.uow(write=True) as uow:
@@ -199,3 +200,19 @@ async def test_one_node_of_a_cluster_looks_at_the_forge_and_the_others_do_not(se
         holder = (await uow.leases.acquire("forge", "nobody", "nobody", clock.now(), clock.now())).holder
     assert holder.split("/")[0] in {"node-a", "node-b", "node-c"}
     assert (await loop.record(sid)).observed_at is not None
+
+
+async def test_with_draft_the_work_is_opened_as_a_draft_before_the_approval_and_marked_ready_by_it(services, git_repo):
+    loop = Loop(services)
+    loop.forges.link = replace(loop.forges.link, draft=True)
+    seeded = await seed(services, git_repo, tasks=1)
+    session = await start(services, seeded.tasks[0])
+    worktree = Path(session.worktree_path)
+    (worktree / "app.py").write_text("total = 1\n")
+    git(worktree, "-c", "user.name=a", "-c", "user.email=a@a", "commit", "-qm", "feat", "--allow-empty")
+    session = await fire(services, session, "plan_complete", "work_complete")
+    assert session.state.value == "verifying" and loop.api.pulls[1].draft is True
+    assert (await services.sessions.get(session.id)).state_data["pull_request"]["draft"] is True
+    await fire(services, session, "approve")
+    assert loop.api.pulls[1].draft is False and loop.api.opened == 1
+    assert (await services.sessions.get(session.id)).state_data["pull_request"]["draft"] is False

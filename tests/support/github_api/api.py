@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 
 from tests.support.github_api.forge import Forge, Refused, invalid
 from tests.support.github_api.server import Reply, Request
+from tests.support.github_api.shapes import node_id
 
 DOCS = "https://docs.github.com/rest"
 LIMIT = 5000
@@ -54,6 +55,7 @@ class Api:
             ("GET", re.compile(rf"{repo}/commits/(.+)/check-runs"), self.list_checks),
             ("GET", re.compile(rf"{repo}/check-runs/(\d+)"), self.get_check),
             ("GET", re.compile(rf"{repo}/actions/jobs/(\d+)/logs"), self.job_logs),
+            ("POST", re.compile(r"/graphql"), self.graphql),
         ]
 
     # -- plumbing ----------------------------------------------------------------------------------------
@@ -294,6 +296,21 @@ class Api:
         if int(job_id) not in self.forge.checks:
             raise Refused(404, "Not Found")
         return Reply(302, None, {"Location": f"{self._base_url()}/_logs/{job_id}.txt"})
+
+    def graphql(self, req: Request) -> Reply:
+        """POST /graphql: the one mutation taskgate uses, markPullRequestReadyForReview (REST cannot un-draft)."""
+        data = self._json(req)
+        query, variables = str(data.get("query", "")), data.get("variables") or {}
+        if "markPullRequestReadyForReview" not in query:
+            return Reply(200, {"errors": [{"message": "the stand-in answers markPullRequestReadyForReview only"}]})
+        node = str(variables.get("id", ""))
+        pull = next((p for p in self.forge.pulls.values() if node_id("PR", p.id) == node), None)
+        if pull is None:
+            message = f"Could not resolve to a node with the global id of '{node}'"
+            return Reply(200, {"data": None, "errors": [{"type": "NOT_FOUND", "message": message}]})
+        pull.draft = False
+        ready = {"pullRequest": {"id": node, "isDraft": False, "number": pull.number}}
+        return Reply(200, {"data": {"markPullRequestReadyForReview": ready}})
 
     def _login(self) -> str:
         # every token belongs to the owner's bot account in the stand-in

@@ -24,8 +24,11 @@ class ForgeApi(Protocol):
     async def find_pull(self, branch: str) -> PullRequest | None:
         """The newest pull request from `branch` (open first), or None: a crash after `open_pull` finds it here."""
 
-    async def open_pull(self, branch: str, base: str, title: str, body: str) -> PullRequest:
-        """Open a pull request of `branch` into `base`."""
+    async def open_pull(self, branch: str, base: str, title: str, body: str, *, draft: bool = False) -> PullRequest:
+        """Open a pull request of `branch` into `base` (a draft: CI runs, reviewers know it is not asked yet)."""
+
+    async def mark_ready(self, number: int) -> None:
+        """Mark a draft pull request ready for review (nothing when it is not a draft)."""
 
     async def update_pull(self, number: int, *, body: str | None = None, reopen: bool = False) -> PullRequest:
         """Change its description, or reopen it (a closed one the operator approved again)."""
@@ -76,6 +79,7 @@ class ForgeLink:
     delete_branch: bool = True
     console_url: str | None = None
     webhook_secret: str | None = None
+    draft: bool = False  # open a draft pull request when the agents' work first reaches verifying
 
 
 class ForgeDirectory(Protocol):

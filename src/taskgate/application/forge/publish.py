@@ -27,7 +27,7 @@ from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.reports import AgentReport
 from taskgate.domain.entities import Project, Session
 from taskgate.domain.errors import ConflictError, ForgeError, TaskgateError
-from taskgate.domain.forge import PrStatus, pull_body, status_of
+from taskgate.domain.forge import PrStatus, PullRequest, pull_body, status_of
 from taskgate.domain.policies.facts import TestRun
 from taskgate.domain.policies.violations import Violation
 from taskgate.domain.states import SessionState, Trigger
@@ -35,7 +35,7 @@ from taskgate.domain.states import SessionState, Trigger
 _log = logging.getLogger("taskgate.forge")
 PULL_REQUEST = "pull_request"  # state_data key: {number, url} once opened, shown wherever the session is
 FORGE = "forge"  # state_data key: {rounds: {ci, review, rebase}, round: the open round's trigger or None}
-_PUBLISH_ON = frozenset({Trigger.APPROVE, Trigger.UPDATE_PR})
+_PUBLISH_ON = frozenset({Trigger.APPROVE, Trigger.UPDATE_PR, Trigger.WORK_COMPLETE})
 _MERGED_ON = frozenset({Trigger.MERGE, Trigger.FORGE_MERGED})
 
 
@@ -63,8 +63,11 @@ class ForgePublisher(NoEffects):
         if trigger in _MERGED_ON:
             await self._tidy(session, project, link)
             return NOTHING
+        draft = trigger == Trigger.WORK_COMPLETE
+        if draft and not (link.draft and _still_draft(session)):
+            return NOTHING  # a draft is opened before the approval only; a round's fix is the forge loop's to push
         try:
-            record = await self.publish(session, project, link)
+            record = await self.publish(session, project, link, draft=draft)
         except TaskgateError as exc:
             return Aftermath(warning=f"the pull request was not updated yet ({exc}); taskgate tries again")
         return Aftermath(warning="" if record.error is None else record.error)
@@ -85,11 +88,13 @@ class ForgePublisher(NoEffects):
 
     # -- publishing --------------------------------------------------------------------------------------------
 
-    async def publish(self, session: Session, project: Project, link: ForgeLink) -> PullRequestRecord:
-        """Push the session's branch (a lease on what taskgate pushed last) and open its pull request, or update
-        the open one (reopened if it was closed: the operator approved it again). Recorded on the session's pull
-        request row and as a `forge.pushed` event. Raises: ForgeError (recorded on the row first, retried by the
-        forge loop)."""
+    async def publish(
+        self, session: Session, project: Project, link: ForgeLink, *, draft: bool = False
+    ) -> PullRequestRecord:
+        """Push the session's branch (a lease on what taskgate pushed last) and open its pull request (a draft
+        before the approval, with `[forge] draft`), or update the open one (reopened if it was closed: the operator
+        approved it again; marked ready if it was a draft). Recorded on the session's pull request row and as a
+        `forge.pushed` event. Raises: ForgeError (recorded on the row first, retried by the forge loop)."""
         assert session.branch_name
         record = await self._record(session)
         if record.updated_at is None:  # the row exists from the first attempt on: the forge loop finishes a cut one
@@ -98,7 +103,9 @@ class ForgePublisher(NoEffects):
         try:
             pushed = await link.pushes.push(project.root_path, session.branch_name, record.pushed)
             body = await self._body(session, link)
-            pull = await self._open_or_update(session, record, link, body)
+            pull = await self._open_or_update(session, record, link, body, draft)
+            if not draft and _still_draft(session) and record.number is not None:
+                await link.api.mark_ready(record.number)
         except ForgeError as exc:
             record.error, record.updated_at = f"push or pull request failed: {exc}", self._clock.now()
             await self._save(record)
@@ -111,13 +118,15 @@ class ForgePublisher(NoEffects):
             " (already there)" if pushed.already else ""
         )
         await self._save(record)
-        pr = {"number": pull.number, "url": pull.url, "kind": link.kind}
+        pr = {"number": pull.number, "url": pull.url, "kind": link.kind, "draft": draft}
         event = ("forge.pushed", {"branch": session.branch_name, "head": pushed.sha, "pull_request": pull.number,
                                   "url": pull.url, "created": pushed.created})  # fmt: skip
         await self._sessions.annotate(session.id, {PULL_REQUEST: pr, FORGE: {**_forge(session), "round": None}}, event)
         return record
 
-    async def _open_or_update(self, session: Session, record: PullRequestRecord, link: ForgeLink, body: str):
+    async def _open_or_update(
+        self, session: Session, record: PullRequestRecord, link: ForgeLink, body: str, draft: bool
+    ) -> PullRequest:
         assert session.branch_name
         if record.number is not None:
             return await link.api.update_pull(record.number, body=body, reopen=record.status == PrStatus.CLOSED.value)
@@ -125,7 +134,7 @@ class ForgePublisher(NoEffects):
         if found is not None and found.state == "open":
             return found  # opened before a crash cut the record off
         title = await self._title(session)
-        return await link.api.open_pull(session.branch_name, record.base, title, body)
+        return await link.api.open_pull(session.branch_name, record.base, title, body, draft=draft)
 
     async def _record(self, session: Session) -> PullRequestRecord:
         async with self._uow(write=False) as uow:
@@ -219,6 +228,12 @@ def owed(session: Session, record: PullRequestRecord | None) -> bool:
 
 def _refused(rule: str, message: str, suggestion: str) -> EffectRefused:
     return EffectRefused(ConflictError(message), [Violation(rule, message, suggestion=suggestion)])
+
+
+def _still_draft(session: Session) -> bool:
+    """Whether the session's pull request is not opened yet or is the draft opened before its approval."""
+    pr = session.state_data.get(PULL_REQUEST)
+    return not isinstance(pr, dict) or bool(pr.get("draft"))
 
 
 def _approved_head(session: Session) -> str | None:

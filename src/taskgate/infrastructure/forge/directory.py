@@ -66,7 +66,7 @@ class SettingsForges:
         limits = Limits(cfg.max_ci_rounds, cfg.max_review_rounds, cfg.max_rebase_rounds, cfg.min_checks, cfg.auto_merge)
         secret = self._environ.get(cfg.webhook_secret_env) if cfg.webhook_secret_env else None
         return ForgeLink(cfg.kind, api, pushes, limits, cfg.merge_method, cfg.log_tail_lines, cfg.poll_s,
-                         cfg.delete_branch, cfg.console_url, secret)  # fmt: skip
+                         cfg.delete_branch, cfg.console_url, secret, cfg.draft)  # fmt: skip
 
 
 def remote_url(root: str, remote: str) -> str:

@@ -25,6 +25,7 @@ from taskgate.domain.forge import CheckRun, LineComment, Observation, PullReques
 # Rate limits: wait out the reset (or Retry-After) up to three times; server errors: three retries, 1 s, 4 s, 9 s.
 _RETRY = RetryChainDecision(RetryRateLimit(max_retry=3), RetryServerError(max_retry=3))
 _PAGE = 100
+_READY = "mutation($id: ID!) { markPullRequestReadyForReview(input: {pullRequestId: $id}) { pullRequest { isDraft } } }"
 
 
 class GitHubForge:
@@ -59,12 +60,22 @@ class GitHubForge:
         mine = sorted((p for p in pulls if p.head.ref == branch), key=lambda p: (p.state == "open", p.number))
         return _pull(mine[-1]) if mine else None
 
-    async def open_pull(self, branch: str, base: str, title: str, body: str) -> PullRequest:
+    async def open_pull(self, branch: str, base: str, title: str, body: str, *, draft: bool = False) -> PullRequest:
         pull = await self._call(
             f"open a pull request of {branch} into {base}", self._gh.rest.pulls.async_create, self._owner, self._name,
-            title=title, head=branch, base=base, body=body,
+            title=title, head=branch, base=base, body=body, draft=draft,
         )  # fmt: skip
         return _pull(pull)
+
+    async def mark_ready(self, number: int) -> None:
+        """A draft pull request marked ready for review: GraphQL's mutation (the REST API cannot)."""
+        pull = await self._call(f"read PR #{number}", self._gh.rest.pulls.async_get, self._owner, self._name, number)
+        if not pull.draft:
+            return
+        try:
+            await self._gh.async_graphql(_READY, {"id": pull.node_id})
+        except GitHubException as exc:
+            raise ForgeError(self._failed(f"mark PR #{number} ready for review", exc)) from None
 
     async def update_pull(self, number: int, *, body: str | None = None, reopen: bool = False) -> PullRequest:
         changes: dict[str, Any] = {}
