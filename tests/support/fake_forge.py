@@ -26,6 +26,7 @@ class FakeForgeApi:
     reviews: dict[int, list[Review]] = field(default_factory=dict)
     comments: dict[int, list[LineComment]] = field(default_factory=dict)
     logs: dict[int, str] = field(default_factory=dict)
+    bodies: dict[int, str] = field(default_factory=dict)  # each pull request's title and description
     calls: int = 0
     opened: int = 0
 
@@ -48,6 +49,7 @@ class FakeForgeApi:
             raise ForgeError(f"open a pull request of {branch}: 422 A pull request already exists")
         number = len(self.pulls) + 1
         self.opened += 1
+        self.bodies[number] = f"{title}\n\n{body}"
         self.pulls[number] = PullRequest(number, f"http://forge.test/pull/{number}", "open", self.heads[branch],
                                          branch, base, mergeable=True, draft=draft)  # fmt: skip
         return self.pulls[number]
@@ -60,6 +62,8 @@ class FakeForgeApi:
         self.calls += 1
         if reopen:
             self.pulls[number] = replace(self.pulls[number], state="open")
+        if body is not None:
+            self.bodies[number] = self.bodies.get(number, "").split("\n\n", 1)[0] + f"\n\n{body}"
         return self._live(self.pulls[number])
 
     async def observe(self, number: int) -> Observation:

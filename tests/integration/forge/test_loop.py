@@ -71,6 +71,8 @@ async def test_approve_pushes_and_opens_a_pull_request_once_even_when_published_
     record = await loop.record(sid)
     assert (record.number, record.status, record.pushed) == (1, "checks_pending", loop.api.heads[branch])
     assert loop.api.pulls[1].head_branch == branch and loop.api.opened == 1
+    title, body = loop.api.bodies[1].split("\n\n", 1)
+    assert title == "task 0 (REPO-1)" and f"Opened by taskgate for session `{sid}`" in body
     session = await services.sessions.get(sid)
     assert session.state_data["pull_request"] == {"number": 1, "url": "http://forge.test/pull/1", "kind": "github",
                                                   "draft": False}  # fmt: skip

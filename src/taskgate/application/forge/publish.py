@@ -31,6 +31,7 @@ from taskgate.domain.forge import PrStatus, PullRequest, pull_body, status_of
 from taskgate.domain.policies.facts import TestRun
 from taskgate.domain.policies.violations import Violation
 from taskgate.domain.states import SessionState, Trigger
+from taskgate.domain.workflows.run import FrameKind, load_stack
 
 _log = logging.getLogger("taskgate.forge")
 PULL_REQUEST = "pull_request"  # state_data key: {number, url} once opened, shown wherever the session is
@@ -163,7 +164,7 @@ class ForgePublisher(NoEffects):
             runs = await uow.test_runs.of_session(session.id, limit=5)
         reports = [AgentReport.from_dict(a.report) for a in sorted(agents, key=lambda a: (a.run, a.started_at or 0))]
         final = next((r.final_message for r in reversed(reports) if r and r.final_message), "")
-        checklist = "\n".join(_test_line(run) for run in reversed(runs))
+        checklist = "\n".join([*_checklist_lines(session), *(_test_line(run) for run in reversed(runs))])
         where = f"{link.console_url.rstrip('/')}/sessions/{session.id}" if link.console_url else f"`{session.id}`"
         return pull_body(task.title, task.description, final, checklist, where)
 
@@ -244,6 +245,16 @@ def _approved_head(session: Session) -> str | None:
 def _forge(session: Session) -> dict[str, Any]:
     data = session.state_data.get(FORGE)
     return dict(data) if isinstance(data, dict) else {"rounds": {}}
+
+
+def _checklist_lines(session: Session) -> list[str]:
+    """The checklists on the session's workflow stack, each item ticked or not."""
+    lines = []
+    for frame in load_stack(session.workflow_stack):
+        if frame.kind is FrameKind.checklist:
+            lines += [f"- [{'x' if item['id'] in frame.checked else ' '}] {item.get('text') or item['id']}"
+                      for item in frame.items]  # fmt: skip
+    return lines
 
 
 def _test_line(run: TestRun) -> str:
