@@ -21,10 +21,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from playwright.async_api import expect
 
+from tests.e2e.test_console_browser import signed_in
 from tests.e2e.test_crash_points import CrashService
 from tests.e2e.test_crash_recovery import connect, wait_for_session
 from tests.e2e.test_mcp_transports import ok
@@ -99,7 +102,7 @@ class ForgeService(CrashService):
 def forge(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForgeService]:
     root = tmp_path_factory.mktemp(f"forge-{request.param}")
     webhooks = request.param == "sqlite"  # SQLite hears webhooks, PostgreSQL polls: both ways in, both backends
-    titles = [f"Forge {i}" for i in range(1, 8)]
+    titles = [f"Forge {i}" for i in range(1, 9)]
     with served_on(request.param, lambda url: ForgeService(root, url, webhooks=webhooks), titles) as svc:
         try:
             yield svc
@@ -302,3 +305,22 @@ def _token_nowhere(svc: ForgeService) -> None:
     for log in svc.logs:
         assert TOKEN not in log.read_text()
     assert set(svc.remote.seen_passwords) == {TOKEN}  # the token reached the remote, and only as its password
+
+
+async def test_the_console_shows_the_pull_request_with_its_sub_state_and_what_happened(forge, browser):
+    svc = forge
+    async with connect(svc) as client:
+        sid, _, number = await approved(svc, client, "DEMO-7")
+        svc.github.set_check(svc.github.pull(number)["head"]["sha"], "lint", conclusion="failure", log="boom")
+        await wait_for_session(client, sid, "send the agents back", lambda s: s["state"] != "awaiting_merge")
+        status = await wait_for_session(client, sid, "push the fix", lambda s: s["state"] == "awaiting_merge")
+        assert status["pull_request"]["number"] == number and "pull request #" in status["summary"]
+    site = SimpleNamespace(url=f"http://127.0.0.1:{svc.port}", tokens={"alice": svc.token})
+    page = await signed_in(browser, site, "alice")
+    await page.goto(f"{site.url}/sessions/{sid}")
+    section = page.get_by_role("region", name="Pull request")
+    await expect(section.get_by_role("link", name=f"#{number}")).to_have_attribute(
+        "href", f"http://github.test/acme/shop/pull/{number}"
+    )
+    await expect(section).to_contain_text("checks_pending")
+    await expect(section).to_contain_text("pushed")
