@@ -29,6 +29,7 @@ class FakeForgeApi:
     bodies: dict[int, str] = field(default_factory=dict)  # each pull request's title and description
     calls: int = 0
     opened: int = 0
+    down: int = 0  # the next `down` calls fail as a forge that does not answer would
 
     async def check(self) -> str:
         self.calls += 1
@@ -43,6 +44,9 @@ class FakeForgeApi:
 
     async def open_pull(self, branch: str, base: str, title: str, body: str, *, draft: bool = False) -> PullRequest:
         self.calls += 1
+        if self.down:
+            self.down -= 1
+            raise ForgeError(f"open a pull request of {branch}: acme/shop answered 502 Bad Gateway")
         if branch not in self.heads:
             raise ForgeError(f"open a pull request of {branch}: 422 head invalid")
         if any(p.head_branch == branch and p.state == "open" for p in self.pulls.values()):

@@ -18,6 +18,7 @@ from taskgate.application.forge.deliveries import ForgeDeliveries
 from taskgate.application.forge.follower import ForgeFollower
 from taskgate.application.forge.publish import ForgePublisher
 from taskgate.application.nodes.heartbeats import NodeIdentity, NodeService
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.application.sessions.effects import CompositeEffects
 from taskgate.domain.errors import ConflictError
 from taskgate.domain.forge import LineComment, Review
@@ -218,3 +219,20 @@ async def test_with_draft_the_work_is_opened_as_a_draft_before_the_approval_and_
     await fire(services, session, "approve")
     assert loop.api.pulls[1].draft is False and loop.api.opened == 1
     assert (await services.sessions.get(session.id)).state_data["pull_request"]["draft"] is False
+
+
+async def test_a_publish_the_forge_failed_is_recorded_and_tried_again_by_the_forge_loop(services, git_repo):
+    loop = Loop(services)
+    loop.api.down = 1
+    seeded = await seed(services, git_repo, tasks=1)
+    session = await start(services, seeded.tasks[0])
+    result = await services.sessions.fire(FireTrigger(session.id, "plan_complete", "operator:alice"))
+    for trigger in ("work_complete", "approve"):
+        result = await services.sessions.fire(FireTrigger(session.id, trigger, "operator:alice"))
+    assert result.session.state.value == "awaiting_merge"  # the approval stands; the forge's failure is a warning
+    assert any("502 Bad Gateway" in w and "tries again" in w for w in result.warnings), result.warnings
+    record = await loop.record(session.id)
+    assert record.number is None and "502 Bad Gateway" in record.error and loop.api.opened == 0
+    await loop.follower.follow_once()  # poll_s 0: tried again at once
+    record = await loop.record(session.id)
+    assert (record.number, record.error, loop.api.opened) == (1, None, 1)

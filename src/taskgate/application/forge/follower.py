@@ -159,11 +159,13 @@ class ForgeFollower:
     def _due(self, record: PullRequestRecord, link: ForgeLink) -> bool:
         if not self._caught_up:
             return True
-        if record.error:  # a failed call waits `poll_s` from the failure, whatever a webhook says
-            return record.updated_at is None or self._clock.now() - record.updated_at >= timedelta(seconds=link.poll_s)
         if record.poke or record.observed_at is None:
             return True
         return self._clock.now() - record.observed_at >= timedelta(seconds=link.poll_s)
+
+    def _retry_due(self, record: PullRequestRecord, link: ForgeLink) -> bool:
+        """Whether a publish that failed is tried again: `poll_s` after the failure, whatever a webhook says."""
+        return record.updated_at is None or self._clock.now() - record.updated_at >= timedelta(seconds=link.poll_s)
 
     async def _following(self) -> list[tuple[PullRequestRecord, Session, ForgeLink]]:
         async with self._uow(write=False) as uow:
@@ -186,7 +188,7 @@ class ForgeFollower:
                 continue
             try:
                 if owed(session, record):  # a push or pull request call that failed, or was cut off: again
-                    if record.error and not self._due(record, link):
+                    if record.error and not self._retry_due(record, link):
                         continue  # it failed less than `poll_s` ago: the forge gets a rest
                     if not record.error and self._clock.now() - session.updated_at < _EFFECT_GRACE:
                         continue  # the transition's own effect is publishing it now (maybe in the CLI's process)
