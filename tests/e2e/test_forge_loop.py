@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from playwright.async_api import expect
 
+from tests.e2e.test_cli import TASKGATE
 from tests.e2e.test_console_browser import signed_in
 from tests.e2e.test_crash_points import CrashService
 from tests.e2e.test_crash_recovery import connect, wait_for_session
@@ -324,3 +325,27 @@ async def test_the_console_shows_the_pull_request_with_its_sub_state_and_what_ha
     )
     await expect(section).to_contain_text("checks_pending")
     await expect(section).to_contain_text("pushed")
+
+
+def test_doctor_checks_the_forges_remote_token_api_and_events_and_names_what_is_wrong(forge):
+    svc = forge
+
+    def doctor(**env: str) -> dict[str, tuple[str, str]]:
+        done = subprocess.run([TASKGATE, "doctor", "--json"], cwd=svc.repo, env={**svc.env, **env},
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        return {c["name"]: (c["status"], c["detail"]) for c in json.loads(done.stdout) if c["name"].startswith("forge")}
+
+    lines = doctor()
+    assert lines["forge remote"] == ("ok", "origin → acme/shop (github)")
+    assert lines["forge token"][0] == lines["forge api"][0] == "ok"
+    assert lines["forge events"][0] == ("ok" if svc.github.webhook_secret else "warn")
+    refused = doctor(GITHUB_TOKEN="ghp_wrong")["forge api"]
+    assert (
+        refused[0] == "fail"
+        and "the token in $GITHUB_TOKEN was refused" in refused[1]
+        and "ghp_wrong" not in refused[1]
+    )
+    assert doctor(GITHUB_TOKEN="")["forge token"] == (
+        "fail",
+        "$GITHUB_TOKEN is not set: nothing can be pushed or opened",
+    )
