@@ -84,7 +84,10 @@ class ForgePublisher(NoEffects):
             record = await uow.pull_requests.get(session.id)
         if not owed(session, record):
             return NOTHING
-        await self.publish(session, project, link)
+        try:
+            await self.publish(session, project, link)
+        except ForgeError as exc:  # the forge is down at start-up: recorded on the row, the forge loop tries again
+            return Aftermath(note=f"its push or pull request is owed; the forge refused ({exc}): tried again later")
         return Aftermath(note="pushed the branch and brought its pull request up to date")
 
     # -- publishing --------------------------------------------------------------------------------------------
