@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
@@ -61,14 +62,43 @@ class PausableCluster(Cluster):
         _wait_until_listening(self.processes[n], self.ports[n], log)
 
     def pause(self, n: int) -> None:
+        """SIGSTOP node `n`. On SQLite, between two of its transactions: a process stopped inside a write
+        transaction keeps the database's one write lock, and every other node waits for it (SQLite has no way to
+        take a lock back from a live process; several nodes on one SQLite file are one machine's, docs/nodes.md).
+        What the tests are about is the writes a paused node begins *after* it continues: those are fenced."""
         process = self.processes[n]
         assert process is not None and process.poll() is None
-        os.kill(process.pid, signal.SIGSTOP)
+        path = _sqlite_path(self.base["TASKGATE_DATABASE_URL"])
+        deadline = time.monotonic() + 30
+        while True:
+            os.kill(process.pid, signal.SIGSTOP)
+            if path is None or _write_lock_free(path):
+                return
+            os.kill(process.pid, signal.SIGCONT)  # stopped inside a write: let it commit, then try again
+            assert time.monotonic() < deadline, f"node {n} never left its write transactions"
+            time.sleep(0.05)
 
     def resume(self, n: int) -> None:
         process = self.processes[n]
         assert process is not None
         os.kill(process.pid, signal.SIGCONT)
+
+
+def _sqlite_path(url: str) -> Path | None:
+    return Path(url.split(":///", 1)[1]) if url.startswith("sqlite") else None
+
+
+def _write_lock_free(path: Path) -> bool:
+    """Whether no process holds the SQLite database's write lock (a write transaction could begin now)."""
+    db = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        db.close()
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])
