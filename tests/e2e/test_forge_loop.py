@@ -42,15 +42,17 @@ TOKEN = "ghp_forgeLoopToken0123456789abcdef"
 SECRET = "forge-webhook-secret"
 WAIT_S = 90.0
 FIXER = """\
-import json, os, subprocess, sys
+import json, os, re, subprocess, sys
 from pathlib import Path
 task_id, instructions, dumps = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 runs = len(list(dumps.glob(f"{task_id}-*.json")))
 (dumps / f"{task_id}-{runs}.json").write_text(json.dumps(dict(os.environ)))
+identity = ["-c", "user.name=fixer", "-c", "user.email=fixer@taskgate.invalid"]
+if merge := re.search(r"`git merge ([0-9a-f]{40})`", instructions):  # a rebase round: take the base, keep ours
+    subprocess.run(["git", *identity, "merge", "--no-edit", "-X", "ours", merge.group(1)], check=True)
 Path("work").mkdir(exist_ok=True)
 with Path("work", f"{task_id}.md").open("a") as out:
     out.write(f"- {instructions or 'first pass'}\\n")
-identity = ["-c", "user.name=fixer", "-c", "user.email=fixer@taskgate.invalid"]
 subprocess.run(["git", *identity, "add", "work"], check=True)
 subject = f"fix: round {runs}" if instructions else f"feat: {task_id}"
 subprocess.run(["git", *identity, "commit", "-q", "-m", subject], check=True)
@@ -103,7 +105,7 @@ class ForgeService(CrashService):
 def forge(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForgeService]:
     root = tmp_path_factory.mktemp(f"forge-{request.param}")
     webhooks = request.param == "sqlite"  # SQLite hears webhooks, PostgreSQL polls: both ways in, both backends
-    titles = [f"Forge {i}" for i in range(1, 9)]
+    titles = [f"Forge {i}" for i in range(1, 10)]
     with served_on(request.param, lambda url: ForgeService(root, url, webhooks=webhooks), titles) as svc:
         try:
             yield svc
@@ -349,3 +351,30 @@ def test_doctor_checks_the_forges_remote_token_api_and_events_and_names_what_is_
         "fail",
         "$GITHUB_TOKEN is not set: nothing can be pushed or opened",
     )
+
+
+async def test_a_conflict_with_the_base_sends_a_rebase_round_and_the_merged_fix_lands(forge, tmp_path: Path):
+    svc = forge
+    async with connect(svc) as client:
+        sid, _, number = await approved(svc, client, "DEMO-9")
+        clone = tmp_path / "someone"
+        helper = f"!f() {{ echo username=someone; echo password={TOKEN}; }}; f"
+        subprocess.run(["git", "-c", f"credential.helper={helper}", "clone", "-q", "-b", "main",
+                        svc.remote.repo_url("acme", "shop"), str(clone)], check=True, capture_output=True)  # fmt: skip
+        (clone / "work").mkdir(exist_ok=True)
+        (clone / "work" / "DEMO-9.md").write_text("- the same file, written on main meanwhile\n")
+        for args in (["add", "work"], ["-c", "user.name=x", "-c", "user.email=x@x", "commit", "-qm", "main moved"]):
+            subprocess.run(["git", "-C", str(clone), *args], check=True)
+        svc.push_as_someone(clone, "main")
+        head = svc.github.pull(number)["head"]["sha"]
+        assert svc.github.pull(number)["mergeable"] is False
+        svc.github.set_check(head, "lint")
+        merged_in = await until("push the merge of main", lambda: _moved(svc, number, head))
+        assert svc.github.pull(number)["mergeable"] is True
+        svc.github.set_check(merged_in, "lint")
+        await wait_for_session(client, sid, "ask for the merge", lambda s: s["state"] == "verifying")
+        svc.cli("session", "decide", sid, "approve", "--reason", "conflict resolved")
+        await wait_for_session(client, sid, "complete", lambda s: s["state"] == "completed")
+    steps = await reasons(svc, sid)
+    assert ("rebase", f"PR #{number} conflicts with main: rebase round 1") in steps
+    assert svc.github.pull(number)["merged"] is True
