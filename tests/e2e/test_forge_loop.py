@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -190,6 +191,12 @@ async def test_ci_fails_then_a_review_asks_then_the_operator_approves_and_it_mer
     assert said["ci_failed"] == "CI failed (lint): sent back, round 1 of 2"
     assert said["review_changes"] == "review by alice asks for changes: sent back, round 1 of 3"
     assert said["merge"].startswith("checks green on the approved head") and triggers[-2:] == ["merge", "cleanup_done"]
+    # the auditor's side: the log replays through the table (forge triggers included) and its chains verify
+    now = datetime.now(UTC).isoformat()
+    assert "completed" in svc.cli("session", "state-at", sid, now)
+    logged = json.loads(svc.cli("audit", "transitions", "--session", sid, "--json"))
+    assert {(r["trigger"], r["actor"]) for r in logged} >= {("ci_failed", "forge"), ("merge", "forge")}
+    svc.cli("audit", "verify")
     _token_nowhere(svc)
 
 
