@@ -539,7 +539,7 @@ class InMemoryPullRequestRepository(_Repo):
         return replace(found) if found is not None else None
 
     async def save(self, record: PullRequestRecord) -> None:
-        self.store.pull_requests[record.session_id] = replace(record, extra={})
+        self.store.pull_requests[record.session_id] = replace(record)
 
     async def following(self) -> list[PullRequestRecord]:
         live = {sid for sid, s in self.store.sessions.items() if s.state not in TERMINAL_STATES}

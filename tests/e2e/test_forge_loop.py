@@ -93,6 +93,17 @@ class ForgeService(CrashService):
         subprocess.run(["git", "-C", str(clone), "-c", "credential.helper=", "-c", f"credential.helper={helper}",
                         "push", "-q", "origin", ref], check=True, capture_output=True)  # fmt: skip
 
+    def someone_commits(self, clone: Path, branch: str, path: str, text: str) -> None:
+        """Someone else clones the remote, writes `path` on `branch`, commits and pushes it."""
+        helper = f"!f() {{ echo username=someone; echo password={TOKEN}; }}; f"
+        subprocess.run(["git", "-c", f"credential.helper={helper}", "clone", "-q", "-b", branch,
+                        self.remote.repo_url("acme", "shop"), str(clone)], check=True, capture_output=True)  # fmt: skip
+        (clone / path).parent.mkdir(parents=True, exist_ok=True)
+        (clone / path).write_text(text)
+        for args in (["add", path], ["-c", "user.name=x", "-c", "user.email=x@x", "commit", "-qm", "someone's"]):
+            subprocess.run(["git", "-C", str(clone), *args], check=True)
+        self.push_as_someone(clone, branch)
+
     def bare_git(self, *args: str) -> str:
         return subprocess.run(["git", "--git-dir", str(self.bare), *args], capture_output=True, text=True,
                               check=True).stdout.strip()  # fmt: skip
@@ -227,14 +238,7 @@ async def test_a_head_moved_by_someone_else_after_the_approval_is_never_merged(f
     svc = forge
     async with connect(svc) as client:
         sid, branch, number = await approved(svc, client, "DEMO-4")
-        clone = tmp_path / "someone"
-        helper = f"!f() {{ echo username=someone; echo password={TOKEN}; }}; f"
-        subprocess.run(["git", "-c", f"credential.helper={helper}", "clone", "-q", "-b", branch,
-                        svc.remote.repo_url("acme", "shop"), str(clone)], check=True, capture_output=True)  # fmt: skip
-        (clone / "extra.txt").write_text("not reviewed\n")
-        for args in (["add", "extra.txt"], ["-c", "user.name=x", "-c", "user.email=x@x", "commit", "-qm", "sneak"]):
-            subprocess.run(["git", "-C", str(clone), *args], check=True)
-        svc.push_as_someone(clone, branch)
+        svc.someone_commits(tmp_path / "someone", branch, "extra.txt", "not reviewed\n")
         moved = svc.bare_git("rev-parse", branch)
         svc.github.set_check(moved, "lint")
         await wait_for_session(client, sid, "go back to the operator", lambda s: s["state"] == "verifying")
@@ -364,15 +368,7 @@ async def test_a_conflict_with_the_base_sends_a_rebase_round_and_the_merged_fix_
     svc = forge
     async with connect(svc) as client:
         sid, _, number = await approved(svc, client, "DEMO-9")
-        clone = tmp_path / "someone"
-        helper = f"!f() {{ echo username=someone; echo password={TOKEN}; }}; f"
-        subprocess.run(["git", "-c", f"credential.helper={helper}", "clone", "-q", "-b", "main",
-                        svc.remote.repo_url("acme", "shop"), str(clone)], check=True, capture_output=True)  # fmt: skip
-        (clone / "work").mkdir(exist_ok=True)
-        (clone / "work" / "DEMO-9.md").write_text("- the same file, written on main meanwhile\n")
-        for args in (["add", "work"], ["-c", "user.name=x", "-c", "user.email=x@x", "commit", "-qm", "main moved"]):
-            subprocess.run(["git", "-C", str(clone), *args], check=True)
-        svc.push_as_someone(clone, "main")
+        svc.someone_commits(tmp_path / "someone", "main", "work/DEMO-9.md", "- the same file, written on main\n")
         head = svc.github.pull(number)["head"]["sha"]
         assert svc.github.pull(number)["mergeable"] is False
         svc.github.set_check(head, "lint")

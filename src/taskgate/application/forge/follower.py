@@ -27,7 +27,7 @@ from typing import Any
 
 from taskgate.application.forge.codec import decode_observation, encode_observation
 from taskgate.application.forge.ports import ForgeDirectory, ForgeLink, PullRequestRecord
-from taskgate.application.forge.publish import FORGE, ForgePublisher, owed, with_forge_round
+from taskgate.application.forge.publish import ForgePublisher, approved_head, forge_data, owed, with_forge_round
 from taskgate.application.nodes.heartbeats import NodeService
 from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions.commands import FireTrigger
@@ -148,7 +148,7 @@ class ForgeFollower:
             except ForgeError as exc:
                 report.errors.append(f"session {session.id}: PR #{record.number}: {exc}")
                 continue
-            status = status_of(seen, pushed=record.pushed, approved=_approved(session), limits=link.limits)
+            status = status_of(seen, pushed=record.pushed, approved=approved_head(session), limits=link.limits)
             async with self._uow(write=True) as uow:
                 stored = await uow.pull_requests.store_observation(
                     session.id, record.pushed_at, encode_observation(seen), status.value, began
@@ -170,11 +170,12 @@ class ForgeFollower:
     async def _following(self) -> list[tuple[PullRequestRecord, Session, ForgeLink]]:
         async with self._uow(write=False) as uow:
             records = await uow.pull_requests.following()
-            found = []
+            found, projects = [], {}
             for record in records:
                 session = await uow.sessions.get(record.session_id)
-                project = await uow.projects.get(session.project_id)
-                link = self._forges.for_project(project)
+                if session.project_id not in projects:  # one read per project and pass, not per pull request
+                    projects[session.project_id] = await uow.projects.get(session.project_id)
+                link = self._forges.for_project(projects[session.project_id])
                 if link is not None:
                     found.append((record, session, link))
         return found
@@ -208,19 +209,22 @@ class ForgeFollower:
             try:
                 await self._sessions.fire(cmd)
                 report.fired.append(f"session {session.id}: {cmd.trigger}: {cmd.reason}")
+                async with self._uow(write=True) as uow:  # what happened last, for `session show` and the console
+                    await uow.pull_requests.note(session.id, f"{cmd.trigger}: {cmd.reason}", self._clock.now())
+                    await uow.commit()
             except TaskgateError as exc:
                 report.errors.append(f"session {session.id}: {cmd.trigger} refused: {exc}")
 
     async def _next(self, record: PullRequestRecord, session: Session, link: ForgeLink) -> FireTrigger | None:
         """The trigger the session's newest look asks for, or None."""
-        if session.state == SessionState.VERIFYING and _forge(session).get("round"):
-            done = _forge(session)["round"]
+        if session.state == SessionState.VERIFYING and forge_data(session).get("round"):
+            done = forge_data(session)["round"]
             return self._fire(session, Trigger.UPDATE_PR, f"{done} round done: its fix pushed to PR #{record.number}")
         if session.state not in _LOOKED_AT or record.observation is None or not _fresh(record, session):
             return None
         seen = decode_observation(record.observation)
-        rounds = Rounds(**{k: int(v) for k, v in (_forge(session).get("rounds") or {}).items()})
-        step = decide(seen, state=session.state.value, pushed=record.pushed, approved=_approved(session),
+        rounds = Rounds(**{k: int(v) for k, v in (forge_data(session).get("rounds") or {}).items()})
+        step = decide(seen, state=session.state.value, pushed=record.pushed, approved=approved_head(session),
                       rounds=rounds, limits=link.limits)  # fmt: skip
         if not step.acts:
             return None
@@ -259,16 +263,6 @@ def _fresh(record: PullRequestRecord, session: Session) -> bool:
     if record.observed_at is None:
         return False
     return record.observed_at >= max(filter(None, (record.pushed_at, session.updated_at)))
-
-
-def _approved(session: Session) -> str | None:
-    approved = session.state_data.get("approved")
-    return str(approved["head"]) if isinstance(approved, dict) and approved.get("head") else None
-
-
-def _forge(session: Session) -> dict[str, Any]:
-    data = session.state_data.get(FORGE)
-    return data if isinstance(data, dict) else {}
 
 
 async def _either(a: asyncio.Event, b: asyncio.Event) -> None:

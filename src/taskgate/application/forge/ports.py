@@ -3,7 +3,7 @@ of each pull request (one row per session) and of each webhook delivery."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -111,7 +111,6 @@ class PullRequestRecord:
     error: str | None = None  # the last push or API error, retried
     poke: bool = False  # a webhook asked for a look before the next poll
     updated_at: datetime | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class PullRequestRepository(Protocol):

@@ -125,7 +125,9 @@ class ForgePublisher(NoEffects):
         pr = {"number": pull.number, "url": pull.url, "kind": link.kind, "draft": draft}
         event = ("forge.pushed", {"branch": session.branch_name, "head": pushed.sha, "pull_request": pull.number,
                                   "url": pull.url, "created": pushed.created})  # fmt: skip
-        await self._sessions.annotate(session.id, {PULL_REQUEST: pr, FORGE: {**_forge(session), "round": None}}, event)
+        await self._sessions.annotate(
+            session.id, {PULL_REQUEST: pr, FORGE: {**forge_data(session), "round": None}}, event
+        )
         return record
 
     async def _open_or_update(
@@ -182,7 +184,7 @@ class ForgePublisher(NoEffects):
             return None
         async with self._uow(write=False) as uow:
             record = await uow.pull_requests.get(session.id)
-        head = _approved_head(session)
+        head = approved_head(session)
         if record is None or record.number is None or head is None:
             raise _refused("forge_merge", f"session {session.id} has no pull request yet: approve it first", "approve")
         seen = decode_observation(record.observation) if record.observation else None
@@ -227,7 +229,7 @@ def owed(session: Session, record: PullRequestRecord | None) -> bool:
         return False
     if record is None or record.number is None or record.error is not None or record.pushed_at is None:
         return True
-    return record.pushed_at < session.updated_at or bool(_forge(session).get("round"))
+    return record.pushed_at < session.updated_at or bool(forge_data(session).get("round"))
 
 
 def _refused(rule: str, message: str, suggestion: str) -> EffectRefused:
@@ -240,12 +242,14 @@ def _still_draft(session: Session) -> bool:
     return not isinstance(pr, dict) or bool(pr.get("draft"))
 
 
-def _approved_head(session: Session) -> str | None:
+def approved_head(session: Session) -> str | None:
+    """The head the operator approved (`state_data.approved.head`), or None before an approval."""
     approved = session.state_data.get("approved")
     return str(approved["head"]) if isinstance(approved, dict) and approved.get("head") else None
 
 
-def _forge(session: Session) -> dict[str, Any]:
+def forge_data(session: Session) -> dict[str, Any]:
+    """The session's forge rounds (`state_data.forge`): {rounds: {ci, review, rebase}, round}."""
     data = session.state_data.get(FORGE)
     return dict(data) if isinstance(data, dict) else {"rounds": {}}
 
@@ -268,7 +272,7 @@ def _test_line(run: TestRun) -> str:
 
 def with_forge_round(cmd: FireTrigger, session: Session, kind: str, instructions: str) -> FireTrigger:
     """`cmd` (a forge round's trigger) with the round counted and the agents' instructions, in its transition."""
-    forge = _forge(session)
+    forge = forge_data(session)
     rounds = dict(forge.get("rounds") or {})
     key = {"ci_failed": "ci", "review_changes": "review", "rebase": "rebase"}[kind]
     rounds[key] = int(rounds.get(key, 0)) + 1

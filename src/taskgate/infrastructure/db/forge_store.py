@@ -6,14 +6,14 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import func, select, update
 
 from taskgate.application.forge.ports import PullRequestRecord
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.repository_base import TERMINAL, SqlRepository
 
-_COLUMNS = tuple(f.name for f in fields(PullRequestRecord) if f.name != "extra")
+_COLUMNS = tuple(f.name for f in fields(PullRequestRecord))
 
 
 class SqlAlchemyPullRequestRepository(SqlRepository):
@@ -85,11 +85,6 @@ class SqlAlchemyPullRequestRepository(SqlRepository):
         d = t.forge_deliveries.c
         rows = (await self._conn.execute(select(d.outcome, func.count()).group_by(d.outcome))).all()
         return {row[0]: row[1] for row in rows}
-
-    async def forget_deliveries(self, before: datetime) -> int:
-        """Drop delivery ids older than `before` (GitHub redelivers within days, not months)."""
-        d = t.forge_deliveries.c
-        return (await self._conn.execute(delete(t.forge_deliveries).where(d.received_at < before))).rowcount
 
 
 def _record(row: Any) -> PullRequestRecord:

@@ -40,6 +40,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from taskgate.application.forge.ports import PushResult
 from taskgate.domain.errors import ForgeError
 
 GIT_TIMEOUT_S = 60.0
@@ -52,17 +53,6 @@ _SAFE_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.askPass=", "-c", "
 # inherited variables that could redirect git to another repository, inject config or trace requests
 _DROPPED_PREFIXES = ("GIT_TRACE", "GIT_CONFIG_", "GIT_CURL_VERBOSE", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")
 _DROPPED = {"GIT_CONFIG_PARAMETERS", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY", "GIT_NAMESPACE", "GIT_ASKPASS"}
-
-
-@dataclass(frozen=True, slots=True)
-class PushResult:
-    """What a push did: `sha` is the commit the remote branch now points at; `created` when the branch did not exist
-    on the remote before; `already` when there was nothing to push (the remote had exactly this commit, e.g. from a
-    push a crash cut off after it landed)."""
-
-    sha: str
-    created: bool
-    already: bool
 
 
 @dataclass(frozen=True, slots=True)
