@@ -117,6 +117,7 @@ class ProjectSettings(BaseModel):
     policies: PoliciesSettings = PoliciesSettings()
     hooks: HooksSettings | None = None
     forge: ForgeSettings | None = None  # unset: the top-level [forge]
+    tracker: TrackerSettings | None = None  # unset: the top-level [tracker]
 
 
 class ConfiguredToken(BaseModel):
@@ -174,11 +175,104 @@ class BeadsTrackerSettings(BaseModel):
         return value
 
 
-class TrackerSettings(BaseModel):
-    """Where tasks come from: the built-in tracker (default) or Beads."""
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
-    kind: Literal["builtin", "beads"] = "builtin"
+
+class GitHubTrackerSettings(BaseModel):
+    """`[tracker.github]`: GitHub Issues of one repository as the tracker (docs/trackers.md#github-issues). An open
+    issue with `label` (every open issue when empty), not blocked, without open sub-issues, and assigned to nobody
+    or to `assignee` is ready; `status_labels` say where a session stands; `completed` closes the issue."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repository: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")  # unset: [forge]'s
+    api_url: str = Field(default="https://api.github.com", pattern=r"^https?://")
+    token_env: str = Field(default="GITHUB_TOKEN", pattern=_ENV_NAME)  # the variable's name, never the token
+    label: str = "taskgate"
+    assignee: str | None = Field(default=None, min_length=1)  # the login taskgate claims as; unset: the token's user
+    priority_labels: dict[str, int] = Field(
+        default_factory=lambda: {"P0": 0, "P1": 1, "P2": 2, "P3": 3, "P4": 4}, description="label → priority 0–4"
+    )
+    status_labels: dict[str, str] = Field(
+        default_factory=lambda: {
+            "in_progress": "taskgate:in-progress",
+            "pending_review": "taskgate:in-review",
+            "approved": "taskgate:approved",
+            "merged": "taskgate:approved",
+        }
+    )
+    write_back: bool = True
+    timeout_s: float = Field(default=30.0, gt=0, le=600)
+
+    @field_validator("priority_labels")
+    @classmethod
+    def _priorities(cls, value: dict[str, int]) -> dict[str, int]:
+        bad = sorted(k for k, v in value.items() if not 0 <= v <= 4)
+        if bad:
+            raise ValueError(f"priority of label {bad[0]!r} must be 0–4")
+        return value
+
+    @field_validator("status_labels")
+    @classmethod
+    def _statuses(cls, value: dict[str, str]) -> dict[str, str]:
+        return _task_status_keys(value)
+
+
+class LinearTrackerSettings(BaseModel):
+    """`[tracker.linear]`: one Linear team as the tracker (docs/trackers.md#linear). An issue of `team` in one of
+    `states` (with `label` when set), not blocked by an open `blocks` relation, without open sub-issues, and assigned
+    to nobody or to `assignee` is ready; `status_map` names the workflow state each task status moves it to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    api_url: str = Field(default="https://api.linear.app/graphql", pattern=r"^https?://")
+    token_env: str = Field(default="LINEAR_API_KEY", pattern=_ENV_NAME)
+    team: str = Field(default="", description="the team's key, e.g. ENG")
+    states: list[str] = Field(default_factory=lambda: ["Todo"], min_length=1)
+    label: str | None = None
+    assignee: str | None = Field(default=None, min_length=1)  # a user's id or e-mail; unset: the API key's user
+    status_map: dict[str, str] = Field(
+        default_factory=lambda: {
+            "in_progress": "In Progress",
+            "pending_review": "In Review",
+            "completed": "Done",
+            "open": "Todo",
+        }
+    )
+    write_back: bool = True
+    timeout_s: float = Field(default=30.0, gt=0, le=600)
+
+    @field_validator("status_map")
+    @classmethod
+    def _statuses(cls, value: dict[str, str]) -> dict[str, str]:
+        return _task_status_keys(value)
+
+
+def _task_status_keys(value: dict[str, str]) -> dict[str, str]:
+    unknown = sorted(set(value) - {s.value for s in TaskStatus})
+    if unknown:
+        raise ValueError(f"unknown task status {', '.join(unknown)}; valid: {', '.join(s.value for s in TaskStatus)}")
+    return value
+
+
+class TrackerSettings(BaseModel):
+    """`[tracker]` (or `[projects.<name>.tracker]`): where tasks come from (the built-in tracker by default, Beads,
+    GitHub Issues or Linear), and what happens when the tracker takes back an issue whose session runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["builtin", "beads", "github", "linear"] = "builtin"
+    # an issue closed, reassigned or relabelled away while its session runs: ask the operator, or stop the session
+    on_issue_gone: Literal["ask", "stop"] = "ask"
     beads: BeadsTrackerSettings = BeadsTrackerSettings()
+    github: GitHubTrackerSettings = GitHubTrackerSettings()
+    linear: LinearTrackerSettings = LinearTrackerSettings()
+
+    @model_validator(mode="after")
+    def _linear_team(self) -> TrackerSettings:
+        if self.kind == "linear" and not self.linear.team:
+            raise ValueError('[tracker] kind = "linear" needs [tracker.linear] team (the team\'s key, e.g. ENG)')
+        return self
 
 
 class GitSettings(BaseModel):

@@ -145,7 +145,9 @@ class WritebackRepository(Protocol):
 @dataclass(frozen=True, slots=True)
 class TrackerIssue:
     """An issue as a tracker reports it. `status` is the tracker's own word (Beads: open, in_progress,
-    blocked, deferred, closed); `dependencies` are (depends_on_id, type) pairs."""
+    blocked, deferred, closed; GitHub: open, closed; Linear: the workflow state's name); `dependencies` are
+    (depends_on_id, type) pairs. `assignees` are the tracker's logins (GitHub) or user ids (Linear); `hold` says
+    why the tracker's own ready rule keeps the issue out of ready (None: ready by that rule, or not asked)."""
 
     id: str
     title: str
@@ -155,10 +157,15 @@ class TrackerIssue:
     issue_type: str = "task"
     labels: tuple[str, ...] = ()
     dependencies: tuple[tuple[str, str], ...] = ()
+    assignees: tuple[str, ...] = ()
+    url: str | None = None
+    hold: str | None = None
+    closed: bool = False  # done or dropped in the tracker (GitHub closed, Linear completed or canceled)
 
 
 class TrackerProvider(Protocol):
-    """Where a project's tasks come from. Built-in (our tables) or Beads (`bd … --json`)."""
+    """Where a project's tasks come from. Built-in (our tables), Beads (`bd … --json`), GitHub Issues (REST through
+    githubkit) or Linear (GraphQL)."""
 
     name: str
     writes_back: bool  # whether task status changes are written to it (Beads' `write_back`)
@@ -174,4 +181,17 @@ class TrackerProvider(Protocol):
         """Write a task status back to the tracker (a no-op when write-back is off). Raises: TrackerError."""
 
     async def claim(self, project: Project, issue_id: str, actor: str) -> None:
-        """Take the issue for `actor` atomically, so no other orchestrator starts it. Raises: ClaimRefused."""
+        """Take the issue for `actor` atomically where the tracker allows (and re-read to check it was won), so no
+        other orchestrator starts it. Raises: ClaimRefused (someone else has it), TrackerError."""
+
+
+class PolledTracker(TrackerProvider, Protocol):
+    """A tracker reached over an HTTP API (GitHub Issues, Linear): what a poll reports about its cost and the
+    ready rule's filter, for `taskgate tracker status` and the benchmarks."""
+
+    calls: int  # HTTP requests made so far (every page, every retry)
+    not_modified: int  # of them, answered 304 from the cache's ETag (GitHub does not count those)
+
+    def describe(self) -> str:
+        """One line: where it reads and the filter that makes an issue taskgate's (`github acme/shop label
+        taskgate`)."""
