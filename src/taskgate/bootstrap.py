@@ -37,7 +37,8 @@ from taskgate.application.sweeper import ESCALATED_EVENT, Sweeper, SweeperOption
 from taskgate.application.trackers.builtin import TrackerService
 from taskgate.application.trackers.dispatch import Dispatcher, DispatchOptions
 from taskgate.application.trackers.ports import TrackerProvider
-from taskgate.application.trackers.sync import BeadsClaim, TrackerSync
+from taskgate.application.trackers.routing import Trackers, TrackerSpec
+from taskgate.application.trackers.sync import TrackerClaim, TrackerSync
 from taskgate.application.trackers.writebacks import TrackerWriteBack, WritebackService
 from taskgate.application.webhooks.outbox import Subscriber, WebhookDispatcher
 from taskgate.application.workflows.engine import WorkflowEngine, WorkflowOptions
@@ -62,7 +63,7 @@ from taskgate.infrastructure.git import GitPythonVcs
 from taskgate.infrastructure.project_files import ProjectFileReader
 from taskgate.infrastructure.sandbox.sessions import BwrapSandboxes
 from taskgate.infrastructure.session_folder import SessionFolderStore
-from taskgate.infrastructure.settings import Settings, find_config_file, load_settings
+from taskgate.infrastructure.settings import Settings, TrackerSettings, find_config_file, load_settings
 from taskgate.infrastructure.system import SystemClock, UuidGenerator
 from taskgate.infrastructure.test_runner import SubprocessTestRunner
 from taskgate.infrastructure.trackers import BeadsTracker
@@ -152,23 +153,24 @@ def build_workspaces(
     vcs: VcsProvider,
     git: GitOptions,
     context_ttl_seconds: float = 30.0,
-    tracker: TrackerProvider | None = None,
+    tracker: TrackerProvider | Trackers | None = None,
     tracker_service: TrackerService | None = None,
 ) -> tuple[WorkspaceService, ContextScout]:
     """The context scout, and the session worktrees attached to `sessions` as the effects of its transitions
-    (followed by status write-back to `tracker` when the project's tasks come from an external tracker)."""
+    (followed by status write-back to the tracker when the project's tasks come from an external tracker)."""
     scout = ContextScout(uow, vcs, clock, context_ttl_seconds)
     workspaces = WorkspaceService(uow, vcs, clock, git, scout)
     workspaces.attach(sessions)
-    if tracker is not None:  # read live, claim at start, write status back through the outbox
-        sync = TrackerSync(uow, clock, tracker)
-        effects: list[SessionEffects] = [workspaces, BeadsClaim(uow, sync)]
+    trackers = tracker if isinstance(tracker, Trackers) else Trackers.single(tracker)
+    if trackers.configured():  # read live, claim at start, write status back through the outbox
+        sync = TrackerSync(uow, clock, trackers)
+        effects: list[SessionEffects] = [workspaces, TrackerClaim(uow, sync)]
         scout.use_sync(sync)
         if tracker_service is not None:
             tracker_service.use_sync(sync)
-        if tracker.writes_back:
-            sessions.owe_write_backs((tracker.name,))
-            effects.append(TrackerWriteBack(WritebackService(uow, clock, tracker)))
+        if trackers.written_back():
+            sessions.owe_write_backs(trackers.written_back())
+            effects.append(TrackerWriteBack(WritebackService(uow, clock, trackers)))
         sessions.use_effects(CompositeEffects(effects))
     return workspaces, scout
 
@@ -294,11 +296,31 @@ def workflow_catalogue(settings: Settings) -> WorkflowService:
 
 
 def tracker_provider(settings: Settings) -> TrackerProvider | None:
-    """The external tracker configured in `[tracker]`, or None for the built-in one."""
-    if settings.tracker.kind != "beads":
-        return None
-    beads = settings.tracker.beads
-    return BeadsTracker(beads.command, beads.timeout_s, beads.write_back, beads.status_map)
+    """The external tracker configured in `[tracker]` (built now), or None for the built-in one. Raises:
+    TrackerError (a token variable that is not set)."""
+    spec = tracker_spec(settings.tracker, settings)
+    return spec.build() if spec is not None else None
+
+
+def trackers(settings: Settings) -> Trackers:
+    """Each project's tracker: `[tracker]`, or `[projects.<name>.tracker]` for that project; built when first used."""
+    projects = {name: tracker_spec(p.tracker, settings) for name, p in settings.projects.items() if p.tracker}
+    return Trackers(tracker_spec(settings.tracker, settings), projects)
+
+
+def tracker_spec(cfg: TrackerSettings, settings: Settings) -> TrackerSpec | None:
+    """One `[tracker]` table as a spec whose provider is built on first use; None for the built-in tracker."""
+    if cfg.kind == "beads":
+        bd = cfg.beads
+        return TrackerSpec(
+            "beads", bd.write_back, lambda: BeadsTracker(bd.command, bd.timeout_s, bd.write_back, bd.status_map)
+        )
+    if cfg.kind in ("github", "linear"):
+        from taskgate.infrastructure.trackers.http import http_tracker  # githubkit and httpx load only when used
+
+        write_back = cfg.github.write_back if cfg.kind == "github" else cfg.linear.write_back
+        return TrackerSpec(cfg.kind, write_back, lambda: http_tracker(cfg, settings.forge))
+    return None
 
 
 def policy_book(settings: Settings, git: GitOptions | None = None) -> PolicyBook:
@@ -382,6 +404,7 @@ async def bootstrap(
         configured_tokens=configured_tokens(settings),
     )
     services[0].on_node(settings.resolved_node_id)  # it holds the sessions it creates (docs/nodes.md)
+    project_trackers = trackers(settings)
     extras = build_workspaces(
         services[0],
         uow,
@@ -389,7 +412,7 @@ async def bootstrap(
         vcs=vcs,
         git=git_options(settings),
         context_ttl_seconds=settings.context.ttl_seconds,
-        tracker=tracker_provider(settings),
+        tracker=project_trackers,
         tracker_service=services[1],
     )
     folders = session_folders(settings)
@@ -408,7 +431,7 @@ async def bootstrap(
         agents.use_hooks(extras[0].hooks)
     agents.use_sandboxes(sandboxes(settings))
     services[0].use_effects(CompositeEffects([services[0].effects, ManifestEffect(outputs)]))
-    app.writebacks = WritebackService(uow, clock, tracker_provider(settings))
+    app.writebacks = WritebackService(uow, clock, project_trackers)
     app.workflows = build_workflows(
         services[0], uow, catalogue=workflow_catalogue(settings).catalogue, clock=clock, agents=agents,
         decisions=people[1], options=workflow_options(settings), review_queue=queue, outputs=outputs,

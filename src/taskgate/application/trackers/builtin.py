@@ -98,7 +98,7 @@ class TrackerService:
         """Mirror the live tracker's ready list of every project (the sweeper does, for the board)."""
         if self._sync is not None:
             for project in await self.list_projects():
-                if project.archived_at is None:
+                if project.archived_at is None and self._sync.trackers.spec(project) is not None:
                     await self._sync.ready(project)
 
     async def prepare_start(self, task_id: str) -> None:
@@ -269,9 +269,9 @@ class TrackerService:
         ROW_LIMITS.check("limit", limit)
         async with self._uow(write=False) as uow:
             project = await uow.projects.get(project_id)
-            if self._sync is None:
+            if self._sync is None or self._sync.trackers.spec(project) is None:
                 return await uow.tasks.ready(project_id, limit)
-        order = {task_id: n for n, task_id in enumerate(await self._sync.ready(project))}
+        order = {task_id: n for n, task_id in enumerate(await self._sync.ready(project) or [])}
         async with self._uow(write=False) as uow:
             startable = [t for t in await uow.tasks.ready(project_id) if t.id in order]
         return sorted(startable, key=lambda t: order[t.id])[:limit]

@@ -1,4 +1,6 @@
-"""Beads read live (`[tracker] kind = "beads"`): every decision that depends on Beads asks `bd` first.
+"""External trackers read live (`[tracker] kind = "beads" | "github" | "linear"`): every decision that depends on
+the tracker asks it first. Written for Beads first; GitHub Issues and Linear follow the same steps, with their own
+ready rule (docs/trackers.md), and a poll that lists every candidate issue with why each is held.
 
 - **ready** (`task ready`, `project_ready_tasks`, the context; the board's Ready column reads what the last call
   mirrored, and `taskgate serve` refreshes it every sweep): `bd ready` decides, by its own rule. Its issues
@@ -23,6 +25,7 @@ from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions.commands import EffectRefused, FireTrigger
 from taskgate.application.sessions.effects import NoEffects
 from taskgate.application.trackers.ports import TrackerIssue, TrackerProvider
+from taskgate.application.trackers.routing import Trackers, polled
 from taskgate.domain.beads import OPEN, qualified_id, task_status_for_import
 from taskgate.domain.entities import Project, Session, Task, TaskStatus
 from taskgate.domain.errors import ClaimRefused, InvalidInput, TaskgateError, TaskNotFound
@@ -36,73 +39,128 @@ NOT_READY = "not in bd ready (blocked, claimed or held in Beads)"
 class TrackerSync:
     """Mirrors what the external tracker says into the task table, just before it is used."""
 
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, provider: TrackerProvider) -> None:
-        self._uow, self._clock, self.provider = uow, clock, provider
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, trackers: Trackers) -> None:
+        self._uow, self._clock, self.trackers = uow, clock, trackers
 
-    async def ready(self, project: Project) -> list[str]:
-        """`bd ready`, mirrored: the task ids of its issues, in bd's order. Raises: TrackerError."""
-        issues = await self.provider.ready(project)
-        return await self._mirror(project, issues, ready=True)
+    def provider(self, project: Project) -> TrackerProvider | None:
+        """The project's external tracker, or None for the built-in one. Raises: TrackerError."""
+        return self.trackers.of(project)
+
+    async def ready(self, project: Project) -> list[str] | None:
+        """The tracker's ready list, mirrored: the task ids of its issues, in its order; None when the project reads
+        the built-in tracker. A polled tracker (GitHub, Linear) is asked for every candidate, so the mirror also
+        says why each of the others is held. Raises: TrackerError."""
+        provider = self.provider(project)
+        if provider is None:
+            return None
+        if not polled(provider):
+            return await self._mirror(project, provider, await provider.ready(project), ready=True)
+        candidates = await provider.list(project)
+        ids = await self._mirror(project, provider, candidates, ready=True)
+        return [task_id for task_id, issue in zip(ids, candidates, strict=True) if issue.hold is None]
+
+    async def polled(self, project: Project) -> tuple[TrackerProvider, list[TrackerIssue], list[str]] | None:
+        """One poll of a project's tracker for the poller: the provider, every candidate issue (with holds) and
+        their task ids, mirrored. None for the built-in tracker. Raises: TrackerError."""
+        provider = self.provider(project)
+        if provider is None:
+            return None
+        candidates = await (provider.list(project) if polled(provider) else provider.ready(project))
+        return provider, candidates, await self._mirror(project, provider, candidates, ready=True)
 
     async def issue(self, project: Project, issue_id: str) -> str:
-        """`bd show ID`, mirrored: the task id. Raises: TaskNotFound, TrackerError."""
-        return (await self._mirror(project, [await self.provider.show(project, issue_id)], ready=False))[0]
+        """The tracker's issue (`bd show ID`), mirrored: the task id. Raises: TaskNotFound, TrackerError."""
+        provider = self.provider(project)
+        if provider is None:
+            raise TaskNotFound(issue_id)
+        return (await self._mirror(project, provider, [await provider.show(project, issue_id)], ready=False))[0]
 
-    async def _mirror(self, project: Project, issues: Sequence[TrackerIssue], *, ready: bool) -> list[str]:
-        """One write: new issues become tasks, known ones get bd's title, priority and status. A ready issue
-        has no hold and no stored blockers (bd decided); a shown one is held unless it is open."""
-        source = self.provider.name
+    async def refresh(self, project: Project, issue: TrackerIssue) -> str:
+        """An issue just read (`show`) mirrored as it is now: the task id."""
+        provider = self.provider(project)
+        assert provider is not None
+        return (await self._mirror(project, provider, [issue], ready=False))[0]
+
+    async def _mirror(
+        self, project: Project, provider: TrackerProvider, issues: Sequence[TrackerIssue], *, ready: bool
+    ) -> list[str]:
+        """One write: new issues become tasks, known ones get the tracker's title, priority and status. A ready
+        issue has no hold and no stored blockers (the tracker decided); a shown one is held unless it is open."""
+        source = provider.name
         async with self._uow(write=True) as uow:
             known = {t.external_id or t.id: t for t in await uow.tasks.of_source(project.id, source)}
             fresh = [i for i in issues if i.id not in known]
             taken = {t.id for t in await uow.tasks.get_many([i.id for i in fresh])}
-            new = [self._task(project, issue, ready, issue.id in taken) for issue in fresh]
+            new = [self._task(project, source, issue, ready, issue.id in taken) for issue in fresh]
             await uow.tasks.add_many(new)
             known |= {t.external_id or t.id: t for t in new}
             for issue in issues:
-                await self._refresh(uow, known[issue.id], issue, ready)
-            if ready:  # what bd ready no longer lists is held, so the board and the context agree with bd
-                listed = {i.id for i in issues}
+                await self._refresh(uow, known[issue.id], issue, ready, source)
+            if ready:  # what the ready list no longer has is held, so the board and the context agree with it
+                listed, gone = {i.id for i in issues}, _not_listed(provider)
                 for external_id, task in known.items():
                     if external_id not in listed and task.hold is None and task.status == TaskStatus.OPEN:
-                        await uow.tasks.set_tracker_facts(task.id, tracker_status=task.tracker_status, hold=NOT_READY)
+                        await uow.tasks.set_tracker_facts(task.id, tracker_status=task.tracker_status, hold=gone)
             await uow.commit()
         return [known[i.id].id for i in issues]
 
-    def _task(self, project: Project, issue: TrackerIssue, ready: bool, taken: bool) -> Task:
+    def _task(self, project: Project, source: str, issue: TrackerIssue, ready: bool, taken: bool) -> Task:
         task_id = qualified_id(project.key, issue.id) if taken else issue.id
         if task_id is None:
-            raise InvalidInput(f"Beads id {issue.id} is taken here and too long to qualify with the project key")
+            raise InvalidInput(f"{source} id {issue.id} is taken here and too long to qualify with the project key")
         return Task(id=task_id, project_id=project.id, plan_id=None, title=issue.title[:500] or issue.id,
                     description=issue.description[:20_000], priority=issue.priority,
-                    status=task_status_for_import(issue.status), created_at=self._clock.now(),
-                    source=self.provider.name, external_id=issue.id, tracker_status=issue.status,
-                    hold=_hold(issue, ready), labels=list(usable_labels(issue.labels)))  # fmt: skip
+                    status=_status_for_import(issue), created_at=self._clock.now(),
+                    source=source, external_id=issue.id, tracker_status=issue.status,
+                    hold=_hold(issue, ready, source), labels=list(usable_labels(issue.labels)))  # fmt: skip
 
     @staticmethod
-    async def _refresh(uow, task: Task, issue: TrackerIssue, ready: bool) -> None:
+    async def _refresh(uow, task: Task, issue: TrackerIssue, ready: bool, source: str) -> None:
         title, description = issue.title[:500] or issue.id, issue.description[:20_000]
         labels = list(usable_labels(issue.labels))
         if (task.title, task.description, task.priority, task.labels) != (title, description, issue.priority, labels):
             await uow.tasks.update_details(
                 task.id, title=title, description=description, priority=issue.priority, labels=labels
             )
-        hold = _hold(issue, ready)
+        hold = _hold(issue, ready, source)
         if (task.tracker_status, task.hold) != (issue.status, hold):
             await uow.tasks.set_tracker_facts(task.id, tracker_status=issue.status, hold=hold)
         if ready and task.blockers:
             await uow.tasks.set_blockers(task.id, [])
-        if task_status_for_import(issue.status) == TaskStatus.COMPLETED and task.status == TaskStatus.OPEN:
+        if _status_for_import(issue) == TaskStatus.COMPLETED and task.status == TaskStatus.OPEN:
             await uow.tasks.set_status(task.id, TaskStatus.COMPLETED)
 
 
-def _hold(issue: TrackerIssue, ready: bool) -> str | None:
-    if ready:
+def _status_for_import(issue: TrackerIssue) -> TaskStatus:
+    """The task status a new mirror row gets: Beads' statuses map as the import does; an issue closed in GitHub or
+    Linear is completed, any other is open (taskgate's sessions move it from there)."""
+    if issue.closed:
+        return TaskStatus.COMPLETED
+    return task_status_for_import(issue.status) if issue.status in _BEADS_WORDS else TaskStatus.OPEN
+
+
+_BEADS_WORDS = frozenset({"open", "in_progress", "blocked", "deferred", "closed", "hooked", "pinned"})
+
+
+def _hold(issue: TrackerIssue, ready: bool, source: str) -> str | None:
+    """Why the mirrored task is not ready: the tracker's own words for a polled tracker; for Beads, bd ready
+    decided (listed: no hold) or the issue's status says (shown)."""
+    if issue.hold is not None:
+        return issue.hold
+    if issue.closed:
+        return f"closed in {source}"
+    if ready or source != "beads":
         return None
     return None if issue.status == OPEN else f"status {issue.status} in Beads"
 
 
-class BeadsClaim(NoEffects):
+def _not_listed(provider: TrackerProvider) -> str:
+    if polled(provider):
+        return f"no longer a candidate in {provider.describe()}"  # type: ignore[attr-defined]
+    return NOT_READY
+
+
+class TrackerClaim(NoEffects):
     """The session effect of `start` on a task from the external tracker: still ready there, then claimed."""
 
     def __init__(self, uow: UnitOfWorkFactory, sync: TrackerSync) -> None:
@@ -115,17 +173,30 @@ class BeadsClaim(NoEffects):
         async with self._uow(write=False) as uow:
             task = await uow.tasks.get(session.task_id, with_blockers=False)
             project = await uow.projects.get(task.project_id)
-        if task.source != self._sync.provider.name:
-            return cmd
-        issue_id = task.external_id or task.id
         try:
-            if task.id not in await self._sync.ready(project):
-                raise ClaimRefused(issue_id, "bd ready does not list it (blocked, held or taken in Beads)")
-            await self._sync.provider.claim(project, issue_id, cmd.actor)
+            provider = self._sync.provider(project)
+            if provider is None or task.source != provider.name:
+                return cmd
+            await self._still_ready(project, provider, task)
+            await provider.claim(project, task.external_id or task.id, cmd.actor)
         except TaskgateError as exc:
-            violation = Violation("tracker_claim", str(exc), Severity.ERROR, "see `bd show` for why; start again later")
+            hint = "see `bd show` for why" if task.source == "beads" else f"see the issue in {task.source} for why"
+            violation = Violation("tracker_claim", str(exc), Severity.ERROR, f"{hint}; start again later")
             raise EffectRefused(exc, [violation]) from None
         return cmd
+
+    async def _still_ready(self, project: Project, provider: TrackerProvider, task: Task) -> None:
+        """Beads: `bd ready` lists it. A polled tracker: the issue as it is now is open and held by nothing (one
+        read, not a whole poll), mirrored so the task shows what was found."""
+        issue_id = task.external_id or task.id
+        if not polled(provider):
+            if task.id not in (await self._sync.ready(project) or []):
+                raise ClaimRefused(issue_id, "bd ready does not list it (blocked, held or taken in Beads)")
+            return
+        issue = await provider.show(project, issue_id)
+        await self._sync.refresh(project, issue)
+        if issue.closed or issue.hold is not None:
+            raise ClaimRefused(issue_id, "closed" if issue.closed else str(issue.hold))
 
 
 async def sync_task_if_unknown(uow: UnitOfWorkFactory, sync: TrackerSync | None, task_id: str) -> None:

@@ -23,6 +23,7 @@ from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions.commands import FireResult, FireTrigger
 from taskgate.application.sessions.effects import NOTHING, Aftermath, NoEffects
 from taskgate.application.trackers.ports import TrackerProvider
+from taskgate.application.trackers.routing import Trackers, polled
 from taskgate.domain import writebacks as wb
 from taskgate.domain.entities import TaskStatus, task_status_for
 from taskgate.domain.errors import InvalidInput, TaskgateError
@@ -44,8 +45,9 @@ class Attempt:
 class WritebackService:
     """Runs owed write-backs, and lets operators see, retry and dismiss them."""
 
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, provider: TrackerProvider | None) -> None:
-        self._uow, self._clock, self._provider = uow, clock, provider
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, trackers: Trackers | TrackerProvider | None) -> None:
+        self._uow, self._clock = uow, clock
+        self._trackers = trackers if isinstance(trackers, Trackers) else Trackers.single(trackers)
 
     async def run_task(self, task_id: str) -> Attempt | None:
         """Write the task's newest owed status now (older owed rows are superseded). None: nothing was due."""
@@ -122,13 +124,25 @@ class WritebackService:
         return Attempt(await self._record(row, row.attempts + 1, error), error is None, error)
 
     async def _write(self, project, issue_id: str, row: Writeback) -> str | None:
-        if self._provider is None or self._provider.name != row.tracker:
-            return f"no {row.tracker} tracker is configured ([tracker] kind) to write to"
         try:
-            await self._provider.set_status(project, issue_id, TaskStatus(row.status), row.reason)
+            provider = self._trackers.of(project)
+            if provider is None or provider.name != row.tracker:
+                return f"no {row.tracker} tracker is configured ([tracker] kind) to write to"
+            await provider.set_status(project, issue_id, TaskStatus(row.status), await self._words(row, provider))
         except TaskgateError as exc:
             return str(exc)
         return None
+
+    async def _words(self, row: Writeback, provider: TrackerProvider) -> str:
+        """What the tracker is told with the status: Beads keeps the transition's reason (bd close --reason); GitHub
+        and Linear get a comment naming the session, the move, its reason and the pull request when there is one."""
+        if not polled(provider):
+            return row.reason
+        pull = None
+        if row.session_id is not None:
+            async with self._uow(write=False) as uow:
+                pull = await uow.pull_requests.get(row.session_id)
+        return status_comment(row, pull.url if pull is not None else None)
 
     async def _record(self, row: Writeback, attempts: int, error: str | None) -> Writeback:
         """The attempt's outcome on the row (if it is still this attempt's); returns the row as it now is."""
@@ -163,6 +177,21 @@ class TrackerWriteBack(NoEffects):
             return NOTHING
         return Aftermath(warning=f"tracker write-back of {attempt.writeback.task_id} → {attempt.writeback.status} "
                                  f"failed, will be retried (taskgate tracker status): {attempt.error}")  # fmt: skip
+
+
+def status_comment(row: Writeback, pull_url: str | None) -> str:
+    """The comment a polled tracker gets with a status write-back: which session moved the task, to what, why, and
+    its pull request (the outcome, when the task is completed)."""
+    words = {"in_progress": "started work on", "pending_review": "has work waiting for review on",
+             "approved": "approved the work on", "merged": "merged the work on", "completed": "completed",
+             "open": "gave back"}  # fmt: skip
+    session = f"session {row.session_id}" if row.session_id else "taskgate"
+    lines = [f"taskgate: {session} {words.get(row.status, 'moved')} this issue ({row.status})."]
+    if row.reason:
+        lines.append(f"Reason: {row.reason[:1000]}")
+    if pull_url:
+        lines.append(f"Pull request: {pull_url}")
+    return "\n\n".join(lines)
 
 
 def _changed_status(result: FireResult) -> TaskStatus | None:
