@@ -58,7 +58,9 @@ def dispatch_on(cli: Cli) -> None:
 
 
 def outcomes(report: dict) -> dict[str, tuple[str, str | None]]:
-    return {d["task_id"]: (d["outcome"], d["workflow"]) for d in report["dispatched"]}
+    """What dispatch took up (not the tasks it only says why it left: held, or cancelled by a person)."""
+    left = [d for d in report["dispatched"] if d["outcome"] == "held" or "cancelled its session" in d["detail"]]
+    return {d["task_id"]: (d["outcome"], d["workflow"]) for d in report["dispatched"] if d not in left}
 
 
 def test_sweeps_start_ready_tasks_with_their_triggers_workflow_only_when_dispatch_is_on_and_within_wip(cli: Cli):
@@ -99,6 +101,8 @@ def test_sweeps_start_ready_tasks_with_their_triggers_workflow_only_when_dispatc
     cli.ok("session", "fire", sessions["DEMO-1"], "cancel", "--reason", "not now")  # a slot frees
     freed = cli.json("sweep")
     assert outcomes(freed) == {"DEMO-3": ("started", "ready-flow")}  # DEMO-1 was cancelled: left to people
+    assert [(d["task_id"], d["outcome"], d["detail"]) for d in freed["dispatched"] if d["task_id"] == "DEMO-1"] == [
+        ("DEMO-1", "skipped", "a person cancelled its session: left to people")]  # fmt: skip
     assert cli.json("session", "show", sessions["DEMO-3"])["state"] == "planning"
     starts = [r for r in cli.json("session", "history", sessions["DEMO-3"]) if r["trigger"] == "start"]
     assert [r["outcome"] for r in starts] == ["blocked", "applied"]

@@ -23,7 +23,13 @@ from taskgate.application.sessions.ports import (
     TestRunRepository,
     TransitionLog,
 )
-from taskgate.application.trackers.ports import PlanRepository, ProjectRepository, TaskRepository, WritebackRepository
+from taskgate.application.trackers.ports import (
+    PlanRepository,
+    ProjectRepository,
+    TaskRepository,
+    TrackerPollRepository,
+    WritebackRepository,
+)
 from taskgate.application.webhooks.ports import DeliveryRepository
 from taskgate.application.workflows.storage import StepRunRepository
 
@@ -68,6 +74,7 @@ class UnitOfWork(Protocol):
     nodes: NodeRepository
     leases: LeaseRepository
     pull_requests: PullRequestRepository
+    tracker_polls: TrackerPollRepository
 
     async def __aenter__(self) -> UnitOfWork: ...
     async def __aexit__(self, *exc_info: object) -> None:

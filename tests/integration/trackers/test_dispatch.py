@@ -113,20 +113,28 @@ async def test_a_sweep_starts_ready_tasks_with_the_workflow_their_trigger_names_
     assert again.dispatched == [] and "dispatch" not in again.summary()  # nothing new is ready
 
 
+def taken_up(actions):
+    """The actions that took a task up (started, waiting, errors), not the ones that only say why a task was left."""
+    return [a for a in actions if a.outcome != "held" and not (a.outcome == "skipped" and "cancelled" in a.detail)]
+
+
 async def test_a_full_plan_keeps_one_session_waiting_without_a_row_per_sweep_and_starts_it_when_a_slot_frees(
     services, git_repo, tmp_path
 ):
     _, _, tasks = await seed(services, git_repo, [f"task {i}" for i in range(5)])  # WIP limit 3 (conftest.wire)
     d = dispatcher(services, tmp_path)
 
-    first = await d.dispatch_once()
+    everything = await d.dispatch_once()
+    first = taken_up(everything)
     assert [(a.task_id, a.outcome) for a in first] == [(t.id, "started") for t in tasks[:3]] + [(tasks[3].id,
                                                                                                 "waiting")]  # fmt: skip
     assert "wip_limit" in first[-1].detail  # and task 4 was not even created: it waits behind task 3
+    assert [(a.task_id, a.outcome, a.detail) for a in everything if a.outcome == "held"] == [
+        (tasks[4].id, "held", "a session of its plan waits for a slot first")]  # the report says why  # fmt: skip
     waiting = await services.sessions.get(first[-1].session_id)
     assert waiting.state == SessionState.READY and [f["name"] for f in waiting.workflow_stack] == ["ready-flow"]
 
-    second = await d.dispatch_once()
+    second = taken_up(await d.dispatch_once())
     assert [(a.task_id, a.outcome, a.session_id) for a in second] == [(tasks[3].id, "waiting", waiting.id)]
     blocked = await services.audit.transitions(TransitionQuery(outcome="blocked"))
     assert [r.session_id for r in blocked] == [waiting.id]  # one refused start, not one per sweep
@@ -134,7 +142,9 @@ async def test_a_full_plan_keeps_one_session_waiting_without_a_row_per_sweep_and
 
     await services.sessions.fire(FireTrigger(first[0].session_id, "cancel", ACTOR, "make room"))
     third = await d.dispatch_once()  # task 0 is ready again, but its session was cancelled: left to people
-    assert [(a.task_id, a.outcome) for a in third] == [(tasks[3].id, "started"), (tasks[4].id, "waiting")]
+    assert [(a.task_id, a.outcome) for a in taken_up(third)] == [(tasks[3].id, "started"), (tasks[4].id, "waiting")]
+    assert [(a.task_id, a.detail) for a in third if a.outcome == "skipped"] == [
+        (tasks[0].id, "a person cancelled its session: left to people")]  # fmt: skip
     assert tasks[0].id in {t.id for t in await services.tracker.ready_tasks(tasks[0].project_id)}
     assert (await services.sessions.get(waiting.id)).state == SessionState.PLANNING
     start = [r for r in await services.sessions.history(waiting.id) if r.trigger == "start"]

@@ -38,8 +38,8 @@ tests/integration/trackers/test_dispatch.py runs racing dispatchers on SQLite an
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from taskgate.application.ports import Clock, UnitOfWorkFactory
@@ -47,6 +47,16 @@ from taskgate.application.sessions.commands import FireTrigger, StartTask
 from taskgate.application.sessions.engine import SessionService
 from taskgate.application.trackers.builtin import TrackerService
 from taskgate.application.workflows.engine import WorkflowEngine
+from taskgate.domain.dispatching import (
+    AWAITING_DECISION,
+    RUNNING,
+    DispatchCaps,
+    Load,
+    RetryVerdict,
+    refusal,
+    retry_verdict,
+)
+from taskgate.domain.dispatching import FAILED as FAILED_STATES
 from taskgate.domain.entities import Project, Session, Task
 from taskgate.domain.errors import (
     ClaimRefused,
@@ -62,7 +72,7 @@ from taskgate.domain.errors import (
 )
 from taskgate.domain.policies.violations import Violation
 from taskgate.domain.states import SessionState, Trigger
-from taskgate.domain.workflows.definitions import Workflow
+from taskgate.domain.workflows.definitions import Workflow, agent_types_used
 from taskgate.domain.workflows.triggers import Route, TriggerRoutes
 from taskgate.domain.workflows.visibility import Viewer
 
@@ -76,10 +86,13 @@ _log = logging.getLogger("taskgate.dispatch")
 
 @dataclass(frozen=True, slots=True)
 class DispatchOptions:
-    """`[dispatch]`: who the sessions are started as, and for which projects (names; empty: every project)."""
+    """`[dispatch]`: who the sessions are started as, for which projects (names; empty: every project), within which
+    bounds (domain/dispatching.py), and whether it only says what it would do (`dry_run`, the shadow mode)."""
 
     operator_id: str
     projects: tuple[str, ...] = ()
+    caps: DispatchCaps = field(default_factory=DispatchCaps)
+    dry_run: bool = False
 
     @property
     def actor(self) -> str:
@@ -89,8 +102,9 @@ class DispatchOptions:
 @dataclass(frozen=True, slots=True)
 class DispatchAction:
     """What one dispatch did with a task. `outcome`: started (ready → planning, the workflow on its stack) |
-    waiting (a guard refused the start: the session waits in ready for a slot) | skipped (taken meanwhile, or
-    its trigger is contested) | error."""
+    waiting (a guard refused the start: the session waits in ready for a slot) | held (a cap, the review queue or
+    the retry back-off keeps it back: nothing is written) | would_start (the dry run) | skipped (taken meanwhile,
+    cancelled by a person, or its trigger is contested) | error."""
 
     task_id: str
     outcome: str
@@ -141,29 +155,98 @@ class Dispatcher:
         self._uow, self._sessions, self._tracker, self._workflows = uow, sessions, tracker, workflows
         self._routes, self._clock, self.options = routes, clock, options
 
-    async def dispatch_once(self) -> list[DispatchAction]:
-        """One pass: the waiting sessions first, then the ready tasks. A task that fails is reported and the pass
-        goes on. Raises: TrackerError when a live tracker's ready list cannot be read."""
+    async def dispatch_once(self, polled: Collection[int] = ()) -> list[DispatchAction]:
+        """One pass: the waiting sessions first, then the ready tasks, within the caps. A task that fails is reported
+        and the pass goes on. `polled`: projects whose tracker was polled just now (their mirror is read, not the
+        tracker again). Raises: TrackerError when a live tracker's ready list cannot be read."""
         projects, actions = await self._projects()
-        hold = _Hold()
-        for session in await self._marked(projects):
-            action = await self._carry_on(session, hold)
-            if action is not None:
-                actions.append(action)
+        hold, load, failures = _Hold(), *await self._load(projects)
+        if not self.options.dry_run:  # the dry run creates nothing, so it has no sessions of its own waiting
+            for session in await self._marked(projects):
+                action = await self._carry_on(session, hold, load)
+                if action is not None:
+                    actions.append(action)
         routes = self._routes()
         if not routes:
             return actions
         for project in projects:
             given_up = await self._cancelled_tasks(project)
-            for task in await self._tracker.ready_tasks(project.id):
-                if hold.holds(task.plan_id) or task.id in given_up:
-                    continue
-                route = routes.route(task.labels)
-                if isinstance(route, str):
-                    actions.append(DispatchAction(task.id, "skipped", detail=route))
-                elif route is not None:
-                    actions.append(await self._safely(task, route, hold))
+            for task in await self._ready(project, polled):
+                action = await self._consider(task, routes, hold, load, failures, given_up)
+                if action is not None:
+                    actions.append(action)
         return actions
+
+    async def _ready(self, project: Project, polled: Collection[int]) -> list[Task]:
+        if project.id in polled:  # mirrored moments ago: the tracker's holds are on the rows
+            async with self._uow(write=False) as uow:
+                return await uow.tasks.ready(project.id)
+        return await self._tracker.ready_tasks(project.id)
+
+    async def _consider(
+        self, task: Task, routes: TriggerRoutes, hold: _Hold, load: Load, failures: dict, given_up: set[str]
+    ) -> DispatchAction | None:
+        """One ready task: the reason it is not started (a person cancelled it, its plan has a session waiting, the
+        retry back-off, a cap), else its start (or, in the dry run, what would start)."""
+        if task.id in given_up:
+            return DispatchAction(task.id, "skipped", detail="a person cancelled its session: left to people")
+        if hold.holds(task.plan_id):
+            return DispatchAction(task.id, "held", detail="a session of its plan waits for a slot first")
+        route = routes.route(task.labels)
+        if isinstance(route, str):
+            return DispatchAction(task.id, "skipped", detail=route)
+        if route is None:
+            return None
+        action = _Action(task.id, route.workflow, route.trigger)
+        count, last = failures.get(task.id, (0, None))
+        verdict = retry_verdict(self.options.caps, count, last, self._clock.now())
+        if verdict.gave_up or verdict.until is not None:
+            return action("held", detail=verdict.why())
+        try:
+            agents = agent_types_used(self._workflows.workflow(route.workflow).steps)
+        except TaskgateError as exc:
+            return action("error", detail=str(exc))
+        why = refusal(self.options.caps, load, task.project_id, task.labels, agents)
+        if why is not None:
+            return action("held", detail=why)
+        if self.options.dry_run:
+            load.add(task.project_id, task.labels, agents)
+            return action("would_start", detail=f"dry run: nothing was written ({_retry_note(verdict)})")
+        done = await self._safely(task, route, hold)
+        if done.outcome == "started":
+            load.add(task.project_id, task.labels, agents)
+        return done
+
+    async def _load(self, projects: list[Project]) -> tuple[Load, dict[str, tuple[int, Any]]]:
+        """What runs now (running sessions by project, label and agent preset; sessions awaiting a decision), and
+        each task's failed dispatched attempts (count, when the last ended), from one read of the sessions."""
+        ids, load = {p.id for p in projects}, Load()
+        failures: dict[str, tuple[int, Any]] = {}
+        async with self._uow(write=False) as uow:
+            found = await uow.sessions.list(states=set(RUNNING | AWAITING_DECISION | FAILED_STATES))
+            found = [s for s in found if s.project_id in ids]
+            tasks = {t.id: t for t in await uow.tasks.get_many(sorted({s.task_id for s in found}))}
+        for session in found:
+            mark = session.state_data.get(DISPATCHED)
+            dispatched = isinstance(mark, dict)
+            if session.state in AWAITING_DECISION:
+                load.awaiting += 1
+            elif session.state in RUNNING:
+                task = tasks.get(session.task_id)
+                load.add(session.project_id, task.labels if task else (), self._agents_of(mark if dispatched else None))
+            elif dispatched:
+                count, last = failures.get(session.task_id, (0, None))
+                ended = session.completed_at or session.updated_at
+                failures[session.task_id] = (count + 1, ended if last is None or ended > last else last)
+        return load, failures
+
+    def _agents_of(self, mark: dict | None) -> list[str]:
+        if not mark or not mark.get("workflow"):
+            return []
+        try:
+            return agent_types_used(self._workflows.workflow(mark["workflow"]).steps)
+        except TaskgateError:
+            return []
 
     async def _projects(self) -> tuple[list[Project], list[DispatchAction]]:
         every = [p for p in await self._tracker.list_projects() if p.archived_at is None]
@@ -228,9 +311,9 @@ class Dispatcher:
         await self._event(STARTED_EVENT, started.session.id, _payload(task.id, mark))
         return action("started", started.session.id)
 
-    async def _carry_on(self, session: Session, hold: _Hold) -> DispatchAction | None:
+    async def _carry_on(self, session: Session, hold: _Hold, load: Load) -> DispatchAction | None:
         """A session dispatch created: its workflow on its stack (a crash may have come between the start and the
-        push); in ready, started as soon as a dry run of `start` passes."""
+        push); in ready, started as soon as the caps allow and a dry run of `start` passes."""
         mark: dict[str, Any] = session.state_data[DISPATCHED]
         action = _Action(session.task_id, mark.get("workflow"), mark.get("trigger"))
         try:
@@ -238,6 +321,13 @@ class Dispatcher:
                 await self._push(session.id, self._workflows.workflow(mark["workflow"]))
             if session.state != SessionState.READY:
                 return None
+            async with self._uow(write=False) as uow:
+                labels = (await uow.tasks.get(session.task_id, with_blockers=False)).labels
+            agents = self._agents_of(mark)
+            why = refusal(self.options.caps, load, session.project_id, labels, agents)
+            if why is not None:
+                hold.plans.add(session.plan_id)
+                return action("waiting", session.id, why)
             check = await self._sessions.check(session.id, Trigger.START.value, actor=self.options.actor,
                                                run_tests=False)  # fmt: skip
             if not check.allowed:
@@ -247,6 +337,7 @@ class Dispatcher:
                 return action("waiting", session.id, _describe(check.verdict.blocking()))
             reason = _reason(mark.get("workflow"), mark.get("trigger"))
             await self._sessions.fire(FireTrigger(session.id, Trigger.START.value, self.options.actor, reason))
+            load.add(session.project_id, labels, agents)
         except PolicyViolation as exc:  # the slot went between the dry run and the start
             hold.add(session.plan_id, exc.violations)
             return action("waiting", session.id, _describe(exc.violations))
@@ -316,6 +407,10 @@ class _Action:
 
     def __call__(self, outcome: str, session_id: str | None = None, detail: str = "") -> DispatchAction:
         return DispatchAction(self.task_id, outcome, self.workflow, self.trigger, session_id, detail)
+
+
+def _retry_note(verdict: RetryVerdict) -> str:
+    return f"a retry after {verdict.failures} failed attempt(s)" if verdict.failures else "a first attempt"
 
 
 def _reason(workflow: str | None, trigger: str | None) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from taskgate.domain.entities import (
     Plan,
@@ -140,6 +140,31 @@ class WritebackRepository(Protocol):
 
     async def supersede_older(self, task_id: str, newest_id: int, now: datetime) -> int:
         """Open rows of the task older than `newest_id` become superseded; returns how many."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrackerPoll:
+    """The last poll of a project's external tracker (`tracker_polls`): what it cost and found, and what dispatch
+    made of it. `report` holds `ready` (task ids), `held` ({task id: why}), `claimed` (task ids with an active
+    session), `dispatch` ([{task, outcome, detail, session}]), `dry_run` and `gone` ({task id: why})."""
+
+    project_id: int
+    provider: str
+    describe: str
+    polled_at: datetime
+    error: str | None
+    calls: int
+    not_modified: int
+    seconds: float
+    report: dict[str, Any]
+
+
+class TrackerPollRepository(Protocol):
+    async def save(self, poll: TrackerPoll) -> None:
+        """Insert or replace the project's row."""
+
+    async def list(self) -> list[TrackerPoll]:
+        """Every project's last poll, by project id."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -395,6 +396,24 @@ forge_deliveries = Table(
     Column("event", String(100), nullable=False),
     Column("outcome", String(16), nullable=False),  # accepted | refused | replay
     Column("received_at", UtcDateTime, nullable=False),
+)
+
+# -- Tracker polls (0021, docs/trackers.md) --------------------------------------------------------------------------
+# One row per project read from an external tracker: the last poll (when, what it cost, whether it failed) and what it
+# found and dispatch made of it (JSON: ready, held with why, claimed, each dispatch decision), written by the one
+# process that polls (the sweeper's lease) and read by `taskgate tracker status` and the console from any process.
+tracker_polls = Table(
+    "tracker_polls",
+    metadata,
+    Column("project_id", Integer, ForeignKey("projects.id"), primary_key=True),
+    Column("provider", String(32), nullable=False),
+    Column("describe", Text, nullable=False),
+    Column("polled_at", UtcDateTime, nullable=False),
+    Column("error", Text, nullable=True),
+    Column("calls", Integer, nullable=False),
+    Column("not_modified", Integer, nullable=False),
+    Column("seconds", Float, nullable=False),
+    Column("report", JSON, nullable=False),
 )
 
 # -- The audit chains (0014, docs/audit.md) ---------------------------------------------------------------------------

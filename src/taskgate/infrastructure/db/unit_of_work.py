@@ -27,6 +27,7 @@ from taskgate.infrastructure.db.session_store import (
     SqlAlchemySnapshotRepository,
     SqlAlchemyTransitionLog,
 )
+from taskgate.infrastructure.db.tracker_poll_store import SqlAlchemyTrackerPollRepository
 from taskgate.infrastructure.db.work_store import (
     SqlAlchemyPlanRepository,
     SqlAlchemyProjectRepository,
@@ -126,6 +127,7 @@ _REPOSITORY_CLASSES: dict[str, type] = {
     "nodes": SqlAlchemyNodeRepository,
     "leases": SqlAlchemyLeaseRepository,
     "pull_requests": SqlAlchemyPullRequestRepository,
+    "tracker_polls": SqlAlchemyTrackerPollRepository,
 }
 REPOSITORIES = tuple(_REPOSITORY_CLASSES)  # the port's repositories (UnitOfWork): bound, and refused after commit
 # The AuditUnitOfWork port's one more (application/audit/ports.py): only the SQL units have the audit chains.
