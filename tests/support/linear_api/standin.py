@@ -452,6 +452,7 @@ def _connection(
     if args.get("filter") is not None:
         if filters is None:
             raise GraphQLError(f"the Linear stand-in does not implement {where}(filter:)")
+        _check(args["filter"], filters)  # every field named, even when there is nothing to filter
         items = [i for i in items if _matches(i, args["filter"], filters)]
     start = 0
     if args.get("after"):
@@ -531,6 +532,27 @@ def _matches(obj: Any, given: dict[str, Any], spec: dict[str, Any]) -> bool:
         if not ok:
             return False
     return True
+
+
+def _check(given: dict[str, Any], spec: dict[str, Any]) -> None:
+    """Refuse a filter that names anything the stand-in does not implement."""
+    for key, value in given.items():
+        if value is None:
+            continue
+        if key in ("and", "or"):
+            for sub in value:
+                _check(sub, spec)
+        elif key not in spec:
+            raise GraphQLError(f"the Linear stand-in does not implement the filter field {key!r}")
+        elif spec[key][0] == "cmp":
+            _only(value, set(_COMPARATORS), "comparator")
+        elif spec[key][0] == "some":
+            _only(value, {"some", "every"}, "collection filter")
+            for sub in (value.get("some"), value.get("every")):
+                if sub is not None:
+                    _check(sub, spec[key][2])
+        else:
+            _check({k: v for k, v in value.items() if not (spec[key][0] == "nullable" and k == "null")}, spec[key][2])
 
 
 def _compare(value: Any, comparator: dict[str, Any]) -> bool:
