@@ -7,6 +7,7 @@ assigned to nobody or to the API key's user.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -119,6 +120,12 @@ async def test_ready_equals_the_reference_rule(linear: LinearStandIn, make: Call
         f"ENG-{s.number}" for s in specs.values() if s.state == "Todo" and "taskgate" in s.labels and not s.archived
     }
     assert all(i.hold for i in candidates if i.id not in expected)
+    holds = " | ".join(i.hold or "" for i in candidates)
+    for reason in ("blocked by", "open sub-issue", "assigned to bob@acme.dev"):  # the seed exercises every reason
+        assert reason in holds
+    ready_with_done_blocker = [i for i in ready if any(specs[b].state in DONE for b in specs[int(i.id[4:])].blockers)]
+    ready_with_done_children = [i for i in ready if any(c.parent == int(i.id[4:]) for c in specs.values())]
+    assert ready_with_done_blocker or ready_with_done_children
     assert all(i.priority == PRIORITY[specs[int(i.id[4:])].priority] for i in candidates)
 
 
@@ -290,3 +297,11 @@ async def test_a_bad_key_names_the_variable_not_the_key(
     assert "$LINEAR_API_KEY" in str(caught.value)
     assert "lin_api_wrong_secret_value" not in str(caught.value) and KEY not in str(caught.value)
     assert tracker.calls == 1  # an authentication error is not retried
+
+
+def test_one_tracker_serves_successive_event_loops(linear: LinearStandIn) -> None:
+    """A CLI runs one event loop per command: the tracker's HTTP client must not outlive its loop."""
+    ident = linear.add_issue("ENG", "Work", labels=["taskgate"])
+    tracker = LinearTracker(linear.url, "ENG", KEY, "LINEAR_API_KEY", label="taskgate")
+    for _ in range(2):
+        assert [i.id for i in asyncio.run(tracker.ready(PROJECT))] == [ident]

@@ -97,7 +97,10 @@ class LinearTracker:
         self.writes_back = write_back
         self.calls = 0
         self.not_modified = 0  # Linear sends no ETags: nothing is ever answered 304
-        self._client = httpx.AsyncClient(timeout=timeout_s, headers={"Authorization": token, "User-Agent": "taskgate"})
+        self._headers = {"Authorization": token, "User-Agent": "taskgate"}
+        self._timeout_s = timeout_s
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
         self._me: str | None = None
         self._team_states: dict[str, tuple[str, str]] | None = None  # name → (id, type)
         self._uuids: dict[str, str] = {}  # identifier → Linear's UUID, from the last reads
@@ -107,7 +110,18 @@ class LinearTracker:
         return f"linear team {self.team}, states {', '.join(self._states)}{label}"
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def _http(self) -> httpx.AsyncClient:
+        """The HTTP client of the running event loop (a client's connections belong to the loop that opened them; a
+        CLI that runs one loop per command gets a new client for each)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client = httpx.AsyncClient(timeout=self._timeout_s, headers=self._headers)
+            self._client_loop = loop
+        return self._client
 
     # -- TrackerProvider ---------------------------------------------------------------------------------------
 
@@ -130,8 +144,9 @@ class LinearTracker:
     async def claim(self, project: Project, issue_id: str, actor: str) -> None:
         """Assign the issue to us and move it to the in-progress state, then re-read it to check we hold it.
 
-        Raises: ClaimRefused (done, someone else's, or taken between our write and our re-read), TaskNotFound,
-        TrackerError."""
+        `actor` is not written: Linear records the API key's user as the author of the change, and the assignee is
+        the configured one. Raises: ClaimRefused (done, someone else's, or taken between our write and our re-read),
+        TaskNotFound, TrackerError."""
         node = await self._node(issue_id)
         state = node["state"]
         if state["type"] in DONE_TYPES:
@@ -195,7 +210,7 @@ class LinearTracker:
             if not page["pageInfo"]["hasNextPage"] or not page["pageInfo"]["endCursor"]:
                 break
             after = page["pageInfo"]["endCursor"]
-        self._uuids = {n["identifier"]: n["id"] for n in nodes} | self._uuids
+        self._uuids.update((n["identifier"], n["id"]) for n in nodes)
         return [n for n in nodes if not n.get("archivedAt")]
 
     async def _node(self, issue_id: str, *, fresh: bool = False) -> dict[str, Any]:
@@ -302,7 +317,7 @@ class LinearTracker:
         while True:
             self.calls += 1
             try:
-                resp = await self._client.post(self.api_url, json={"query": document, "variables": variables})
+                resp = await self._http().post(self.api_url, json={"query": document, "variables": variables})
             except httpx.HTTPError as exc:
                 if server_tries < len(self.retry_delays_s):
                     await asyncio.sleep(self.retry_delays_s[server_tries])
