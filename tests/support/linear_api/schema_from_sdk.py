@@ -5,8 +5,12 @@ TypeScript for the whole schema: object types (`type Issue = Node & { __typename
 … }`), interfaces (`type Node = { id: Scalars["ID"] }`, used in `&`), input types (fields `InputMaybe<…>`), field
 arguments (`type IssueChildrenArgs = {…}`: `<Type><Field>Args`), enums (`declare enum X { A = "a" }`), unions
 (`type X = A | B`) and custom scalars (`type Scalars = {…}`). `Maybe<T>` is a nullable T, anything else non-null;
-`Array<T>` a list. An optional input field that is not `InputMaybe` (a non-null one with a default, whose value the
-TypeScript does not keep) becomes nullable: the one liberty taken.
+`Array<T>` a list; a doc comment's `@deprecated reason` on an output field becomes `@deprecated(reason:)`.
+
+What the TypeScript does not keep, and so the SDL cannot say: default values (an optional input field or argument that
+is not `InputMaybe`, i.e. a non-null one with a default, becomes nullable: more permissive, never stricter), which
+interfaces an interface implements (an object still lists every interface it implements), and enum value
+descriptions and deprecations.
 
 Run by hand (needs the unpacked package; `npm pack @linear/sdk@98.0.0 && tar xzf linear-sdk-98.0.0.tgz`):
 
@@ -233,13 +237,19 @@ def sdl(types: dict[str, TypeDef], keep: dict[str, set[str] | None] | None = Non
             word = {"object": "type", "interface": "interface", "input": "input"}[t.kind]
             impl = [i for i in t.implements if keep is None or i in keep]
             implements = f" implements {' & '.join(impl)}" if impl else ""
-            lines = [
-                _desc(f.description, "  ") + f"  {f.name}{_args(f.args)}: {f.type}"
-                for f in t.fields
-                if wanted is None or f.name in wanted
-            ]
+            lines = [_field(f, output=t.kind != "input") for f in t.fields if wanted is None or f.name in wanted]
             out.append(f"{head}{word} {t.name}{implements} {{\n" + "\n".join(lines) + "\n}")
     return "\n\n".join(out) + "\n"
+
+
+def _field(f: Field, output: bool) -> str:
+    """One field; on output types, codegen's `@deprecated reason` in the doc comment becomes the directive again."""
+    description, deprecated = f.description, None
+    if output and description and "@deprecated" in description:
+        before, _, after = description.partition("@deprecated")
+        description, deprecated = before.strip() or None, after.strip() or "No longer supported"
+    directive = f" @deprecated(reason: {json.dumps(deprecated)})" if deprecated else ""
+    return _desc(description, "  ") + f"  {f.name}{_args(f.args)}: {f.type}{directive}"
 
 
 def _desc(text: str | None, indent: str) -> str:
