@@ -364,7 +364,8 @@ class LinearTracker:
             if retry_after is not None:
                 wait = float(retry_after)
             elif reset is not None:
-                wait = float(reset) / 1000 - time.time()
+                at = float(reset)
+                wait = (at / 1000 if at > 1e11 else at) - time.time()  # epoch ms as Linear sends it; seconds tolerated
         except ValueError:
             pass
         return min(max(wait, 0.0), self.max_rate_wait_s)
