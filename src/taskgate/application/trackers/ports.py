@@ -186,6 +186,9 @@ class TrackerIssue:
     url: str | None = None
     hold: str | None = None
     closed: bool = False  # done or dropped in the tracker (GitHub closed, Linear completed or canceled)
+    # why the issue is no longer taskgate's whatever state taskgate moved it to (closed, the label removed, assigned
+    # to someone else, archived, moved to another team); None while it is ours. What reconcile acts on.
+    lost: str | None = None
 
 
 class TrackerProvider(Protocol):

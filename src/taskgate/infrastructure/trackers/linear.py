@@ -301,12 +301,15 @@ class LinearTracker:
         assignee = node["assignee"]
         if assignee and assignee["id"] != me:
             holds.append(f"assigned to {_who(assignee)}")
+        closed = state["type"] in DONE_TYPES
+        lost = [f"{state['name']} in Linear"] if closed else []
+        lost += [h for h in holds if h.startswith(("of team", "without label", "archived", "assigned to"))]
         return TrackerIssue(
             id=node["identifier"], title=node["title"], description=node.get("description") or "",
             status=state["name"], priority=_PRIORITY.get(int(node["priority"]), 4), labels=labels,
             dependencies=tuple((b["identifier"], "blocks") for b in blocks),
             assignees=(str(assignee["id"]),) if assignee else (), url=node.get("url"),
-            hold="; ".join(holds) or None, closed=state["type"] in DONE_TYPES,
+            hold="; ".join(holds) or None, closed=closed, lost="; ".join(lost) or None,
         )  # fmt: skip
 
     # -- the transport -----------------------------------------------------------------------------------------
