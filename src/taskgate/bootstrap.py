@@ -36,6 +36,7 @@ from taskgate.application.sessions.ports import TestRunner
 from taskgate.application.sweeper import ESCALATED_EVENT, Sweeper, SweeperOptions
 from taskgate.application.trackers.builtin import TrackerService
 from taskgate.application.trackers.dispatch import Dispatcher, DispatchOptions
+from taskgate.application.trackers.polling import TrackerPoller
 from taskgate.application.trackers.ports import TrackerProvider
 from taskgate.application.trackers.routing import Trackers, TrackerSpec
 from taskgate.application.trackers.sync import TrackerClaim, TrackerSync
@@ -50,6 +51,7 @@ from taskgate.application.workspaces.ports import VcsProvider
 from taskgate.application.workspaces.worktrees import WorkspaceService
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.presets import PRESETS
+from taskgate.domain.dispatching import DispatchCaps
 from taskgate.domain.entities import ApiToken
 from taskgate.domain.errors import TaskgateError
 from taskgate.domain.outputs import OutputLimits
@@ -514,8 +516,18 @@ def build_sweeper(settings: Settings, app: App) -> Sweeper:
     ledger, interval = app.ledger, settings.audit.checkpoint_interval_s
     checkpoints = (lambda: ledger.checkpoint_if_due(interval)) if ledger is not None else None
     return Sweeper(app.uow, app.sessions, app.clock, sweeper_options(settings), writebacks=app.writebacks,
-                   tracker=app.tracker, dispatcher=build_dispatcher(settings, app), nodes=app.nodes,
-                   checkpoints=checkpoints)  # fmt: skip
+                   tracker=app.tracker, dispatcher=build_dispatcher(settings, app), poller=build_poller(settings, app),
+                   nodes=app.nodes, checkpoints=checkpoints)  # fmt: skip
+
+
+def build_poller(settings: Settings, app: App) -> TrackerPoller | None:
+    """The tracker poller (application/trackers/polling.py) when any project reads an external tracker."""
+    assert app.uow is not None and app.clock is not None
+    sync = app.tracker.sync
+    if sync is None:
+        return None
+    by_project = {name: p.tracker.on_issue_gone for name, p in settings.projects.items() if p.tracker}
+    return TrackerPoller(app.uow, app.clock, app.sessions, sync, settings.tracker.on_issue_gone, by_project)
 
 
 def dispatch_options(settings: Settings) -> DispatchOptions | None:
@@ -523,7 +535,9 @@ def dispatch_options(settings: Settings) -> DispatchOptions | None:
     cfg = settings.dispatch
     if not cfg.auto_start:
         return None
-    return DispatchOptions(cfg.operator or settings.operator.default, tuple(cfg.projects))
+    caps = DispatchCaps(cfg.max_running, dict(cfg.max_running_per_label), dict(cfg.max_running_per_agent),
+                        cfg.max_awaiting_decision, cfg.max_retries, cfg.retry_base_s)  # fmt: skip
+    return DispatchOptions(cfg.operator or settings.operator.default, tuple(cfg.projects), caps, cfg.dry_run)
 
 
 def dispatch_report(settings: Settings) -> tuple[str, list[str]]:

@@ -47,6 +47,7 @@ from taskgate.application.sessions.engine import SessionService
 from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.application.trackers.builtin import TrackerService
 from taskgate.application.trackers.dispatch import DispatchAction, Dispatcher
+from taskgate.application.trackers.polling import PollOutcome, TrackerPoller
 from taskgate.application.trackers.writebacks import WritebackService
 from taskgate.domain.audit.checkpoints import Checkpoint
 from taskgate.domain.entities import Agent, AgentStatus, Compensation, Session
@@ -104,6 +105,8 @@ class SweepReport:
     silent_agents: list[str] = field(default_factory=list)  # agents marked failed for missing heartbeats
     writebacks: list[str] = field(default_factory=list)  # tracker write-backs tried, one line each
     dispatched: list[DispatchAction] = field(default_factory=list)  # what dispatch did, one per task it took up
+    polls: list[str] = field(default_factory=list)  # one line per tracker poll: what it found and cost
+    lost: list[str] = field(default_factory=list)  # sessions whose tracker issue was found lost, acted on here
     turn: str = "held"  # the sweeper lease: "held" by this process, else who holds it and until when
     nodes_down: list[str] = field(default_factory=list)  # nodes this sweep found down, one line each
     checkpoint: int | None = None  # the audit checkpoint this sweep signed, if one was due (docs/audit.md)
@@ -155,6 +158,7 @@ class Sweeper:
         writebacks: WritebackService | None = None,
         tracker: TrackerService | None = None,
         dispatcher: Dispatcher | None = None,
+        poller: TrackerPoller | None = None,
         nodes: NodeService | None = None,
         checkpoints: Callable[[], Awaitable[Checkpoint | None]] | None = None,
     ) -> None:
@@ -165,6 +169,7 @@ class Sweeper:
         self._on_sweep = on_sweep
         self._writebacks, self._tracker = writebacks, tracker  # the tracker's chores: owed writes, live ready
         self._dispatcher = dispatcher  # None: [dispatch] auto_start is off
+        self._poller = poller  # None: no project reads a tracker over an API or bd
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sweep, then wait `interval_s` (or until `stop` is set), until `stop` is set. A failed sweep (say the
@@ -187,6 +192,8 @@ class Sweeper:
             return
         if report.actions or report.errors or report.nodes_down:
             _log.warning("%s", report.summary())
+        for line in report.lost:
+            _log.warning("tracker: issue lost: %s", line)
         for line in report.nodes_down:
             _log.warning("nodes: %s", line)
         for error in report.errors:
@@ -224,15 +231,23 @@ class Sweeper:
         leftovers = tuple(a for sid, agents in stale.items() if sid not in scanned for a in agents)
         if leftovers:
             await self._mark_silent(leftovers, now, report)
+        if self._poller is not None:  # every node acts on the sessions it holds whose issue the last poll lost
+            try:
+                report.lost = await self._poller.act_on_lost()
+            except TaskgateError as exc:
+                report.errors.append(f"tracker: {exc}")
         if not await self._take_turn(report):
             return report
-        await self._tracker_chores(report)
+        polls = await self._tracker_chores(report)
         await self._checkpoint(report)
         if self._dispatcher is not None:
             try:
-                report.dispatched = await self._dispatcher.dispatch_once()
+                report.dispatched = await self._dispatcher.dispatch_once({o.project.id for o in polls if o.ok})
             except TaskgateError as exc:  # say a live tracker's ready list cannot be read: the next sweep tries again
                 report.errors.append(f"dispatch: {exc}")
+        if self._poller is not None and polls:
+            dry_run = self._dispatcher is not None and self._dispatcher.options.dry_run
+            await self._poller.save(polls, report.dispatched, dry_run)
         return report
 
     async def _take_turn(self, report: SweepReport) -> bool:
@@ -257,17 +272,29 @@ class Sweeper:
             return
         report.checkpoint = signed.number if signed is not None else None
 
-    async def _tracker_chores(self, report: SweepReport) -> None:
-        """Write-backs due for a retry, then the live tracker's ready list mirrored for the board."""
+    async def _tracker_chores(self, report: SweepReport) -> list[PollOutcome]:
+        """Write-backs due for a retry, then each external tracker polled (its ready list mirrored for the board and
+        dispatch, the sessions on its issues reconciled); returns the polls, saved after dispatch."""
         if self._writebacks is not None:
             for attempt in await self._writebacks.run_due():
                 row = attempt.writeback
                 report.writebacks.append(f"{row.task_id} → {row.status}: {'written' if attempt.ok else attempt.error}")
+        if self._poller is not None and self._tracker is not None:
+            polls = await self._poller.poll_all(await self._tracker.list_projects())
+            for outcome in polls:
+                poll = outcome.poll
+                if poll.error is not None:
+                    report.errors.append(f"tracker {poll.describe}: {poll.error}")
+                found = f"{len(poll.report.get('ready', []))} ready of {poll.report.get('candidates', 0)}"
+                report.polls.append(f"{outcome.project.name}: {poll.describe}: {found}, {poll.calls} requests "
+                                    f"({poll.not_modified} not modified)")  # fmt: skip
+            return polls
         if self._tracker is not None:
             try:
                 await self._tracker.refresh_ready()
             except TaskgateError as exc:
                 report.errors.append(f"tracker: {exc}")
+        return []
 
     # -- reading and deciding ------------------------------------------------------------------------------------
 

@@ -527,6 +527,22 @@ class DispatchSettings(BaseModel):
     auto_start: bool = False
     operator: str | None = Field(default=None, description="operator id; unset: operator.default")
     projects: list[str] = Field(default_factory=list, description="project names; empty: every project")
+    # the shadow mode: each sweep says what it would start and why, and nothing is written (no session, no claim)
+    dry_run: bool = False
+    max_running: int = Field(default=0, ge=0, le=10_000)  # per project, sessions in planning or executing; 0: no cap
+    max_running_per_label: dict[str, int] = Field(default_factory=dict)  # task label → cap
+    max_running_per_agent: dict[str, int] = Field(default_factory=dict)  # agent preset → cap
+    max_awaiting_decision: int = Field(default=0, ge=0, le=10_000)  # stop while this many wait in verifying; 0: never
+    max_retries: int = Field(default=3, ge=0, le=100)  # retries of a task whose dispatched session failed
+    retry_base_s: float = Field(default=60.0, gt=0, le=86_400)  # the first retry's wait, doubled each time
+
+    @field_validator("max_running_per_label", "max_running_per_agent")
+    @classmethod
+    def _caps(cls, value: dict[str, int]) -> dict[str, int]:
+        bad = sorted(k for k, v in value.items() if v < 1)
+        if bad:
+            raise ValueError(f"the cap of {bad[0]!r} must be at least 1 (leave it out for no cap)")
+        return value
 
 
 class Settings(BaseSettings):

@@ -94,6 +94,11 @@ class TrackerService:
         """Read an external tracker live (application/trackers/sync.py): `ready_tasks` asks it first."""
         self._sync = sync
 
+    @property
+    def sync(self) -> TrackerSync | None:
+        """The live tracker sync, when any project reads an external tracker."""
+        return self._sync
+
     async def refresh_ready(self) -> None:
         """Mirror the live tracker's ready list of every project (the sweeper does, for the board)."""
         if self._sync is not None:
