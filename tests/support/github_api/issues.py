@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tests.support.github_api.forge import Forge, Refused, invalid, now
+from tests.support.github_api.forge import Forge, Refused, now
 from tests.support.github_api.records import PullRecord
 from tests.support.github_api.server import Reply, Request
 from tests.support.github_api.shapes import HTML, iso, node_id, stable_id, user
@@ -307,6 +307,11 @@ class Issues:
                      "following": 0, "created_at": iso(self.forge.site.created),
                      "updated_at": iso(self.forge.site.created), "html_url": f"{HTML}/{login}"})  # fmt: skip
         return Reply(200, body)
+
+
+def invalid(*fields: str, code: str = "invalid") -> Refused:
+    """GitHub's 422 for invalid (or missing) issue fields."""
+    return Refused(422, "Validation Failed", errors=[{"resource": "Issue", "field": f, "code": code} for f in fields])
 
 
 def _data(req: Request) -> Any:
