@@ -189,17 +189,16 @@ class Issues:
             raise invalid("state")
         wanted = [name.strip() for name in req.query.get("labels", "").split(",") if name.strip()]
         assignee = req.query.get("assignee")
-        items: list[tuple[int, dict[str, Any]]] = []
-        for rec in self.records.values():
-            if state in ("all", rec.state) and all(w in rec.labels for w in wanted) and _assigned(rec, assignee):
-                items.append((rec.number, self.issue_json(rec)))
+        items: list[IssueRecord | PullRecord] = [
+            rec
+            for rec in self.records.values()
+            if state in ("all", rec.state) and all(w in rec.labels for w in wanted) and _assigned(rec, assignee)
+        ]
         if not wanted and assignee in (None, "none"):  # the stand-in's pull requests have no labels or assignees
-            pulls = [p for p in self.forge.pulls.values() if state in ("all", p.state)]
-            items += [(p.number, self.pull_issue_json(p)) for p in pulls]
-        ordered = [body for _, body in sorted(items, key=lambda item: -item[0])]
-        if req.query.get("direction") == "asc":
-            ordered.reverse()
-        page, headers = self._page(req, ordered)
+            items += [p for p in self.forge.pulls.values() if state in ("all", p.state)]
+        items.sort(key=lambda item: item.number, reverse=req.query.get("direction") != "asc")
+        page, headers = self._page(req, items)  # JSON for the page only: a list of thousands stays quick
+        page = [self.issue_json(i) if isinstance(i, IssueRecord) else self.pull_issue_json(i) for i in page]
         return Reply(200, page, headers)
 
     def get_issue(self, req: Request, number: str) -> Reply:
