@@ -12,11 +12,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from githubkit import GitHub
 
 from taskgate.domain.entities import Project, TaskStatus
 from taskgate.domain.errors import ClaimRefused, InvalidInput, TaskNotFound, TrackerError
 from taskgate.infrastructure.trackers import GitHubIssuesTracker
 from tests.support.github_api import GitHubStandIn
+from tests.support.github_api.issues import Issues
 
 BOT, TOKEN = "taskgate-bot", "ghp_secret_value_123"
 ISSUES = "/repos/acme/shop/issues"
@@ -250,3 +252,51 @@ async def test_polling_1000_issues_costs_ten_pages_and_the_blocked_ones_then_onl
     assert len([c for c in gh.calls if c[1] == ISSUES]) == 10 and gh.calls_to("GET", "/user") == 0
     assert await t.ready(project) == ready
     assert (t.calls - cold, t.not_modified) == (35, 35)
+
+
+async def test_with_an_empty_label_every_open_issue_counts_and_pull_requests_never(tmp_path: Path, project) -> None:
+    bare, clone = tmp_path / "pr.git", tmp_path / "clone"
+    run = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(clone)], check=True)
+    for branch in ("main", "feature"):
+        if branch == "feature":
+            subprocess.run([*run, "checkout", "-q", "-b", "feature"], cwd=clone, check=True)
+        (clone / f"{branch}.txt").write_text(branch)
+        subprocess.run([*run, "add", "."], cwd=clone, check=True)
+        subprocess.run([*run, "commit", "-q", "-m", branch], cwd=clone, check=True)
+    subprocess.run([*run, "push", "-q", str(bare), "main", "feature"], cwd=clone, check=True)
+    with GitHubStandIn(bare, token=TOKEN) as gh:
+        a = gh.add_issue("unlabelled")
+        b = gh.add_issue("labelled", labels=["bug"])
+        g = GitHub(TOKEN, base_url=gh.url, auto_retry=False)
+        pull = (await g.rest.pulls.async_create("acme", "shop", title="f", head="feature", base="main")).parsed_data
+        t = tracker(gh, label="")
+        assert [i.id for i in await t.ready(project)] == [f"gh-{a}", f"gh-{b}"]
+        assert t.describe() == "github acme/shop, every open issue"
+        with pytest.raises(TaskNotFound, match=f"gh-{pull.number}"):
+            await t.show(project, f"gh-{pull.number}")
+
+
+async def test_without_the_dependency_summary_each_issue_is_asked_until_a_404(
+    gh: GitHubStandIn, project, monkeypatch
+) -> None:
+    render = Issues.issue_json
+
+    def older_server(self, rec):
+        body = render(self, rec)
+        del body["issue_dependencies_summary"]
+        return body
+
+    monkeypatch.setattr(Issues, "issue_json", older_server)
+    a = gh.add_issue("a", labels=["taskgate"])
+    b = gh.add_issue("b", labels=["taskgate"], blocked_by=[a])
+    c = gh.add_issue("c", labels=["taskgate"])
+    t = tracker(gh)
+    held = {i.id: i.hold for i in await t.list(project)}
+    assert held == {f"gh-{a}": None, f"gh-{b}": f"blocked by gh-{a} (open)", f"gh-{c}": None}
+    assert t.calls == 1 + 3  # the page, then every issue's blockers
+    gh.fail_next(1, 404, f"{ISSUES}/{c}/dependencies")  # the first asked (newest first): no issue dependencies
+    calls = t.calls
+    assert [i.id for i in await t.ready(project)] == [f"gh-{a}", f"gh-{b}", f"gh-{c}"]
+    assert t.calls - calls == 2  # the page and the 404: no more dependency requests after it
