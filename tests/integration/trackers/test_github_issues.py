@@ -117,7 +117,10 @@ async def test_a_second_poll_with_nothing_changed_costs_only_304s(gh: GitHubStan
     assert {status for _, _, status in gh.calls[seen:]} == {304}
     assert len(gh.calls) - seen == t.calls - calls
     gh.edit_issue(int(first[0].id[3:]), title="renamed")
+    calls, not_modified, seen = t.calls, t.not_modified, len(gh.calls)
     assert (await t.ready(project))[0].title == "renamed"
+    statuses = [status for _, _, status in gh.calls[seen:]]
+    assert 200 in statuses and t.not_modified - not_modified == statuses.count(304) == t.calls - calls - 1
 
 
 async def test_show_reads_one_issue_and_refuses_other_ids(gh: GitHubStandIn, project) -> None:

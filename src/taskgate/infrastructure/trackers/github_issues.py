@@ -97,8 +97,10 @@ class GitHubIssuesTracker:
         self.calls += 1
 
     async def _seen(self, response: Any) -> None:
-        # below the cache a revalidation is a 304; the cache hands its stored 200 up, marked as revalidated
-        if response.status_code == 304 or response.extensions.get("hishel_revalidated"):
+        # below the cache a revalidation is a 304; the cache hands its stored answer up as a 200 marked from the
+        # cache and revalidated (a changed resource's new 200 is marked revalidated but not from the cache)
+        ext = response.extensions
+        if response.status_code == 304 or (ext.get("hishel_from_cache") and ext.get("hishel_revalidated")):
             self.not_modified += 1
 
     # -- TrackerProvider ---------------------------------------------------------------------------------------
@@ -188,6 +190,8 @@ class GitHubIssuesTracker:
         if (count is None and self._dependencies) or count:
             blockers = await self._blockers(int(issue.number))
         open_ = [shapes.issue_id(int(b.number)) for b in blockers if b.state == "open"]
+        if count and not open_:  # GitHub counts open blockers it would not list: held all the same
+            open_ = [f"{count} issue{'s' if count != 1 else ''}"]
         assigned = shapes.logins(issue)
         others = [login for login in assigned if login != await self._login()] if assigned else []
         deps = tuple((shapes.issue_id(int(b.number)), "blocks") for b in blockers)
