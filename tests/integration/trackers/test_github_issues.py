@@ -200,6 +200,10 @@ async def test_without_write_back_set_status_writes_nothing(gh: GitHubStandIn, p
     n = gh.add_issue("work", labels=["taskgate"])
     t = tracker(gh, write_back=False)
     assert not t.writes_back
+    with pytest.raises(InvalidInput, match="done"):
+        tracker(gh, status_labels={"done": "x"})
+    with pytest.raises(InvalidInput, match="owner/name"):
+        GitHubIssuesTracker(gh.url, "shop", TOKEN, "GITHUB_TOKEN")
     await t.set_status(project, f"gh-{n}", TaskStatus.COMPLETED, "done")
     assert t.calls == 0 and gh.issue(n)["state"] == "open"
 
@@ -212,14 +216,16 @@ async def test_a_server_error_is_retried(gh: GitHubStandIn, project) -> None:
     assert [s for _, p, s in gh.calls if p == ISSUES] == [500, 200] and t.calls == 2
 
 
-async def test_a_429_with_retry_after_waits_and_retries(gh: GitHubStandIn, project) -> None:
+@pytest.mark.parametrize("status", [429, 403])
+async def test_a_rate_limit_waits_and_retries(gh: GitHubStandIn, project, status: int) -> None:
+    # 429 with Retry-After: 1; 403 with x-ratelimit-remaining 0 and a reset a second away
     n = gh.add_issue("work", labels=["taskgate"])
-    gh.fail_next(1, 429, ISSUES)
+    gh.fail_next(1, status, ISSUES)
     t = tracker(gh)
     started = time.monotonic()
     assert [i.id for i in await t.ready(project)] == [f"gh-{n}"]
-    assert time.monotonic() - started >= 0.9
-    assert [s for _, p, s in gh.calls if p == ISSUES] == [429, 200]
+    assert time.monotonic() - started >= (0.9 if status == 429 else 0)  # 403: until the reset's whole second
+    assert [s for _, p, s in gh.calls if p == ISSUES] == [status, 200]
 
 
 async def test_failures_name_what_was_done_and_the_tokens_variable_never_the_token(gh: GitHubStandIn, project):

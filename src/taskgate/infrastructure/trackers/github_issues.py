@@ -79,7 +79,10 @@ class GitHubIssuesTracker:
         self._owner, self._repo = repository.split("/", 1)
         self._label, self._me = label, assignee
         self._priority_labels = dict(priority_labels)
-        self._status_labels = {TaskStatus(k).value: v for k, v in status_labels.items()}
+        unknown = sorted(set(status_labels) - {s.value for s in TaskStatus})
+        if unknown:
+            raise InvalidInput(f"tracker.github.status_labels: unknown task status {unknown[0]!r}")
+        self._status_labels = dict(status_labels)
         self.writes_back = write_back
         self.calls = 0
         self.not_modified = 0
