@@ -162,7 +162,10 @@ async def test_labels_are_added_created_on_the_fly_and_removed(gh: GitHubStandIn
     assert gone.value.response.status_code == 404
     assert gone.value.response.json()["message"] == "Label does not exist"
     gh.set_labels(n, ["x", "y"])
-    assert gh.issue(n)["labels"] == ["x", "y"]
+    gh.assign(n, "carol")
+    issue = (await g.rest.issues.async_get(OWNER, REPO, n)).parsed_data
+    assert [label.name for label in issue.labels] == ["x", "y"] and [u.login for u in issue.assignees] == ["carol"]
+    assert gh.issue(n)["labels"] == ["x", "y"] and gh.issue(n)["assignees"] == ["carol"]
 
 
 async def test_comments_are_created_and_listed(gh: GitHubStandIn) -> None:
