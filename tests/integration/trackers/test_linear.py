@@ -18,7 +18,7 @@ import pytest
 
 from taskgate.domain.entities import Project, TaskStatus
 from taskgate.domain.errors import ClaimRefused, InvalidInput, TaskNotFound, TrackerError
-from taskgate.infrastructure.trackers import LinearTracker
+from taskgate.infrastructure.trackers.linear import LinearTracker
 from tests.support.linear_api import LinearStandIn
 
 KEY = "lin_api_s3cr3t_test_key"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,13 @@ class GitHubStandIn:
     """
 
     def __init__(
-        self, bare: Path, owner: str = "acme", name: str = "shop", token: str = "ghp_test", default_branch: str = "main"
+        self,
+        bare: Path,
+        owner: str = "acme",
+        name: str = "shop",
+        token: str = "ghp_test",
+        default_branch: str = "main",
+        login: str = "taskgate-bot",
     ) -> None:
         self.webhook_secret: str | None = None
         self.webhook_url: str | None = None
@@ -33,7 +40,7 @@ class GitHubStandIn:
         self._site = Site("", owner, name, default_branch, datetime.now(UTC).replace(microsecond=0))
         self._hooks = Deliverer(lambda: (self.webhook_url, self.webhook_secret), self._site.repo_id)
         self._forge = Forge(Path(bare), self._site, self._hooks, lambda: bool(self.webhook_url and self.webhook_secret))
-        self._api = Api(self._forge, token, lambda: self.url)
+        self._api = Api(self._forge, token, lambda: self.url, login)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -129,6 +136,61 @@ class GitHubStandIn:
     def fail_next(self, count: int, status: int = 500, path_prefix: str = "") -> None:
         """The next `count` API requests under `path_prefix` answer `status` (403/429: a rate limit)."""
         self._api.fail_next(count, status, path_prefix)
+
+    # -- issues (GitHub Issues as the tracker) ----------------------------------------------------------------
+
+    def add_issue(
+        self,
+        title: str,
+        body: str = "",
+        labels: Sequence[str] = (),
+        assignees: Sequence[str] = (),
+        blocked_by: Sequence[int] = (),
+        parent: int | None = None,
+    ) -> int:
+        """Open an issue (by the repository's owner); its number. `blocked_by`: issue dependencies; `parent`: it
+        is a sub-issue of that issue."""
+        with self._forge.lock:
+            return self._api.issues.add(title, body, labels, assignees, blocked_by, parent)
+
+    def close_issue(self, number: int, reason: str = "completed", user: str = "bob") -> None:
+        """Close the issue as `user` would on the web."""
+        with self._forge.lock:
+            self._api.issues.close(self._api.issues.issue(number), user, reason)
+
+    def assign(self, number: int, login: str) -> None:
+        """Add `login` to the issue's assignees."""
+        with self._forge.lock:
+            rec = self._api.issues.issue(number)
+            if login not in rec.assignees:
+                rec.assignees.append(login)
+                rec.touch()
+
+    def set_labels(self, number: int, labels: Sequence[str]) -> None:
+        """Replace the issue's labels."""
+        with self._forge.lock:
+            rec = self._api.issues.issue(number)
+            rec.labels = list(dict.fromkeys(labels))
+            rec.touch()
+
+    def edit_issue(self, number: int, title: str | None = None, body: str | None = None) -> None:
+        """Change the issue's title or body."""
+        with self._forge.lock:
+            rec = self._api.issues.issue(number)
+            rec.title = rec.title if title is None else title
+            rec.body = rec.body if body is None else body
+            rec.touch()
+
+    def issue(self, number: int) -> dict[str, Any]:
+        """The issue's current state: number, title, body, state, state_reason, labels, assignees, comments (their
+        bodies), blocked_by, parent."""
+        with self._forge.lock:
+            return self._api.issues.summary(self._api.issues.issue(number))
+
+    def race_next_claim(self, number: int, login: str) -> None:
+        """The next POST …/assignees on the issue first assigns `login` (a concurrent claimer landing first)."""
+        with self._forge.lock:
+            self._api.issues.races[number] = login
 
     def deliver(self, event: str, payload: dict) -> int:
         """POST one delivery to `webhook_url` now, signed; the receiver's status."""

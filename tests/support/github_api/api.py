@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from tests.support.github_api.forge import Forge, Refused, invalid
+from tests.support.github_api.issues import Issues
 from tests.support.github_api.server import Reply, Request
 from tests.support.github_api.shapes import node_id
 
@@ -32,9 +33,11 @@ def _error(status: int, message: str, **extra: Any) -> Reply:
 class Api:
     """Answers one request the way api.github.com does."""
 
-    def __init__(self, forge: Forge, token: str, base_url: Callable[[], str]) -> None:
+    def __init__(self, forge: Forge, token: str, base_url: Callable[[], str], login: str = "taskgate-bot") -> None:
         self.forge = forge
         self.token = token
+        self.login = login  # the token's user
+        self.issues = Issues(forge, self._page, lambda: self.login)
         self.cache_control = CACHE_CONTROL
         self.calls: list[tuple[str, str, int]] = []
         self._base_url = base_url
@@ -57,6 +60,7 @@ class Api:
             ("GET", re.compile(rf"{repo}/actions/jobs/(\d+)/logs"), self.job_logs),
             ("POST", re.compile(r"/graphql"), self.graphql),
         ]
+        self._routes += [(method, re.compile(path), handler) for method, path, handler in self.issues.routes(repo)]
 
     # -- plumbing ----------------------------------------------------------------------------------------
 
@@ -313,5 +317,5 @@ class Api:
         return Reply(200, {"data": {"markPullRequestReadyForReview": ready}})
 
     def _login(self) -> str:
-        # every token belongs to the owner's bot account in the stand-in
-        return "taskgate-bot"
+        # the token belongs to one account (GitHubStandIn's `login`)
+        return self.login

@@ -50,6 +50,14 @@ class Forge:
         self._branches: dict[str, str] = {}
         self.pushed_at = site.created  # when the stand-in last saw a branch move (keeps the repo's ETag stable)
 
+    def next_number(self) -> int:
+        """The next issue or pull request number (one sequence for both, as on GitHub)."""
+        return next(self._numbers)
+
+    def next_id(self) -> int:
+        """The next database id."""
+        return next(self._ids)
+
     # -- reading -----------------------------------------------------------------------------------------
 
     def repository(self) -> dict[str, Any]:
