@@ -175,7 +175,7 @@ class BeadsTrackerSettings(BaseModel):
         return value
 
 
-_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_ENV_VAR_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class GitHubTrackerSettings(BaseModel):
@@ -187,7 +187,7 @@ class GitHubTrackerSettings(BaseModel):
 
     repository: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")  # unset: [forge]'s
     api_url: str = Field(default="https://api.github.com", pattern=r"^https?://")
-    token_env: str = Field(default="GITHUB_TOKEN", pattern=_ENV_NAME)  # the variable's name, never the token
+    token_env: str = Field(default="GITHUB_TOKEN", pattern=_ENV_VAR_PATTERN)  # the variable's name, never the token
     label: str = "taskgate"
     assignee: str | None = Field(default=None, min_length=1)  # the login taskgate claims as; unset: the token's user
     priority_labels: dict[str, int] = Field(
@@ -226,7 +226,7 @@ class LinearTrackerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     api_url: str = Field(default="https://api.linear.app/graphql", pattern=r"^https?://")
-    token_env: str = Field(default="LINEAR_API_KEY", pattern=_ENV_NAME)
+    token_env: str = Field(default="LINEAR_API_KEY", pattern=_ENV_VAR_PATTERN)
     team: str = Field(default="", description="the team's key, e.g. ENG")
     states: list[str] = Field(default_factory=lambda: ["Todo"], min_length=1)
     label: str | None = None
@@ -587,16 +587,21 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _forge_token_kept_from_agents(self) -> Settings:
-        """The forge's token never reaches an agent: no agent type may pass its variable on (docs/forge.md)."""
+        """The forge's and the tracker's tokens never reach an agent: no agent type may pass their variables on."""
         forges = [self.forge, *(p.forge for p in self.projects.values() if p.forge is not None)]
         secrets = {f.token_env for f in forges if f.kind != "none"}
         secrets |= {f.webhook_secret_env for f in forges if f.kind != "none" and f.webhook_secret_env}
+        trackers = [self.tracker, *(p.tracker for p in self.projects.values() if p.tracker is not None)]
+        tokens = {t.github.token_env for t in trackers if t.kind == "github"}
+        tokens |= {t.linear.token_env for t in trackers if t.kind == "linear"}
         for name, agent in self.agents.items():
             passed = set(agent.credentials or ()) | set(agent.env or {})
-            if found := sorted(passed & secrets):
+            if found := sorted(passed & (secrets | tokens)):
+                keeper = "[forge]" if set(found) & secrets else "[tracker]"
                 raise ValueError(
-                    f"agents.{name} passes {', '.join(found)} on to its agents, but [forge] keeps it for taskgate: "
-                    f"agents never get the forge's token (docs/forge.md); remove it from agents.{name}"
+                    f"agents.{name} passes {', '.join(found)} on to its agents, but {keeper} keeps it for taskgate: "
+                    f"agents never get the forge's or the tracker's token (docs/forge.md, docs/trackers.md); "
+                    f"remove it from agents.{name}"
                 )
         return self
 

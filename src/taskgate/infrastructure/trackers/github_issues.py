@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -199,7 +200,17 @@ class GitHubIssuesTracker:
         others = [login for login in assigned if login != await self._login()] if assigned else []
         deps = tuple((shapes.issue_id(int(b.number)), "blocks") for b in blockers)
         held = shapes.hold(open_, shapes.open_sub_issues(issue), others)
-        return shapes.tracker_issue(issue, self._pl, dependencies=deps, hold_=held)
+        found = shapes.tracker_issue(issue, self._pl, dependencies=deps, hold_=held)
+        return replace(found, lost=self._lost(found, others))
+
+    def _lost(self, issue: TrackerIssue, others: list[str]) -> str | None:
+        """Why the issue is no longer taskgate's: closed, its label removed, or assigned to someone else."""
+        reasons = ["closed in GitHub"] if issue.closed else []
+        if self._label and self._label not in issue.labels:
+            reasons.append(f"label {self._label} removed")
+        if others:
+            reasons.append("assigned to " + ", ".join(others))
+        return "; ".join(reasons) or None
 
     async def _blockers(self, n: int) -> list[Any]:
         found: list[Any] = []
