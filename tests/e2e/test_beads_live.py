@@ -80,7 +80,7 @@ def test_a_refused_write_back_is_shown_retried_after_the_fix_and_the_command_say
     assert "cannot close epic sh-epic: 1 open child issue(s)" in merged.stdout
     assert beads(repo)["sh-epic"]["status"] == "in_progress"  # Beads refused; nothing silent about it
 
-    [owed] = cli.json("tracker", "status")
+    [owed] = cli.json("tracker", "status")["writebacks"]
     assert (owed["task_id"], owed["status"], owed["state"], owed["attempts"]) == ("sh-epic", "completed", "pending", 1)
     assert "open child issue(s)" in owed["last_error"]
     assert "tracker out of sync: write-back #" in cli.ok("session", "status", short)
@@ -90,7 +90,7 @@ def test_a_refused_write_back_is_shown_retried_after_the_fix_and_the_command_say
     assert f"write-back #{owed['id']}: sh-epic → completed written" in cli.ok("tracker", "retry", str(owed["id"]))
     assert beads(repo)["sh-epic"]["status"] == "closed"
     assert "nothing owed to the tracker" in cli.ok("tracker", "status")
-    assert next(r["state"] for r in cli.json("tracker", "status", "--all")) == "done"
+    assert next(r["state"] for r in cli.json("tracker", "status", "--all")["writebacks"]) == "done"
 
 
 def test_tracker_in_sync_holds_the_merge_until_beads_has_the_status_and_dismiss_records_why(shop) -> None:
@@ -110,12 +110,12 @@ def test_tracker_in_sync_holds_the_merge_until_beads_has_the_status_and_dismiss_
     del cli.env["FAKE_BD_FAIL_ON"]
     refusal = cli.fails("session", "merge", short)
     assert "tracker_in_sync" in refusal and "the tracker is behind" in refusal
-    [owed] = cli.json("tracker", "status")
+    [owed] = cli.json("tracker", "status")["writebacks"]
     assert "simulated failure" in owed["last_error"]
     assert "needs a reason" in cli.fails("tracker", "dismiss", str(owed["id"]))
     cli.ok("tracker", "dismiss", str(owed["id"]), "--reason", "set blocked by hand in bd")
     assert "completed" in cli.ok("session", "merge", short)
     assert beads(repo)["sh-blocker"]["status"] == "closed"
-    assert [r["resolved_by"] for r in cli.json("tracker", "status", "--all") if r["state"] == "dismissed"] == [
-        "operator:alice"
-    ]
+    assert [
+        r["resolved_by"] for r in cli.json("tracker", "status", "--all")["writebacks"] if r["state"] == "dismissed"
+    ] == ["operator:alice"]

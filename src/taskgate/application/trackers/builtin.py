@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from taskgate.application.trackers.ports import TrackerPoll
 from taskgate.application.trackers.sync import TrackerSync, sync_task_if_unknown
 from taskgate.application.workspaces.ports import VcsProvider
 from taskgate.domain.bounds import IDS, PRIORITIES, ROW_LIMITS
@@ -105,6 +106,13 @@ class TrackerService:
             for project in await self.list_projects():
                 if project.archived_at is None and self._sync.trackers.spec(project) is not None:
                     await self._sync.ready(project)
+
+    async def polls(self) -> list[tuple[Project, TrackerPoll]]:
+        """Each project's last tracker poll (written by the process holding the sweeper's lease), by project name."""
+        async with self._uow(write=False) as uow:
+            projects = {p.id: p for p in await uow.projects.list()}
+            polls = await uow.tracker_polls.list()
+        return sorted(((projects[p.project_id], p) for p in polls), key=lambda pair: pair[0].name)
 
     async def prepare_start(self, task_id: str) -> None:
         """Before a start: a task the live tracker knows but taskgate has not seen yet is mirrored first."""

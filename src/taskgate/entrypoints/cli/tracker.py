@@ -1,4 +1,5 @@
-"""`taskgate tracker`: status writes owed to the external tracker (Beads), and what an operator does about them."""
+"""`taskgate tracker`: each project's tracker poll and what dispatch made of it, the status writes owed to the tracker,
+and what an operator does about them."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from taskgate.application.trackers.ports import TrackerPoll
 from taskgate.application.trackers.writebacks import Attempt
 from taskgate.domain import writebacks as wb
+from taskgate.domain.entities import Project
 from taskgate.domain.writebacks import Writeback
 from taskgate.entrypoints import render
-from taskgate.entrypoints.cli.common import JsonOpt, _local_actor, emit, fail, group, run
+from taskgate.entrypoints.cli.common import JsonOpt, _local_actor, fail, group, run
 from taskgate.entrypoints.render import console, terminal_safe
 
 if TYPE_CHECKING:
@@ -30,16 +33,61 @@ def tracker_status(
     limit: Annotated[int, typer.Option("--limit", help="At most this many rows, newest first.")] = 100,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write-backs still owed to the tracker (pending: being retried; failed: gave up, waiting for an operator),
-    each with the tracker's own error. Exits 4 while any has failed, so scripts notice."""
+    """Per project: the tracker, its last poll (when, what it cost, its error), what is ready, claimed, waiting for a
+    slot, and why each ready issue is not dispatched; then the write-backs still owed to the tracker (pending: being
+    retried; failed: gave up, waiting for an operator), each with the tracker's own error. Exits 4 while a
+    write-back has failed or a tracker's last poll failed, so scripts notice."""
     states = None if every else sorted(wb.OPEN_STATES)
-    rows = run(lambda services: _writebacks(services).rows(states, limit))
-    if rows or as_json:
-        emit(rows, as_json, lambda: writebacks_table(rows))
+
+    async def read(services: App):
+        return await services.tracker.polls(), await _writebacks(services).rows(states, limit)
+
+    polls, rows = run(read)
+    if as_json:
+        render.print_json({"projects": [poll_json(project, poll) for project, poll in polls], "writebacks": rows})
     else:
-        console.print("nothing owed to the tracker", highlight=False)
-    if any(row.state == wb.FAILED for row in rows):
+        for project, poll in polls:
+            print_poll(project, poll)
+        if rows:
+            console.print(writebacks_table(rows))
+        else:
+            console.print("nothing owed to the tracker", highlight=False)
+    if any(row.state == wb.FAILED for row in rows) or any(poll.error for _, poll in polls):
         raise typer.Exit(4)
+
+
+def poll_json(project: Project, poll: TrackerPoll) -> dict:
+    """A project's last poll as `tracker status --json` shows it."""
+    report = poll.report
+    return {"project": project.name, "provider": poll.provider, "tracker": poll.describe,
+            "polled_at": poll.polled_at.isoformat(), "error": poll.error, "requests": poll.calls,
+            "not_modified": poll.not_modified, "seconds": poll.seconds, "candidates": report.get("candidates", 0),
+            "ready": report.get("ready", []), "held": report.get("held", {}), "claimed": report.get("claimed", []),
+            "lost": report.get("lost", {}), "dispatch": report.get("dispatch", []),
+            "dry_run": report.get("dry_run", False)}  # fmt: skip
+
+
+def print_poll(project: Project, poll: TrackerPoll) -> None:
+    """A project's last poll for people: the tracker, the poll's cost, then one line per issue that is ready but
+    not started (waiting, held by a cap, the back-off, the dry run), per claimed issue lost, per held issue."""
+    report = poll.report
+    cost = f"{poll.calls} requests, {poll.not_modified} not modified, {poll.seconds:.2f} s"
+    head = f"{project.name}: {poll.describe}, polled {poll.polled_at:%Y-%m-%d %H:%M:%S} ({cost})"
+    console.print(terminal_safe(head), highlight=False, markup=False)
+    if poll.error:
+        console.print(f"  poll failed: {terminal_safe(poll.error)}", highlight=False, markup=False)
+    claimed, ready = report.get("claimed", []), report.get("ready", [])
+    shadow = " (dry run: nothing is started)" if report.get("dry_run") else ""
+    console.print(f"  {report.get('candidates', 0)} candidates, {len(ready)} ready, {len(claimed)} claimed{shadow}",
+                  highlight=False, markup=False)  # fmt: skip
+    for decision in report.get("dispatch", []):
+        if decision["outcome"] != "started":
+            line = f"  {decision['task']} {decision['outcome']}: {decision['detail']}"
+            console.print(terminal_safe(line), highlight=False, markup=False)
+    for task_id, why in report.get("lost", {}).items():
+        console.print(terminal_safe(f"  {task_id} lost in the tracker: {why}"), highlight=False, markup=False)
+    for task_id, why in report.get("held", {}).items():
+        console.print(terminal_safe(f"  {task_id} held: {why}"), highlight=False, markup=False)
 
 
 @tracker_app.command("retry")
