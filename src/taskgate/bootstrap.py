@@ -509,14 +509,15 @@ def sweeper_options(settings: Settings) -> SweeperOptions:
     )
 
 
-def build_sweeper(settings: Settings, app: App) -> Sweeper:
+def build_sweeper(settings: Settings, app: App, *, serving: bool = True) -> Sweeper:
     """The sweeper over the app's database, session engine and clock (run it with `Sweeper.run`); it dispatches
     too when `[dispatch] auto_start` is on."""
     assert app.uow is not None and app.clock is not None, "the app was not built by bootstrap()"
     ledger, interval = app.ledger, settings.audit.checkpoint_interval_s
     checkpoints = (lambda: ledger.checkpoint_if_due(interval)) if ledger is not None else None
     return Sweeper(app.uow, app.sessions, app.clock, sweeper_options(settings), writebacks=app.writebacks,
-                   tracker=app.tracker, dispatcher=build_dispatcher(settings, app), poller=build_poller(settings, app),
+                   tracker=app.tracker, dispatcher=build_dispatcher(settings, app, serving=serving),
+                   poller=build_poller(settings, app),
                    nodes=app.nodes, checkpoints=checkpoints)  # fmt: skip
 
 
@@ -530,14 +531,16 @@ def build_poller(settings: Settings, app: App) -> TrackerPoller | None:
     return TrackerPoller(app.uow, app.clock, app.sessions, sync, settings.tracker.on_issue_gone, by_project)
 
 
-def dispatch_options(settings: Settings) -> DispatchOptions | None:
-    """The `[dispatch]` settings as the application's options; None when `auto_start` is off."""
+def dispatch_options(settings: Settings, *, serving: bool = True) -> DispatchOptions | None:
+    """The `[dispatch]` settings as the application's options; None when `auto_start` is off. `serving`: the
+    process stays to supervise the agents dispatch launches (`serve`, not `taskgate sweep`)."""
     cfg = settings.dispatch
     if not cfg.auto_start:
         return None
     caps = DispatchCaps(cfg.max_running, dict(cfg.max_running_per_label), dict(cfg.max_running_per_agent),
                         cfg.max_awaiting_decision, cfg.max_retries, cfg.retry_base_s)  # fmt: skip
-    return DispatchOptions(cfg.operator or settings.operator.default, tuple(cfg.projects), caps, cfg.dry_run)
+    operator = cfg.operator or settings.operator.default
+    return DispatchOptions(operator, tuple(cfg.projects), caps, cfg.dry_run, execute=cfg.execute and serving)
 
 
 def dispatch_report(settings: Settings) -> tuple[str, list[str]]:
@@ -564,9 +567,9 @@ def dispatch_report(settings: Settings) -> tuple[str, list[str]]:
     return line, problems
 
 
-def build_dispatcher(settings: Settings, app: App) -> Dispatcher | None:
+def build_dispatcher(settings: Settings, app: App, *, serving: bool = True) -> Dispatcher | None:
     """The dispatcher (application/trackers/dispatch.py) when `[dispatch] auto_start` is on, else None."""
-    options = dispatch_options(settings)
+    options = dispatch_options(settings, serving=serving)
     if options is None:
         return None
     assert app.uow is not None and app.clock is not None and app.workflows is not None

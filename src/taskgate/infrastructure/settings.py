@@ -529,6 +529,9 @@ class DispatchSettings(BaseModel):
     projects: list[str] = Field(default_factory=list, description="project names; empty: every project")
     # the shadow mode: each sweep says what it would start and why, and nothing is written (no session, no claim)
     dry_run: bool = False
+    # run the work: after the start, the workflow's agents are launched (planning → executing) by `serve`; false:
+    # the session waits in planning for `session execute`. `taskgate sweep` (one pass, then exit) never executes.
+    execute: bool = True
     max_running: int = Field(default=0, ge=0, le=10_000)  # per project, sessions in planning or executing; 0: no cap
     max_running_per_label: dict[str, int] = Field(default_factory=dict)  # task label → cap
     max_running_per_agent: dict[str, int] = Field(default_factory=dict)  # agent preset → cap

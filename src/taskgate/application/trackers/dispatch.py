@@ -93,6 +93,9 @@ class DispatchOptions:
     projects: tuple[str, ...] = ()
     caps: DispatchCaps = field(default_factory=DispatchCaps)
     dry_run: bool = False
+    # after the start, plan_complete too: the workflow is the plan, and its agents run at once (serve's loop); off,
+    # the session waits in planning for a person (`session execute`), e.g. under `taskgate sweep`, which exits
+    execute: bool = False
 
     @property
     def actor(self) -> str:
@@ -309,7 +312,19 @@ class Dispatcher:
             return await self._give_up(task.id, action, exc)
         await self._push(started.session.id, workflow)
         await self._event(STARTED_EVENT, started.session.id, _payload(task.id, mark))
+        await self._execute(started.session.id, mark)
         return action("started", started.session.id)
+
+    async def _execute(self, session_id: str, mark: dict[str, Any]) -> None:
+        """planning → executing when dispatch runs the work (`execute`): the workflow engine then launches its
+        agents. A session a racer or a person moved on meanwhile is left as it is."""
+        if not self.options.execute:
+            return
+        reason = f"{_reason(mark.get('workflow'), mark.get('trigger'))}: its workflow runs"
+        try:
+            await self._sessions.fire(FireTrigger(session_id, Trigger.PLAN_COMPLETE.value, self.options.actor, reason))
+        except (*_TAKEN, PolicyViolation) as exc:
+            _log.info("dispatch: session %s not executed: %s", session_id, exc)
 
     async def _carry_on(self, session: Session, hold: _Hold, load: Load) -> DispatchAction | None:
         """A session dispatch created: its workflow on its stack (a crash may have come between the start and the
@@ -319,6 +334,9 @@ class Dispatcher:
         try:
             if not session.workflow_stack and mark.get("workflow"):
                 await self._push(session.id, self._workflows.workflow(mark["workflow"]))
+            if session.state == SessionState.PLANNING:  # a crash came between the start and plan_complete
+                await self._execute(session.id, mark)
+                return None
             if session.state != SessionState.READY:
                 return None
             async with self._uow(write=False) as uow:
@@ -348,6 +366,7 @@ class Dispatcher:
         except TaskgateError as exc:
             return action("error", session.id, str(exc))
         await self._event(STARTED_EVENT, session.id, _payload(session.task_id, mark))
+        await self._execute(session.id, mark)
         return action("started", session.id)
 
     async def _give_up(self, task_id: str, action: _Action, exc: ClaimRefused, session_id: str | None = None):

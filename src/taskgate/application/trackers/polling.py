@@ -135,7 +135,7 @@ class TrackerPoller:
                 except TaskgateError as exc:  # deleted, or transferred away: the tracker no longer has it here
                     lost[task_id] = f"cannot be read in {provider.name}: {exc}"
                     continue
-            why = issue.lost or (f"closed in {provider.name}" if issue.closed else None)
+            why = issue.lost or (f"closed in {provider.name}" if issue.closed else None)  # lost names the tracker
             if why is not None:
                 lost[task_id] = why
         ready = [t for t, i in by_task.items() if i.hold is None and not i.closed and t not in tasks]

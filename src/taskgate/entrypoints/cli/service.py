@@ -178,7 +178,7 @@ def sweep(as_json: JsonOpt = False) -> None:
     from taskgate.bootstrap import build_sweeper
 
     async def work(services: App):
-        sweeper = build_sweeper(services.settings or load_settings(), services)
+        sweeper = build_sweeper(services.settings or load_settings(), services, serving=False)  # it exits: no agents
         try:
             return await sweeper.sweep_once()
         finally:

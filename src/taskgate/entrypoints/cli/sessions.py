@@ -161,6 +161,9 @@ def session_show(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt 
         at, short = session.escalated_at.isoformat(timespec="seconds"), session.id[:8]
         note = f"waiting too long for a decision: taskgate session decide {short} approve|request_changes|reject"
         console.print(f"[bold]{'escalated':>17}[/bold]  [bold red]{at}[/bold red] ({note})", highlight=False)
+    if lost := session.state_data.get("tracker_lost"):
+        note = f"{lost.get('issue')} {lost.get('why')} (on_issue_gone = {lost.get('policy')})"
+        console.print(f"[bold]{'tracker':>17}[/bold]  [bold red]{escape(note)}[/bold red]", highlight=False)
     console.print(f"[bold]{'next triggers':>17}[/bold]  {', '.join(allowed) or '-'}", highlight=False)
     if pull is not None:
         console.print(f"[bold]{'pull request':>17}[/bold]  {escape(render.pull_request_line(pull))}", highlight=False)

@@ -25,4 +25,4 @@ class SqlAlchemyTrackerPollRepository(SqlRepository):
 
     async def list(self) -> list[TrackerPoll]:
         rows = await self._all(select(t.tracker_polls).order_by(t.tracker_polls.c.project_id))
-        return [TrackerPoll(**{name: row._mapping[name] for name in _COLUMNS}) for row in rows]
+        return [TrackerPoll(**{name: row[name] for name in _COLUMNS}) for row in rows]

@@ -121,7 +121,10 @@ class GitHubIssuesTracker:
     async def show(self, project: Project, issue_id: str) -> TrackerIssue:
         """`GET /issues/{n}`. Raises: TaskNotFound (also a pull request's number or an id not `gh-N`)."""
         issue = await self._issue(issue_id)
-        return await self._tracker_issue(issue) if issue.state == "open" else shapes.tracker_issue(issue, self._pl)
+        if issue.state == "open":
+            return await self._tracker_issue(issue)
+        closed = shapes.tracker_issue(issue, self._pl)
+        return replace(closed, lost=self._lost(closed, []))
 
     async def claim(self, project: Project, issue_id: str, actor: str) -> None:
         """Add our login to the assignees, then re-read (the module's docstring says why). Raises: ClaimRefused,
