@@ -20,7 +20,7 @@ from typing import Any
 from taskgate.application.forge.ports import PullRequestRecord
 from taskgate.application.nodes.ports import Lease, NodeRecord
 from taskgate.application.sessions.ports import TestOutcome, TransitionQuery
-from taskgate.application.trackers.ports import TaskFacts
+from taskgate.application.trackers.ports import TaskFacts, TrackerPoll
 from taskgate.application.webhooks.ports import Delivery, OutboxEvent
 from taskgate.application.workspaces.ports import (
     BranchChange,
@@ -98,6 +98,7 @@ class InMemoryStore:
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     leases: dict[str, Lease] = field(default_factory=dict)
     pull_requests: dict[str, PullRequestRecord] = field(default_factory=dict)
+    tracker_polls: dict[int, TrackerPoll] = field(default_factory=dict)
     forge_deliveries: dict[str, tuple[str, str, datetime]] = field(default_factory=dict)
     next_id: dict[str, int] = field(default_factory=dict)
 
@@ -533,6 +534,14 @@ class InMemoryLeaseRepository(_Repo):
             del self.store.leases[name]
 
 
+class InMemoryTrackerPollRepository(_Repo):
+    async def save(self, poll: TrackerPoll) -> None:
+        self.store.tracker_polls[poll.project_id] = replace(poll, report=copy.deepcopy(poll.report))
+
+    async def list(self) -> list[TrackerPoll]:
+        return [replace(p, report=copy.deepcopy(p.report)) for _, p in sorted(self.store.tracker_polls.items())]
+
+
 class InMemoryPullRequestRepository(_Repo):
     async def get(self, session_id: str) -> PullRequestRecord | None:
         found = self.store.pull_requests.get(session_id)
@@ -685,6 +694,7 @@ class InMemoryUnitOfWork:
         self.nodes = InMemoryNodeRepository(store)
         self.leases = InMemoryLeaseRepository(store)
         self.pull_requests = InMemoryPullRequestRepository(store)
+        self.tracker_polls = InMemoryTrackerPollRepository(store)
         return self
 
     async def commit(self) -> None:

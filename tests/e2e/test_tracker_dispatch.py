@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -136,6 +137,7 @@ class TrackerDeployment:
             self.base["TASKGATE_DATABASE_URL"] = database_url
         self.processes: list[subprocess.Popen[bytes] | None] = [None, None]
         self.logs: list[Path] = []
+        self.token = ""
 
     def env(self, n: int, **extra: str) -> dict[str, str]:
         # SQLite: both nodes share the data dir's database file; PostgreSQL: each node has its own data dir
@@ -306,3 +308,35 @@ def test_ready_issues_are_dispatched_within_the_cap_to_verifying_with_nobody_typ
     five = deployment.github.issue(5)
     assert "taskgate:in-review" in five["labels"] and "taskgate:in-progress" not in five["labels"]
     assert any(f"session {done['gh-5']['id']}" in body for body in five["comments"]), five["comments"]
+
+
+@pytest.fixture
+def shadow(tmp_path: Path) -> Iterator[TrackerDeployment]:
+    """One SQLite deployment in shadow mode, with an operator token for the console."""
+    svc = TrackerDeployment(tmp_path, None, "ask")
+    try:
+        svc.cli("init", "repo", "--name", "shop")
+        svc.token = json.loads(svc.cli("token", "create", "--operator", "alice", "--json"))["token"]
+        yield svc
+    finally:
+        svc.close()
+
+
+async def test_the_console_shows_each_polls_findings_and_why_each_ready_issue_waits(shadow, browser):
+    from playwright.async_api import expect
+
+    from tests.e2e.test_console_browser import signed_in
+
+    spec = seed_issues(shadow.github)
+    shadow.start(0, TASKGATE_DISPATCH__DRY_RUN="true")
+    until("poll in shadow mode", lambda: shadow.poll()["dispatch"], shadow)
+    site = SimpleNamespace(url=f"http://127.0.0.1:{shadow.ports[0]}", tokens={"alice": shadow.token})
+    page = await signed_in(browser, site, "alice")
+    await page.get_by_role("link", name="Tracker").click()
+    section = page.get_by_role("region", name="shop: github acme/shop, label taskgate")
+    await expect(section.locator("[data-ready-count]")).to_have_text(str(len(reference_ready(spec))))
+    await expect(section.locator("[data-dry-run]")).to_be_visible()
+    fourth = reference_ready(spec)[3]
+    await expect(section.locator(f'[data-dispatch="{fourth}"]')).to_contain_text("no slot: 3 running in the project")
+    await expect(section.locator('[data-held="gh-3"]')).to_have_text("gh-3: blocked by gh-5 (open)")
+    assert shadow.writes() == 0

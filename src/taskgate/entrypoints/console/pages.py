@@ -98,8 +98,14 @@ def routes(console: Console) -> dict[str, Any]:
             body = b""
         return Response(body, media_type="text/plain; charset=utf-8", headers=SECURITY_HEADERS)
 
+    @page(console)
+    async def tracker(v: Visit) -> Response:
+        """Each project's last tracker poll and what dispatch did with its ready issues (`taskgate tracker status`)."""
+        await v.app.operators.authorize(v.principal, Capability.READ)
+        return v.page("tracker.html", polls=await v.app.tracker.polls())
+
     return {"/": board, "/sessions/{sid}": session, "/sessions/{sid}/review": review, "/audit": audit,
-            "/audit.{fmt}": audit, "/sessions/{sid}/agents/{aid}/log": agent_log}  # fmt: skip
+            "/audit.{fmt}": audit, "/sessions/{sid}/agents/{aid}/log": agent_log, "/tracker": tracker}  # fmt: skip
 
 
 async def _session_id(v: Visit, capability: Capability) -> str:

@@ -1,4 +1,5 @@
-"""MCP tools for the status writes owed to the external tracker (Beads): see them, retry them, dismiss them.
+"""MCP tools for the external tracker: each project's last poll and what dispatch did with it, and the status writes
+owed to the tracker: see them, retry them, dismiss them.
 
 The CLI's `taskgate tracker status|retry|dismiss` over the same use cases (application/trackers/writebacks.py)."""
 
@@ -37,9 +38,34 @@ class WritebackOut(BaseModel):
         return cls(**{name: getattr(row, name) for name in cls.model_fields})
 
 
+class DispatchDecision(BaseModel):
+    task: str
+    outcome: str = Field(description="started, waiting, held, would_start (dry run), skipped or error.")
+    detail: str = Field(description="Why: the cap, the review queue, the retry back-off, the guard that refused.")
+    session: str | None = None
+
+
+class TrackerPollOut(BaseModel):
+    """A project's last tracker poll (`taskgate tracker status`): what it cost, found, and what dispatch did."""
+
+    project: str
+    tracker: str = Field(description="The provider and its filter, e.g. `github acme/shop, label taskgate`.")
+    polled_at: datetime
+    error: str | None
+    requests: int
+    not_modified: int
+    ready: list[str]
+    held: dict[str, str] = Field(description="Task id → why the tracker's own rule keeps it out of ready.")
+    claimed: list[str]
+    lost: dict[str, str] = Field(description="Claimed task id → why the tracker took the issue back.")
+    dispatch: list[DispatchDecision]
+    dry_run: bool
+
+
 class WritebackList(BaseModel):
     summary: str
     writebacks: list[WritebackOut]
+    projects: list[TrackerPollOut] = Field(default_factory=list, description="Each project's last tracker poll.")
 
 
 class WritebackDismissed(BaseModel):
@@ -65,16 +91,28 @@ async def tracker_status(
         int, Field(description="At most this many, newest first.", ge=ROW_LIMITS.low, le=ROW_LIMITS.high)
     ] = 100,
 ) -> WritebackList:
-    """Status writes owed to the external tracker (Beads), newest first, each with the tracker's own error: a
-    failed one means the tracker still shows an older status than taskgate."""
+    """Each project's last tracker poll (ready, held and why, claimed, lost, what dispatch did with each ready issue
+    and why), and the status writes owed to the tracker, newest first, each with the tracker's own error: a failed
+    one means the tracker still shows an older status than taskgate."""
     call = call_of(ctx)
     await call.app.operators.authorize(call.principal, Capability.READ)
     assert call.app.writebacks is not None
     rows = await call.app.writebacks.rows([state] if state else sorted(wb.OPEN_STATES), limit)
     failed = sum(row.state == wb.FAILED for row in rows)
-    return WritebackList(
-        summary=f"{len(rows)} write-back(s), {failed} failed", writebacks=[WritebackOut.of(r) for r in rows]
-    )
+    polls = [_poll(project.name, poll) for project, poll in await call.app.tracker.polls()]
+    broken = sum(p.error is not None for p in polls)
+    summary = f"{len(rows)} write-back(s), {failed} failed; {len(polls)} tracker poll(s), {broken} failed"
+    return WritebackList(summary=summary, writebacks=[WritebackOut.of(r) for r in rows], projects=polls)
+
+
+def _poll(project: str, poll) -> TrackerPollOut:
+    report = poll.report
+    decisions = [DispatchDecision(**{k: d.get(k) for k in ("task", "outcome", "detail", "session")})
+                 for d in report.get("dispatch", [])]  # fmt: skip
+    return TrackerPollOut(project=project, tracker=poll.describe, polled_at=poll.polled_at, error=poll.error,
+                          requests=poll.calls, not_modified=poll.not_modified, ready=report.get("ready", []),
+                          held=report.get("held", {}), claimed=report.get("claimed", []), lost=report.get("lost", {}),
+                          dispatch=decisions, dry_run=bool(report.get("dry_run")))  # fmt: skip
 
 
 @tool_errors
