@@ -15,7 +15,7 @@ T0 = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
 async def test_a_poll_per_project_is_saved_replaced_and_read_back_with_its_report(services, git_repo: Path):
     project = (await seed(services, git_repo, tasks=0)).project
     report = {"ready": ["gh-1", "gh-2"], "held": {"gh-3": "blocked by gh-5 (open)"}, "claimed": [], "lost": {},
-              "dispatch": [{"task": "gh-1", "outcome": "would_start", "detail": "dry run", "session": None}]}  # fmt: skip
+              "dispatch": [{"task": "gh-1", "outcome": "would_start", "detail": "dry run"}]}  # fmt: skip
     first = TrackerPoll(project.id, "github", "github acme/shop, label taskgate", T0, None, 12, 10, 0.25, report)
     async with services.uow(write=True) as uow:
         await uow.tracker_polls.save(first)

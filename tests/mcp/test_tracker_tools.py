@@ -42,7 +42,8 @@ async def test_status_shows_what_is_owed_with_bds_words_and_retry_says_what_happ
     async with connect(services, ALICE, app=app) as tools:
         listed = await tools.ok("tracker_status")
         [row] = listed["writebacks"]
-        assert listed["summary"] == "1 write-back(s), 0 failed; 0 tracker poll(s), 0 failed" and listed["projects"] == []
+        assert listed["summary"] == "1 write-back(s), 0 failed; 0 tracker poll(s), 0 failed"
+        assert listed["projects"] == []
         assert (row["task_id"], row["status"], row["state"], row["attempts"]) == ("sh-e", "completed", "pending", 1)
         assert "cannot close epic sh-e: 1 open child issue(s)" in row["last_error"]
         again = await tools.ok("tracker_retry", writeback_id=row["id"])
