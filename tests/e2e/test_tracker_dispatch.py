@@ -340,3 +340,14 @@ async def test_the_console_shows_each_polls_findings_and_why_each_ready_issue_wa
     await expect(section.locator(f'[data-dispatch="{fourth}"]')).to_contain_text("no slot: 3 running in the project")
     await expect(section.locator('[data-held="gh-3"]')).to_have_text("gh-3: blocked by gh-5 (open)")
     assert shadow.writes() == 0
+
+    def doctor(**env: str) -> tuple[str, str]:
+        done = subprocess.run([TASKGATE, "doctor", "--json"], cwd=shadow.root / "repo", env={**shadow.env(0), **env},
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        return next((c["status"], c["detail"]) for c in json.loads(done.stdout) if c["name"] == "tracker")
+
+    assert doctor() == ("ok", "github acme/shop, label taskgate: 14 candidate(s), 11 ready")
+    refused = doctor(GITHUB_TOKEN="ghp_wrong")
+    assert refused[0] == "fail" and "GITHUB_TOKEN" in refused[1] and "ghp_wrong" not in refused[1], refused
+    assert doctor(GITHUB_TOKEN="") == ("fail", "GITHUB_TOKEN is not set: [tracker.github] token_env names the "
+                                               "variable holding the API token")  # fmt: skip

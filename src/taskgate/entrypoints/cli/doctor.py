@@ -27,7 +27,7 @@ from taskgate.domain.errors import TaskgateError
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli.agents import readiness
 from taskgate.entrypoints.cli.common import JsonOpt, command
-from taskgate.entrypoints.cli.forge_checks import forge_checks
+from taskgate.entrypoints.cli.forge_checks import forge_checks, tracker_checks
 from taskgate.entrypoints.render import console
 
 _MARK = {"ok": "[green]ok  [/green]", "warn": "[yellow]warn[/yellow]", "fail": "[red]FAIL[/red]"}
@@ -108,6 +108,7 @@ async def _service_checks(settings) -> list[Check]:
         except TaskgateError as exc:
             checks.append(Check("project", "warn", str(exc), "taskgate init (in your repository)"))
         checks += [Check(*line) for line in await forge_checks(settings, app_, project)]
+        checks += [Check(*line) for line in await tracker_checks(app_, project)]
         checks.append(await _dispatch_check(settings, app_))
         checks.append(await _audit_check(settings, app_))
         endpoint = LoopbackEndpoint(app_, settings.mcp.tool_names, grace_s=0)

@@ -1,12 +1,12 @@
 """`taskgate doctor`'s forge lines: the remote, the token's variable, the API (it answers, the token is taken, the
-repository is there), and how its events come in (webhooks, or polling only)."""
+repository is there), and how its events come in (webhooks, or polling only); and its tracker line."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from taskgate.domain.errors import ForgeError
+from taskgate.domain.errors import ForgeError, TaskgateError
 
 
 def _line(name: str, status: str, detail: str, fix: str = "") -> tuple[str, str, str, str]:
@@ -47,3 +47,21 @@ async def forge_checks(settings: Any, app: Any, project: Any) -> list[tuple[str,
         fix = "set [forge] webhook_secret_env and point the forge's webhook at /forge/webhook"
         checks.append(_line("forge events", "warn", f"polling only, every {cfg.poll_s:g} s ({why})", fix))
     return checks
+
+
+async def tracker_checks(app: Any, project: Any) -> list[tuple[str, str, str, str]]:
+    """The project's tracker: which one, and, read over an API, one poll's worth of candidates (the token is taken,
+    the filter finds issues). Nothing for the built-in tracker."""
+    sync = app.tracker.sync if project is not None else None
+    if sync is None or sync.trackers.spec(project) is None:
+        return []
+    try:
+        provider = sync.provider(project)
+        candidates = await provider.list(project) if hasattr(provider, "describe") else await provider.ready(project)
+    except TaskgateError as exc:
+        return [_line("tracker", "fail", str(exc), "check [tracker] and its token variable (docs/trackers.md)")]
+    what = provider.describe() if hasattr(provider, "describe") else provider.name
+    ready = sum(1 for issue in candidates if issue.hold is None and not issue.closed)
+    if not candidates:
+        return [_line("tracker", "warn", f"{what}: no candidate issue", "check the filter (label, states, team)")]
+    return [_line("tracker", "ok", f"{what}: {len(candidates)} candidate(s), {ready} ready")]
