@@ -238,8 +238,8 @@ async def test_failures_name_what_was_done_and_the_tokens_variable_never_the_tok
     with pytest.raises(TrackerError) as missing:
         await GitHubIssuesTracker(gh.url, "acme/other", TOKEN, "GITHUB_TOKEN").ready(project)
     assert (
-        str(missing.value)
-        == f"list issues of acme/other: acme/other not found at {gh.url}, or $GITHUB_TOKEN cannot see it"
+        str(missing.value) == f"list issues of acme/other: acme/other at {gh.url} not found, "
+        "or the token in $GITHUB_TOKEN cannot see it (404)"
     )
 
 

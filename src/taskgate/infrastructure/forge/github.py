@@ -2,7 +2,7 @@
 
 What githubkit brings that a hand-written client would have to: the models (a response that does not parse is an
 error here, not a KeyError later), the retries (a rate limit waits for its reset, a 5xx is retried with growing
-pauses: `_RETRY`), and an HTTP cache that makes repeated GETs conditional (`If-None-Match` with the ETag; an
+pauses: `github_calls.RETRY`), and an HTTP cache that makes repeated GETs conditional (`If-None-Match` with the ETag; an
 unchanged pull request, its checks and reviews cost 304s, which GitHub does not count against the rate limit).
 
 The token is read from its environment variable when the client is built and lives only in this object; messages
@@ -16,14 +16,12 @@ from dataclasses import replace
 from typing import Any
 
 from githubkit import GitHub
-from githubkit.exception import GitHubException, RateLimitExceeded, RequestFailed
-from githubkit.retry import RetryChainDecision, RetryRateLimit, RetryServerError
+from githubkit.exception import GitHubException, RequestFailed
 
 from taskgate.domain.errors import ForgeError, ForgeHeadMoved
 from taskgate.domain.forge import CheckRun, LineComment, Observation, PullRequest, Review, log_tail
+from taskgate.infrastructure.github_calls import RETRY, failure, github_message
 
-# Rate limits: wait out the reset (or Retry-After) up to three times; server errors: three retries, 1 s, 4 s, 9 s.
-_RETRY = RetryChainDecision(RetryRateLimit(max_retry=3), RetryServerError(max_retry=3))
 _PAGE = 100
 _READY = "mutation($id: ID!) { markPullRequestReadyForReview(input: {pullRequestId: $id}) { pullRequest { isDraft } } }"
 
@@ -39,7 +37,7 @@ class GitHubForge:
         self.calls = 0
         hooks = {"request": [self._count]}
         self._gh = GitHub(
-            token, base_url=self.api_url, auto_retry=_RETRY, http_cache=True, timeout=timeout_s,
+            token, base_url=self.api_url, auto_retry=RETRY, http_cache=True, timeout=timeout_s,
             async_event_hooks=hooks, user_agent="taskgate",
         )  # fmt: skip
 
@@ -123,7 +121,7 @@ class GitHubForge:
                 self._owner, self._name, number, sha=head, merge_method=method, commit_title=title
             )
         except RequestFailed as exc:
-            said = _said(exc)
+            said = github_message(exc)
             if exc.response.status_code == 409:
                 raise ForgeHeadMoved(f"PR #{number}'s head is no longer {head[:12]}: not merged ({said})") from None
             raise ForgeError(f"merge PR #{number}: {exc.response.status_code} {said}") from None
@@ -168,24 +166,7 @@ class GitHubForge:
 
     def _failed(self, what: str, exc: Exception) -> str:
         """What went wrong, in words that say what to check; never the token."""
-        where = f"{self.repository} at {self.api_url}"
-        if isinstance(exc, RateLimitExceeded):
-            return f"{what}: GitHub's rate limit is spent for the token in ${self._token_env} (retried; try later)"
-        if isinstance(exc, RequestFailed):
-            status, said = exc.response.status_code, _said(exc)
-            if status == 401:
-                return f"{what}: the token in ${self._token_env} was refused by {self.api_url} (401 {said})"
-            if status == 404:
-                return f"{what}: {where} not found, or the token in ${self._token_env} cannot see it (404)"
-            return f"{what}: {where} answered {status} {said}"
-        return f"{what}: {where} did not answer ({type(exc).__name__})"
-
-
-def _said(exc: RequestFailed) -> str:
-    try:
-        return str(exc.response.json().get("message", ""))[:300]
-    except Exception:  # a body that is not JSON: the status says enough
-        return ""
+        return failure(what, exc, repository=self.repository, api_url=self.api_url, token_env=self._token_env)
 
 
 def _login(user: Any) -> str | None:

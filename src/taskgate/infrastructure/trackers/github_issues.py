@@ -34,16 +34,14 @@ from types import MappingProxyType
 from typing import Any
 
 from githubkit import GitHub
-from githubkit.exception import GitHubException, RateLimitExceeded, RequestFailed
-from githubkit.retry import RetryChainDecision, RetryRateLimit, RetryServerError
+from githubkit.exception import GitHubException, RequestFailed
 
 from taskgate.application.trackers.ports import TrackerIssue
 from taskgate.domain.entities import Project, TaskStatus
 from taskgate.domain.errors import ClaimRefused, InvalidInput, TaskNotFound, TrackerError
+from taskgate.infrastructure.github_calls import RETRY, failure
 from taskgate.infrastructure.trackers import github_shapes as shapes
 
-# Rate limits: wait out the reset (or Retry-After) up to three times; server errors: three retries, 1 s, 4 s, 9 s.
-RETRY = RetryChainDecision(RetryRateLimit(max_retry=3), RetryServerError(max_retry=3))
 PAGE = 100
 DEFAULT_PRIORITY_LABELS: Mapping[str, int] = MappingProxyType({"P0": 0, "P1": 1, "P2": 2, "P3": 3, "P4": 4})
 DEFAULT_STATUS_LABELS: Mapping[str, str] = MappingProxyType({
@@ -286,20 +284,4 @@ class GitHubIssuesTracker:
 
     def _failed(self, what: str, exc: Exception) -> str:
         """What went wrong, in words that say what to check; never the token."""
-        if isinstance(exc, RateLimitExceeded):
-            return f"{what}: GitHub's rate limit is spent for the token in ${self._token_env} (retried; try later)"
-        if isinstance(exc, RequestFailed):
-            status, said = exc.response.status_code, _said(exc)
-            if status == 401:
-                return f"{what}: the token in ${self._token_env} was refused by {self.api_url} (401 {said})"
-            if status == 404:
-                return f"{what}: {self.repository} not found at {self.api_url}, or ${self._token_env} cannot see it"
-            return f"{what}: {self.api_url} answered {status} {said}".rstrip()
-        return f"{what}: {self.api_url} did not answer ({type(exc).__name__})"
-
-
-def _said(exc: RequestFailed) -> str:
-    try:
-        return str(exc.response.json().get("message", ""))[:300]
-    except Exception:  # a body that is not JSON: the status says enough
-        return ""
+        return failure(what, exc, repository=self.repository, api_url=self.api_url, token_env=self._token_env)
