@@ -201,6 +201,10 @@ def sweep(as_json: JsonOpt = False) -> None:
         console.print(f"  tracker write-back {terminal_safe(line)}", highlight=False, markup=False)
     for agent_id in report.silent_agents:
         console.print(f"  agent {agent_id} marked failed (no heartbeat)", highlight=False)
+    for line in report.polls:
+        console.print(f"  tracker poll {terminal_safe(line)}", highlight=False, markup=False)
+    for line in report.lost:
+        console.print(f"  tracker issue lost: {terminal_safe(line)}", highlight=False, markup=False)
     for done in report.dispatched:
         console.print(f"  dispatch {terminal_safe(done.line())}", highlight=False, markup=False)
     for line in report.nodes_down:
