@@ -131,10 +131,11 @@ class LinearTracker:
         return sorted(issues, key=lambda i: (i.priority, _order(i.id)))
 
     async def list(self, project: Project) -> list[TrackerIssue]:
-        """Every candidate (team, state, label, not archived), `hold` filled with why it is not ready; by identifier."""
+        """Every candidate (team, state, label, not archived), `hold` filled with why it is not ready; by priority then
+        identifier, as GitHub's (the poll reports the ready ones in this order)."""
         me = await self._assignee_id()
         nodes = await self._candidates()
-        return sorted((self._issue(n, me) for n in nodes), key=lambda i: _order(i.id))
+        return sorted((self._issue(n, me) for n in nodes), key=lambda i: (i.priority, _order(i.id)))
 
     async def show(self, project: Project, issue_id: str) -> TrackerIssue:
         """One issue of the team, whatever its state. Raises: TaskNotFound, TrackerError."""
