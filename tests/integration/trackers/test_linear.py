@@ -240,6 +240,20 @@ async def test_set_status_moves_comments_and_unassigns_on_open(
     assert linear.issue(ident)["state"] == "Done" and len(linear.issue(ident)["comments"]) == 3
 
 
+async def test_open_leaves_an_issue_someone_else_claimed_alone(
+    linear: LinearStandIn, make: Callable[..., LinearTracker]
+) -> None:
+    carol = linear.add_user("Carol", "carol@acme.dev")
+    ident = linear.add_issue("ENG", "Contested", labels=["taskgate"])
+    tracker = make()
+    linear.race_next_claim(ident, carol)
+    with pytest.raises(ClaimRefused):
+        await tracker.claim(PROJECT, ident, "node-1")
+    await tracker.set_status(PROJECT, ident, TaskStatus.OPEN, "session given up")  # the session's cancel
+    issue = linear.issue(ident)
+    assert (issue["assignee"], issue["state"], issue["comments"]) == (carol, "In Progress", ["session given up"])
+
+
 async def test_set_status_does_nothing_without_write_back(
     linear: LinearStandIn, make: Callable[..., LinearTracker]
 ) -> None:

@@ -131,10 +131,11 @@ class LinearTracker:
         return sorted(issues, key=lambda i: (i.priority, _order(i.id)))
 
     async def list(self, project: Project) -> list[TrackerIssue]:
-        """Every candidate (team, state, label, not archived), `hold` filled with why it is not ready; by identifier."""
+        """Every candidate (team, state, label, not archived), `hold` filled with why it is not ready; by priority then
+        identifier, as GitHub's (the poll reports the ready ones in this order)."""
         me = await self._assignee_id()
         nodes = await self._candidates()
-        return sorted((self._issue(n, me) for n in nodes), key=lambda i: _order(i.id))
+        return sorted((self._issue(n, me) for n in nodes), key=lambda i: (i.priority, _order(i.id)))
 
     async def show(self, project: Project, issue_id: str) -> TrackerIssue:
         """One issue of the team, whatever its state. Raises: TaskNotFound, TrackerError."""
@@ -166,7 +167,8 @@ class LinearTracker:
 
     async def set_status(self, project: Project, issue_id: str, status: TaskStatus, reason: str = "") -> None:
         """Comment `reason` (when given) and move the issue to the state `status_map` names for `status`; `open`
-        also unassigns it. Statuses the map leaves out write only the comment; a no-op when write-back is off.
+        also unassigns it, unless it is someone else's (then only the comment). Statuses the map leaves out write only
+        the comment; a no-op when write-back is off.
 
         Raises: TaskNotFound, TrackerError (an unknown state name lists the team's states), InvalidInput."""
         if not _IDENTIFIER.match(issue_id):
@@ -186,6 +188,9 @@ class LinearTracker:
             return
         change: dict[str, Any] = {"stateId": await self._state_id(target)}
         if task_status == TaskStatus.OPEN:
+            node = await self._node(issue_id, fresh=True)
+            if node["assignee"] and node["assignee"]["id"] != await self._assignee_id():
+                return  # someone else's (a claim lost to them): their assignee and state stand
             change["assigneeId"] = None  # back in the pool: release our claim
         await self._update(f"move {issue_id} to {target}", uuid, change)
 
