@@ -57,7 +57,7 @@ from taskgate.domain.dispatching import (
     retry_verdict,
 )
 from taskgate.domain.dispatching import FAILED as FAILED_STATES
-from taskgate.domain.entities import Project, Session, Task
+from taskgate.domain.entities import Outcome, Project, Session, Task, TaskStatus
 from taskgate.domain.errors import (
     ClaimRefused,
     ConcurrentModification,
@@ -226,9 +226,21 @@ class Dispatcher:
         ids, load = {p.id for p in projects}, Load()
         failures: dict[str, tuple[int, Any]] = {}
         async with self._uow(write=False) as uow:
-            found = await uow.sessions.list(states=set(RUNNING | AWAITING_DECISION | FAILED_STATES))
-            found = [s for s in found if s.project_id in ids]
+            states = set(RUNNING | AWAITING_DECISION | FAILED_STATES) | {SessionState.COMPLETED}
+            found = [s for s in await uow.sessions.list(states=states) if s.project_id in ids]
+            found = [
+                s for s in found if s.state != SessionState.COMPLETED or isinstance(s.state_data.get(DISPATCHED), dict)
+            ]
             tasks = {t.id: t for t in await uow.tasks.get_many(sorted({s.task_id for s in found}))}
+            # a failed attempt rolled back (compensate, then cleanup_done) is completed and frees its task: still a
+            # failure to count; a merged one completed its task too, so only those of unfinished tasks are read
+            rolled_back = set()
+            for session in found:
+                task = tasks.get(session.task_id)
+                if session.state == SessionState.COMPLETED and task and task.status != TaskStatus.COMPLETED:
+                    rows = await uow.transitions.history(session.id, limit=10)
+                    if any(r.to_state == SessionState.ROLLED_BACK.value and r.outcome == Outcome.APPLIED for r in rows):
+                        rolled_back.add(session.id)
         for session in found:
             mark = session.state_data.get(DISPATCHED)
             dispatched = isinstance(mark, dict)
@@ -237,7 +249,7 @@ class Dispatcher:
             elif session.state in RUNNING:
                 task = tasks.get(session.task_id)
                 load.add(session.project_id, task.labels if task else (), self._agents_of(mark if dispatched else None))
-            elif dispatched:
+            elif dispatched and (session.state in FAILED_STATES or session.id in rolled_back):
                 count, last = failures.get(session.task_id, (0, None))
                 ended = session.completed_at or session.updated_at
                 failures[session.task_id] = (count + 1, ended if last is None or ended > last else last)
