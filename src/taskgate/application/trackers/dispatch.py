@@ -46,18 +46,16 @@ from taskgate.application.ports import Clock, UnitOfWorkFactory
 from taskgate.application.sessions.commands import FireTrigger, StartTask
 from taskgate.application.sessions.engine import SessionService
 from taskgate.application.trackers.builtin import TrackerService
+from taskgate.application.trackers.dispatch_load import DISPATCHED, current_load
 from taskgate.application.workflows.engine import WorkflowEngine
 from taskgate.domain.dispatching import (
-    AWAITING_DECISION,
-    RUNNING,
     DispatchCaps,
     Load,
     RetryVerdict,
     refusal,
     retry_verdict,
 )
-from taskgate.domain.dispatching import FAILED as FAILED_STATES
-from taskgate.domain.entities import Outcome, Project, Session, Task, TaskStatus
+from taskgate.domain.entities import Project, Session, Task
 from taskgate.domain.errors import (
     ClaimRefused,
     ConcurrentModification,
@@ -76,7 +74,6 @@ from taskgate.domain.workflows.definitions import Workflow, agent_types_used
 from taskgate.domain.workflows.triggers import Route, TriggerRoutes
 from taskgate.domain.workflows.visibility import Viewer
 
-DISPATCHED = "dispatched"  # state_data key of a session dispatch created: workflow, trigger, operator, waiting_since
 STARTED_EVENT = "dispatch.started"
 WAITING_EVENT = "dispatch.waiting"
 _TAKEN = (SessionAlreadyActive, InvalidTransition, ConcurrentModification, SessionNotFound)
@@ -221,39 +218,9 @@ class Dispatcher:
         return done
 
     async def _load(self, projects: list[Project]) -> tuple[Load, dict[str, tuple[int, Any]]]:
-        """What runs now (running sessions by project, label and agent preset; sessions awaiting a decision), and
-        each task's failed dispatched attempts (count, when the last ended), from one read of the sessions."""
-        ids, load = {p.id for p in projects}, Load()
-        failures: dict[str, tuple[int, Any]] = {}
+        """What runs now and each task's failed dispatched attempts (application/trackers/dispatch_load.py)."""
         async with self._uow(write=False) as uow:
-            states = set(RUNNING | AWAITING_DECISION | FAILED_STATES) | {SessionState.COMPLETED}
-            found = [s for s in await uow.sessions.list(states=states) if s.project_id in ids]
-            found = [
-                s for s in found if s.state != SessionState.COMPLETED or isinstance(s.state_data.get(DISPATCHED), dict)
-            ]
-            tasks = {t.id: t for t in await uow.tasks.get_many(sorted({s.task_id for s in found}))}
-            # a failed attempt rolled back (compensate, then cleanup_done) is completed and frees its task: still a
-            # failure to count; a merged one completed its task too, so only those of unfinished tasks are read
-            rolled_back = set()
-            for session in found:
-                task = tasks.get(session.task_id)
-                if session.state == SessionState.COMPLETED and task and task.status != TaskStatus.COMPLETED:
-                    rows = await uow.transitions.history(session.id, limit=10)
-                    if any(r.to_state == SessionState.ROLLED_BACK.value and r.outcome == Outcome.APPLIED for r in rows):
-                        rolled_back.add(session.id)
-        for session in found:
-            mark = session.state_data.get(DISPATCHED)
-            dispatched = isinstance(mark, dict)
-            if session.state in AWAITING_DECISION:
-                load.awaiting += 1
-            elif session.state in RUNNING:
-                task = tasks.get(session.task_id)
-                load.add(session.project_id, task.labels if task else (), self._agents_of(mark if dispatched else None))
-            elif dispatched and (session.state in FAILED_STATES or session.id in rolled_back):
-                count, last = failures.get(session.task_id, (0, None))
-                ended = session.completed_at or session.updated_at
-                failures[session.task_id] = (count + 1, ended if last is None or ended > last else last)
-        return load, failures
+            return await current_load(uow, {p.id for p in projects}, self._agents_of)
 
     def _agents_of(self, mark: dict | None) -> list[str]:
         if not mark or not mark.get("workflow"):
