@@ -16,13 +16,14 @@ the same run; 3 runs each, median and range.
    planning + executing; the most agents running at once from the markers; serve start → all 100 verifying and
    sessions/min. Baseline: the same with the built-in tracker (100 `taskgate task add`, no plan).
 
-Run:  PYTHONPATH=src:. .venv/bin/python benchmarks/tracker_dispatch.py [--runs 3] [--skip-serve]
+Run:  PYTHONPATH=src:. .venv/bin/python benchmarks/tracker_dispatch.py [--runs 3] [--parts 123] [--issues 100]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import math
 import os
 import random
@@ -221,44 +222,52 @@ def dispatch_100(github: bool, n: int = 100, cap: int = 10, hold_s: float = 0.5)
                 time.sleep(0.2)
             total = time.monotonic() - started
             calls = len(deployment.github.calls) if deployment.github is not None else 0
+            passes = sorted({line[:23] for line in deployment.log.read_text().splitlines() if "started with" in line})
+            at = [datetime.strptime(p, "%Y-%m-%d %H:%M:%S,%f").timestamp() for p in passes]
+            gap = statistics.median(b - a for a, b in itertools.pairwise(at)) if len(at) > 1 else 0.0
             return {"listening": listening, "ten": ten, "peak": peak, "agents": most_at_once(deployment.intervals()),
-                    "total": total, "per_min": n / total * 60, "samples": samples, "calls": calls}  # fmt: skip
+                    "total": total, "per_min": n / total * 60, "samples": samples, "calls": calls,
+                    "passes": len(passes), "gap": gap}  # fmt: skip
         finally:
             stop.set()
             deployment.close()
 
 
-def dispatch_cap(runs: int) -> None:
-    print("\n3. 100 ready issues, max_running = 10, each agent released ~0.5 s after it starts")
+def dispatch_cap(runs: int, n: int) -> None:
+    print(f"\n3. {n} ready issues, max_running = 10, each agent released ~0.5 s after it starts")
     rows: dict[str, list[dict[str, float]]] = {"GitHub tracker": [], "built-in tracker (baseline)": []}
     for _ in range(runs):
-        rows["GitHub tracker"].append(dispatch_100(github=True))
-        rows["built-in tracker (baseline)"].append(dispatch_100(github=False))
+        rows["GitHub tracker"].append(dispatch_100(github=True, n=n))
+        rows["built-in tracker (baseline)"].append(dispatch_100(github=False, n=n))
     for name, figures in rows.items():
         pick: Callable[[str], list[float]] = lambda key, rows=figures: [f[key] for f in rows]  # noqa: E731
         print(f"  {name}: serve start → listening {summary(pick('listening'))} s, → 10 agents running "
               f"{summary(pick('ten'))} s; most sessions in planning+executing in a sample {max(pick('peak')):.0f} "
               f"(runs {[int(x) for x in pick('peak')]}, {summary(pick('samples'), '{:.0f}')} samples); most agents "
-              f"at once {max(pick('agents')):.0f}; all 100 verifying after {summary(pick('total'))} s = "
-              f"{summary(pick('per_min'))} sessions/min" + (f"; {summary(pick('calls'), '{:.0f}')} API calls"
-              if name.startswith("GitHub") else ""))  # fmt: skip
+              f"at once {max(pick('agents')):.0f}; all {n} verifying after {summary(pick('total'))} s = "
+              f"{summary(pick('per_min'))} sessions/min; dispatch passes that started sessions "
+              f"{summary(pick('passes'), '{:.0f}')}, {summary(pick('gap'))} s apart"
+              + (f"; {summary(pick('calls'), '{:.0f}')} API calls" if name.startswith("GitHub") else ""))  # fmt: skip
     gh, builtin = (statistics.median(f["total"] for f in rows[k]) for k in rows)
-    print(f"  GitHub tracker / built-in: {gh / builtin:.2f}× the time for 100")
+    print(f"  GitHub tracker / built-in: {gh / builtin:.2f}× the time for {n}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--skip-serve", action="store_true", help="only the provider-level polls (part 1)")
+    parser.add_argument("--parts", default="123", help="which measures: 1 polls, 2 poll → start, 3 the cap")
+    parser.add_argument("--issues", type=int, default=100, help="ready issues in part 3")
     args = parser.parse_args()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"trackers and dispatch (issue 41), {args.runs} run(s); {date.today()}; CPU: {cpu_model()} "
           f"({os.cpu_count()} cores); load average before {load}")  # fmt: skip
     begun = time.monotonic()
-    api_calls(args.runs)
-    if not args.skip_serve:
+    if "1" in args.parts:
+        api_calls(args.runs)
+    if "2" in args.parts:
         poll_to_start(args.runs)
-        dispatch_cap(args.runs)
+    if "3" in args.parts:
+        dispatch_cap(args.runs, args.issues)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\nload average after {load}; total {time.monotonic() - begun:.0f} s")
 
