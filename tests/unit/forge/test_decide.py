@@ -115,7 +115,7 @@ _checks = st.lists(
     st.builds(CheckRun, st.integers(1, 5), st.sampled_from(["lint", "test"]),
               st.sampled_from(["queued", "in_progress", "completed"]),
               st.sampled_from([None, "success", "failure", "neutral", "cancelled", "skipped"])),
-    max_size=5,
+    max_size=5, unique_by=lambda c: c.id,  # GitHub's check run ids are unique: a rerun is a new, higher id
 )  # fmt: skip
 _reviews = st.lists(st.builds(Review, st.integers(1, 9), st.sampled_from(["alice", "bob"]),
                               st.sampled_from(["APPROVED", "CHANGES_REQUESTED", "COMMENTED"]), st.just("r"),

@@ -15,12 +15,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from githubkit import GitHub
 from githubkit.exception import GitHubException, RequestFailed
 
 from taskgate.domain.errors import ForgeError, ForgeHeadMoved
 from taskgate.domain.forge import CheckRun, LineComment, Observation, PullRequest, Review, log_tail
-from taskgate.infrastructure.github_calls import RETRY, failure, github_message
+from taskgate.infrastructure.github_calls import RETRY, PooledGitHub, failure, github_message
 
 _PAGE = 100
 _READY = "mutation($id: ID!) { markPullRequestReadyForReview(input: {pullRequestId: $id}) { pullRequest { isDraft } } }"
@@ -36,7 +35,7 @@ class GitHubForge:
         self._owner, self._name = repository.split("/", 1)
         self.calls = 0
         hooks = {"request": [self._count]}
-        self._gh = GitHub(
+        self._gh = PooledGitHub(
             token, base_url=self.api_url, auto_retry=RETRY, http_cache=True, timeout=timeout_s,
             async_event_hooks=hooks, user_agent="taskgate",
         )  # fmt: skip

@@ -33,13 +33,12 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from githubkit import GitHub
 from githubkit.exception import GitHubException, RequestFailed
 
 from taskgate.application.trackers.ports import TrackerIssue
 from taskgate.domain.entities import Project, TaskStatus
 from taskgate.domain.errors import ClaimRefused, InvalidInput, TaskNotFound, TrackerError
-from taskgate.infrastructure.github_calls import RETRY, failure
+from taskgate.infrastructure.github_calls import RETRY, PooledGitHub, failure
 from taskgate.infrastructure.trackers import github_shapes as shapes
 
 PAGE = 100
@@ -87,7 +86,7 @@ class GitHubIssuesTracker:
         self.not_modified = 0
         self._dependencies = True  # False once the server answered 404 to a dependencies request
         hooks = {"request": [self._count], "response": [self._seen]}
-        self._gh = GitHub(
+        self._gh = PooledGitHub(
             token, base_url=self.api_url, auto_retry=RETRY, http_cache=True, timeout=timeout_s,
             async_event_hooks=hooks, user_agent="taskgate",
         )  # fmt: skip
