@@ -218,6 +218,9 @@ class WorkflowFiles:
     def catalogue_paths(self) -> list[tuple[Path, Kind, str | None]]:
         found: list[tuple[Path, Kind, str | None]] = []
         if self.workflows_dir.is_dir():
+            # a file right in workflows/ is a workflow without a category: skipping it silently once made a user's
+            # own task_ready workflow lose to the built-in one while `workflow validate` said all was well
+            found += [(f, "workflow", None) for f in _files(self.workflows_dir)]
             for folder in sorted(p for p in self.workflows_dir.iterdir() if p.is_dir() and p.name != TEMPLATES):
                 found += [(f, "workflow", folder.name) for f in _files(folder)]
         if self.checklists_dir.is_dir():

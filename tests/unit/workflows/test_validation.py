@@ -175,6 +175,14 @@ def test_templates_are_not_workflows_and_the_category_defaults_to_the_folder(tmp
     assert service.workflow("a").category == "ops"
 
 
+def test_a_workflow_right_in_the_workflows_folder_is_read_without_a_category(tmp_path: Path):
+    write(tmp_path, "workflows/mine.yaml", flow("mine"))
+    write(tmp_path, "workflows/ops/a.yaml", flow("a"))
+    service = WorkflowService(WorkflowFiles(tmp_path))
+    assert service.catalogue().problems == ()
+    assert sorted((e.id, e.category) for e in service.entries()) == [("a", "ops"), ("mine", None)]
+
+
 def test_agent_names_are_checked_only_when_agent_types_are_given(tmp_path: Path):
     write(tmp_path, "workflows/x/a.yaml", flow("a"))
     assert WorkflowService(WorkflowFiles(tmp_path)).catalogue().ok
