@@ -72,6 +72,7 @@ from taskgate.domain.errors import (
     WritebackNotFound,
 )
 from taskgate.domain.policies.facts import BlockerFact, TestRun
+from taskgate.domain.questions import Question
 from taskgate.domain.states import TERMINAL_STATES, SessionState
 from taskgate.domain.writebacks import Writeback
 from taskgate.infrastructure.db.unit_of_work import REPOSITORIES, Committed
@@ -99,6 +100,7 @@ class InMemoryStore:
     leases: dict[str, Lease] = field(default_factory=dict)
     pull_requests: dict[str, PullRequestRecord] = field(default_factory=dict)
     tracker_polls: dict[int, TrackerPoll] = field(default_factory=dict)
+    questions: dict[str, Question] = field(default_factory=dict)
     forge_deliveries: dict[str, tuple[str, str, datetime]] = field(default_factory=dict)
     next_id: dict[str, int] = field(default_factory=dict)
 
@@ -542,6 +544,35 @@ class InMemoryTrackerPollRepository(_Repo):
         return [replace(p, report=copy.deepcopy(p.report)) for _, p in sorted(self.store.tracker_polls.items())]
 
 
+class InMemoryQuestionRepository(_Repo):
+    async def add(self, question: Question) -> None:
+        self.store.questions[question.id] = question
+
+    async def get(self, question_id: str) -> Question | None:
+        return self.store.questions.get(question_id)
+
+    async def open(self, session_ids: Sequence[str] | None = None) -> list[Question]:
+        found = [q for q in self.store.questions.values() if q.is_open]
+        if session_ids is not None:
+            found = [q for q in found if q.session_id in set(session_ids)]
+        return sorted(found, key=lambda q: (q.asked_at, q.id))
+
+    async def of_session(self, session_id: str, limit: int = 50) -> list[Question]:
+        found = [q for q in self.store.questions.values() if q.session_id == session_id]
+        return sorted(found, key=lambda q: (q.asked_at, q.id), reverse=True)[:limit]
+
+    async def settle(self, question: Question) -> bool:
+        current = self.store.questions.get(question.id)
+        if current is None or not current.is_open:
+            return False
+        self.store.questions[question.id] = question
+        return True
+
+    async def due(self, now: datetime) -> list[Question]:
+        return sorted((q for q in self.store.questions.values() if q.is_open and q.deadline <= now),
+                      key=lambda q: q.deadline)  # fmt: skip
+
+
 class InMemoryPullRequestRepository(_Repo):
     async def get(self, session_id: str) -> PullRequestRecord | None:
         found = self.store.pull_requests.get(session_id)
@@ -695,6 +726,7 @@ class InMemoryUnitOfWork:
         self.leases = InMemoryLeaseRepository(store)
         self.pull_requests = InMemoryPullRequestRepository(store)
         self.tracker_polls = InMemoryTrackerPollRepository(store)
+        self.questions = InMemoryQuestionRepository(store)
         return self
 
     async def commit(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import socket
@@ -24,10 +25,12 @@ from taskgate.application.nodes.adoption import SessionAdoption
 from taskgate.application.nodes.heartbeats import NodeIdentity, NodeService
 from taskgate.application.operators.access import AccessService
 from taskgate.application.operators.decisions import DecisionService
+from taskgate.application.operators.questions import OperatorQuestions, QuestionOptions
 from taskgate.application.operators.review_queue import ReviewQueue
 from taskgate.application.operators.roster import OperatorService
 from taskgate.application.ports import Clock, IdGenerator, UnitOfWorkFactory
 from taskgate.application.recovery import Recovery
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.application.sessions.effects import CompositeEffects, SessionEffects
 from taskgate.application.sessions.engine import SessionService
 from taskgate.application.sessions.guards import GuardEvaluator
@@ -52,11 +55,13 @@ from taskgate.application.workspaces.worktrees import WorkspaceService
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.presets import PRESETS
 from taskgate.domain.dispatching import DispatchCaps
-from taskgate.domain.entities import ApiToken
-from taskgate.domain.errors import TaskgateError
+from taskgate.domain.entities import ApiToken, Compensation
+from taskgate.domain.errors import ConcurrentModification, InvalidTransition, TaskgateError
 from taskgate.domain.outputs import OutputLimits
 from taskgate.domain.policies.facts import Policy
+from taskgate.domain.questions import Question
 from taskgate.domain.sandbox import Limits
+from taskgate.domain.states import Trigger
 from taskgate.domain.workflows.definitions import Catalogue
 from taskgate.domain.workflows.run import LoopLimits
 from taskgate.infrastructure import project_layout
@@ -120,6 +125,7 @@ class App:
     forge: ForgeFollower | None = None  # the forge loop (docs/forge.md), when a project has a [forge]
     forge_deliveries: ForgeDeliveries | None = None  # its webhook endpoint's use case
     forges: SettingsForges | None = None  # which forge each project has
+    questions: OperatorQuestions | None = None  # agents' questions and permission prompts (docs/questions.md)
 
     async def close(self) -> None:
         """Run the closers (e.g. an agent endpoint), newest first, then release the database."""
@@ -443,8 +449,27 @@ async def bootstrap(
     app.adoption = SessionAdoption(uow, services[0], extras[0], app.nodes, clock, agents.process_alive)
     app.recovery = Recovery(services[0], extras[0], services[3], agents, app.workflows)
     app.ledger = audit_ledger(settings, uow, clock)
+    app.questions = operator_questions(settings, uow, clock, services[0])
     build_forge(settings, app)
     return app
+
+
+def operator_questions(settings: Settings, uow: Any, clock: Clock, sessions: SessionService) -> OperatorQuestions:
+    """Agents' questions to the operator under `[questions]`; a time-out with `on_timeout = "fail"` fails the
+    session for manual review (its agents stopped, its worktree and branch kept: cancel would delete the branch)."""
+    q = settings.questions
+    questions = OperatorQuestions(uow, clock, QuestionOptions(q.timeout_s, q.on_timeout, q.poll_s))
+
+    async def fail(question: Question) -> None:
+        reason = (f"question {question.id} unanswered for {q.timeout_s:.0f} s ([questions] on_timeout = fail): "
+                  "stopped, its work kept for review")  # fmt: skip
+        cmd = FireTrigger(question.session_id, Trigger.FAIL.value, "policy:questions", reason,
+                          changes={"compensation_plan": Compensation.MANUAL_REVIEW.value})  # fmt: skip
+        with contextlib.suppress(InvalidTransition, ConcurrentModification):  # it moved on meanwhile: nothing to stop
+            await sessions.fire(cmd)
+
+    questions.when_timeout_fails(fail)
+    return questions
 
 
 def build_forge(settings: Settings, app: App) -> None:
@@ -518,7 +543,8 @@ def build_sweeper(settings: Settings, app: App, *, serving: bool = True) -> Swee
     return Sweeper(app.uow, app.sessions, app.clock, sweeper_options(settings), writebacks=app.writebacks,
                    tracker=app.tracker, dispatcher=build_dispatcher(settings, app, serving=serving),
                    poller=build_poller(settings, app),
-                   nodes=app.nodes, checkpoints=checkpoints)  # fmt: skip
+                   nodes=app.nodes, checkpoints=checkpoints,
+                   expire_questions=app.questions.expire_due if app.questions is not None else None)  # fmt: skip
 
 
 def build_poller(settings: Settings, app: App) -> TrackerPoller | None:

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-SCRIPTS = ("ok", "error500", "error429", "hang")
+SCRIPTS = ("ok", "ask", "error500", "error429", "hang")
 INPUT_TOKENS = 100
 OUTPUT_TOKENS = 20
 FINAL_TEXT = "done"
@@ -49,6 +49,11 @@ WHOLE_EDIT = "I will create hello.txt.\n\nhello.txt\n```\nhello\n```\n"
 # aider's "diff" edit format (its default for gpt-4o): a SEARCH/REPLACE block with an empty SEARCH creates the file
 DIFF_EDIT = "I will create hello.txt.\n\nhello.txt\n```\n<<<<<<< SEARCH\n=======\nhello\n>>>>>>> REPLACE\n```\n"
 COMMIT_MESSAGE = "feat: hello"
+# the "ask" script: a shell command the preset does not allow outright (a permission prompt), a commit, then a
+# question to the operator through the MCP tool whose name ends with `ask_operator`
+ASK_WRITE = "python3 -c \"open('asked.txt', 'w').write('asked')\""
+ASK_COMMIT = 'git add asked.txt && git commit -m "feat: asked"'
+ASK_ARGUMENTS = {"question": "Which colour should the button be?", "choices": ["red", "blue"]}
 
 
 class ModelServer:
@@ -219,6 +224,17 @@ def plan(step: int, tools: list[dict[str, Any]], cwd: str | None = None) -> tupl
     return None
 
 
+def ask_plan(step: int, tools: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+    """The "ask" script's tool call for this step: write (a permission prompt), commit, ask the operator; then the
+    final text."""
+    names = _tool_names(tools)
+    if step in (0, 1):
+        return _shell_call(names, tools, ASK_WRITE if step == 0 else ASK_COMMIT)
+    if step == 2:
+        return next(((name, dict(ASK_ARGUMENTS)) for name in names if name.endswith("ask_operator")), None)
+    return None
+
+
 def _shell_call(names: list[str], tools: list[dict[str, Any]], command: str) -> tuple[str, dict[str, Any]] | None:
     if "Bash" in names:
         return "Bash", {"command": command, "description": "run a shell command"}
@@ -295,7 +311,10 @@ class _Handler(BaseHTTPRequestHandler):
             text = "Hello"
         else:
             step = anthropic_tool_results(body) if anthropic else responses_tool_results(body)
-            call = plan(step, tools, working_directory(body) if anthropic else None)
+            if script == "ask":
+                call = ask_plan(step, tools)
+            else:
+                call = plan(step, tools, working_directory(body) if anthropic else None)
             text = self.model.final_text
         if anthropic:
             self._anthropic(body, call, text)

@@ -110,6 +110,7 @@ class SweepReport:
     turn: str = "held"  # the sweeper lease: "held" by this process, else who holds it and until when
     nodes_down: list[str] = field(default_factory=list)  # nodes this sweep found down, one line each
     checkpoint: int | None = None  # the audit checkpoint this sweep signed, if one was due (docs/audit.md)
+    questions: list[str] = field(default_factory=list)  # agents' questions this sweep timed out (docs/questions.md)
 
     def count(self, action: str) -> int:
         return sum(1 for a in self.actions if a.action == action)
@@ -128,6 +129,7 @@ class SweepReport:
         tail += f"; {self.dispatch_summary()}" if self.dispatched else ""
         tail += f"; {len(self.nodes_down)} node(s) found down" if self.nodes_down else ""
         tail += f"; signed audit checkpoint #{self.checkpoint}" if self.checkpoint else ""
+        tail += f"; {len(self.questions)} question(s) timed out" if self.questions else ""
         tail += f"; {len(self.errors)} errors" if self.errors else ""
         if self.turn != "held":
             tail += f"; the sweeper's turn is {self.turn}: no dispatch, tracker or node checks here"
@@ -161,6 +163,7 @@ class Sweeper:
         poller: TrackerPoller | None = None,
         nodes: NodeService | None = None,
         checkpoints: Callable[[], Awaitable[Checkpoint | None]] | None = None,
+        expire_questions: Callable[[], Awaitable[list[Any]]] | None = None,
     ) -> None:
         self._uow, self._sessions, self._clock = uow, sessions, clock
         self._checkpoints = checkpoints  # the periodic audit checkpoint, signed by the turn's holder
@@ -170,6 +173,8 @@ class Sweeper:
         self._writebacks, self._tracker = writebacks, tracker  # the tracker's chores: owed writes, live ready
         self._dispatcher = dispatcher  # None: [dispatch] auto_start is off
         self._poller = poller  # None: no project reads a tracker over an API or bd
+        # agents' questions past their deadline whose waiting call is gone (its process died): timed out here
+        self._expire_questions = expire_questions
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sweep, then wait `interval_s` (or until `stop` is set), until `stop` is set. A failed sweep (say the
@@ -240,6 +245,11 @@ class Sweeper:
             return report
         polls = await self._tracker_chores(report)
         await self._checkpoint(report)
+        if self._expire_questions is not None:
+            try:
+                report.questions = [f"{q.id} (session {q.session_id})" for q in await self._expire_questions()]
+            except TaskgateError as exc:
+                report.errors.append(f"questions: {exc}")
         if self._dispatcher is not None:
             try:
                 report.dispatched = await self._dispatcher.dispatch_once({o.project.id for o in polls if o.ok})

@@ -41,6 +41,7 @@ class Capability(StrEnum):
     OVERRIDE = "override policies"
     ADMINISTER = "manage operators and tokens"
     SAVE_OUTPUT = "save files into a session folder"
+    ASK = "ask the operator a question"
 
 
 ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
@@ -71,6 +72,7 @@ _PERMISSION_OF: dict[Capability, Permission] = {
     Capability.OVERRIDE: Permission.OVERRIDE,
     Capability.ADMINISTER: Permission.ADMIN,
     Capability.SAVE_OUTPUT: Permission.WRITE,
+    Capability.ASK: Permission.WRITE,
 }
 
 
@@ -105,7 +107,9 @@ def authorize_operator(operator: Operator, capability: Capability, trigger: Trig
 AGENT_TRIGGERS: frozenset[Trigger] = frozenset({Trigger.PLAN_COMPLETE, Trigger.WORK_COMPLETE, Trigger.FAIL})
 """Triggers an agent may fire on its own session: reporting on its own work, never deciding about it."""
 
-_AGENT_CAPABILITIES = frozenset({Capability.READ_SESSION, Capability.FIRE, Capability.STEER, Capability.SAVE_OUTPUT})
+_AGENT_CAPABILITIES = frozenset(
+    {Capability.READ_SESSION, Capability.FIRE, Capability.STEER, Capability.SAVE_OUTPUT, Capability.ASK}
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from taskgate.domain.forge import SUBSTATES
+from taskgate.domain.questions import QUESTION_SUBSTATES
 from taskgate.domain.states import (
     ACTIVE_STATES,
     SUSPENDABLE_STATES,
@@ -151,6 +152,7 @@ def to_mermaid() -> str:
         lines.extend(f"    {src.value} --> {row.dest.value}: {label}" for src in sorted(row.sources))
     lines.extend(f"    {state.value} --> [*]" for state in sorted(TERMINAL_STATES))
     lines.extend(_pull_request_substates())
+    lines.extend(_question_substates())
     return "\n".join(lines)
 
 
@@ -160,6 +162,15 @@ def _pull_request_substates() -> list[str]:
     # prefixed: a sub-state may share a name with a state (merged), and Mermaid has one namespace
     lines = [f"    state {S.AWAITING_MERGE.value} {{", f"        [*] --> pr_{first}"]
     lines.extend(f"        pr_{a.value} --> pr_{b.value}: {what}" for a, b, what in SUBSTATES)
+    return [*lines, "    }"]
+
+
+def _question_substates() -> list[str]:
+    """The sub-states of a state whose agents run (domain/questions.py QUESTION_SUBSTATES), drawn under `executing`:
+    planning and verifying have the same two while their agents run."""
+    first = QUESTION_SUBSTATES[0][0]
+    lines = [f"    state {S.EXECUTING.value} {{", f"        [*] --> {first}"]
+    lines.extend(f"        {a} --> {b}: {what}" for a, b, what in QUESTION_SUBSTATES)
     return [*lines, "    }"]
 
 

@@ -424,6 +424,18 @@ class EscalationSettings(BaseModel):
     webhooks: list[str] = Field(default_factory=list)
 
 
+class QuestionSettings(BaseModel):
+    """`[questions]`: agents' questions and permission prompts to the operator (docs/questions.md). A question
+    unanswered for `timeout_s` times out: the agent is told (a permission prompt is denied) and decides for itself
+    (`on_timeout = "continue"`), or the session is also failed for manual review, its work kept (`"fail"`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeout_s: float = Field(default=1800.0, gt=0, le=7 * 86400)
+    on_timeout: Literal["continue", "fail"] = "continue"
+    poll_s: float = Field(default=0.5, gt=0, le=60)
+
+
 class AgentSettings(BaseModel):
     """`[agents.NAME]`: one agent type (see docs/agents.md). Placeholders are filled per argv element. A table may
     name a built-in `preset` (or be named like one) and set only the keys it changes."""
@@ -573,6 +585,7 @@ class Settings(BaseSettings):
     webhooks: list[WebhookSettings] = []
     sweeper: SweeperSettings = SweeperSettings()
     escalation: EscalationSettings = EscalationSettings()
+    questions: QuestionSettings = QuestionSettings()
     node: NodeSettings = NodeSettings()
     outputs: OutputsSettings = OutputsSettings()
     audit: AuditSettings = AuditSettings()

@@ -45,6 +45,11 @@ class AccessService:
         list): a sign the agent is working, which the supervisor's stall watch counts as progress."""
         self._agent_seen = listener
 
+    def agent_seen(self, agent_id: str) -> None:
+        """Tell the stall watch that the agent is working (it waits on a question in one of its tool calls)."""
+        if self._agent_seen is not None:
+            self._agent_seen(agent_id)
+
     async def create_operator_token(self, operator_id: str, label: str = "") -> IssuedToken:
         """Raises: OperatorNotFound."""
         async with self._uow(write=True) as uow:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -9,6 +10,7 @@ from taskgate.domain.entities import (
     ApiToken,
     Operator,
 )
+from taskgate.domain.questions import Question
 
 
 class OperatorRepository(Protocol):
@@ -41,3 +43,22 @@ class TokenRepository(Protocol):
         """Revoke live agent tokens whose agent is neither queued, running nor lost (or is gone), or whose
         session ended (completed, cancelled); the ids revoked. Start-up runs it for agents that ended while no
         service watched."""
+
+
+class QuestionRepository(Protocol):
+    """Agents' questions to the operator (`operator_questions`, domain/questions.py)."""
+
+    async def add(self, question: Question) -> None: ...
+    async def get(self, question_id: str) -> Question | None: ...
+    async def open(self, session_ids: Sequence[str] | None = None) -> list[Question]:
+        """The open questions (of these sessions, when given), oldest first."""
+
+    async def of_session(self, session_id: str, limit: int = 50) -> list[Question]:
+        """The session's questions, newest first."""
+
+    async def settle(self, question: Question) -> bool:
+        """Write how `question` ended (status, answer, message, answered_by, answered_at) if it is still open in the
+        store: a compare-and-swap on `open`. False when it had ended already (nothing written)."""
+
+    async def due(self, now: datetime) -> list[Question]:
+        """Open questions whose deadline has passed."""

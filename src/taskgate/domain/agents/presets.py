@@ -28,6 +28,8 @@ _QUIET_CLAUDE = {
     "DISABLE_TELEMETRY": "1",
     "DISABLE_ERROR_REPORTING": "1",
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    # an MCP call may wait for the operator's answer ([questions] timeout_s is at most a week): never cut it short
+    "MCP_TOOL_TIMEOUT": "604800000",
 }
 
 
@@ -92,7 +94,9 @@ PRESETS: dict[str, Preset] = {
             ("claude", "-p", "{prompt}", "--output-format", "stream-json", "--verbose",
              "--permission-mode", "acceptEdits",
              "--allowedTools", "Bash(git:*),Read,Edit,Write,Glob,Grep,mcp__taskgate",
-             "--mcp-config", "{session_folder}/{agent_id}.mcp.json", "--strict-mcp-config"),
+             "--mcp-config", "{session_folder}/{agent_id}.mcp.json", "--strict-mcp-config",
+             # a tool use not allowed above is asked of the operator (docs/questions.md), not denied silently
+             "--permission-prompt-tool", "mcp__taskgate__permission_prompt"),
             env=_QUIET_CLAUDE,
             credentials=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL",
                          "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "AWS_REGION", "AWS_PROFILE",
@@ -118,6 +122,7 @@ PRESETS: dict[str, Preset] = {
              "-c", 'mcp_servers.taskgate.bearer_token_env_var="TASKGATE_TOKEN"',
              "-c", "mcp_servers.taskgate.required=true",
              "-c", 'mcp_servers.taskgate.default_tools_approval_mode="approve"',
+             "-c", "mcp_servers.taskgate.tool_timeout_sec=604800.0",  # ask_operator waits for the answer (60 s default)
              "{prompt}"),
             credentials=("OPENAI_API_KEY", "OPENAI_BASE_URL"),  # CODEX_HOME: taskgate's private one, per agent
             needs_one_of=("OPENAI_API_KEY",),

@@ -58,7 +58,7 @@ COMMANDS = (
     Command("project", "Registered projects.", ("projects",)),
     Command("plan", "Plans (phases) of a project.", ("projects",)),
     Command("task", "Tasks of the built-in tracker.", ("projects",)),
-    Command("session", "Sessions: one guarded state machine per task.", ("sessions", "logs", "stopping")),
+    Command("session", "Sessions: one guarded state machine per task.", ("sessions", "logs", "stopping", "questions")),
     Command("audit", "The audit log: query it, verify its proofs, export, checkpoint, prune.",
             ("audit", "audit_proofs", "audit_upkeep")),
     Command("agents", "Agent types: built-in presets and [agents.NAME] entries.", ("agents",)),

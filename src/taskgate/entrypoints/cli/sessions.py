@@ -40,6 +40,7 @@ from taskgate.entrypoints.cli.driving import (
 )
 from taskgate.entrypoints.cli.interrupts import INTERRUPTED_EXIT, Interrupted, interruptible, print_stopped
 from taskgate.entrypoints.cli.logs import latest_run
+from taskgate.entrypoints.cli.questions import question_json, question_line
 from taskgate.entrypoints.render import console, err_console, terminal_safe
 
 if TYPE_CHECKING:
@@ -146,11 +147,13 @@ def session_show(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt 
         session = await services.sessions.get(await services.sessions.resolve_id(session_id))
         agents = await services.agents.agents(session.id) if services.agents is not None else []
         pull = await services.forge.pull_request(session.id) if services.forge is not None else None
-        return session, agents, pull
+        asked = await services.questions.open([session.id]) if services.questions is not None else []
+        return session, agents, pull, asked
 
-    session, agents, pull = run(work)
+    session, agents, pull, asked = run(work)
     if as_json:
-        extra = {"usage": session_usage(agents), "pull_request": render.pull_request_json(pull)}
+        extra = {"usage": session_usage(agents), "pull_request": render.pull_request_json(pull),
+                 "waiting_for_operator": [question_json(q) for q in asked]}  # fmt: skip
         render.print_json({**render.session_json(session), **extra})
         return
     allowed = session_fsm.allowed_triggers(session.state, session.prior_state)
@@ -165,6 +168,10 @@ def session_show(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt 
         note = f"{lost.get('issue')} {lost.get('why')} (on_issue_gone = {lost.get('policy')})"
         console.print(f"[bold]{'tracker':>17}[/bold]  [bold red]{escape(note)}[/bold red]", highlight=False)
     console.print(f"[bold]{'next triggers':>17}[/bold]  {', '.join(allowed) or '-'}", highlight=False)
+    for q in asked:  # the sub-state waiting_for_operator (docs/questions.md)
+        line = f"{question_line(q)} (taskgate session answer {session.id[:8]} <answer>)"
+        console.print(f"[bold]{'waiting_for_operator':>17}[/bold]  [bold yellow]{escape(line)}[/bold yellow]",
+                      highlight=False)  # fmt: skip
     if pull is not None:
         console.print(f"[bold]{'pull request':>17}[/bold]  {escape(render.pull_request_line(pull))}", highlight=False)
     for label, line in render.usage_lines(agents):

@@ -75,6 +75,10 @@ TABLE: dict[str, tuple[str, str, bool]] = {
     "operator_add": ("Add an operator", WRITE, False),
     "operator_grant": ("Grant an operator roles or permissions", WRITE, True),
     "plan_close": ("Close a plan", WRITE, True),
+    "ask_operator": ("Ask the operator and wait for the answer", WRITE, False),
+    "permission_prompt": ("Ask the operator to allow a tool use", WRITE, False),
+    "question_list": ("Agents' questions waiting for an operator", READ, True),
+    "session_answer": ("Answer an agent's question", WRITE, True),
 }
 
 
@@ -104,12 +108,16 @@ NEEDS: dict[str, Capability | None] = {
     "operator_list": Capability.READ,
     **dict.fromkeys(["operator_add", "operator_grant"], Capability.ADMINISTER),
     "plan_close": Capability.MANAGE,
+    **dict.fromkeys(["ask_operator", "permission_prompt"], Capability.ASK),
+    "question_list": Capability.READ,
+    "session_answer": Capability.DECIDE,
 }  # fmt: skip
 
 AGENT_TOOLS = frozenset({
     "ping", "session_status", "session_history", "session_state_at", "session_review", "context_discover",
     "policies_check", "session_fire", "save_output", "add_workflow_to_session", "add_checklist_to_session",
     "checklist_check", "workflow_advance", "workflow_back", "workflow_break", "workflow_continue", "workflow_restart",
+    "ask_operator", "permission_prompt",
 })  # fmt: skip
 """What an agent token may call, on its own session only (domain/access.py: read it, fire plan_complete,
 work_complete or fail, steer its workflow stack, save outputs). The others would refuse it."""

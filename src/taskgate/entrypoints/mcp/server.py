@@ -80,10 +80,16 @@ def build_server(
     for fn in TOOLS:
         name, keywords = tool_name(fn.__name__, tool_names), annotated(fn)
         keywords["description"] = renamed(keywords["description"], tool_names)
-        server.add_tool(fn, name=name, structured_output=True, **keywords)
+        # Claude Code reads a permission prompt's answer from a single text block, never from structured content
+        structured = fn.__name__ not in UNSTRUCTURED
+        server.add_tool(fn, name=name, structured_output=structured, **keywords)
         server.tool_of[name] = fn.__name__
     session_items.register(server)
     return server
+
+
+UNSTRUCTURED = frozenset({"permission_prompt"})
+"""Tools whose result is their text alone (with structured content, Claude Code took the structure and refused it)."""
 
 
 class TaskgateServer(MCPServer):

@@ -70,6 +70,7 @@ from taskgate.entrypoints.mcp.models import (
     TransitionList,
 )
 from taskgate.entrypoints.mcp.node_tools import NODE_TOOLS
+from taskgate.entrypoints.mcp.question_tools import QUESTION_TOOLS
 from taskgate.entrypoints.mcp.tracker_tools import TRACKER_TOOLS
 from taskgate.entrypoints.mcp.workflow_tools import WORKFLOW_TOOLS
 
@@ -610,4 +611,5 @@ TOOLS: list[Callable[..., Awaitable[Any]]] = [
     *NODE_TOOLS,
     *TRACKER_TOOLS,
     *ADMIN_TOOLS,
+    *QUESTION_TOOLS,
 ]

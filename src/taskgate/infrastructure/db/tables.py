@@ -500,3 +500,29 @@ ALL_TABLES = [
     audit_marks,
     audit_checkpoints,
 ]
+
+# -- Agents' questions to the operator (0022, docs/questions.md) -----------------------------------------------------
+# One row per question or permission prompt an agent asked (domain/questions.py). It is written open, and ended once
+# by a compare-and-swap on status = 'open' (answered, timed_out or cancelled), so racing answers leave one.
+operator_questions = Table(
+    "operator_questions",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("session_id", String(36), ForeignKey("sessions.id"), nullable=False),
+    Column("agent_id", String(64), nullable=True),
+    Column("kind", String(16), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("choices", JSON, nullable=False),
+    Column("tool_name", String(200), nullable=True),
+    Column("tool_input", Text, nullable=True),
+    Column("asked_by", String(200), nullable=False),
+    Column("asked_at", UtcDateTime, nullable=False),
+    Column("deadline", UtcDateTime, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("answer", Text, nullable=True),
+    Column("message", Text, nullable=True),
+    Column("answered_by", String(200), nullable=True),
+    Column("answered_at", UtcDateTime, nullable=True),
+    Index("ix_operator_questions_open", "status", "session_id"),
+    Index("ix_operator_questions_session", "session_id", "asked_at"),
+)
