@@ -118,6 +118,17 @@ def routes(console: Console) -> dict[str, Any]:
         return v.back(f"/sessions/{sid}", f"ticked {item}")
 
     @action(console)
+    async def answer(v: Visit) -> Response:
+        """Answer an agent's question (session_answer): the waiting agent gets it within [questions] poll_s."""
+        sid = await _session(v, Capability.DECIDE)
+        form = await v.request.form()
+        if v.app.questions is None:
+            raise InvalidInput("this server has no question service")
+        given, message = _text(form, "answer"), _text(form, "message") or None
+        ended = await v.app.questions.answer(v.principal, _text(form, "question") or None, sid, given, message)
+        return v.back(f"/sessions/{sid}", f"question {ended.id}: answered {ended.answer}")
+
+    @action(console)
     async def writeback(v: Visit) -> Response:
         """Retry or dismiss a write-back owed to the tracker for this session's task (tracker_retry/_dismiss)."""
         form = await v.request.form()
@@ -136,7 +147,7 @@ def routes(console: Console) -> dict[str, Any]:
     return {
         "/signin": sign_in, "/signin/link": sign_in_link, "/signout": sign_out, "/tasks/{task_id}/start": start,
         "/sessions/{sid}/decide": decide, "/sessions/{sid}/writeback": writeback,
-        "/sessions/{sid}/fire": fire, "/sessions/{sid}/check": check_item,
+        "/sessions/{sid}/fire": fire, "/sessions/{sid}/check": check_item, "/sessions/{sid}/answer": answer,
     }  # fmt: skip
 
 

@@ -136,6 +136,7 @@ async def _session_values(v: Visit, sid: str) -> dict[str, Any]:
         "sandbox": sandbox_lines(await app.agents.sandbox_events(sid)) if app.agents is not None else [],
         "pull_request": await app.forge.pull_request(sid) if app.forge is not None else None,
         "triggers": allowed_triggers(session.state, session.prior_state),
+        "questions": await app.questions.open([sid]) if app.questions is not None else [],
         "may_decide": await v.may(Capability.DECIDE, sid), "may_fire": await v.may(Capability.FIRE, sid),
         "may_override": await v.may(Capability.OVERRIDE, sid), "may_steer": await v.may(Capability.STEER, sid),
     }  # fmt: skip
