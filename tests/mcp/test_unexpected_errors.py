@@ -65,7 +65,7 @@ def example(schema: dict[str, Any], name: str) -> Any:
     Raises: LookupError naming a keyword it does not know, so that a new kind of parameter is taught here rather
     than swept with an invalid value."""
     known = {"type", "anyOf", "enum", "items", "maxItems", "minItems", "maxLength", "minLength", "maximum",
-             "minimum", "default", "description", "title"}  # fmt: skip
+             "minimum", "default", "description", "title", "additionalProperties"}  # fmt: skip
     unknown = set(schema) - known
     if unknown:
         raise LookupError(f"parameter {name!r}: no example for the schema keyword(s) {sorted(unknown)}")
@@ -85,6 +85,8 @@ def example(schema: dict[str, Any], name: str) -> Any:
         return False
     if kind == "array":
         return [example(schema["items"], name)] * max(schema.get("minItems", 1), 1)
+    if kind == "object":  # a free-form object (a permission prompt's tool input)
+        return {"command": "sweep"}
     raise LookupError(f"parameter {name!r}: no example for type {kind!r}")
 
 

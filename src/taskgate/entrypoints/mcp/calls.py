@@ -245,6 +245,11 @@ async def session_out(call: Call, session: Session, agents: list[Agent] | None =
                        for e in await call.app.agents.sandbox_events(session.id)]  # fmt: skip
     if out.sandbox:
         out.summary += f"; sandbox refused {len(out.sandbox)}"
+    if call.app.questions is not None and (asked := await call.app.questions.open([session.id])):
+        out.waiting_for_operator = [{"id": q.id, "kind": q.kind.value, "text": q.text, "choices": list(q.choices),
+                                     "tool_name": q.tool_name, "tool_input": q.tool_input, "asked_by": q.asked_by,
+                                     "deadline": q.deadline.isoformat()} for q in asked]  # fmt: skip
+        out.summary += f"; waiting_for_operator: {len(asked)} question(s)"
     if call.app.forge is not None and (pull := await call.app.forge.pull_request(session.id)) is not None:
         out.pull_request = pull_request_json(pull)
         out.summary += f"; pull request {pull_request_line(pull)}"

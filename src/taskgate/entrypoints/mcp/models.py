@@ -309,6 +309,11 @@ class SessionOut(BaseModel):
         description="What the sandbox refused its agents (`sandbox.refused`/`sandbox.breach` events: what, target, "
         "source, agent), oldest first; shown to operators only.",
     )
+    waiting_for_operator: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The sub-state waiting_for_operator: its agents' open questions and permission prompts (id, kind, "
+        "text, choices, tool and input, deadline); answer with session_answer (docs/questions.md).",
+    )
 
     @classmethod
     def of(cls, s: Session, agents: Sequence[Agent] = (), workflow: StackView | None = None) -> SessionOut:

@@ -33,9 +33,13 @@ QuestionId = Annotated[str | None, Field(description="The question's id (q-…);
                                                      "question.", max_length=32)]  # fmt: skip
 
 
+_SHAPED = ("summary", "kind", "status", "choices")  # QuestionOut's fields not copied as they are
+
+
 class QuestionOut(BaseModel):
     """One question of an agent to the operator, and how it stands."""
 
+    summary: str
     id: str
     session_id: str
     kind: str = Field(description="question (ask_operator) or permission (a tool use to allow or deny).")
@@ -54,9 +58,12 @@ class QuestionOut(BaseModel):
 
     @classmethod
     def of(cls, question: Question) -> QuestionOut:
-        return cls(**{name: getattr(question, name) for name in cls.model_fields if name not in ("kind", "status",
-                                                                                                   "choices")},
-                   kind=question.kind.value, status=question.status.value, choices=list(question.choices))  # fmt: skip
+        said = f"question {question.id} of session {question.session_id} is {question.status.value}"
+        if question.answer is not None:
+            said += f": {question.answer!r} by {question.answered_by}"
+        plain = {name: getattr(question, name) for name in cls.model_fields if name not in _SHAPED}
+        return cls(summary=said, kind=question.kind.value, status=question.status.value,
+                   choices=list(question.choices), **plain)  # fmt: skip
 
 
 class AnswerOut(BaseModel):
