@@ -47,6 +47,12 @@ async def test_the_operator_answers_a_permission_prompt_and_a_question_in_the_co
                                     text=True)  # fmt: skip
         try:
             page = await signed_in(browser, site, "alice")
+            for _ in range(120):  # the board's card says an agent waits on the operator
+                await page.goto(site.url + "/")
+                if await page.locator(f'li[data-session="{sid}"] [data-waiting-for-operator]').count():
+                    break
+                await page.wait_for_timeout(500)
+            await expect(page.locator(f'li[data-session="{sid}"]')).to_contain_text("waiting for you: an agent asks")
             url = f"{site.url}/sessions/{sid}"
             region = await waiting_region(page, url, "May the agent use Bash?")
             await expect(region.locator("pre.tool-input")).to_contain_text("asked.txt")

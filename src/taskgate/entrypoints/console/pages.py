@@ -43,8 +43,10 @@ def routes(console: Console) -> dict[str, Any]:
         filters = BoardFilter(_int(q.get("plan"), "plan"), q.get("operator") or None)
         shown = await console.board_query().board(project.id, filters)
         template = "_board.html" if v.request.headers.get("x-console-live") else "board.html"
+        # the cards whose agents wait on an answer (the sub-state waiting_for_operator): few, read in one query
+        asking = {q.session_id for q in await v.app.questions.open()} if v.app.questions is not None else set()
         return v.page(template, board=shown, projects=projects, mark=await console.feed.current(),
-                      may_start=await v.may(Capability.START))  # fmt: skip
+                      may_start=await v.may(Capability.START), asking=asking)  # fmt: skip
 
     @page(console)
     async def session(v: Visit) -> Response:
