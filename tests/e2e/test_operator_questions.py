@@ -8,6 +8,7 @@ question and answer with who gave it. The console's answer is driven in Chromium
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -135,3 +136,34 @@ def test_an_unanswered_permission_and_question_time_out_and_the_agent_carries_on
     assert not (worktree / "asked.txt").exists()  # the command that was never allowed did not run
     kinds = [k for k, _ in question_events(user, sid)]
     assert kinds.count("question.timed_out") == 2, kinds
+
+
+def responses_outputs(model: ModelServer) -> list[str]:
+    """The tool outputs Codex sent back to the model in its last request (Responses `*_output` items)."""
+    items = model.model_requests()[-1]["body"].get("input") or []
+    return [json.dumps(i.get("output")) for i in items if isinstance(i, dict) and str(i.get("type")).endswith("output")]
+
+
+def test_codex_asks_with_ask_operator_and_gets_the_answer_from_another_terminal(tmp_path: Path):
+    """Codex (`codex exec`, the preset as shipped) has no permission prompt to route, but calls ask_operator: the
+    preset raises its MCP tool timeout (60 s by default) so the call may wait for a person."""
+    with ModelServer("ask") as model:
+        user = set_up(tmp_path, "codex", model)
+        sid = session_for(user, "Pick a colour")
+        argv = [TASKGATE, "session", "execute", sid, "--agent", "codex"]
+        launcher = subprocess.Popen(argv, cwd=user.repo, env=user.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)  # fmt: skip
+        try:
+            question = next_question(user, sid, set(), launcher)
+            assert (question["kind"], question["text"]) == ("question", ASK_ARGUMENTS["question"])
+            user.ok("session", "answer", sid, "1")  # by its number: red
+            out, err = launcher.communicate(timeout=TIMEOUT_S)
+        finally:
+            if launcher.poll() is None:
+                launcher.kill()
+        outputs = responses_outputs(model)
+    assert launcher.returncode == 0, (out, err)
+    assert any(re.search(r"answer\W+red", o) for o in outputs), outputs  # the answer came back to the model
+    [asked] = user.json("session", "questions", sid)
+    assert (asked["status"], asked["answer"]) == ("answered", "red")
+    assert user.json("session", "status", sid)["state"] == "verifying"

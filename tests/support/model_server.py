@@ -168,6 +168,17 @@ def save_any_javascript() -> str:
     )
 
 
+def ask_any_javascript() -> str:
+    """Code mode's "ask" step: the MCP tool whose name ends with `ask_operator` looked up as a model would (Codex
+    defers MCP tools), called with ASK_ARGUMENTS, its result given back as text."""
+    return (
+        "const tool = ALL_TOOLS.find((t) => t.name.endsWith('ask_operator'));\n"
+        "if (!tool) { text('no ask_operator tool'); exit(); }\n"
+        f"const result = await tools[tool.name]({json.dumps(ASK_ARGUMENTS)});\n"
+        "text(typeof result === 'string' ? result : JSON.stringify(result));"
+    )
+
+
 def save_arguments(tools: list[dict[str, Any]], name: str) -> dict[str, Any]:
     """SAVE_ARGUMENTS as the tool's own schema names them: taskgate's save_output takes `path`, the test peer's
     `name` (a model reads the schema the same way)."""
@@ -301,8 +312,12 @@ class _Handler(BaseHTTPRequestHandler):
         coded = None if anthropic or body.get("tools") else code_mode_tools(body)
         if coded is not None:  # Codex's code mode: each step a script for its `exec` tool
             step = responses_tool_results(body)
-            call = plan(step, coded)
-            script = save_any_javascript() if step == 2 else (javascript(call) if call else None)
+            if self.model.script == "ask":
+                call = ask_plan(step, coded)
+                script = ask_any_javascript() if step == 2 else (javascript(call) if call else None)
+            else:
+                call = plan(step, coded)
+                script = save_any_javascript() if step == 2 else (javascript(call) if call else None)
             self._responses(body, None, self.model.final_text, script=script)
             return
         tools = body.get("tools") or []
