@@ -19,6 +19,7 @@ from taskgate.infrastructure.db.connections import AnyConnection
 from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.db.forge_store import SqlAlchemyPullRequestRepository
 from taskgate.infrastructure.db.node_store import SqlAlchemyLeaseRepository, SqlAlchemyNodeRepository
+from taskgate.infrastructure.db.notification_store import SqlAlchemyNotificationRepository
 from taskgate.infrastructure.db.outbox_store import SqlAlchemyDeliveryRepository, SqlAlchemyWritebackRepository
 from taskgate.infrastructure.db.session_store import (
     SqlAlchemyDecisionRepository,
@@ -128,6 +129,7 @@ _REPOSITORY_CLASSES: dict[str, type] = {
     "leases": SqlAlchemyLeaseRepository,
     "pull_requests": SqlAlchemyPullRequestRepository,
     "tracker_polls": SqlAlchemyTrackerPollRepository,
+    "notifications": SqlAlchemyNotificationRepository,
 }
 REPOSITORIES = tuple(_REPOSITORY_CLASSES)  # the port's repositories (UnitOfWork): bound, and refused after commit
 # The AuditUnitOfWork port's one more (application/audit/ports.py): only the SQL units have the audit chains.
