@@ -102,17 +102,23 @@ def due(oldest: datetime, now: datetime, batch_s: float) -> bool:
     return now - oldest >= timedelta(seconds=batch_s)
 
 
+MAX_LINES = 50  # a message lists this many notices, then says how many more the console shows
+
+
 def render(notices: Sequence[Notice], console_url: str, *, include_details: bool = False) -> Message:
-    """One message for a batch: a title that counts them, then one line each with the link that answers it."""
+    """One message for a batch: a title that counts them, then one line each with the link that answers it (the
+    first `MAX_LINES`; the rest are counted, with the console's board as their link)."""
     base = console_url.rstrip("/")
     counts = {k: sum(1 for n in notices if n.kind == k) for k in KINDS}
     said = ", ".join(f"{n} {_NAMES[k][n != 1]}" for k, n in counts.items() if n)
     title = f"taskgate: {said}"
     lines = []
-    for notice in notices:
+    for notice in notices[:MAX_LINES]:
         lines.append(f"- {notice.line}: {base}{notice.link}")
         if include_details and notice.details:
             lines.append(f"  {notice.details}")
+    if len(notices) > MAX_LINES:
+        lines.append(f"- and {len(notices) - MAX_LINES} more: {base}/")
     return Message(title, "\n".join(lines))
 
 

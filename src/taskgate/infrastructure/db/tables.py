@@ -528,4 +528,6 @@ ALL_TABLES = [
     audit_chains,
     audit_marks,
     audit_checkpoints,
+    notification_cursor,
+    notifications,
 ]
