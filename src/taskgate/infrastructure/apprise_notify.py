@@ -28,12 +28,16 @@ def _apprise() -> Any:
 
 
 def masked(url: str) -> str:
-    """The URL as safe to print: Apprise's privacy form, else `scheme://…`."""
+    """The URL as safe to print: Apprise's privacy form (passwords as ****) up to its host, the path as `/…` (a
+    webhook's path is often its key, which Apprise does not count as private), no query; else `scheme://…`."""
     plugin = _instantiate(url)
-    if plugin is not None:
-        return str(plugin.url(privacy=True)).split("?")[0]  # its defaults, spelled out, say nothing
-    found = _SCHEME.match(url)
-    return f"{found.group(1)}://…" if found else "(not a URL)"
+    if plugin is None:
+        found = _SCHEME.match(url)
+        return f"{found.group(1)}://…" if found else "(not a URL)"
+    private = str(plugin.url(privacy=True)).split("?")[0]
+    scheme, _, rest = private.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}://{host}" + ("/…" if slash and path.strip("/") else "")
 
 
 def check_channel(url: str) -> str:
