@@ -93,7 +93,9 @@ def notice_for(
     if kind == BUDGET_EVENT:
         figures = f"{payload.get('spent')} of {payload.get('limit')} {payload.get('unit', '')}".strip()
         line = f"budget {payload.get('scope', '?')} {payload.get('key', '')}".rstrip() + f" nearly spent: {figures}"
-        return Notice("budget", event_id, line, link if session_id else "/usage", session_id)
+        if session_id is None and payload.get("scope") == "session" and payload.get("key"):
+            session_id, link = str(payload["key"]), f"/sessions/{payload['key']}"
+        return Notice("budget", event_id, line, link, session_id)  # no session: the board
     return None
 
 

@@ -1,30 +1,65 @@
 """Notifications through Apprise (docs/notifications.md): one library for e-mail, Slack, Discord, ntfy, JSON
-webhooks and a hundred more, each a URL (docs/decisions.md says why Apprise).
+webhooks and many more, each a URL (docs/decisions.md says why Apprise).
 
-Channel URLs carry secrets (passwords, tokens, webhook keys): they are shown only as Apprise's privacy form
-(`mailto://user:****@host`), or, for a URL Apprise cannot read, as its scheme alone. Apprise's `notify` is blocking
-(smtplib, requests): it runs in a thread. Apprise is imported at the first use, not when taskgate starts.
+Channel URLs carry secrets (passwords, tokens, webhook keys): they are shown only as Apprise's privacy form up to
+the host (`mailto://user:****@host/…`), or, for a URL Apprise cannot read, as its scheme alone. Apprise's `notify`
+is blocking (smtplib, requests): it runs in a thread. Apprise says why a send failed only in its log, with the
+URL in it: its logger does not propagate into taskgate's; a handler keeps each send's warnings apart, so
+channels sent side by side each get their own reason, scrubbed of the URL's secrets. Apprise is imported at the
+first use, not when taskgate starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import re
-import threading
+from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
-_CAPTURE = threading.Lock()  # Apprise's log capture is process-wide: one send at a time, so its error is its own
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+_SAID: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("taskgate_apprise_said", default=None)
+
+
+class _SendWarnings(logging.Handler):
+    """Apprise's warnings, to the send that caused them: Apprise runs a service on its worker threads in a copy of
+    the caller's context, so a context variable (not the thread) says whose send it is."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        lines = _SAID.get()
+        if lines is not None:
+            lines.append(record.getMessage())
+
+
+_WARNINGS = _SendWarnings()
 
 
 def _apprise() -> Any:
     import apprise
 
-    # Apprise logs the URLs it loads (secrets and all) at DEBUG: its records stay out of taskgate's log; a failed
-    # send's reason is captured (`LogCapture`) and scrubbed instead
-    logging.getLogger("apprise").propagate = False
+    apprise_log = logging.getLogger("apprise")
+    if _WARNINGS not in apprise_log.handlers:
+        apprise_log.propagate = False  # it logs the URLs it loads, secrets and all
+        apprise_log.addHandler(_WARNINGS)
     return apprise
+
+
+@contextlib.contextmanager
+def _listening() -> Iterator[list[str]]:
+    lines: list[str] = []
+    token = _SAID.set(lines)
+    try:
+        yield lines
+    finally:
+        _SAID.reset(token)
 
 
 def masked(url: str) -> str:
@@ -48,10 +83,7 @@ def check_channel(url: str) -> str:
 
 
 def _instantiate(url: str) -> Any:
-    apprise = _apprise()
-    # Apprise logs why it refuses a URL, with the URL in it: keep that out of taskgate's log
-    with apprise.LogCapture(level=logging.DEBUG):
-        return apprise.Apprise.instantiate(url, suppress_exceptions=True)
+    return _apprise().Apprise.instantiate(url, suppress_exceptions=True)
 
 
 class AppriseSender:
@@ -70,22 +102,22 @@ class AppriseSender:
     def _send(url: str, title: str, body: str) -> str | None:
         apprise = _apprise()
         notifier = apprise.Apprise()
-        if not notifier.add(url):
-            return "not a URL Apprise can send to"
-        with _CAPTURE, apprise.LogCapture(level=logging.WARNING, fmt="%(message)s") as captured:
-            ok = bool(notifier.notify(title=title, body=body, body_format=apprise.NotifyFormat.TEXT))
-        if ok:
-            return None
-        said = [line.strip() for line in captured.getvalue().splitlines() if line.strip()]
-        return _scrub(said[-1] if said else "the channel refused the message", url)
+        with _listening() as said:
+            if not notifier.add(url):
+                return "not a URL Apprise can send to"
+            if notifier.notify(title=title, body=body, body_format=apprise.NotifyFormat.TEXT):
+                return None
+        return scrub(said[-1] if said else "the channel refused the message", url)
 
 
-def _scrub(text: str, url: str) -> str:
-    """Apprise's error line without the URL's secrets (its password and path may appear in it)."""
-    found = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://(?:([^:@/]*)(?::([^@/]*))?@)?[^/?]*(/[^?]*)?", url)
-    if found:
-        for secret in found.groups():
-            for part in (secret or "").strip("/").split("/"):
-                if len(part) >= 4:
-                    text = text.replace(part, "****")
+def scrub(text: str, url: str) -> str:
+    """`text` without the URL's secrets: its user, password, path segments and query values (4 characters or more,
+    so a port or a short word is left alone), at most 300 characters."""
+    try:
+        parts = urlsplit(url)
+        secrets = [parts.username, parts.password, *parts.path.split("/"), *(v for _, v in parse_qsl(parts.query))]
+    except ValueError:
+        secrets = [url]
+    for secret in sorted((s for s in secrets if s and len(s) >= 4), key=len, reverse=True):
+        text = text.replace(secret, "****")
     return text[:300]

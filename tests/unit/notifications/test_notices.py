@@ -44,11 +44,13 @@ def test_a_question_keeps_its_text_and_a_failed_agent_its_error_in_details_only(
     assert stalled is not None and stalled.kind == "agent" and "stalled" in stalled.line
 
 
-def test_a_budget_nearly_spent_says_its_figures_and_links_to_usage_without_a_session():
+def test_a_budget_nearly_spent_says_its_figures_and_links_to_its_session_or_the_board():
     payload = {"scope": "project", "key": "SHOP", "spent": 9.2, "limit": 10, "unit": "usd"}
     notice = notice_for(11, "budget.nearly_spent", None, payload)
-    assert notice is not None and notice.kind == "budget" and notice.link == "/usage"
+    assert notice is not None and notice.kind == "budget" and notice.link == "/"
     assert "9.2 of 10 usd" in notice.line and "SHOP" in notice.line
+    session = notice_for(12, "budget.nearly_spent", None, payload | {"scope": "session", "key": SID})
+    assert session is not None and session.link == f"/sessions/{SID}"
 
 
 def test_a_burst_renders_as_one_message_counting_each_kind_with_a_link_per_line():

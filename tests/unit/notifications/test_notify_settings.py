@@ -61,3 +61,14 @@ def test_without_channels_there_is_no_channel_and_every_kind_is_on_by_default(tm
     settings = load_settings(tmp_path)
     assert notify_channels(settings) == []
     assert settings.notify.on == ["decision", "question", "agent", "ci", "budget"]
+
+
+def test_a_send_error_is_scrubbed_of_the_urls_user_password_path_and_query_values():
+    from taskgate.infrastructure.apprise_notify import scrub
+
+    url = "json://hookuser:pw-S3cr3t@hooks.example:8080/t/KEY-abcdef?token=tok-98765&x=1"
+    said = "POST to hookuser:pw-S3cr3t@hooks.example:8080/t/KEY-abcdef?token=tok-98765 failed: 500"
+    clean = scrub(said, url)
+    for secret in ("hookuser", "pw-S3cr3t", "KEY-abcdef", "tok-98765"):
+        assert secret not in clean
+    assert "hooks.example:8080" in clean and "500" in clean

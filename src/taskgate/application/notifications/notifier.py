@@ -31,6 +31,7 @@ from typing import Protocol
 from taskgate.application.nodes.ports import Lease
 from taskgate.application.notifications.ports import NotificationSender, QueuedNotice
 from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from taskgate.application.webhooks.ports import OutboxEvent
 from taskgate.domain.errors import InvalidInput
 from taskgate.domain.notifications import EVENT_KINDS, KINDS, Notice, due, is_ci_failure, notice_for, render
 
@@ -184,12 +185,12 @@ class Notifier:
             if not events:
                 return 0, False
             wanted = [e for e in events if e.kind in EVENT_KINDS]
-            sessions = sorted({e.session_id for e in wanted if e.session_id})
+            sessions = sorted({sid for e in wanted if (sid := _session_of(e))})
             projects = await uow.notifications.session_projects(sessions) if sessions else {}
             by_channel: dict[str, list[Notice]] = defaultdict(list)
             for event in wanted:
-                notice = await self._notice(uow, event.id, event.kind, event.session_id, event.payload)
-                project = projects.get(event.session_id or "")
+                notice = await self._notice(uow, event.id, event.kind, _session_of(event), event.payload)
+                project = projects.get(_session_of(event) or "")
                 for channel in self.channels:
                     if notice is not None and channel.wants(notice.kind, project):
                         by_channel[channel.key].append(notice)
@@ -280,3 +281,9 @@ class Notifier:
             )
             for c in self.channels
         ]
+
+
+def _session_of(event: OutboxEvent) -> str | None:
+    """The event's session: its column, else its payload's `session_id` (a `question.asked` names it there too)."""
+    named = event.payload.get("session_id") if isinstance(event.payload, dict) else None
+    return event.session_id or (str(named) if named else None)
