@@ -64,7 +64,8 @@ def _listening() -> Iterator[list[str]]:
 
 def masked(url: str) -> str:
     """The URL as safe to print: Apprise's privacy form (passwords as ****) up to its host, the path as `/…` (a
-    webhook's path is often its key, which Apprise does not count as private), no query; else `scheme://…`."""
+    webhook's path is often its key, which Apprise does not count as private), a dotless host other than localhost
+    as `t...c` (an ntfy topic is the host), no query; else `scheme://…`."""
     plugin = _instantiate(url)
     if plugin is None:
         found = _SCHEME.match(url)
@@ -72,7 +73,17 @@ def masked(url: str) -> str:
     private = str(plugin.url(privacy=True)).split("?")[0]
     scheme, _, rest = private.partition("://")
     host, slash, path = rest.partition("/")
-    return f"{scheme}://{host}" + ("/…" if slash and path.strip("/") else "")
+    return f"{scheme}://{_host(host)}" + ("/…" if slash and path.strip("/") else "")
+
+
+def _host(authority: str) -> str:
+    """The host part as shown: a name with no dot that is not localhost is a service's key in the host's place
+    (an ntfy topic, a webhook id), shown by its first and last characters as Apprise shows tokens."""
+    credentials, at, hostport = authority.rpartition("@")
+    host, colon, port = hostport.partition(":")
+    if "." not in host and host not in ("localhost", "") and "..." not in host and not host.startswith("["):
+        host = f"{host[0]}...{host[-1]}" if len(host) > 2 else "..."
+    return f"{credentials}{at}{host}{colon}{port}"
 
 
 def check_channel(url: str) -> str:

@@ -37,6 +37,7 @@ inherit = false
     assert mail.url == MAIL and "pw-S3cr3t" not in mail.shown and "****" in mail.shown
     assert mail.wants("decision", "shop") and not mail.wants("agent", "shop") and not mail.wants("decision", "vault")
     assert shop.project == "shop" and shop.wants("agent", "shop") and not shop.wants("decision", "shop")
+    assert shop.shown == "ntfys://s...s"  # a public ntfy topic is its own password
     assert hook.shown == "json://127.0.0.1:9/…"  # a webhook's path is often its key: never shown
 
 
