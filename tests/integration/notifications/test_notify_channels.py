@@ -134,3 +134,20 @@ async def test_notify_test_reaches_each_channel_and_names_the_one_that_fails_mas
     assert [error for _, error in results[:2]] == [None, None] and results[2][1]
     assert all(SMTP_PASSWORD not in f"{shown} {error}" for shown, error in results)
     assert len(mailbox.messages) == 1 and "test notification" in receiver.bodies()[0]
+
+
+async def test_the_second_ci_failure_of_a_session_is_told_counted_from_its_real_transitions(
+    sql_services, waiting, receiver: Receiver, tmp_path
+):
+    settings = Settings(data_dir=tmp_path / "data", notify=NotifySettings(channels=[receiver.url], on=["ci"]))
+    notifier = Notifier(sql_services.uow, SystemClock(), AppriseSender(timeout_s=10), notify_channels(settings),
+                        NotifyOptions(console_url=CONSOLE, batch_s=0, ci_failures=2))  # fmt: skip
+    await notifier.run_once()
+    _, session = waiting
+    session = await fire(sql_services, session, "plan_complete", "work_complete", "update_pr", "ci_failed")
+    await notifier.run_once()
+    assert receiver.posts == []  # the first failure, and the decision (not wanted here), are not told
+    await fire(sql_services, session, "work_complete", "update_pr", "ci_failed")
+    await _until(notifier, lambda: receiver.posts)
+    [body] = receiver.bodies()
+    assert f"CI failed 2 times: {CONSOLE}/sessions/{session.id}" in body
