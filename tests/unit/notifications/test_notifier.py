@@ -84,15 +84,22 @@ async def test_a_failed_send_is_retried_after_its_back_off_and_given_up_after_ma
     clock.advance(seconds=1)
     assert (await notifier.run_once()).sent == 1 and "stalled" in sender.sent[0][2]
 
-    sender.failures = ["refused", "refused", "refused"]
+    sender.failures = ["refused", "refused", "refused", "refused"]
     await _append(db, "agent.stalled", {"agent": "a2", "type": "codex", "why": "quiet"})
     await notifier.run_once()
-    for wait in (10, 5, 10):
+    for wait in (10, 5):
         clock.advance(seconds=wait)
-        report = await notifier.run_once()
-    assert report.failed == 1
+        await notifier.run_once()
+    await _append(db, "agent.stalled", {"agent": "a3", "type": "codex", "why": "quiet"})  # joins the retried batch
+    clock.advance(seconds=10)
+    report = await notifier.run_once()
+    assert (report.failed, report.retried) == (1, 1) and "1 notice(s) given up after 3 attempts" in report.lines[0]
     [status] = await notifier.status()
-    assert (status.pending, status.sent, status.failed, status.last_error) == (0, 1, 1, "refused")
+    assert (status.pending, status.sent, status.failed, status.last_error) == (1, 1, 1, "refused")
+    clock.advance(seconds=20)
+    await notifier.run_once()  # the late notice's second try fails too ("refused" once more); the next one goes
+    clock.advance(seconds=20)
+    assert (await notifier.run_once()).sent == 1 and "agent a3 (codex) stalled" in sender.sent[-1][2]
 
 
 async def test_only_the_holder_of_the_notify_lease_collects_and_sends():

@@ -224,25 +224,34 @@ class Notifier:
         message = render([r.notice for r in rows], self.options.console_url,
                          include_details=self.options.include_details)  # fmt: skip
         error = await self._send(channel.url, message.title, message.body)
-        attempts = max(r.attempts for r in rows) + 1
-        ids = [r.id for r in rows]
         async with self._uow(write=True) as uow:
             if error is None:
-                await uow.notifications.mark_sent(ids, self._clock.now())
+                await uow.notifications.mark_sent([r.id for r in rows], self._clock.now())
                 report.sent += 1
-                outcome = "sent"
-            elif attempts >= self.options.max_attempts:
-                await uow.notifications.mark_failed(ids, error)
-                report.failed += 1
-                outcome = f"failed after {attempts} attempts, given up: {error}"
             else:
-                retry_at = self._clock.now() + self.options.backoff(attempts)
-                await uow.notifications.mark_retry(ids, error, retry_at)
-                report.retried += 1
-                outcome = f"attempt {attempts} failed, retry at {retry_at.isoformat(timespec='seconds')}: {error}"
+                line = await self._record_failure(uow, rows, error, report)
+                report.lines.append(f"{channel.shown}: {line}")
             await uow.commit()
-        if error is not None:
-            report.lines.append(f"{channel.shown}: {len(rows)} notice(s) {outcome}")
+
+    async def _record_failure(
+        self, uow: UnitOfWork, rows: Sequence[QueuedNotice], error: str, report: NotifyReport
+    ) -> str:
+        """Each notice's attempt counted: the ones at `max_attempts` are given up, the others (a notice that joined
+        the batch late has had fewer tries) wait for the channel's next try, set by its most tried notice."""
+        spent = [r.id for r in rows if r.attempts + 1 >= self.options.max_attempts]
+        left = [r.id for r in rows if r.attempts + 1 < self.options.max_attempts]
+        said = []
+        if spent:
+            await uow.notifications.mark_failed(spent, error)
+            report.failed += 1
+            said.append(f"{len(spent)} notice(s) given up after {self.options.max_attempts} attempts")
+        if left:
+            attempts = max(r.attempts for r in rows if r.id in left) + 1
+            retry_at = self._clock.now() + self.options.backoff(attempts)
+            await uow.notifications.mark_retry(left, error, retry_at)
+            report.retried += 1
+            said.append(f"{len(left)} notice(s) retried at {retry_at.isoformat(timespec='seconds')}")
+        return f"{'; '.join(said)}: {error}"
 
     def _due(self, rows: Sequence[QueuedNotice], now: datetime) -> bool:
         if any(r.next_attempt_at is not None and r.next_attempt_at > now for r in rows):
