@@ -41,3 +41,15 @@ def test_notify_without_channels_says_what_to_configure(tmp_path):
     (tmp_path / "taskgate.toml").write_text(f'data_dir = "{tmp_path / "data"}"\n')
     done = _taskgate(tmp_path, "notify", "status")
     assert done.returncode == 1 and "[notify] channels" in done.stderr
+
+
+def test_doctor_lists_the_channels_masked_without_sending(tmp_path, receiver: Receiver):
+    secret = f"json://hook:{SMTP_PASSWORD}@127.0.0.1:1/KEY-0123"
+    (tmp_path / "taskgate.toml").write_text(
+        f'data_dir = "{tmp_path / "data"}"\n[notify]\nchannels = {json.dumps([receiver.url, secret])}\n'
+    )
+    done = _taskgate(tmp_path, "doctor", "--json")
+    [notify] = [c for c in json.loads(done.stdout) if c["name"] == "notify"]
+    assert notify["status"] == "ok" and "2 channel(s)" in notify["detail"]
+    assert SMTP_PASSWORD not in done.stdout and "KEY-0123" not in done.stdout
+    assert receiver.posts == []
