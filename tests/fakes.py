@@ -19,6 +19,7 @@ from typing import Any
 
 from taskgate.application.forge.ports import PullRequestRecord
 from taskgate.application.nodes.ports import Lease, NodeRecord
+from taskgate.application.notifications.ports import QueuedNotice
 from taskgate.application.sessions.ports import TestOutcome, TransitionQuery
 from taskgate.application.trackers.ports import TaskFacts, TrackerPoll
 from taskgate.application.webhooks.ports import Delivery, OutboxEvent
@@ -71,6 +72,7 @@ from taskgate.domain.errors import (
     WorktreeMismatch,
     WritebackNotFound,
 )
+from taskgate.domain.notifications import Notice, is_ci_failure
 from taskgate.domain.policies.facts import BlockerFact, TestRun
 from taskgate.domain.questions import Question
 from taskgate.domain.states import TERMINAL_STATES, SessionState
@@ -101,6 +103,8 @@ class InMemoryStore:
     pull_requests: dict[str, PullRequestRecord] = field(default_factory=dict)
     tracker_polls: dict[int, TrackerPoll] = field(default_factory=dict)
     questions: dict[str, Question] = field(default_factory=dict)
+    notify_cursor: int | None = None
+    notifications: dict[int, QueuedNotice] = field(default_factory=dict)
     forge_deliveries: dict[str, tuple[str, str, datetime]] = field(default_factory=dict)
     next_id: dict[str, int] = field(default_factory=dict)
 
@@ -573,6 +577,73 @@ class InMemoryQuestionRepository(_Repo):
                       key=lambda q: q.deadline)  # fmt: skip
 
 
+class InMemoryNotificationRepository(_Repo):
+    async def cursor(self) -> int | None:
+        return self.store.notify_cursor
+
+    async def move_cursor(self, event_id: int) -> None:
+        self.store.notify_cursor = event_id
+
+    async def queue(self, channel: str, notices: Sequence[Notice], at: datetime) -> int:
+        taken = {(q.channel, q.notice.event_id) for q in self.store.notifications.values()}
+        added = 0
+        for notice in notices:
+            if (channel, notice.event_id) not in taken:
+                row_id = self.store.allocate("notification")
+                self.store.notifications[row_id] = QueuedNotice(row_id, channel, notice, at)
+                taken.add((channel, notice.event_id))
+                added += 1
+        return added
+
+    async def pending(self, channel: str, limit: int = 100) -> list[QueuedNotice]:
+        rows = [q for q in self.store.notifications.values() if q.channel == channel and q.status == "pending"]
+        return sorted(rows, key=lambda q: q.notice.event_id)[:limit]
+
+    async def mark_sent(self, ids: Sequence[int], at: datetime) -> None:
+        self._change(ids, lambda q: replace(q, status="sent", sent_at=at))
+
+    async def mark_retry(self, ids: Sequence[int], error: str, next_attempt_at: datetime) -> None:
+        self._change(
+            ids, lambda q: replace(q, attempts=q.attempts + 1, last_error=error, next_attempt_at=next_attempt_at)
+        )
+
+    async def mark_failed(self, ids: Sequence[int], error: str) -> None:
+        self._change(ids, lambda q: replace(q, attempts=q.attempts + 1, last_error=error, status="failed",
+                                            next_attempt_at=None))  # fmt: skip
+
+    def _change(self, ids: Sequence[int], how: Any) -> None:
+        for row_id in ids:
+            if row_id in self.store.notifications:
+                self.store.notifications[row_id] = how(self.store.notifications[row_id])
+
+    async def counts(self) -> dict[tuple[str, str], int]:
+        counts: dict[tuple[str, str], int] = {}
+        for q in self.store.notifications.values():
+            counts[(q.channel, q.status)] = counts.get((q.channel, q.status), 0) + 1
+        return counts
+
+    async def last_error(self, channel: str) -> tuple[datetime | None, str | None]:
+        rows = [q for q in self.store.notifications.values()
+                if q.channel == channel and q.status in ("pending", "failed") and q.last_error is not None]  # fmt: skip
+        newest = max(rows, key=lambda q: (q.status == "pending", q.id), default=None)
+        return (None, None) if newest is None else (newest.next_attempt_at, newest.last_error)
+
+    async def session_projects(self, session_ids: Sequence[str]) -> dict[str, str]:
+        found = {}
+        for sid in session_ids:
+            session = self.store.sessions.get(sid)
+            if session is not None and session.project_id in self.store.projects:
+                found[sid] = self.store.projects[session.project_id].name
+        return found
+
+    async def ci_failures(self, session_id: str, up_to_event_id: int) -> int:
+        return sum(
+            1
+            for e in self.store.events
+            if e["session_id"] == session_id and e["id"] <= up_to_event_id and is_ci_failure(e["kind"], e["payload"])
+        )
+
+
 class InMemoryPullRequestRepository(_Repo):
     async def get(self, session_id: str) -> PullRequestRecord | None:
         found = self.store.pull_requests.get(session_id)
@@ -727,6 +798,7 @@ class InMemoryUnitOfWork:
         self.pull_requests = InMemoryPullRequestRepository(store)
         self.tracker_polls = InMemoryTrackerPollRepository(store)
         self.questions = InMemoryQuestionRepository(store)
+        self.notifications = InMemoryNotificationRepository(store)
         return self
 
     async def commit(self) -> None:

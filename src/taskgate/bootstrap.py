@@ -23,6 +23,7 @@ from taskgate.application.forge.follower import ForgeFollower
 from taskgate.application.forge.publish import ForgePublisher
 from taskgate.application.nodes.adoption import SessionAdoption
 from taskgate.application.nodes.heartbeats import NodeIdentity, NodeService
+from taskgate.application.notifications.notifier import Channel, Notifier, NotifyOptions
 from taskgate.application.operators.access import AccessService
 from taskgate.application.operators.decisions import DecisionService
 from taskgate.application.operators.questions import OperatorQuestions, QuestionOptions
@@ -601,6 +602,43 @@ def build_dispatcher(settings: Settings, app: App, *, serving: bool = True) -> D
     assert app.uow is not None and app.clock is not None and app.workflows is not None
     routes = workflow_catalogue(settings).trigger_routes
     return Dispatcher(app.uow, app.sessions, app.tracker, app.workflows, routes, app.clock, options)
+
+
+def notify_channels(settings: Settings) -> list[Channel]:
+    """The channels of `[notify]` and each `[projects.<name>.notify]` (docs/notifications.md)."""
+    from taskgate.infrastructure.apprise_notify import masked
+
+    cfg = settings.notify
+    projects = {name: p.notify for name, p in settings.projects.items() if p.notify is not None}
+    opted_out = frozenset(name for name, own in projects.items() if not own.inherit)
+    found = [Channel(url.get_secret_value(), "", frozenset(cfg.on), None, opted_out) for url in cfg.channels]
+    for name, own in projects.items():
+        kinds = frozenset(own.on if own.on is not None else cfg.on)
+        found += [Channel(url.get_secret_value(), "", kinds, name) for url in own.channels]
+    return [dataclasses.replace(c, shown=masked(c.url)) for c in found]
+
+
+def build_notifier(settings: Settings, app: App) -> Notifier | None:
+    """The notifier of `[notify]` over the app's database, under the `notify` lease when the app has nodes; None
+    when no channel is configured."""
+    from taskgate.infrastructure.apprise_notify import AppriseSender
+
+    channels = notify_channels(settings)
+    if not channels:
+        return None
+    assert app.uow is not None and app.clock is not None
+    cfg = settings.notify
+    options = NotifyOptions(
+        console_url=cfg.console_url or f"http://{settings.mcp.host}:{settings.mcp.port}",
+        batch_s=cfg.batch_s,
+        interval_s=cfg.interval_s,
+        ci_failures=cfg.ci_failures,
+        include_details=cfg.include_details,
+        max_attempts=cfg.max_attempts,
+        backoff_base_s=cfg.backoff_base_s,
+        backoff_max_s=cfg.backoff_max_s,
+    )
+    return Notifier(app.uow, app.clock, AppriseSender(cfg.timeout_s), channels, options, leases=app.nodes)
 
 
 def build_outbox(settings: Settings, uow: UnitOfWorkFactory, clock: Clock) -> WebhookDispatcher | None:

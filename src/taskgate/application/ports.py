@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from taskgate.application.agents.ports import AgentRepository
 from taskgate.application.forge.ports import PullRequestRepository
 from taskgate.application.nodes.ports import LeaseRepository, NodeRepository
+from taskgate.application.notifications.ports import NotificationRepository
 from taskgate.application.operators.ports import OperatorRepository, QuestionRepository, TokenRepository
 from taskgate.application.sessions.ports import (
     DecisionRepository,
@@ -76,6 +77,7 @@ class UnitOfWork(Protocol):
     pull_requests: PullRequestRepository
     tracker_polls: TrackerPollRepository
     questions: QuestionRepository
+    notifications: NotificationRepository
 
     async def __aenter__(self) -> UnitOfWork: ...
     async def __aexit__(self, *exc_info: object) -> None:

@@ -106,6 +106,67 @@ class HooksSettings(BaseModel):
     timeout_s: float = Field(default=300.0, gt=0, le=86_400)
 
 
+NotifyKind = Literal["decision", "question", "agent", "ci", "budget"]  # domain/notifications.py KINDS
+
+
+def _apprise_channels(value: list[SecretStr], where: str) -> list[SecretStr]:
+    """Each channel an Apprise URL Apprise can send to, checked at load time (Apprise loads only when some are set).
+    The error names the entry by its index and shows it masked, never in full."""
+    if not value:
+        return value
+    from taskgate.infrastructure.apprise_notify import check_channel
+
+    for index, url in enumerate(value):
+        try:
+            check_channel(url.get_secret_value())
+        except ValueError as exc:
+            raise ValueError(f"{where}[{index}]: {exc}") from None
+    return value
+
+
+class NotifySettings(BaseModel):
+    """`[notify]`: tell the operator where they are (docs/notifications.md). `channels` are Apprise URLs (secrets
+    inside: kept as secrets, shown masked); `on`, which kinds of notice; `batch_s`, how long a channel gathers
+    notices into one message; `console_url`, the base of the links (unset: http://mcp.host:mcp.port);
+    `ci_failures`, from which CI failure of a session on each one is told; `include_details`, whether messages
+    carry questions' text and agents' errors (off: ids, states and links only)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    channels: list[SecretStr] = Field(default_factory=list)
+    on: list[NotifyKind] = Field(default_factory=lambda: ["decision", "question", "agent", "ci", "budget"])
+    batch_s: float = Field(default=10.0, ge=0, le=3600)
+    interval_s: float = Field(default=2.0, gt=0, le=3600)
+    console_url: str | None = Field(default=None, pattern=r"^https?://")
+    ci_failures: int = Field(default=2, ge=1, le=1000)
+    include_details: bool = False
+    max_attempts: int = Field(default=10, ge=1, le=1000)
+    backoff_base_s: float = Field(default=5.0, ge=0, le=86_400)
+    backoff_max_s: float = Field(default=600.0, ge=0, le=7 * 86_400)
+    timeout_s: float = Field(default=30.0, gt=0, le=600)
+
+    @field_validator("channels")
+    @classmethod
+    def _channels(cls, value: list[SecretStr]) -> list[SecretStr]:
+        return _apprise_channels(value, "notify.channels")
+
+
+class ProjectNotifySettings(BaseModel):
+    """`[projects.<name>.notify]`: the project's own channels, told of its sessions' notices (`on`, unset: the
+    top-level `on`); `inherit = false` keeps the top-level channels from hearing about this project."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    channels: list[SecretStr] = Field(default_factory=list)
+    on: list[NotifyKind] | None = None
+    inherit: bool = True
+
+    @field_validator("channels")
+    @classmethod
+    def _channels(cls, value: list[SecretStr]) -> list[SecretStr]:
+        return _apprise_channels(value, "notify.channels")
+
+
 class ProjectSettings(BaseModel):
     """`[projects.<project name>]`: how the project runs its tests, its own `[...policies.<name>]` tables, and its own
     `[...hooks]` (instead of the top-level `[hooks]`)."""
@@ -118,6 +179,7 @@ class ProjectSettings(BaseModel):
     hooks: HooksSettings | None = None
     forge: ForgeSettings | None = None  # unset: the top-level [forge]
     tracker: TrackerSettings | None = None  # unset: the top-level [tracker]
+    notify: ProjectNotifySettings | None = None  # unset: the top-level [notify] channels only
 
 
 class ConfiguredToken(BaseModel):
@@ -583,6 +645,7 @@ class Settings(BaseSettings):
     context: ContextSettings = ContextSettings()
     tracker: TrackerSettings = TrackerSettings()
     webhooks: list[WebhookSettings] = []
+    notify: NotifySettings = NotifySettings()
     sweeper: SweeperSettings = SweeperSettings()
     escalation: EscalationSettings = EscalationSettings()
     questions: QuestionSettings = QuestionSettings()

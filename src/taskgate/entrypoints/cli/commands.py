@@ -64,6 +64,8 @@ COMMANDS = (
     Command("agents", "Agent types: built-in presets and [agents.NAME] entries.", ("agents",)),
     Command("usage", "Tokens and cost agents reported, summed by task, agent type and preset.", ("usage",)),
     Command("webhooks", "Webhook deliveries of the events log (see docs/events.md).", ("service",)),
+    Command("notify", "Notifications to the operator's channels: status, test (see docs/notifications.md).",
+            ("notify",)),
     Command("tracker", "Write-backs to the external tracker (Beads): see, retry, dismiss.", ("tracker",)),
     Command("workflow", "Workflows: list, validate, graph, create; run them on sessions, edit stacks.", ("workflows",)),
     Command("checklist", "Checklists: list, show; push them onto sessions, tick items.", ("workflows",)),

@@ -16,6 +16,7 @@ import typer
 from taskgate.bootstrap import (
     agent_types,
     bootstrap,
+    build_notifier,
     database_report,
     dispatch_options,
     dispatch_report,
@@ -111,6 +112,7 @@ async def _service_checks(settings) -> list[Check]:
         checks += [Check(*line) for line in await tracker_checks(app_, project)]
         checks.append(await _dispatch_check(settings, app_))
         checks.append(await _audit_check(settings, app_))
+        checks.append(await _notify_check(settings, app_))
         endpoint = LoopbackEndpoint(app_, settings.mcp.tool_names, grace_s=0)
         url = await endpoint.acquire()
         try:
@@ -143,6 +145,22 @@ async def _dispatch_check(settings, app_) -> Check:
         hint = "see docs/workflows.md#triggers-and-dispatch"
         return Check("dispatch", "warn", f"{line}; {'; '.join(problems)}", hint)
     return Check("dispatch", "ok", line)
+
+
+async def _notify_check(settings, app_) -> Check:
+    """The notification channels ([notify], docs/notifications.md), masked: what waits and what was given up.
+    Nothing is sent (`taskgate notify test` does that)."""
+    notifier = build_notifier(settings, app_)
+    if notifier is None:
+        return Check("notify", "ok", "off: no [notify] channels (see docs/notifications.md)")
+    rows = await notifier.status()
+    listed = ", ".join(r.channel for r in rows)
+    troubled = [r for r in rows if r.failed or r.last_error]
+    if troubled:
+        said = "; ".join(f"{r.channel}: {r.pending} pending, {r.failed} given up, last error {r.last_error}"
+                         for r in troubled)  # fmt: skip
+        return Check("notify", "warn", said, "taskgate notify status; taskgate notify test")
+    return Check("notify", "ok", f"{len(rows)} channel(s): {listed}; nothing failed")
 
 
 async def _audit_check(settings, app_) -> Check:

@@ -14,7 +14,16 @@ from typing import Any
 
 import anyio
 
-from taskgate.bootstrap import App, Settings, bootstrap, build_outbox, build_sweeper, dispatch_report, redact
+from taskgate.bootstrap import (
+    App,
+    Settings,
+    bootstrap,
+    build_notifier,
+    build_outbox,
+    build_sweeper,
+    dispatch_report,
+    redact,
+)
 from taskgate.domain.access import Principal
 from taskgate.domain.errors import InvalidInput
 from taskgate.entrypoints.mcp.agent_endpoint import FixedEndpoint, serve_agents_locally
@@ -44,6 +53,7 @@ class _OpenApp:
         following = _start_forge(app)
         sealing = asyncio.create_task(_seal_audit_log(app), name="taskgate-audit-seal")  # off the first answer's path
         linking = _start_linker(self.settings, app)
+        notifying = _start_notifier(self.settings, app)
         delivering = None
         try:
             delivering = _start_webhooks(self.settings, app)  # raises for a webhook whose secret is missing
@@ -53,6 +63,7 @@ class _OpenApp:
             await asyncio.wait({sealing}, timeout=_WEBHOOK_GRACE_S)  # a checkpoint in flight is signed, not cut
             sealing.cancel()
             await _stop_webhooks(delivering)
+            await _stop_webhooks(notifying)  # a message in flight is sent and recorded, or sent again next start
             await _stop_sweeper(linking)  # a pass in flight rolls back whole; the next start links its records
             await _stop_sweeper(sweeping)
             await _stop_sweeper(following)
@@ -153,6 +164,15 @@ def _start_webhooks(settings: Settings, app: App) -> tuple[asyncio.Event, asynci
         return None
     stop = asyncio.Event()
     return stop, asyncio.create_task(dispatcher.run(stop), name="taskgate-webhooks")
+
+
+def _start_notifier(settings: Settings, app: App) -> tuple[asyncio.Event, asyncio.Task[None]] | None:
+    """The notifier (docs/notifications.md) as a background task, when `[notify]` has channels."""
+    notifier = build_notifier(settings, app)
+    if notifier is None:
+        return None
+    stop = asyncio.Event()
+    return stop, asyncio.create_task(notifier.run(stop), name="taskgate-notify")
 
 
 async def _stop_webhooks(delivering: tuple[asyncio.Event, asyncio.Task[None]] | None) -> None:

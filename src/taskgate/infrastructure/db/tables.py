@@ -416,6 +416,35 @@ tracker_polls = Table(
     Column("report", JSON, nullable=False),
 )
 
+# -- Notifications (0025, docs/notifications.md) ---------------------------------------------------------------------
+# The notifier's cursor over the events log (one row, "events"), and one row per (channel, event) notice: pending until
+# its channel's batch is sent. A channel is a hash of its Apprise URL (application/notifications/notifier.py), so no
+# secret of the URL is stored.
+notification_cursor = Table(
+    "notification_cursor",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("event_id", BigId, nullable=False),
+)
+
+notifications = Table(
+    "notifications",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("channel", String(32), nullable=False),
+    Column("event_id", BigId, nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("notice", JSON, nullable=False),
+    Column("queued_at", UtcDateTime, nullable=False),
+    Column("status", String(16), nullable=False),  # pending | sent | failed (gave up)
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", UtcDateTime, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("sent_at", UtcDateTime, nullable=True),
+    UniqueConstraint("channel", "event_id", name="uq_notifications_channel_event"),
+    Index("ix_notifications_channel_status", "channel", "status", "event_id"),
+)
+
 # -- The audit chains (0014, docs/audit.md) ---------------------------------------------------------------------------
 # Each audited record (a row of transition_log, decisions or events) has one link: its place in its chain and its
 # link hash (domain/audit/chain.py), written by the linker after the record's commit (since 0016). A chain's head
@@ -474,32 +503,6 @@ audit_checkpoints = Table(
     Column("key_id", String(64), nullable=False),
 )
 
-ALL_TABLES = [
-    projects,
-    plans,
-    tasks,
-    task_dependencies,
-    operators,
-    sessions,
-    transition_log,
-    decisions,
-    agents,
-    events,
-    api_tokens,
-    session_snapshots,
-    webhook_deliveries,
-    test_runs,
-    step_runs,
-    tracker_writebacks,
-    nodes,
-    leases,
-    pull_requests,
-    forge_deliveries,
-    audit_links,
-    audit_chains,
-    audit_marks,
-    audit_checkpoints,
-]
 
 # -- Agents' questions to the operator (0022, docs/questions.md) -----------------------------------------------------
 # One row per question or permission prompt an agent asked (domain/questions.py). It is written open, and ended once
@@ -526,3 +529,34 @@ operator_questions = Table(
     Index("ix_operator_questions_open", "status", "session_id"),
     Index("ix_operator_questions_session", "session_id", "asked_at"),
 )
+
+ALL_TABLES = [
+    projects,
+    plans,
+    tasks,
+    task_dependencies,
+    operators,
+    sessions,
+    transition_log,
+    decisions,
+    agents,
+    events,
+    api_tokens,
+    session_snapshots,
+    webhook_deliveries,
+    test_runs,
+    step_runs,
+    tracker_writebacks,
+    nodes,
+    leases,
+    pull_requests,
+    forge_deliveries,
+    audit_links,
+    audit_chains,
+    audit_marks,
+    audit_checkpoints,
+    notification_cursor,
+    notifications,
+    tracker_polls,
+    operator_questions,
+]

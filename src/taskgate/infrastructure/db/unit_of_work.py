@@ -19,6 +19,7 @@ from taskgate.infrastructure.db.connections import AnyConnection
 from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.db.forge_store import SqlAlchemyPullRequestRepository
 from taskgate.infrastructure.db.node_store import SqlAlchemyLeaseRepository, SqlAlchemyNodeRepository
+from taskgate.infrastructure.db.notification_store import SqlAlchemyNotificationRepository
 from taskgate.infrastructure.db.outbox_store import SqlAlchemyDeliveryRepository, SqlAlchemyWritebackRepository
 from taskgate.infrastructure.db.question_store import SqlAlchemyQuestionRepository
 from taskgate.infrastructure.db.session_store import (
@@ -130,6 +131,7 @@ _REPOSITORY_CLASSES: dict[str, type] = {
     "pull_requests": SqlAlchemyPullRequestRepository,
     "tracker_polls": SqlAlchemyTrackerPollRepository,
     "questions": SqlAlchemyQuestionRepository,
+    "notifications": SqlAlchemyNotificationRepository,
 }
 REPOSITORIES = tuple(_REPOSITORY_CLASSES)  # the port's repositories (UnitOfWork): bound, and refused after commit
 # The AuditUnitOfWork port's one more (application/audit/ports.py): only the SQL units have the audit chains.
