@@ -47,8 +47,9 @@ def _set_up(root: Path, http_url: str, smtp_url: str) -> tuple[Path, dict[str, s
     _run(repo, env, "init")
     config = repo / ".taskgate" / "taskgate.toml"
     port = _free_port()
-    config.write_text(config.read_text() + f"\n[mcp]\nport = {port}\n\n[notify]\nchannels = {json.dumps([http_url, smtp_url])}\n"
-                      "batch_s = 0\ninterval_s = 0.1\n")  # fmt: skip
+    channels = json.dumps([http_url, smtp_url])
+    extra = f"\n[mcp]\nport = {port}\n\n[notify]\nchannels = {channels}\nbatch_s = 0\ninterval_s = 0.1\n"
+    config.write_text(config.read_text() + extra)
     return repo, env, port
 
 
