@@ -151,3 +151,22 @@ async def test_the_second_ci_failure_of_a_session_is_told_counted_from_its_real_
     await _until(notifier, lambda: receiver.posts)
     [body] = receiver.bodies()
     assert f"CI failed 2 times: {CONSOLE}/sessions/{session.id}" in body
+
+
+async def test_a_real_question_asked_is_told_with_the_link_that_answers_it_and_without_its_text(
+    sql_services, waiting, receiver: Receiver, tmp_path
+):
+    """The producer is the real one (OperatorQuestions.ask), not an event written by hand."""
+    from taskgate.application.operators.questions import OperatorQuestions
+    from taskgate.domain.access import Principal
+
+    notifier = _notifier(sql_services, [receiver.url], tmp_path, batch_s=0)
+    await notifier.run_once()
+    _, session = waiting
+    issued = await sql_services.access.create_agent_token(session.id, "agent")
+    agent = Principal.agent(issued.token.id, session.id)
+    await OperatorQuestions(sql_services.uow, SystemClock()).ask(agent, session.id, f"push with {TOKEN}?")
+    await _until(notifier, lambda: receiver.posts)
+    [body] = receiver.bodies()
+    assert f"{CONSOLE}/sessions/{session.id}" in body
+    assert TOKEN not in body  # the question's text is not sent unless include_details
