@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -94,6 +95,24 @@ def parse_report(output_format: str, text: str) -> AgentReport | None:
     except Exception:  # a log is never worth a crash: report nothing instead
         return None
     return None
+
+
+def conversation_of(output_format: str, text: str) -> str | None:
+    """The id of the CLI's own conversation its log names (what `resume` continues), or None: Claude Code's
+    `session_id` (on its `system`/`init` event, each message and its `result`; the last one seen), Codex's
+    `thread_id` (its `thread.started` event). Never raises."""
+    key = {"claude-stream-json": "session_id", "codex-json": "thread_id"}.get(output_format)
+    if key is None:
+        return None
+    try:
+        found = [e.get(key) for e in _events(text) if key == "session_id" or e["type"] == "thread.started"]
+    except Exception:
+        return None
+    ids = [value for value in found if isinstance(value, str) and _CONVERSATION_ID.fullmatch(value)]
+    return ids[-1] if ids else None
+
+
+_CONVERSATION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}")  # a UUID in practice; never an option or a path
 
 
 def _events(text: str) -> list[dict[str, Any]]:
