@@ -337,7 +337,9 @@ class AgentProcesses:
         if self._outputs is not None:  # manifest.json follows the agents
             entry = {"id": agent.id, "name": agent.agent_type, "run": agent.run, "status": agent.status.value,
                      "exit_code": agent.exit_code, "output": agent.output_path, "error": agent.error,
-                     "started_at": _iso(agent.started_at), "completed_at": _iso(agent.completed_at)}  # fmt: skip
+                     "started_at": _iso(agent.started_at), "completed_at": _iso(agent.completed_at),
+                     "conversation_id": agent.conversation_id, "resumed_from": agent.resumed_from,
+                     "resume_failed": agent.resume_failed}  # fmt: skip
             if agent.status not in LIVE:  # what it ended with, whole, and what it reported it used
                 entry |= {"result": result_of(agent), "usage": Usage.of(agent.report).as_dict()}
             with suppress(TaskgateError):  # a manifest that cannot be written never loses the agent's row
