@@ -48,6 +48,10 @@ def test_request_changes_continues_the_clis_own_conversation_and_the_record_name
     assert any("Say hello" in text and "hello.txt" in text for text in continuing), continuing[0][:2000]
     # it was told what changed, not the task again: the instructions appear once, in the new turn
     assert all(text.count("continuing your earlier work") == 1 for text in continuing)
+    # its usage is the rerun's own (Codex reports the whole thread's after `exec resume`: taskgate takes the first
+    # run's share off), as the server counted it
+    assert second["report"]["input_tokens"] == sum(r["input_tokens"] for r in requests[first_run:]), second["report"]
+    assert first["report"]["input_tokens"] == sum(r["input_tokens"] for r in requests[:first_run]), first["report"]
     shown = user.ok("session", "show", sid)
     assert f"[continued conversation {first['conversation_id']}]" in shown, shown
 

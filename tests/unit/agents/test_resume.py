@@ -10,7 +10,7 @@ import pytest
 from taskgate.bootstrap import agent_types
 from taskgate.domain.agents.kinds import AgentType, as_continuation, render_command, resuming
 from taskgate.domain.agents.presets import PRESETS
-from taskgate.domain.agents.reports import conversation_of
+from taskgate.domain.agents.reports import AgentReport, conversation_of, own_share
 from taskgate.domain.errors import InvalidInput
 from tests.unit.agents.test_presets import settings_of
 
@@ -106,3 +106,11 @@ def test_a_continuing_agent_is_told_what_changed_not_the_task_again():
     said = as_continuation("The operator's instructions:\nrename the file")
     assert "continuing your earlier work" in said and said.count("rename the file") == 1
     assert "without instructions" in as_continuation("  ")
+
+
+def test_a_resumed_codex_run_is_charged_its_own_share_not_the_whole_threads():
+    whole = AgentReport(final_message="done", turns=1, input_tokens=700, output_tokens=120, cache_read_tokens=50)
+    earlier = [AgentReport(input_tokens=400, output_tokens=80), AgentReport(input_tokens=100, output_tokens=20)]
+    own = own_share(whole, earlier)
+    assert (own.input_tokens, own.output_tokens, own.cache_read_tokens, own.turns) == (200, 20, 50, 1)
+    assert own_share(AgentReport(input_tokens=10), earlier).input_tokens == 0  # never below 0

@@ -17,7 +17,13 @@ from taskgate.application.agents.setups import prepare
 from taskgate.application.ports import UnitOfWork
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
-from taskgate.domain.agents.reports import AgentReport, conversation_of, parse_report
+from taskgate.domain.agents.reports import (
+    CUMULATIVE_WHEN_RESUMED,
+    AgentReport,
+    conversation_of,
+    own_share,
+    parse_report,
+)
 from taskgate.domain.agents.setups import inside_sandbox
 from taskgate.domain.agents.stalls import ProgressWatch
 from taskgate.domain.agents.transcripts import final_message, result_of
@@ -286,6 +292,7 @@ class AgentProcesses:
         stalled = self._stalls.pop(agent.id, None) if outcome.reason == "stalled" else None
         reason = error or agent.error or stalled or (None if ok else describe_exit(outcome))
         report, reason = self._reported(agent, outcome, reason)
+        report = await self._own_share(agent, report)
         done = replace(agent, status=status, exit_code=outcome.exit_code, output_tail=outcome.output_tail[-4000:],
                        completed_at=self._clock.now(), error=reason, report=report,
                        ended_by=outcome.signal, conversation_id=self._conversation(agent))  # fmt: skip
@@ -294,6 +301,19 @@ class AgentProcesses:
         saved = await self._save(done, change | ({"signal": outcome.signal} if outcome.signal else {}))
         if saved == SAVED and notify and status != AgentStatus.CANCELLED:
             await self._after_agent(agent.session_id)
+
+    async def _own_share(self, agent: Agent, report: dict | None) -> dict | None:
+        """A resumed run whose CLI reports the whole conversation's usage (Codex): the earlier runs' shares taken off,
+        so usage summed over a session counts each token once."""
+        kind = self._type_or_default(agent.agent_type)
+        parsed = AgentReport.from_dict(report)
+        if not agent.resumed_from or kind.output_format not in CUMULATIVE_WHEN_RESUMED or parsed is None:
+            return report
+        async with self._uow(write=False) as uow:
+            agents = await uow.agents.of_session(agent.session_id)
+        earlier = [AgentReport.from_dict(a.report) for a in agents
+                   if a.id != agent.id and a.conversation_id == agent.resumed_from]  # fmt: skip
+        return own_share(parsed, [e for e in earlier if e is not None]).as_dict()
 
     def _conversation(self, agent: Agent) -> str | None:
         """The id of the CLI's conversation its log names (what a later run may continue), else what is known."""

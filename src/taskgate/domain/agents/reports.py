@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from taskgate.domain.agents.aider import aider_usage
@@ -113,6 +113,22 @@ def conversation_of(output_format: str, text: str) -> str | None:
 
 
 _CONVERSATION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}")  # a UUID in practice; never an option or a path
+
+
+# Output formats whose usage, in a run that continued a conversation, counts the whole conversation's (Codex 0.169's
+# `turn.completed` after `exec resume`: its first run's tokens plus this run's), not the run's own
+CUMULATIVE_WHEN_RESUMED = frozenset({"codex-json"})
+
+
+def own_share(report: AgentReport, earlier: list[AgentReport]) -> AgentReport:
+    """A resumed run's report with the tokens the conversation's earlier runs reported (each its own share) taken off:
+    what this run spent (`CUMULATIVE_WHEN_RESUMED`). Never below 0."""
+
+    def left(name: str) -> int:
+        return max(0, getattr(report, name) - sum(getattr(e, name) for e in earlier))
+
+    return replace(report, input_tokens=left("input_tokens"), output_tokens=left("output_tokens"),
+                   cache_read_tokens=left("cache_read_tokens"))  # fmt: skip
 
 
 def _events(text: str) -> list[dict[str, Any]]:
