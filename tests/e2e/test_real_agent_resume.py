@@ -26,10 +26,14 @@ def request_changes(user, sid: str) -> None:
     user.ok("session", "decide", sid, "request_changes", "--reason", "more", "--instructions", INSTRUCTIONS)
 
 
-@pytest.mark.parametrize("cli", ["claude", "codex"])
-def test_request_changes_continues_the_clis_own_conversation_and_the_record_names_it(tmp_path: Path, cli: str):
+# confined (the sandbox's per-session HOME and the session folder keep the conversation) and unconfined (the
+# user's HOME keeps Claude Code's)
+@pytest.mark.parametrize(("cli", "sandbox"), [("claude", "auto"), ("codex", "auto"), ("claude", "off")])
+def test_request_changes_continues_the_clis_own_conversation_and_the_record_names_it(
+    tmp_path: Path, cli: str, sandbox: str
+):
     with ModelServer("ok") as model:
-        user = set_up(tmp_path, cli, model)
+        user = set_up(tmp_path, cli, model, table=f'[sandbox]\nmode = "{sandbox}"\n')
         sid = session_for(user, "Say hello")
         user.ok("session", "execute", sid, "--agent", cli)
         first_run = len(model.model_requests())
@@ -41,6 +45,7 @@ def test_request_changes_continues_the_clis_own_conversation_and_the_record_name
     assert first["conversation_id"] and first["resumed_from"] is None
     assert second["resumed_from"] == first["conversation_id"], second  # the run record names what it continued
     assert second["status"] == "completed" and second["resume_failed"] is None, second
+    assert sandbox == "auto" or (second["sandbox"] or "").startswith("off"), second["sandbox"]  # auto: bwrap if any
     # the second run's requests carry the first run's conversation: its task prompt and the hello.txt it wrote
     later = [first_prompt(r) for r in requests[first_run:]]
     continuing = [text for text in later if INSTRUCTIONS in text]
