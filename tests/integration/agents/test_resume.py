@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from taskgate.application.operators.decisions import Decide
+from taskgate.application.sessions.commands import FireTrigger
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.entities import AgentStatus
 from taskgate.domain.states import SessionState, Trigger
@@ -121,3 +122,22 @@ async def test_a_retry_continues_the_conversation_told_why_the_session_failed(sq
     assert second.resumed_from == first.conversation_id
     argv = argv_of(tmp_path, session.id, second.id)
     assert argv[:2] == ["--resume", first.conversation_id] and "the tests are red" in argv[-1]
+
+
+async def test_a_ci_round_from_the_forge_continues_the_conversation_told_what_failed(sql_services, git_repo, tmp_path):
+    agents = supervisor(sql_services, tmp_path, types=cli_types(tmp_path))
+    session = await planning_session(sql_services, git_repo)
+    await agents.execute(session.id, ACTOR, ["cli"])
+    await agents.wait(session.id)
+    await sql_services.decisions.decide(Decide(session.id, OPERATOR, "approve", reason="looks right"))
+    waiting = await sql_services.sessions.get(session.id)
+    assert waiting.state == SessionState.AWAITING_MERGE
+    said = "CI failed on the pull request: check `tests` (exit 1): test_hello expected 'hello'"
+    round_ = FireTrigger(session.id, Trigger.CI_FAILED.value, "forge", "a check failed",
+                         changes={"state_data": {"instructions": said}})  # fmt: skip
+    await sql_services.sessions.fire(round_)
+    await agents.wait(session.id)
+    first, second = sorted(await agents.agents(session.id), key=lambda a: a.run)
+    assert second.resumed_from == first.conversation_id
+    argv = argv_of(tmp_path, session.id, second.id)
+    assert argv[:2] == ["--resume", first.conversation_id] and said in argv[-1]
