@@ -6,7 +6,7 @@ its attempts, next try and last error for `taskgate notify status`. A channel is
 no secret of the URL is stored.
 
 Revision ID: 0025
-Revises: 0022
+Revises: 0023
 Create Date: 2026-11-29 07:00:00
 """
 
@@ -18,7 +18,7 @@ from alembic import op
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 revision = "0025"
-down_revision = "0022"
+down_revision = "0023"
 branch_labels = None
 depends_on = None
 

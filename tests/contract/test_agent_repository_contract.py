@@ -113,3 +113,20 @@ async def test_ended_agents_are_listed_with_their_task_by_project_and_end_time(s
         assert [a.id for a, _ in await uow.agents.ended(since=T0)] == ["e-1"]
         assert [a.id for a, _ in await uow.agents.ended(project_id=one.project_id)] == ["e-1", "e-2"][::-1]
         assert await uow.agents.ended(project_id=one.project_id + 1000) == []
+
+
+async def test_the_conversation_an_agent_had_and_the_one_it_continued_are_stored_and_updated(services, git_repo: Path):
+    seeded = await seed(services, git_repo, tasks=1)
+    session = (await start(services, seeded.tasks[0])).id
+    queued = _agent("c-2", session, status=AgentStatus.QUEUED, run=2, resumed_from="thread-1")
+    async with services.uow(write=True) as uow:
+        await uow.agents.add(queued)
+        await uow.commit()
+    fresh = _agent("c-2", session, status=AgentStatus.COMPLETED, run=2, conversation_id="thread-2",
+                   resume_failed="could not continue conversation thread-1: no rollout found")  # fmt: skip
+    async with services.uow(write=True) as uow:
+        assert [a.resumed_from for a in await uow.agents.many(["c-2"])] == ["thread-1"]
+        assert await uow.agents.update(fresh, only_unended=True)
+        await uow.commit()
+    async with services.uow(write=False) as uow:
+        assert await uow.agents.of_session(session) == [fresh]

@@ -83,6 +83,7 @@ def test_agents_list_says_what_is_installed_and_which_credentials_are_set(tmp_pa
     config.write_text(config.read_text() + '\n[agents.reviewer]\npreset = "claude"\ntimeout_s = 60\n')
     shown = user.json("agents", "show", "reviewer")
     assert shown["source"] == "preset+config" and shown["command"][:2] == ["claude", "-p"] and shown["timeout_s"] == 60
+    assert shown["resume"] == ["--resume", "{conversation_id}"]  # how it continues its conversation on a rerun
 
 
 def test_doctor_prints_one_line_per_check_and_fails_on_what_the_set_up_uses(tmp_path: Path):

@@ -21,7 +21,10 @@ already in its conversation.
 4. the final text "done" (or the `final_text` it is given).
 
 Requests without tools (titles, quota probes) get a short text. Every call reports 100 input and
-20 output tokens. Other scripts: "error500" and "error429" answer every model call with that status,
+20 output tokens; with `measure=True` its input tokens are the request body's size instead (its JSON's characters
+/ 4, about what a tokenizer makes of English and code), so a run that sends more context is charged more (the
+resume benchmark compares runs by it). Each model request's entry in `requests` has the `input_tokens` reported.
+Other scripts: "error500" and "error429" answer every model call with that status,
 "hang" accepts the request and never answers (until the server stops).
 """
 
@@ -44,6 +47,7 @@ WRITE_COMMAND = "printf hello > hello.txt"
 COMMIT_COMMAND = 'git add hello.txt && git commit -m "feat: hello"'
 SAVE_ARGUMENTS = {"name": "notes.md", "content": "hello from the model"}
 MODEL_PATHS = ("/v1/messages", "/v1/responses", "/v1/chat/completions")
+CHARS_PER_TOKEN = 4  # `measure`: a request's input tokens are its body's JSON length over this
 # aider's "whole" edit format: the file's name, then its whole content fenced; aider writes it and commits
 WHOLE_EDIT = "I will create hello.txt.\n\nhello.txt\n```\nhello\n```\n"
 # aider's "diff" edit format (its default for gpt-4o): a SEARCH/REPLACE block with an empty SEARCH creates the file
@@ -59,12 +63,14 @@ ASK_ARGUMENTS = {"question": "Which colour should the button be?", "choices": ["
 class ModelServer:
     """`with ModelServer("ok") as server:` serves on `server.url` and records `server.requests`."""
 
-    def __init__(self, script: str = "ok", final_text: str = FINAL_TEXT) -> None:
-        """`final_text`: what the model says last (after its tool calls), e.g. a many-line plan."""
+    def __init__(self, script: str = "ok", final_text: str = FINAL_TEXT, *, measure: bool = False) -> None:
+        """`final_text`: what the model says last (after its tool calls), e.g. a many-line plan. `measure`: report
+        input tokens proportional to each request's size, not a fixed 100."""
         if script not in SCRIPTS:
             raise ValueError(f"unknown script {script!r}; one of {SCRIPTS}")
         self.script = script
         self.final_text = final_text
+        self.measure = measure
         self.requests: list[dict[str, Any]] = []
         self.stopping = threading.Event()
         self._ids = itertools.count(1)
@@ -104,6 +110,12 @@ class ModelServer:
 
     def model_requests(self) -> list[dict[str, Any]]:
         return [r for r in self.requests if r["path"] in MODEL_PATHS]
+
+    def input_tokens(self, body: dict[str, Any]) -> int:
+        """What a call with this body reports as its input tokens (see `measure`)."""
+        if not self.measure:
+            return INPUT_TOKENS
+        return max(1, len(json.dumps(body, separators=(",", ":"))) // CHARS_PER_TOKEN)
 
 
 # --- the script ---------------------------------------------------------------------------------
@@ -289,7 +301,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
         body = self._body()
-        self.model.record({"method": "POST", "path": path, "body": body, "headers": dict(self.headers)})
+        tokens = self.model.input_tokens(body)
+        self.model.record({"method": "POST", "path": path, "body": body, "headers": dict(self.headers),
+                           "input_tokens": tokens})  # fmt: skip
         if path == "/v1/messages/count_tokens":
             self._json(200, {"input_tokens": INPUT_TOKENS})
             return
@@ -407,7 +421,7 @@ class _Handler(BaseHTTPRequestHandler):
             content = [{"type": "tool_use", "id": self.model.next_id("toolu"), "name": call[0], "input": call[1]}]
             stop = "tool_use"
         usage = {
-            "input_tokens": INPUT_TOKENS,
+            "input_tokens": self.model.input_tokens(body),
             "output_tokens": OUTPUT_TOKENS,
             "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": 0,
@@ -459,7 +473,7 @@ class _Handler(BaseHTTPRequestHandler):
             }
             if namespace:
                 item["namespace"] = namespace
-        self._sse(_responses_events(response_id, body.get("model") or "gpt-test", item))
+        self._sse(_responses_events(response_id, body.get("model") or "gpt-test", item, self.model.input_tokens(body)))
 
 
 def _anthropic_events(
@@ -506,7 +520,9 @@ def _anthropic_events(
     yield ("message_stop", {"type": "message_stop"})
 
 
-def _responses_events(response_id: str, model: str, item: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+def _responses_events(
+    response_id: str, model: str, item: dict[str, Any], input_tokens: int = INPUT_TOKENS
+) -> Iterator[tuple[str, dict[str, Any]]]:
     base = {"id": response_id, "object": "response", "model": model, "output": []}
     yield "response.created", {"type": "response.created", "response": dict(base, status="in_progress")}
     yield (
@@ -527,11 +543,11 @@ def _responses_events(response_id: str, model: str, item: dict[str, Any]) -> Ite
         )
     yield "response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}
     usage = {
-        "input_tokens": INPUT_TOKENS,
+        "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": 0},
         "output_tokens": OUTPUT_TOKENS,
         "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS,
+        "total_tokens": input_tokens + OUTPUT_TOKENS,
     }
     yield (
         "response.completed",

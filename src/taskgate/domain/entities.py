@@ -143,6 +143,11 @@ class Agent:
     process_start: int | None = None
     ended_by: str | None = None  # the signal a stop ended its process group with: SIGTERM or SIGKILL
     sandbox: str | None = None  # how its process was confined: "bwrap; network …" or "off: why" (None: before 0019)
+    # Its CLI's own conversation (Claude Code's session id, Codex's thread id; None: it reported none), the earlier
+    # conversation this run continued (its type's `resume`), and why continuing it failed (it then ran afresh)
+    conversation_id: str | None = None
+    resumed_from: str | None = None
+    resume_failed: str | None = None
 
 
 class StepStatus(StrEnum):

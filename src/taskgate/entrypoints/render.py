@@ -404,7 +404,28 @@ def agent_line(agent: Agent) -> str:
     line += f": {terminal_safe(said)}" if said else ""
     line += f" (its process group ended by {agent.ended_by})" if agent.ended_by else ""  # a stop's signal
     line += f" [UNCONFINED: {terminal_safe(agent.sandbox[5:])}]" if (agent.sandbox or "").startswith("off:") else ""
+    line += conversation_note(agent)
     return line + (f" ({report.usage()})" if report is not None and report.measured() else "")
+
+
+def conversation_note(agent: Agent) -> str:
+    """` [continued conversation 5f1c1d2e]`, ` [resume failed, ran afresh: …]`, or "" (docs/agents.md, resuming)."""
+    if agent.resumed_from:
+        return f" [continued conversation {terminal_safe(agent.resumed_from)}]"
+    if agent.resume_failed:
+        return f" [resume failed, ran afresh: {terminal_safe(_first_line(agent.resume_failed))}]"
+    return ""
+
+
+def conversation_lines(agents: Sequence[Agent]) -> list[str]:
+    """Per agent whose CLI named its conversation: `claude 1a2b3c4d (run 2): 5f1c… (continued from 5f1c…)`."""
+    lines = []
+    for agent in agents:
+        if not (agent.conversation_id or agent.resumed_from or agent.resume_failed):
+            continue
+        line = f"{agent.agent_type} {agent.id[:8]} (run {agent.run}): {terminal_safe(agent.conversation_id or '-')}"
+        lines.append(line + conversation_note(agent))
+    return lines
 
 
 def result_lines(agent: Agent) -> list[str]:

@@ -523,6 +523,9 @@ class AgentSettings(BaseModel):
     # and its model endpoint; folders shown read-only besides its toolchain
     network: Literal["none", "open"] | list[str] | None = None
     read: list[str] | None = None
+    # how its CLI continues its earlier conversation: argv put before the `{prompt}` argument, with
+    # `{conversation_id}`; [] never resumes (docs/agents.md, resuming)
+    resume: list[str] | None = None
 
     @field_validator("preset")
     @classmethod

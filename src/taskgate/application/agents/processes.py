@@ -17,7 +17,13 @@ from taskgate.application.agents.setups import prepare
 from taskgate.application.ports import UnitOfWork
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
-from taskgate.domain.agents.reports import AgentReport, parse_report
+from taskgate.domain.agents.reports import (
+    CUMULATIVE_WHEN_RESUMED,
+    AgentReport,
+    conversation_of,
+    own_share,
+    parse_report,
+)
 from taskgate.domain.agents.setups import inside_sandbox
 from taskgate.domain.agents.stalls import ProgressWatch
 from taskgate.domain.agents.transcripts import final_message, result_of
@@ -71,6 +77,8 @@ class AgentProcesses:
                         if agent.pid
                         else AgentExit(None, "start_failed", agent.error or "")
                     )
+                    if (failed := self._resume_failed(agent, outcome, stop)) is not None:
+                        agent, outcome = await self._run_afresh(agent, kind, stop, failed)
             failed_home = await self._bring_back(agent)  # its commits onto the branch before anyone looks at it
             await self._record_refusals(agent)
             if failed_home and outcome.reason == "exited" and outcome.exit_code == 0:
@@ -133,7 +141,8 @@ class AgentProcesses:
             cwd, output = str(session.worktree_path), str(agent.output_path)
             await self._before_agent_hook(session, agent, stop)  # the project's before_agent hook: failed, not started
             # what the CLI needs on disk first: Codex's own CODEX_HOME, the worktree folders git must ignore
-            env |= prepare(self._runner, kind, folder=folder, agent_id=agent.id, worktree=cwd)
+            home_of = await self._conversation_home(agent) if kind.setup != "none" else None
+            env |= prepare(self._runner, kind, folder=folder, agent_id=agent.id, worktree=cwd, home_of=home_of)
             command, plan, confined = await self._confine(session, agent, kind, command, env, url)
             pid = await self._runner.start(command, cwd, env, output, inherit=kind.credentials, sandbox=plan)
             # its own child, not reaped yet: the pid cannot be another process's before this reads its start time
@@ -152,6 +161,39 @@ class AgentProcesses:
                 raise _NotStarted("stopped as its process started", ended=True)
             raise WrongNode(agent.session_id, "another node", str(self._options.node_id), "see the log")
         return started
+
+    def _resume_failed(self, agent: Agent, outcome: AgentExit, stop: asyncio.Event) -> str | None:
+        """Why continuing its earlier conversation failed, or None: a resumed agent (not stopped) that exited with an
+        error before any turn of the model (Claude Code: "No conversation found with session ID"; Codex: "no
+        rollout found for thread id") could not open the conversation, e.g. its CLI's home was lost."""
+        if not agent.resumed_from or stop.is_set() or outcome.reason != "exited" or outcome.exit_code == 0:
+            return None
+        kind = self._type_or_default(agent.agent_type)
+        report = parse_report(kind.output_format, self._runner.read_log(str(agent.output_path), REPORT_BYTES))
+        if report is not None and report.turns > 0:
+            return None  # it was in the conversation: the agent's own failure, not the resume's
+        said = (report.error if report is not None else None) or outcome.output_tail.strip()[-300:]
+        return f"could not continue conversation {agent.resumed_from}: {said or describe_exit(outcome)}"[:2000]
+
+    async def _run_afresh(
+        self, agent: Agent, kind: AgentType, stop: asyncio.Event, why: str
+    ) -> tuple[Agent, AgentExit]:
+        """The same agent queued again as a fresh run (its whole prompt, a new log), started and watched: a resume
+        that failed costs one short attempt, never the run. Recorded on its row (`resume_failed`) and in its
+        `agent.status` event back to queued."""
+        fresh = await self._afresh(agent, kind)
+        log = str(PurePosixPath(self._folder_of(agent.session_id), f"{agent.id}.fresh.log"))
+        again = replace(agent, command=fresh.command, resumed_from=None, resume_failed=why, pid=None, pgid=None,
+                        process_start=None, status=AgentStatus.QUEUED, error=None, output_path=log)  # fmt: skip
+        if await self._save(again, {"to": "queued", "resume_failed": why}) != SAVED:
+            raise _NotStarted("ended while its resume was replaced by a fresh run", ended=True)
+        if self._endpoint is not None and agent.id in self._holding:  # its first start's hold, taken again below
+            self._holding.discard(agent.id)
+            await self._endpoint.release()
+        started = await self._start(again, kind, stop)
+        if not started.pid:
+            return started, AgentExit(None, "start_failed", started.error or "")
+        return started, await self._watch(started, kind, stop)
 
     async def _confine(
         self, session: Session, agent: Agent, kind: AgentType, command: list[str], env: dict[str, str], url: str
@@ -250,14 +292,36 @@ class AgentProcesses:
         stalled = self._stalls.pop(agent.id, None) if outcome.reason == "stalled" else None
         reason = error or agent.error or stalled or (None if ok else describe_exit(outcome))
         report, reason = self._reported(agent, outcome, reason)
+        report = await self._own_share(agent, report)
         done = replace(agent, status=status, exit_code=outcome.exit_code, output_tail=outcome.output_tail[-4000:],
                        completed_at=self._clock.now(), error=reason, report=report,
-                       ended_by=outcome.signal)  # fmt: skip
+                       ended_by=outcome.signal, conversation_id=self._conversation(agent))  # fmt: skip
         # the agent's token dies in the transaction that records its end (durable: see `_save`)
         change = {"to": status.value, "exit_code": outcome.exit_code, "reason": outcome.reason}
         saved = await self._save(done, change | ({"signal": outcome.signal} if outcome.signal else {}))
         if saved == SAVED and notify and status != AgentStatus.CANCELLED:
             await self._after_agent(agent.session_id)
+
+    async def _own_share(self, agent: Agent, report: dict | None) -> dict | None:
+        """A resumed run whose CLI reports the whole conversation's usage (Codex): the earlier runs' shares taken off,
+        so usage summed over a session counts each token once."""
+        kind = self._type_or_default(agent.agent_type)
+        parsed = AgentReport.from_dict(report)
+        if not agent.resumed_from or kind.output_format not in CUMULATIVE_WHEN_RESUMED or parsed is None:
+            return report
+        async with self._uow(write=False) as uow:
+            agents = await uow.agents.of_session(agent.session_id)
+        earlier = [AgentReport.from_dict(a.report) for a in agents
+                   if a.id != agent.id and a.conversation_id == agent.resumed_from]  # fmt: skip
+        return own_share(parsed, [e for e in earlier if e is not None]).as_dict()
+
+    def _conversation(self, agent: Agent) -> str | None:
+        """The id of the CLI's conversation its log names (what a later run may continue), else what is known."""
+        if not agent.output_path:
+            return agent.conversation_id
+        output_format = self._type_or_default(agent.agent_type).output_format
+        log = self._runner.read_log(agent.output_path, REPORT_BYTES)
+        return conversation_of(output_format, log) or agent.conversation_id
 
     def _reported(self, agent: Agent, outcome: AgentExit, reason: str | None) -> tuple[dict | None, str | None]:
         """What the agent's CLI said of its run (its JSON events, per the type's `output_format`; for any format
@@ -293,7 +357,9 @@ class AgentProcesses:
         if self._outputs is not None:  # manifest.json follows the agents
             entry = {"id": agent.id, "name": agent.agent_type, "run": agent.run, "status": agent.status.value,
                      "exit_code": agent.exit_code, "output": agent.output_path, "error": agent.error,
-                     "started_at": _iso(agent.started_at), "completed_at": _iso(agent.completed_at)}  # fmt: skip
+                     "started_at": _iso(agent.started_at), "completed_at": _iso(agent.completed_at),
+                     "conversation_id": agent.conversation_id, "resumed_from": agent.resumed_from,
+                     "resume_failed": agent.resume_failed}  # fmt: skip
             if agent.status not in LIVE:  # what it ended with, whole, and what it reported it used
                 entry |= {"result": result_of(agent), "usage": Usage.of(agent.report).as_dict()}
             with suppress(TaskgateError):  # a manifest that cannot be written never loses the agent's row

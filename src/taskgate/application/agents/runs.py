@@ -16,7 +16,15 @@ from taskgate.application.ports import StepClaim
 from taskgate.application.sessions import crashpoints
 from taskgate.application.sessions.commands import SYSTEM_ACTOR, FireTrigger
 from taskgate.application.sessions.engine import SessionService
-from taskgate.domain.agents.kinds import AgentType, as_revision, render_command, why_stopped
+from taskgate.domain.agents.kinds import (
+    CONVERSATION_ID,
+    AgentType,
+    as_continuation,
+    as_revision,
+    render_command,
+    resuming,
+    why_stopped,
+)
 from taskgate.domain.entities import Agent, AgentStatus, Session
 from taskgate.domain.errors import ConflictError, InvalidInput, InvalidTransition, TaskgateError
 from taskgate.domain.states import SessionState, Trigger
@@ -99,7 +107,9 @@ class AgentRuns:
         if launch is None:
             return []
         kinds = [self._type_or_default(name) for name in launch["agents"]]
-        return await self._launch(session, kinds, instructions=str(launch["instructions"]), run=int(launch["run"]))
+        continues = launch.get(CONTINUES)  # per agent: the conversation it continues, if its CLI can (`before`)
+        return await self._launch(session, kinds, instructions=str(launch["instructions"]), run=int(launch["run"]),
+                                  continues=continues if isinstance(continues, list) else None)  # fmt: skip
 
     async def _launch(
         self,
@@ -110,6 +120,7 @@ class AgentRuns:
         prompts: Sequence[str] | None = None,
         claim: StepClaim | None = None,
         run: int | None = None,
+        continues: Sequence[str | None] | None = None,
     ) -> list[Agent]:
         if not session.worktree_path:
             raise InvalidInput(f"session {session.id} has no worktree to run agents in")
@@ -127,9 +138,11 @@ class AgentRuns:
                                     f"launched (agents run while a session is executing)")  # fmt: skip
             run = run or await uow.agents.last_run(session.id) + 1
             given = prompts if prompts is not None else [None] * len(kinds)
+            earlier = list(continues or ())[: len(kinds)]
+            earlier += [None] * (len(kinds) - len(earlier))
             made = [
-                await self._new_agent(uow, session, kind, run, instructions, prompt)
-                for kind, prompt in zip(kinds, given, strict=True)
+                await self._new_agent(uow, session, kind, run, instructions, prompt, conversation=conversation)
+                for kind, prompt, conversation in zip(kinds, given, earlier, strict=True)
             ]
             if claim is not None:  # first, so a claim that lost the race rolls back before anything else
                 await claim(uow, tuple(a.id for a in made))
@@ -144,11 +157,15 @@ class AgentRuns:
         return made
 
     async def _new_agent(
-        self, uow, session: Session, kind: AgentType, run: int, instructions: str, prompt: str | None = None
-    ) -> Agent:
+        self, uow, session: Session, kind: AgentType, run: int, instructions: str, prompt: str | None = None, *,
+        conversation: str | None = None, agent_id: str | None = None,
+    ) -> Agent:  # fmt: skip
+        """The agent's row, queued, its command rendered. `conversation`: the earlier run's conversation it continues
+        when its type can resume (`AgentType.resume`): told only what changed (`as_continuation`), not the task again.
+        `agent_id`: an existing agent's (its fresh command after a failed resume)."""
         task = await uow.tasks.get(session.task_id, with_blockers=False)
         project = await uow.projects.get(session.project_id)
-        agent_id = self._ids.new_session_id()
+        agent_id = agent_id or self._ids.new_session_id()
         folder = self._folder_of(session.id)
         values = {
             "task_id": task.id, "task_title": task.title, "task_description": task.description,
@@ -163,16 +180,42 @@ class AgentRuns:
         }  # fmt: skip
         # a workflow step's prompt (its variables resolved by the engine) replaces the type's prompt template
         values["prompt"] = prompt if prompt is not None else (kind.prompt or self._options.prompt).format_map(values)
+        command = kind.command
+        resumes = bool(conversation and kind.can_resume and prompt is None)
+        if resumes:  # its CLI continues its own conversation: it knows the task, so it is told what changed
+            command = tuple(resuming(kind.command, kind.resume))
+            values |= {"prompt": as_continuation(instructions), CONVERSATION_ID: str(conversation)}
         return Agent(
             id=agent_id,
             session_id=session.id,
             agent_type=kind.name,
-            command=render_command(kind.command, values),
+            command=render_command(command, values),
             status=AgentStatus.QUEUED,
             output_path=str(PurePosixPath(folder, f"{agent_id}.log")),
             run=run,
             node_id=self._options.node_id,
+            resumed_from=conversation if resumes else None,
         )
+
+    async def _afresh(self, agent: Agent, kind: AgentType) -> Agent:
+        """The agent as a fresh run of its type (its whole prompt, no conversation continued): what runs when
+        continuing its earlier conversation failed. The instructions are its run's, as recorded on the session."""
+        async with self._uow(write=False) as uow:
+            session = await uow.sessions.get(agent.session_id)
+            launch = session.state_data.get(LAUNCH)
+            instructions = str(launch.get("instructions") or "") if isinstance(launch, dict) else ""
+            fresh = await self._new_agent(uow, session, kind, agent.run, instructions, agent_id=agent.id)
+        return fresh
+
+    async def _conversation_home(self, agent: Agent) -> str:
+        """The agent whose private CLI home (Codex's CODEX_HOME) holds the conversation `agent` continues: the first
+        of the session that had it (Codex keeps a thread's id when it resumes it), else `agent` itself."""
+        if not agent.resumed_from:
+            return agent.id
+        async with self._uow(write=False) as uow:
+            agents = await uow.agents.of_session(agent.session_id)
+        began = [a for a in agents if a.conversation_id == agent.resumed_from and a.id != agent.id]
+        return min(began, key=lambda a: a.run).id if began else agent.id
 
     async def _after_agent(self, session_id: str) -> None:
         """When the run's last agent ended: work_complete, or fail (or verify anyway) if one failed."""
@@ -216,11 +259,14 @@ class AgentRuns:
                               expected_version=session.version, changes=note)  # fmt: skip
         return cmd
 
-    async def _previous_kinds(self, session_id: str) -> list[AgentType]:
+    async def _previous_run(self, session_id: str) -> list[Agent]:
+        """The agents of the session's last run."""
         async with self._uow(write=False) as uow:
             agents = await uow.agents.of_session(session_id)
         run = max((a.run for a in agents), default=0)
-        return [self._type_or_default(a.agent_type) for a in agents if a.run == run]
+        return [a for a in agents if a.run == run]
 
 
 LAUNCH = "launch"  # state_data key: the agent run a transition owes ({run, agents, instructions}), see `_owed`
+# in a relaunch's LAUNCH: per agent, the conversation of the earlier run's agent it continues (None: afresh)
+CONTINUES = "continue"

@@ -35,15 +35,18 @@ def check_endpoint(runner: AgentRunner, kind: AgentType) -> None:
                            f"(`taskgate doctor` checks it)")  # fmt: skip
 
 
-def prepare(runner: AgentRunner, kind: AgentType, *, folder: str, agent_id: str, worktree: str) -> dict[str, str]:
-    """Write what `kind`'s CLI needs before it starts; returns the variables to add to its environment.
+def prepare(
+    runner: AgentRunner, kind: AgentType, *, folder: str, agent_id: str, worktree: str, home_of: str | None = None
+) -> dict[str, str]:
+    """Write what `kind`'s CLI needs before it starts; returns the variables to add to its environment. `home_of`:
+    the agent whose private CLI home this one uses (the one that began the conversation it continues), else its own.
 
     Raises: InvalidInput when its endpoint is not an http(s) URL (nothing is started)."""
     for name in kind.ignored:  # a `.gitignore` of `*` inside: git ignores the folder, the user's files unchanged
         runner.ignore_in_worktree(worktree, name)
     if kind.setup != "codex":
         return {}
-    home = str(PurePosixPath(folder, f"{agent_id}.codex"))
+    home = str(PurePosixPath(folder, f"{home_of or agent_id}.codex"))  # kept: a later run may continue its threads
     _codex_home(runner, home, agent_environment(runner, kind))
     return {"CODEX_HOME": home}
 

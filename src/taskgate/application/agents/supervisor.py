@@ -6,7 +6,8 @@ queued), then a process in the session's worktree with a token scoped to that se
 per agent keeps its heartbeat, waits for it (timeout, stall and stop end its process group: stopping.py) and
 records how it ended. When every agent of the session's run has ended, `work_complete` fires; a failed agent fails the
 session for the operator (or, with `on_failure = "verify"`, it goes to verifying anyway, with the failure
-noted). `request_changes` relaunches the agents with the operator's instructions as `{instructions}`.
+noted). `request_changes` relaunches the agents with the operator's instructions as `{instructions}`; an agent whose
+CLI can resume (`AgentType.resume`) continues its earlier run's conversation, told only what changed.
 
 Races: all of a session's agent bookkeeping happens in this process's supervising tasks; the "last agent
 ended" check runs under a per-session asyncio lock, and `work_complete` is fired with the version read, so a
@@ -25,7 +26,7 @@ from taskgate.application.agents.hooks import AgentHooks
 from taskgate.application.agents.outputs import OutputService
 from taskgate.application.agents.ports import AgentEndpoint, AgentRunner, RunHooks, Sandboxes
 from taskgate.application.agents.processes import LIVE, AgentProcesses
-from taskgate.application.agents.runs import LAUNCH, AgentRuns
+from taskgate.application.agents.runs import CONTINUES, LAUNCH, AgentRuns
 from taskgate.application.agents.setups import check_endpoint
 from taskgate.application.agents.stopping import AgentStops
 from taskgate.application.operators.access import AccessService
@@ -233,7 +234,8 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
         """request_changes and retry record the relaunch they owe (the previous run's agents, with the operator's
         instructions, or for a retry why the session failed) in their own transaction; `after` then launches
         what was recorded. A workflow session's retry is the workflow engine's: it runs the step again."""
-        kinds = await self._previous_kinds(session.id)
+        previous = await self._previous_run(session.id)
+        kinds = [self._type_or_default(a.agent_type) for a in previous]
         if not kinds or (cmd.trigger == Trigger.RETRY.value and session.workflow_stack):
             return cmd
         changes = dict(cmd.changes or {})
@@ -243,7 +245,10 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
         else:
             instructions = str(data.get("instructions") or session.state_data.get("instructions") or "")
         run = await self._next_run(session.id)
-        data[LAUNCH] = {"run": run, "agents": [k.name for k in kinds], "instructions": instructions}
+        # each agent continues its earlier run's conversation where its CLI can (docs/agents.md, resuming)
+        continues = [a.conversation_id if k.can_resume else None for a, k in zip(previous, kinds, strict=True)]
+        data[LAUNCH] = {"run": run, "agents": [k.name for k in kinds], "instructions": instructions,
+                        CONTINUES: continues}  # fmt: skip
         return replace(cmd, changes={**changes, "state_data": data})
 
     async def after(self, result: FireResult, cmd: FireTrigger) -> Aftermath:

@@ -24,6 +24,8 @@ PLACEHOLDERS = frozenset({"prompt", "task_title", "task_description", "instructi
 MCP_WIRINGS = frozenset({"env", "claude", "codex", "none"})
 # What the agent prints: plain "text", or a CLI's JSON events whose final message, turns and usage are kept.
 OUTPUT_FORMATS = frozenset({"text", "claude-stream-json", "codex-json", "aider"})
+# Only in `resume`: the id of the CLI's own conversation an agent continues (its earlier run reported it)
+CONVERSATION_ID = "conversation_id"
 MAX_ARGUMENT = 100_000
 DEFAULT_STALL_S = 300.0  # minutes, not the hour of `timeout_s`: a CLI retrying a dead endpoint is found in 5
 
@@ -57,6 +59,14 @@ class AgentType:
     # MCP endpoint and its model endpoint (None: only those two)
     network: str | tuple[str, ...] | None = None
     read: tuple[str, ...] = ()  # folders its sandbox shows read-only besides its toolchain
+    # How its CLI continues its own earlier conversation (docs/agents.md, resuming): the argv put right before the
+    # argument holding `{prompt}` (at the end when none does), with `{conversation_id}`; () cannot resume
+    resume: tuple[str, ...] = ()
+
+    @property
+    def can_resume(self) -> bool:
+        """Whether its CLI can continue an earlier run's conversation (it has a `resume` argv)."""
+        return bool(self.resume)
 
     @property
     def takes_prompt(self) -> bool:
@@ -72,6 +82,12 @@ class AgentType:
             check_template(self.prompt, f"agents.{self.name}.prompt")
             if "{prompt}" in self.prompt:
                 raise InvalidInput(f"agents.{self.name}.prompt cannot contain {{prompt}} itself")
+        for part in self.resume:
+            check_template(part, f"agents.{self.name}.resume", known=PLACEHOLDERS | {CONVERSATION_ID})
+        if self.resume and not any("{" + CONVERSATION_ID + "}" in part for part in self.resume):
+            raise InvalidInput(
+                f"agents.{self.name}.resume must hold {{conversation_id}}, the conversation it continues"
+            )
         if self.mcp not in MCP_WIRINGS:
             raise InvalidInput(f"agents.{self.name}.mcp: unknown {self.mcp!r}; known: {', '.join(sorted(MCP_WIRINGS))}")
         if self.output_format not in OUTPUT_FORMATS:
@@ -88,8 +104,8 @@ class AgentType:
         compile_patterns(self.stall_patterns, f"agents.{self.name}.stall_patterns")
 
 
-def check_template(template: str, where: str) -> None:
-    """Raises: InvalidInput naming an unknown placeholder, a format spec, or malformed braces."""
+def check_template(template: str, where: str, known: frozenset[str] = PLACEHOLDERS) -> None:
+    """Raises: InvalidInput naming an unknown placeholder (not in `known`), a format spec, or malformed braces."""
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
@@ -97,9 +113,9 @@ def check_template(template: str, where: str) -> None:
     for _, name, spec, conversion in parsed:
         if name is None:
             continue
-        if name not in PLACEHOLDERS or spec or conversion:
+        if name not in known or spec or conversion:
             raise InvalidInput(
-                f"{where}: unknown placeholder {{{name}}} in {template!r}; known: {', '.join(sorted(PLACEHOLDERS))}"
+                f"{where}: unknown placeholder {{{name}}} in {template!r}; known: {', '.join(sorted(known))}"
             )
 
 
@@ -113,14 +129,34 @@ def render_command(command: Sequence[str], values: Mapping[str, str]) -> list[st
             raise InvalidInput(f"the value of {{{name}}} contains a NUL byte, which no argument can carry")
         if len(value) > MAX_ARGUMENT:
             raise InvalidInput(f"the value of {{{name}}} is longer than {MAX_ARGUMENT} characters")
-    complete = {name: values.get(name, "") for name in PLACEHOLDERS}
+    complete = {name: values.get(name, "") for name in PLACEHOLDERS | {CONVERSATION_ID}}
     return [part.format_map(complete) for part in command]
+
+
+def resuming(command: Sequence[str], resume: Sequence[str]) -> list[str]:
+    """The command template that continues a conversation: `resume` put right before the first argument holding
+    `{prompt}` (Codex's `exec … resume ID PROMPT` takes its options before `resume`, Claude Code's `--resume ID`
+    goes anywhere), or at the end when no argument holds it."""
+    at = next((i for i, part in enumerate(command) if "{prompt}" in part), len(command))
+    return [*command[:at], *resume, *command[at:]]
 
 
 def why_stopped(trigger: str, actor: str, reason: str | None) -> str:
     """What agents are told when a retry brings back work a transition stopped (plain sessions and workflow
     steps alike), e.g. `The previous attempt was stopped (reject by operator:alice): wrong approach`."""
     return f"The previous attempt was stopped ({trigger} by {actor}): {reason or 'no reason given'}"
+
+
+def as_continuation(instructions: str) -> str:
+    """The prompt of an agent that continues its own conversation (`resume`): it remembers the task and its work, so
+    it is told only what happened since (the operator's request, the CI failure, why the session failed)."""
+    what = instructions.strip() or "The operator sent the work back without instructions: check it against the task."
+    return (
+        "You are continuing your earlier work on this task, in this same conversation; your commits are on the "
+        "branch. Since your last message:\n"
+        f"{what}\n"
+        "Change what is asked, commit, and say what you did."
+    )
 
 
 def as_revision(instructions: str) -> str:

@@ -55,6 +55,7 @@ class Preset:
     endpoint: tuple[str, ...] = ()  # variables the model endpoint is read from (by the CLI, or by taskgate for it)
     endpoint_keys: tuple[str, ...] = ()  # credentials of which one must be set when an endpoint variable is
     hosts: tuple[str, ...] = ()  # its vendor's API, reached from its sandbox when no endpoint variable is set
+    resume: tuple[str, ...] = ()  # how it continues its earlier conversation (kinds.AgentType.resume); (): cannot
 
     def agent_type(self) -> AgentType:
         """The preset as an agent type."""
@@ -62,7 +63,7 @@ class Preset:
                          mcp=self.mcp, output_format=self.output_format, needs_one_of=self.needs_one_of,
                          logins=self.logins, stall_s=self.stall_s, stall_patterns=self.stall_patterns,
                          setup=self.setup, ignored=self.ignored, endpoint=self.endpoint,
-                         endpoint_keys=self.endpoint_keys, hosts=self.hosts)  # fmt: skip
+                         endpoint_keys=self.endpoint_keys, hosts=self.hosts, resume=self.resume)  # fmt: skip
 
 
 # What each CLI prints while it retries a model endpoint it cannot reach (seen with Claude Code 2.1.330, Codex
@@ -111,6 +112,8 @@ PRESETS: dict[str, Preset] = {
             mcp="claude",
             output_format="claude-stream-json",
             stall_patterns=_CLAUDE_RETRIES,
+            # its conversation is kept under $HOME/.claude/projects/<worktree>/ and keeps its id when resumed
+            resume=("--resume", "{conversation_id}"),
         ),
         Preset(
             "codex",
@@ -135,6 +138,8 @@ PRESETS: dict[str, Preset] = {
             mcp="codex",
             output_format="codex-json",
             stall_patterns=_CODEX_RETRIES,
+            # `codex exec [options] resume ID PROMPT`: the thread is kept in the CODEX_HOME of the agent that began it
+            resume=("resume", "{conversation_id}"),
         ),
         Preset(
             "aider",

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+import re
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from taskgate.domain.agents.aider import aider_usage
@@ -94,6 +95,40 @@ def parse_report(output_format: str, text: str) -> AgentReport | None:
     except Exception:  # a log is never worth a crash: report nothing instead
         return None
     return None
+
+
+def conversation_of(output_format: str, text: str) -> str | None:
+    """The id of the CLI's own conversation its log names (what `resume` continues), or None: Claude Code's
+    `session_id` (on its `system`/`init` event, each message and its `result`; the last one seen), Codex's
+    `thread_id` (its `thread.started` event). Never raises."""
+    key = {"claude-stream-json": "session_id", "codex-json": "thread_id"}.get(output_format)
+    if key is None:
+        return None
+    try:
+        found = [e.get(key) for e in _events(text) if key == "session_id" or e["type"] == "thread.started"]
+    except Exception:
+        return None
+    ids = [value for value in found if isinstance(value, str) and _CONVERSATION_ID.fullmatch(value)]
+    return ids[-1] if ids else None
+
+
+_CONVERSATION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}")  # a UUID in practice; never an option or a path
+
+
+# Output formats whose usage, in a run that continued a conversation, counts the whole conversation's (Codex 0.169's
+# `turn.completed` after `exec resume`: its first run's tokens plus this run's), not the run's own
+CUMULATIVE_WHEN_RESUMED = frozenset({"codex-json"})
+
+
+def own_share(report: AgentReport, earlier: list[AgentReport]) -> AgentReport:
+    """A resumed run's report with the tokens the conversation's earlier runs reported (each its own share) taken off:
+    what this run spent (`CUMULATIVE_WHEN_RESUMED`). Never below 0."""
+
+    def left(name: str) -> int:
+        return max(0, getattr(report, name) - sum(getattr(e, name) for e in earlier))
+
+    return replace(report, input_tokens=left("input_tokens"), output_tokens=left("output_tokens"),
+                   cache_read_tokens=left("cache_read_tokens"))  # fmt: skip
 
 
 def _events(text: str) -> list[dict[str, Any]]:

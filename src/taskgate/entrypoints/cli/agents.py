@@ -147,7 +147,8 @@ def agents_list(as_json: JsonOpt = False) -> None:
 @agents_app.command("show")
 def agents_show(name: Annotated[str, typer.Argument(help="The agent type.")], as_json: JsonOpt = False) -> None:
     """One agent type in full: its resolved command, environment, credentials, MCP wiring, output format, model
-    endpoint, and what taskgate sets up for it (Codex's own CODEX_HOME; folders made ignored in the worktree)."""
+    endpoint, what taskgate sets up for it (Codex's own CODEX_HOME; folders made ignored in the worktree), and how it
+    continues its own conversation on a rerun (`resume`; empty: it runs afresh)."""
     try:
         settings = load_settings()
         kinds = agent_types(settings)
@@ -159,7 +160,7 @@ def agents_show(name: Annotated[str, typer.Argument(help="The agent type.")], as
     ready = readiness(settings, kind)
     shown = {**ready.__dict__, "command": list(kind.command), "env": dict(kind.env),
              "credentials": list(kind.credentials), "timeout_s": kind.timeout_s, "setup": kind.setup,
-             "ignored": list(kind.ignored)}  # fmt: skip
+             "ignored": list(kind.ignored), "resume": list(kind.resume)}  # fmt: skip
     if as_json:
         render.print_json(shown)
         return

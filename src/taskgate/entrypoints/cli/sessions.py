@@ -176,6 +176,8 @@ def session_show(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt 
         console.print(f"[bold]{'pull request':>17}[/bold]  {escape(render.pull_request_line(pull))}", highlight=False)
     for label, line in render.usage_lines(agents):
         console.print(f"[bold]{label:>17}[/bold]  {escape(line)}", highlight=False)
+    for index, line in enumerate(render.conversation_lines(agents)):  # what each run continued (resuming)
+        console.print(f"[bold]{'conversation' if index == 0 else '':>17}[/bold]  {escape(line)}", highlight=False)
 
 
 @session_app.command("status")

@@ -191,6 +191,15 @@ class AgentOut(BaseModel):
         default=None,
         description="What its CLI said of its run, once it ended (a plain-text agent: its result only, counts 0).",
     )
+    conversation_id: str | None = Field(
+        default=None, description="Its CLI's own conversation (Claude Code's session id, Codex's thread id), if named."
+    )
+    resumed_from: str | None = Field(
+        default=None, description="The earlier run's conversation this run continued (docs/agents.md, resuming)."
+    )
+    resume_failed: str | None = Field(
+        default=None, description="Why continuing the earlier conversation failed; it then ran afresh."
+    )
 
     @classmethod
     def of(cls, a: Agent) -> AgentOut:
@@ -199,6 +208,7 @@ class AgentOut(BaseModel):
             started_at=a.started_at, completed_at=a.completed_at, heartbeat_at=a.heartbeat_at,
             output_path=a.output_path, error=a.error, output_tail=a.output_tail[-1000:],
             report=AgentReportOut.of(a.report), node=a.node_id, ended_by=a.ended_by, sandbox=a.sandbox,
+            conversation_id=a.conversation_id, resumed_from=a.resumed_from, resume_failed=a.resume_failed,
         )  # fmt: skip
 
 

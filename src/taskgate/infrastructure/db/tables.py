@@ -225,6 +225,9 @@ agents = Table(
     Column("process_start", BigInteger, nullable=True),  # the leader's start time, clock ticks since boot (0018)
     Column("ended_by", String(16), nullable=True),  # SIGTERM | SIGKILL: the signal a stop ended it with (0018)
     Column("sandbox", String(1000), nullable=True),  # how it was confined: "bwrap; network …" or "off: why" (0019)
+    Column("conversation_id", String(200), nullable=True),  # its CLI's own conversation (0023)
+    Column("resumed_from", String(200), nullable=True),  # the earlier conversation it continued (0023)
+    Column("resume_failed", Text, nullable=True),  # why continuing it failed: it ran afresh (0023)
     Index("ix_agents_status", "status"),
 )
 
