@@ -55,6 +55,7 @@ from taskgate.domain.dispatching import DispatchCaps
 from taskgate.domain.entities import ApiToken
 from taskgate.domain.errors import TaskgateError
 from taskgate.domain.outputs import OutputLimits
+from taskgate.domain.policies.budget import BudgetCap
 from taskgate.domain.policies.facts import Policy
 from taskgate.domain.sandbox import Limits
 from taskgate.domain.workflows.definitions import Catalogue
@@ -333,7 +334,21 @@ def policy_book(settings: Settings, git: GitOptions | None = None) -> PolicyBook
         for name, p in settings.projects.items()
     }
     git = git or git_options(settings)
-    return PolicyBook(settings.policies.tables(), projects, branch_pattern=git.branch_regex().pattern)
+    budgets = settings.budget_book()
+    extra = [BudgetCap(budgets, presets_of(settings))] if budgets.set else []
+    return PolicyBook(settings.policies.tables(), projects, branch_pattern=git.branch_regex().pattern, extra=extra)
+
+
+def presets_of(settings: Settings) -> dict[str, str]:
+    """Each configured agent type's preset: the one its `[agents.NAME]` table names, the preset of that name, else
+    `custom` (a command of its own). Agent types not configured count as themselves."""
+    found = {}
+    for name, table in settings.agents.items():
+        if table.preset:
+            found[name] = table.preset
+        else:
+            found[name] = name if name in PRESETS and table.command is None else "custom"
+    return found
 
 
 def hook_book(settings: Settings) -> HookBook:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr, field_v
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from taskgate.domain.agents.presets import PRESETS
+from taskgate.domain.budgets import Budgets, parse_budgets
 from taskgate.domain.entities import TaskStatus
 from taskgate.domain.errors import InvalidInput
 
@@ -118,6 +119,7 @@ class ProjectSettings(BaseModel):
     hooks: HooksSettings | None = None
     forge: ForgeSettings | None = None  # unset: the top-level [forge]
     tracker: TrackerSettings | None = None  # unset: the top-level [tracker]
+    budgets: dict[str, Any] | None = None  # over the top-level [budgets] key by key (domain/budgets.py checks it)
 
 
 class ConfiguredToken(BaseModel):
@@ -576,7 +578,20 @@ class Settings(BaseSettings):
     node: NodeSettings = NodeSettings()
     outputs: OutputsSettings = OutputsSettings()
     audit: AuditSettings = AuditSettings()
+    budgets: dict[str, Any] = Field(default_factory=dict)  # spend caps: domain/budgets.py parses and checks them
     config_file: Path | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _budgets_valid(self) -> Settings:
+        try:
+            parse_budgets(self.budgets, {name: p.budgets for name, p in self.projects.items()})
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    def budget_book(self) -> Budgets:
+        """`[budgets]` with each project's own table over it (checked when the settings were loaded)."""
+        return parse_budgets(self.budgets, {name: p.budgets for name, p in self.projects.items()})
 
     @model_validator(mode="after")
     def _agents_have_commands(self) -> Settings:
