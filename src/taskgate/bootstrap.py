@@ -447,6 +447,7 @@ async def bootstrap(
     if extras[0].hooks is not None:
         agents.use_hooks(extras[0].hooks)
     agents.use_sandboxes(sandboxes(settings))
+    agents.use_budgets(settings.budget_book(), presets_of(settings))
     services[0].use_effects(CompositeEffects([services[0].effects, ManifestEffect(outputs)]))
     app.writebacks = WritebackService(uow, clock, project_trackers)
     app.workflows = build_workflows(

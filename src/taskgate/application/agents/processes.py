@@ -81,7 +81,12 @@ class AgentProcesses:
                 # stopped (a cancel, a fail): however the process ended, or failed to start in a worktree the
                 # cancel removed meanwhile, the agent was cancelled, not failed
                 outcome = replace(outcome, reason="cancelled")
+            budget = self._stopped_for_budget(agent)
+            if budget is not None:
+                agent = replace(agent, error=f"stopped: {budget}")
             await self._finish(agent, outcome, notify=True)
+            if budget is not None:
+                await self._suspend_for_budget(agent.session_id, budget)
         except _NotStarted as exc:  # the session moved on (or the agent was stopped) before its process started
             if not exc.ended:
                 await self._finish(agent, AgentExit(None, "cancelled", ""), notify=False, error=str(exc))
@@ -221,6 +226,8 @@ class AgentProcesses:
                 return
             if not live:  # a stop from another process (or node) recorded its end: its process ends here too
                 stop.set()
+                return
+            await self._watch_spend(agent, kind, stop)  # a spend cap reached stops it (application/agents/budgets.py)
 
         assert agent.pid is not None and agent.output_path is not None
         loop = asyncio.get_running_loop()

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
+from taskgate.application.agents.budgets import AgentBudgets
 from taskgate.application.agents.hooks import AgentHooks
 from taskgate.application.agents.outputs import OutputService
 from taskgate.application.agents.ports import AgentEndpoint, AgentRunner, RunHooks, Sandboxes
@@ -36,6 +37,7 @@ from taskgate.application.sessions.effects import NOTHING, Aftermath
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.stalls import ProgressWatch
+from taskgate.domain.budgets import NO_BUDGETS
 from taskgate.domain.entities import Agent, AgentStatus, Project, Session
 from taskgate.domain.errors import InvalidInput
 from taskgate.domain.states import FORGE_ROUNDS, TERMINAL_STATES, SessionState, Trigger
@@ -66,7 +68,7 @@ class Launched:
     agents: list[Agent]
 
 
-class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
+class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks, AgentBudgets):
     """Launches and supervises agents; also the session effects that stop or relaunch them."""
 
     def __init__(
@@ -100,6 +102,7 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
         self._progress: dict[str, ProgressWatch] = {}  # agent id → its stall watch, while it is watched
         self._stalls: dict[str, str] = {}  # agent id → why it stalled, until its end is recorded
         self._sandboxes: Sandboxes | None = None  # None: agents run unconfined (the fakes of the unit tests)
+        self.use_budgets(NO_BUDGETS, {})  # none until the composition root gives them (`use_budgets`)
         for name in options.default_agents:
             self._type(name)
 
