@@ -83,3 +83,10 @@ def test_a_session_cap_reached_mid_run_stops_the_agent_keeps_its_commit_and_susp
         (reason,) = conn.execute("select reason from transition_log where session_id = ? and trigger = 'suspend'",
                                  (sid,)).fetchone()  # fmt: skip
     assert reason.startswith(f"budget: session {sid} spend") and "reached 2000 tokens" in reason
+
+    usage = cli.json("usage")
+    (line,) = [b for b in usage["budgets"] if b["scope"] == "session"]
+    assert (line["key"], line["unit"], line["limit"], line["reserved"]) == (sid, "tokens", 2000, 0)
+    assert line["spent"] >= 2000 and line["used"] >= 1.0
+    table = cli.ok("usage")
+    assert "budgets" in table and sid in table and "2000 tokens" in table

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from contextlib import suppress
 
 from taskgate.application.agents.processes import REPORT_BYTES
+from taskgate.application.agents.usage import spend_of
 from taskgate.application.sessions.commands import FireTrigger
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.reports import parse_report
@@ -66,7 +67,7 @@ class AgentBudgets:
             session = await uow.sessions.get(agent.session_id)
             project = await uow.projects.get(session.project_id)
             agents = await uow.agents.of_project(session.project_id)
-        spent = [Spent(a.session_id, task, a.agent_type, a.completed_at or a.started_at, _amount(a))
+        spent = [Spent(a.session_id, task, a.agent_type, a.completed_at or a.started_at, spend_of(a))
                  for a, task in agents if a.id != agent.id]  # fmt: skip
         spent.append(Spent(agent.session_id, session.task_id, agent.agent_type, now, so_far))
         config = self._budgets.of(project.name)
@@ -107,8 +108,3 @@ class AgentBudgets:
         cmd = FireTrigger(session_id, Trigger.SUSPEND.value, BUDGET_ACTOR, reason)
         with suppress(TaskgateError):  # moved meanwhile (another of its agents suspended it, a cancel)
             await self._sessions.fire(cmd)
-
-
-def _amount(agent: Agent) -> Amount:
-    used = Usage.of(agent.report)
-    return Amount(used.tokens, used.cost_usd or 0.0)
