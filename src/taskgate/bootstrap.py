@@ -245,7 +245,7 @@ def agent_types(settings: Settings) -> dict[str, AgentType]:
     for name, table in settings.agents.items():
         base = PRESETS[table.preset or name].agent_type() if (table.preset or name) in PRESETS else None
         changes = table.changes()
-        for key in ("command", "credentials", "stall_patterns", "ignored", "read"):
+        for key in ("command", "credentials", "stall_patterns", "quota_patterns", "ignored", "read"):
             if key in changes:
                 changes[key] = tuple(changes[key])
         if isinstance(changes.get("network"), list):

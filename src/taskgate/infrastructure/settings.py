@@ -445,6 +445,10 @@ class AgentSettings(BaseModel):
     # No progress for this long: stalled (an event, an escalation, a stop; docs/agents.md). 0: never.
     stall_s: float | None = Field(default=None, ge=0, le=7 * 86_400)
     stall_patterns: list[str] | None = None  # regular expressions of output lines that are not progress
+    # a failed run ending with such a line (a 429, a usage limit) is launched again after a back-off (docs/budgets.md)
+    quota_patterns: list[str] | None = None
+    quota_retries: int | None = Field(default=None, ge=0, le=100)
+    quota_wait_s: float | None = Field(default=None, ge=0, le=86_400)
     # folders the CLI keeps in the worktree's top that git must ignore (a `.gitignore` of `*` is put in each)
     ignored: list[str] | None = None
     # its sandbox (docs/agents.md): "none", "open", or `host:port` entries allowed besides taskgate's MCP endpoint

@@ -17,6 +17,7 @@ from taskgate.application.agents.setups import prepare
 from taskgate.application.ports import UnitOfWork
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
+from taskgate.domain.agents.quota import QUOTA_RETRIED
 from taskgate.domain.agents.reports import AgentReport, parse_report
 from taskgate.domain.agents.setups import inside_sandbox
 from taskgate.domain.agents.stalls import ProgressWatch
@@ -84,9 +85,15 @@ class AgentProcesses:
             budget = self._stopped_for_budget(agent)
             if budget is not None:
                 agent = replace(agent, error=f"stopped: {budget}")
-            await self._finish(agent, outcome, notify=True)
+            quota = await self._quota_line(agent, kind, outcome, stop)  # a 429: waits and runs again (quotas.py)
+            if quota is not None:
+                agent = replace(agent, error=f"{QUOTA_RETRIED}after a wait: {quota}")
+                outcome = replace(outcome, reason="cancelled")
+            await self._finish(agent, outcome, notify=quota is None)
             if budget is not None:
                 await self._suspend_for_budget(agent.session_id, budget)
+            if quota is not None:
+                await self._relaunch_after_quota(agent, kind, quota, stop)
         except _NotStarted as exc:  # the session moved on (or the agent was stopped) before its process started
             if not exc.ended:
                 await self._finish(agent, AgentExit(None, "cancelled", ""), notify=False, error=str(exc))

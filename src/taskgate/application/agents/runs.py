@@ -17,6 +17,7 @@ from taskgate.application.sessions import crashpoints
 from taskgate.application.sessions.commands import SYSTEM_ACTOR, FireTrigger
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType, as_revision, render_command, why_stopped
+from taskgate.domain.agents.quota import superseded
 from taskgate.domain.entities import Agent, AgentStatus, Session
 from taskgate.domain.errors import ConflictError, InvalidInput, InvalidTransition, TaskgateError
 from taskgate.domain.states import SessionState, Trigger
@@ -192,7 +193,7 @@ class AgentRuns:
             current = [a for a in agents if a.run == run]
             if session.state != SessionState.EXECUTING or any(a.status in LIVE for a in current):
                 return
-            failed = [a for a in current if a.status != AgentStatus.COMPLETED]
+            failed = [a for a in current if a.status != AgentStatus.COMPLETED and not superseded(a)]
             crashpoints.reached("agents.ended")
             await self._conclude(session, failed)
 

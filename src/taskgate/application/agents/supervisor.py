@@ -26,6 +26,7 @@ from taskgate.application.agents.hooks import AgentHooks
 from taskgate.application.agents.outputs import OutputService
 from taskgate.application.agents.ports import AgentEndpoint, AgentRunner, RunHooks, Sandboxes
 from taskgate.application.agents.processes import LIVE, AgentProcesses
+from taskgate.application.agents.quotas import AgentQuotas
 from taskgate.application.agents.runs import LAUNCH, AgentRuns
 from taskgate.application.agents.setups import check_endpoint
 from taskgate.application.agents.stopping import AgentStops
@@ -36,6 +37,7 @@ from taskgate.application.sessions.commands import FireResult, FireTrigger
 from taskgate.application.sessions.effects import NOTHING, Aftermath
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
+from taskgate.domain.agents.quota import superseded
 from taskgate.domain.agents.stalls import ProgressWatch
 from taskgate.domain.budgets import NO_BUDGETS
 from taskgate.domain.entities import Agent, AgentStatus, Project, Session
@@ -68,7 +70,7 @@ class Launched:
     agents: list[Agent]
 
 
-class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks, AgentBudgets):
+class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks, AgentBudgets, AgentQuotas):
     """Launches and supervises agents; also the session effects that stop or relaunch them."""
 
     def __init__(
@@ -275,7 +277,8 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks, AgentBudge
         if not current or any(a.status in LIVE for a in current):
             return NOTHING  # nothing ran (an older release's execute) or still running: the sweeper watches it
         # the follow-up, not a fire: the engine resumes under the session's lock and fires it itself
-        return Aftermath(self._conclusion(session, [a for a in current if a.status != AgentStatus.COMPLETED]))
+        failed = [a for a in current if a.status != AgentStatus.COMPLETED and not superseded(a)]
+        return Aftermath(self._conclusion(session, failed))
 
     # -- internals ---------------------------------------------------------------------------------------------
 
