@@ -25,6 +25,11 @@ def say(n):
                "usage": {"input_tokens": 300, "output_tokens": 100}}
     print(json.dumps({"type": "assistant", "message": message}), flush=True)
 
+import os
+if os.path.exists("work.txt"):  # resumed after the budget was raised: finish
+    print(json.dumps({"type": "result", "is_error": False, "num_turns": 1, "result": "finished",
+                      "usage": {"input_tokens": 10, "output_tokens": 5}}), flush=True)
+    sys.exit(0)
 say(0)
 with open("work.txt", "w") as f:
     f.write("the agent's work\n")
@@ -59,7 +64,9 @@ def events(cli: Cli, sid: str) -> list[tuple[str, dict]]:
     return [(kind, json.loads(payload)) for kind, payload in rows]
 
 
-def test_a_session_cap_reached_mid_run_stops_the_agent_keeps_its_commit_and_suspends_the_session(workspace):
+def test_a_session_cap_reached_mid_run_stops_the_agent_keeps_its_commit_and_suspends_the_session_until_raised(
+    workspace,
+):
     cli = workspace
     sid = cli.json("session", "start", "DEMO-1")["id"]
 
@@ -90,3 +97,13 @@ def test_a_session_cap_reached_mid_run_stops_the_agent_keeps_its_commit_and_susp
     assert line["spent"] >= 2000 and line["used"] >= 1.0
     table = cli.ok("usage")
     assert "budgets" in table and sid in table and "2000 tokens" in table
+
+    refused = cli.fails("session", "fire", sid, "resume")
+    assert "budget: session" in refused and "exceeds 2000 tokens" in refused
+    config = Path(cli.env["TASKGATE_CONFIG"])
+    config.write_text(config.read_text().replace("session = {tokens = 2000}", "session = {tokens = 1000000}"))
+    cli.ok("session", "fire", sid, "resume")
+    resumed = cli.json("session", "status", sid)
+    assert resumed["state"] == "verifying", resumed
+    assert [a["status"] for a in resumed["agents"]] == ["cancelled", "completed"]
+    assert resumed["agents"][1]["run"] == agent["run"] + 1

@@ -18,19 +18,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from contextlib import suppress
+from dataclasses import replace
 
 from taskgate.application.agents.processes import REPORT_BYTES
+from taskgate.application.agents.runs import LAUNCH
 from taskgate.application.agents.usage import spend_of
 from taskgate.application.sessions.commands import FireTrigger
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.agents.reports import parse_report
 from taskgate.domain.agents.usage import Usage
 from taskgate.domain.budgets import NO_BUDGETS, Amount, Budgets, Crossing, Spent, Subject, crossings, lines
-from taskgate.domain.entities import Agent
+from taskgate.domain.entities import Agent, Session
 from taskgate.domain.errors import TaskgateError, WrongNode
-from taskgate.domain.states import Trigger
+from taskgate.domain.states import SessionState, Trigger
 
 BUDGET_ACTOR = "system:budget"
+BUDGET_STOP = "budget_stop"  # state_data key: the budget a suspended session's agents were stopped for
 
 
 class AgentBudgets:
@@ -104,7 +107,27 @@ class AgentBudgets:
         return self._budget_stops.pop(agent.id, None) if self._budgets.set else None
 
     async def _suspend_for_budget(self, session_id: str, reason: str) -> None:
-        """The session waits for the operator: suspended with the budget as the reason (its work stays)."""
-        cmd = FireTrigger(session_id, Trigger.SUSPEND.value, BUDGET_ACTOR, reason)
+        """The session waits for the operator: suspended with the budget as the reason (its work stays), and the
+        stop remembered (`BUDGET_STOP`) so that its `resume` launches the stopped run's agents again."""
+        cmd = FireTrigger(session_id, Trigger.SUSPEND.value, BUDGET_ACTOR, reason,
+                          changes={"state_data": {BUDGET_STOP: reason}})  # fmt: skip
         with suppress(TaskgateError):  # moved meanwhile (another of its agents suspended it, a cancel)
             await self._sessions.fire(cmd)
+
+    async def _resume_after_budget(self, session: Session, cmd: FireTrigger) -> FireTrigger:
+        """A `resume` of a session a budget stopped while executing records the relaunch of the stopped run's agents
+        (in the resume's own transaction, as a retry records its relaunch); `after` launches it."""
+        stopped = session.state_data.get(BUDGET_STOP)
+        if not stopped or session.workflow_stack or session.prior_state != SessionState.EXECUTING:
+            return cmd
+        kinds = await self._previous_kinds(session.id)
+        if not kinds:
+            return cmd
+        changes = dict(cmd.changes or {})
+        data = dict(changes.get("state_data") or {})
+        instructions = f"You were stopped when a budget was reached ({stopped}); your commits are on the branch. " \
+                       "Go on with the task from where it stands."  # fmt: skip
+        data[LAUNCH] = {"run": await self._next_run(session.id), "agents": [k.name for k in kinds],
+                        "instructions": instructions}  # fmt: skip
+        data[BUDGET_STOP] = None
+        return replace(cmd, changes={**changes, "state_data": data})

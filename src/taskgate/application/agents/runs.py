@@ -221,7 +221,7 @@ class AgentRuns:
         async with self._uow(write=False) as uow:
             agents = await uow.agents.of_session(session_id)
         run = max((a.run for a in agents), default=0)
-        return [self._type_or_default(a.agent_type) for a in agents if a.run == run]
+        return [self._type_or_default(a.agent_type) for a in agents if a.run == run and not superseded(a)]
 
 
 LAUNCH = "launch"  # state_data key: the agent run a transition owes ({run, agents, instructions}), see `_owed`

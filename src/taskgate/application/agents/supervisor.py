@@ -232,12 +232,15 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks, AgentBudge
         return None  # agents are checked when they are launched (`check_installed`)
 
     def wants_before(self, trigger: Trigger) -> bool:
-        return trigger in _RELAUNCH_ON
+        return trigger in _RELAUNCH_ON or trigger == Trigger.RESUME
 
     async def before(self, session: Session, cmd: FireTrigger) -> FireTrigger:
         """request_changes and retry record the relaunch they owe (the previous run's agents, with the operator's
         instructions, or for a retry why the session failed) in their own transaction; `after` then launches
-        what was recorded. A workflow session's retry is the workflow engine's: it runs the step again."""
+        what was recorded. A workflow session's retry is the workflow engine's: it runs the step again. A resume
+        relaunches only the run a budget stopped (application/agents/budgets.py)."""
+        if cmd.trigger == Trigger.RESUME.value:
+            return await self._resume_after_budget(session, cmd)
         kinds = await self._previous_kinds(session.id)
         if not kinds or (cmd.trigger == Trigger.RETRY.value and session.workflow_stack):
             return cmd
@@ -258,6 +261,8 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks, AgentBudge
         elif trigger in _RELAUNCH_ON:
             crashpoints.reached("decide.request_changes" if trigger == Trigger.REQUEST_CHANGES else "retry.recorded")
             await self._launch_owed(result.session)
+        elif trigger == Trigger.RESUME and result.session.state == SessionState.EXECUTING:
+            await self._launch_owed(result.session)  # the run a budget stopped, when its resume recorded one
         if result.session.state in TERMINAL_STATES and self._sandboxes is not None:
             await self._sandboxes.discard(result.session.id)  # its agents ended and their work came home
         return NOTHING
