@@ -83,9 +83,12 @@ _AIDER_RETRIES = (
 
 # What each CLI says when the model API refuses for a rate limit, a usage limit or a quota (domain/agents/quota.py).
 _QUOTA_WORDS = r"(\b429\b|[Rr]ate[ _-]?limit|[Uu]sage limit|[Qq]uota)"
-_CLAUDE_QUOTA = (
-    r'"subtype"\s*:\s*"api_retry".*("error_status"\s*:\s*429|"error"\s*:\s*"rate_limit")',
-    r'"type"\s*:\s*"result".*' + _QUOTA_WORDS,
+_CLAUDE_QUOTA = (  # keys in any order: its `result` line ends with "type" (seen with Claude Code 2.1.330)
+    r'"error_status"\s*:\s*429',  # an api_retry event
+    r'"error"\s*:\s*"rate_limit"',
+    r'"api_error_status"\s*:\s*429',  # the result of a run that gave up
+    r'"api_error_type"\s*:\s*"rate_limit_error"',
+    r'"result"\s*:\s*"[^"]*([Uu]sage limit|[Rr]ate limit|[Qq]uota)',
 )
 _CODEX_QUOTA = (r'"type"\s*:\s*"(error|turn\.failed)".*' + _QUOTA_WORDS,)
 _AIDER_QUOTA = (r"litellm\.RateLimitError", r"RateLimitError")
