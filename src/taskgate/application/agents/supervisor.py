@@ -232,7 +232,8 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks, AgentBudge
         return None  # agents are checked when they are launched (`check_installed`)
 
     def wants_before(self, trigger: Trigger) -> bool:
-        return trigger in _RELAUNCH_ON or trigger == Trigger.RESUME
+        # resume: the run a budget stopped (only with budgets set: else a resume reads nothing before it)
+        return trigger in _RELAUNCH_ON or (trigger == Trigger.RESUME and self._budgets.set)
 
     async def before(self, session: Session, cmd: FireTrigger) -> FireTrigger:
         """request_changes and retry record the relaunch they owe (the previous run's agents, with the operator's
