@@ -38,6 +38,12 @@ def test_other_failures_and_talk_of_rate_limits_long_before_the_end_are_not_quot
     assert quota_error(patterns, early) is None
 
 
+def test_a_long_event_is_cut_around_what_matched():
+    line = json.dumps({"usage": "x" * 1000, "api_error_status": 429, "type": "result"})
+    found = quota_error(PRESETS["claude"].quota_patterns, line)
+    assert found is not None and len(found) == 300 and '"api_error_status": 429' in found
+
+
 def test_the_back_off_doubles_each_attempt_up_to_its_cap():
     assert [backoff_s(30, n) for n in (1, 2, 3)] == [30, 60, 120]
     assert backoff_s(30, 20) == 900

@@ -31,13 +31,17 @@ def superseded(agent: Agent) -> bool:
 
 
 def quota_error(patterns: Sequence[str], log: str, *, tail: int = QUOTA_TAIL_LINES) -> str | None:
-    """The last line of `log`'s end that matches one of `patterns` (cut to 300 characters), or None."""
+    """The last line of `log`'s end that matches one of `patterns`, or None. A line over 300 characters (a JSON event)
+    is cut to the 300 around what matched."""
     if not patterns:
         return None
     compiled = [re.compile(p) for p in patterns]
     for line in reversed(log.splitlines()[-tail:]):
-        if any(p.search(line) for p in compiled):
-            return line.strip()[:300]
+        line = line.strip()
+        found = next((m for p in compiled if (m := p.search(line))), None)
+        if found is not None:
+            start = max(0, min(found.start() - 100, len(line) - 300))
+            return line[start : start + 300]
     return None
 
 
