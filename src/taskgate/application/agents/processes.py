@@ -234,7 +234,10 @@ class AgentProcesses:
             if not live:  # a stop from another process (or node) recorded its end: its process ends here too
                 stop.set()
                 return
-            await self._watch_spend(agent, kind, stop)  # a spend cap reached stops it (application/agents/budgets.py)
+            try:  # a spend cap reached stops it (application/agents/budgets.py)
+                await self._watch_spend(agent, kind, stop)
+            except TaskgateError as exc:  # the check is retried at the next beat; the agent is never lost over it
+                _log.warning("agent %s: its spend could not be checked: %s", agent.id, exc)
 
         assert agent.pid is not None and agent.output_path is not None
         loop = asyncio.get_running_loop()
