@@ -105,5 +105,6 @@ def test_a_session_cap_reached_mid_run_stops_the_agent_keeps_its_commit_and_susp
     cli.ok("session", "fire", sid, "resume")
     resumed = cli.json("session", "status", sid)
     assert resumed["state"] == "verifying", resumed
-    assert [a["status"] for a in resumed["agents"]] == ["cancelled", "completed"]
-    assert resumed["agents"][1]["run"] == agent["run"] + 1
+    by_start = sorted(resumed["agents"], key=lambda a: a["started_at"])  # agents are listed by id
+    assert [a["status"] for a in by_start] == ["cancelled", "completed"] and by_start[0]["id"] == agent["id"]
+    assert by_start[1]["run"] == agent["run"] + 1

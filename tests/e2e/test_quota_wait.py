@@ -69,7 +69,7 @@ def test_a_rate_limited_run_waits_and_runs_again_and_its_second_run_completes_th
 
     status = cli.json("session", "status", sid)
     assert status["state"] == "verifying", status
-    first, second = status["agents"]
+    first, second = sorted(status["agents"], key=lambda a: a["started_at"])  # agents are listed by id
     assert first["status"] == "cancelled" and first["error"].startswith("quota: retried after a wait:")
     assert "429" in first["error"] and second["status"] == "completed" and second["run"] == first["run"]
     (wait,) = events(cli, sid, "agent.quota_wait")

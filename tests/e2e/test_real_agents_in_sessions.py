@@ -209,7 +209,7 @@ def test_a_model_answering_429_is_a_quota_wait_and_the_relaunch_after_it_does_th
                 execute.kill()
     status = user.json("session", "status", sid)
     assert status["state"] == "verifying", status
-    first, second = status["agents"]
+    first, second = sorted(status["agents"], key=lambda a: a["started_at"])  # agents are listed by id
     assert first["status"] == "cancelled" and "429" in first["error"], first
     assert second["status"] == "completed" and second["run"] == first["run"]
     assert COMMITS[cli] in git(user.repo, "log", "--format=%s", status["branch_name"]).splitlines()

@@ -76,7 +76,10 @@ class AgentBudgets:
         config = self._budgets.of(project.name)
         subject = Subject(session.id, session.task_id, project.name)
         preset_of = lambda name: self._presets.get(name, name)  # noqa: E731
-        return crossings(config, lines(config, subject, spent, [], now.date(), preset_of))
+        mine = preset_of(agent.agent_type)  # a preset's caps stop only that preset's agents
+        caps = [line for line in lines(config, subject, spent, [], now.date(), preset_of)
+                if " " not in line.scope or line.scope.split(" ")[0] == mine]  # fmt: skip
+        return crossings(config, caps)
 
     def _first_warning(self, crossing: Crossing) -> bool:
         key = (crossing.line.scope, crossing.line.key, crossing.line.unit)
