@@ -284,6 +284,8 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks, AgentBudge
             return NOTHING  # nothing ran (an older release's execute) or still running: the sweeper watches it
         # the follow-up, not a fire: the engine resumes under the session's lock and fires it itself
         failed = [a for a in current if a.status != AgentStatus.COMPLETED and not superseded(a)]
+        if all(superseded(a) for a in current):  # cut off in a quota wait, before its relaunch: not a success
+            failed = current
         return Aftermath(self._conclusion(session, failed))
 
     # -- internals ---------------------------------------------------------------------------------------------
