@@ -126,7 +126,7 @@ class InMemoryProjectRepository(_Repo):
         self.store.projects[project.id] = project
         return copy.deepcopy(project)
 
-    async def get(self, project_id: int) -> Project:
+    async def get(self, project_id: int, *, lock: bool = False) -> Project:
         if project_id not in self.store.projects:
             raise ProjectNotFound(project_id)
         return copy.deepcopy(self.store.projects[project_id])
@@ -1281,6 +1281,12 @@ class InMemoryAgentRepository(_Repo):
             if a.status == AgentStatus.RUNNING and (seen := last_seen(a)) is not None and seen < before
         ]
         return [copy.deepcopy(a) for a in sorted(found, key=lambda a: (a.session_id, a.id))]
+
+    async def of_project(self, project_id: int) -> list[tuple[Agent, str]]:
+        sessions = self.store.sessions
+        found = [a for a in self.store.agents.values()
+                 if a.session_id in sessions and sessions[a.session_id].project_id == project_id]  # fmt: skip
+        return [(copy.deepcopy(a), sessions[a.session_id].task_id) for a in sorted(found, key=lambda a: a.id)]
 
     async def ended(self, *, project_id: int | None = None, since: datetime | None = None) -> list[tuple[Agent, str]]:
         sessions = self.store.sessions

@@ -59,6 +59,7 @@ from taskgate.domain.dispatching import DispatchCaps
 from taskgate.domain.entities import ApiToken, Compensation
 from taskgate.domain.errors import ConcurrentModification, InvalidTransition, TaskgateError
 from taskgate.domain.outputs import OutputLimits
+from taskgate.domain.policies.budget import BudgetCap
 from taskgate.domain.policies.facts import Policy
 from taskgate.domain.questions import Question
 from taskgate.domain.sandbox import Limits
@@ -251,7 +252,7 @@ def agent_types(settings: Settings) -> dict[str, AgentType]:
     for name, table in settings.agents.items():
         base = PRESETS[table.preset or name].agent_type() if (table.preset or name) in PRESETS else None
         changes = table.changes()
-        for key in ("command", "credentials", "stall_patterns", "ignored", "read", "resume"):
+        for key in ("command", "credentials", "stall_patterns", "quota_patterns", "ignored", "read", "resume"):
             if key in changes:
                 changes[key] = tuple(changes[key])
         if isinstance(changes.get("network"), list):
@@ -340,7 +341,21 @@ def policy_book(settings: Settings, git: GitOptions | None = None) -> PolicyBook
         for name, p in settings.projects.items()
     }
     git = git or git_options(settings)
-    return PolicyBook(settings.policies.tables(), projects, branch_pattern=git.branch_regex().pattern)
+    budgets = settings.budget_book()
+    extra = [BudgetCap(budgets, presets_of(settings))] if budgets.set else []
+    return PolicyBook(settings.policies.tables(), projects, branch_pattern=git.branch_regex().pattern, extra=extra)
+
+
+def presets_of(settings: Settings) -> dict[str, str]:
+    """Each configured agent type's preset: the one its `[agents.NAME]` table names, the preset of that name, else
+    `custom` (a command of its own). Agent types not configured count as themselves."""
+    found = {}
+    for name, table in settings.agents.items():
+        if table.preset:
+            found[name] = table.preset
+        else:
+            found[name] = name if name in PRESETS and table.command is None else "custom"
+    return found
 
 
 def hook_book(settings: Settings) -> HookBook:
@@ -439,6 +454,7 @@ async def bootstrap(
     if extras[0].hooks is not None:
         agents.use_hooks(extras[0].hooks)
     agents.use_sandboxes(sandboxes(settings))
+    agents.use_budgets(settings.budget_book(), presets_of(settings))
     services[0].use_effects(CompositeEffects([services[0].effects, ManifestEffect(outputs)]))
     app.writebacks = WritebackService(uow, clock, project_trackers)
     app.workflows = build_workflows(

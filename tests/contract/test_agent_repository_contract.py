@@ -97,7 +97,7 @@ async def test_an_agents_end_is_written_once_and_its_signal_once(services, git_r
     )  # fmt: skip
 
 
-async def test_ended_agents_are_listed_with_their_task_by_project_and_end_time(services, git_repo: Path):
+async def test_ended_agents_and_every_agent_of_a_project_are_listed_with_their_task(services, git_repo: Path):
     seeded = await seed(services, git_repo, tasks=2)
     one, two = [await start(services, task) for task in seeded.tasks]
     hour = timedelta(hours=1)
@@ -113,6 +113,11 @@ async def test_ended_agents_are_listed_with_their_task_by_project_and_end_time(s
         assert [a.id for a, _ in await uow.agents.ended(since=T0)] == ["e-1"]
         assert [a.id for a, _ in await uow.agents.ended(project_id=one.project_id)] == ["e-1", "e-2"][::-1]
         assert await uow.agents.ended(project_id=one.project_id + 1000) == []
+        assert [(a.id, task) for a, task in await uow.agents.of_project(one.project_id)] == [
+            ("e-1", one.task_id), ("e-2", two.task_id), ("e-3", two.task_id),
+        ]  # fmt: skip
+        assert await uow.agents.of_project(one.project_id + 1000) == []
+        assert (await uow.projects.get(one.project_id, lock=False)).id == one.project_id
 
 
 async def test_the_conversation_an_agent_had_and_the_one_it_continued_are_stored_and_updated(services, git_repo: Path):

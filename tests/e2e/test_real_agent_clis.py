@@ -38,6 +38,7 @@ import pytest
 
 from taskgate.domain.agents.kinds import render_command
 from taskgate.domain.agents.presets import PRESETS
+from taskgate.domain.agents.quota import quota_error
 from taskgate.domain.agents.reports import parse_report
 from taskgate.domain.agents.setups import IGNORE_ALL, codex_config
 from tests.support.agent_clis import require_cli
@@ -285,6 +286,10 @@ def test_model_errors_end_the_run_with_a_non_zero_exit(
     assert git_log(workspace.repo) == ""
     final = json_lines(result.stdout)[-1]
     status = script.removeprefix("error")
+    # the preset's quota patterns take the 429 for a quota wait (docs/budgets.md), and the 500 for a failure
+    assert (quota_error(PRESETS[cli].quota_patterns, result.stdout) is not None) == (script == "error429"), [
+        line for line in result.stdout.splitlines() if '"result"' in line or "error" in line
+    ]
     if cli == "claude":
         assert final["type"] == "result" and final["is_error"] is True
         assert final["api_error_status"] == int(status)

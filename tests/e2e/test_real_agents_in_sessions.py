@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.test_cli import TASKGATE
 from tests.e2e.test_init import User, fresh_repo, git
 from tests.support.agent_clis import require_cli, user_variables
 from tests.support.model_server import COMMIT_MESSAGE, FINAL_TEXT, INPUT_TOKENS, SAVE_ARGUMENTS, ModelServer
@@ -180,3 +181,35 @@ def test_in_a_workflow_a_failing_model_uses_the_steps_retries_then_its_on_error(
     runs = [(r["step_id"], r["attempt"], r["status"]) for r in user.json("workflow", "steps", sid)]
     assert runs == [("work", 1, "failed"), ("work", 2, "failed"), ("fallback", 1, "succeeded")], runs
     assert user.json("session", "show", sid)["state"] == "verifying"
+
+
+@pytest.mark.parametrize("cli", ["claude", "codex"])
+def test_a_model_answering_429_is_a_quota_wait_and_the_relaunch_after_it_does_the_work(tmp_path: Path, cli: str):
+    """The real CLI refused with 429 exits 1; its preset's quota_patterns take it for a quota error, taskgate waits
+    (an `agent.quota_wait` event) and launches it again; the model answers by then, and the second run's commit
+    takes the session to verifying (docs/budgets.md#quota-waits)."""
+    table = f"[agents.{cli}]\nquota_wait_s = 2\n" + (
+        'env = { CLAUDE_CODE_MAX_RETRIES = "0" }\n' if cli == "claude" else ""
+    )
+    with ModelServer("error429") as model:
+        user = set_up(tmp_path, cli, model, table=table)
+        sid = session_for(user, "Say hello")
+        execute = subprocess.Popen([TASKGATE, "session", "execute", sid, "--agent", cli], cwd=user.repo,
+                                   env=user.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 90
+            while not any((a["error"] or "").startswith("quota: retried") for a in
+                          user.json("session", "status", sid)["agents"]):  # fmt: skip
+                assert execute.poll() is None and time.monotonic() < deadline, execute.communicate()
+                time.sleep(0.2)
+            model.script = "ok"  # the quota is back before the back-off ends
+            execute.communicate(timeout=110)
+        finally:
+            if execute.poll() is None:
+                execute.kill()
+    status = user.json("session", "status", sid)
+    assert status["state"] == "verifying", status
+    first, second = sorted(status["agents"], key=lambda a: a["started_at"])  # agents are listed by id
+    assert first["status"] == "cancelled" and "429" in first["error"], first
+    assert second["status"] == "completed" and second["run"] == first["run"]
+    assert COMMITS[cli] in git(user.repo, "log", "--format=%s", status["branch_name"]).splitlines()

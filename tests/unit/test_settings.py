@@ -129,3 +129,27 @@ def test_a_forge_is_configured_per_project_or_for_all(tmp_path):
     write_config(tmp_path, '[forge]\nkind = "gitlab"\n')
     with pytest.raises(InvalidInput, match=r"forge\.kind"):
         load_settings(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("[budgets]\nday = {usd = -1}\n", "budgets.day.usd: must be a positive number, not -1"),
+        ("[budgets]\nsession = {tokens = 0}\n", "budgets.session.tokens: must be a positive whole number, not 0"),
+        ("[budgets]\nmonthly = {usd = 5}\n", "budgets.monthly: unknown key"),
+        ("[projects.shop]\nbudgets = {task = {euros = 3}}\n", "projects.shop.budgets.task.euros: unknown key"),
+    ],
+)
+def test_a_bad_budget_names_its_key_and_the_file(tmp_path, text, field):
+    write_config(tmp_path, text)
+    with pytest.raises(InvalidInput) as raised:
+        load_settings(tmp_path)
+    assert field in str(raised.value) and "taskgate.toml" in str(raised.value)
+
+
+def test_budgets_are_read_with_a_projects_own_table_over_them(tmp_path):
+    write_config(tmp_path, "[budgets]\nday = {usd = 5.0}\nexpected = {usd = 1.0}\n\n"
+                           "[projects.shop.budgets]\nday = {usd = 50}\n")  # fmt: skip
+    budgets = load_settings(tmp_path).budget_book()
+    assert budgets.of("shop").caps.day.usd == 50.0 and budgets.of("other").caps.day.usd == 5.0
+    assert budgets.of("shop").expected.usd == 1.0

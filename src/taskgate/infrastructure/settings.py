@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr, field_v
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from taskgate.domain.agents.presets import PRESETS
+from taskgate.domain.budgets import Budgets, parse_budgets
 from taskgate.domain.entities import TaskStatus
 from taskgate.domain.errors import InvalidInput
 
@@ -180,6 +181,7 @@ class ProjectSettings(BaseModel):
     forge: ForgeSettings | None = None  # unset: the top-level [forge]
     tracker: TrackerSettings | None = None  # unset: the top-level [tracker]
     notify: ProjectNotifySettings | None = None  # unset: the top-level [notify] channels only
+    budgets: dict[str, Any] | None = None  # over the top-level [budgets] key by key (domain/budgets.py checks it)
 
 
 class ConfiguredToken(BaseModel):
@@ -517,6 +519,10 @@ class AgentSettings(BaseModel):
     # No progress for this long: stalled (an event, an escalation, a stop; docs/agents.md). 0: never.
     stall_s: float | None = Field(default=None, ge=0, le=7 * 86_400)
     stall_patterns: list[str] | None = None  # regular expressions of output lines that are not progress
+    # a failed run ending with such a line (a 429, a usage limit) is launched again after a back-off (docs/budgets.md)
+    quota_patterns: list[str] | None = None
+    quota_retries: int | None = Field(default=None, ge=0, le=100)
+    quota_wait_s: float | None = Field(default=None, ge=0, le=86_400)
     # folders the CLI keeps in the worktree's top that git must ignore (a `.gitignore` of `*` is put in each)
     ignored: list[str] | None = None
     # its sandbox (docs/agents.md): "none", "open", or `host:port` entries allowed besides taskgate's MCP endpoint
@@ -655,7 +661,20 @@ class Settings(BaseSettings):
     node: NodeSettings = NodeSettings()
     outputs: OutputsSettings = OutputsSettings()
     audit: AuditSettings = AuditSettings()
+    budgets: dict[str, Any] = Field(default_factory=dict)  # spend caps: domain/budgets.py parses and checks them
     config_file: Path | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _budgets_valid(self) -> Settings:
+        try:
+            parse_budgets(self.budgets, {name: p.budgets for name, p in self.projects.items()})
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    def budget_book(self) -> Budgets:
+        """`[budgets]` with each project's own table over it (checked when the settings were loaded)."""
+        return parse_budgets(self.budgets, {name: p.budgets for name, p in self.projects.items()})
 
     @model_validator(mode="after")
     def _agents_have_commands(self) -> Settings:

@@ -60,6 +60,9 @@ class AgentRepository(Protocol):
         """Running agents whose last sign of life (heartbeat_at, else started_at) is older than `before`, by
         session then id. Agents with neither timestamp are left out: nothing says when they were last alive."""
 
+    async def of_project(self, project_id: int) -> list[tuple[Agent, str]]:
+        """Every agent of the project's sessions (ended or not), each with its task id (what budgets count)."""
+
     async def ended(self, *, project_id: int | None = None, since: datetime | None = None) -> list[tuple[Agent, str]]:
         """Agents that ended (`completed_at` set), each with the task id of its session, by end time then id: of
         the project `project_id` and ended at or after `since`, when given (what `taskgate usage` sums)."""

@@ -17,6 +17,7 @@ from taskgate.application.agents.setups import prepare
 from taskgate.application.ports import UnitOfWork
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
+from taskgate.domain.agents.quota import QUOTA_RETRIED
 from taskgate.domain.agents.reports import (
     CUMULATIVE_WHEN_RESUMED,
     AgentReport,
@@ -89,7 +90,18 @@ class AgentProcesses:
                 # stopped (a cancel, a fail): however the process ended, or failed to start in a worktree the
                 # cancel removed meanwhile, the agent was cancelled, not failed
                 outcome = replace(outcome, reason="cancelled")
-            await self._finish(agent, outcome, notify=True)
+            budget = self._stopped_for_budget(agent)
+            if budget is not None:
+                agent = replace(agent, error=f"stopped: {budget}")
+            quota = await self._quota_line(agent, kind, outcome, stop)  # a 429: waits and runs again (quotas.py)
+            if quota is not None:
+                agent = replace(agent, error=f"{QUOTA_RETRIED}after a wait: {quota}")
+                outcome = replace(outcome, reason="cancelled")
+            await self._finish(agent, outcome, notify=quota is None)
+            if budget is not None:
+                await self._suspend_for_budget(agent.session_id, budget)
+            if quota is not None:
+                await self._relaunch_after_quota(agent, kind, quota, stop)
         except _NotStarted as exc:  # the session moved on (or the agent was stopped) before its process started
             if not exc.ended:
                 await self._finish(agent, AgentExit(None, "cancelled", ""), notify=False, error=str(exc))
@@ -263,6 +275,11 @@ class AgentProcesses:
                 return
             if not live:  # a stop from another process (or node) recorded its end: its process ends here too
                 stop.set()
+                return
+            try:  # a spend cap reached stops it (application/agents/budgets.py)
+                await self._watch_spend(agent, kind, stop)
+            except TaskgateError as exc:  # the check is retried at the next beat; the agent is never lost over it
+                _log.warning("agent %s: its spend could not be checked: %s", agent.id, exc)
 
         assert agent.pid is not None and agent.output_path is not None
         loop = asyncio.get_running_loop()

@@ -25,6 +25,7 @@ from taskgate.domain.agents.kinds import (
     resuming,
     why_stopped,
 )
+from taskgate.domain.agents.quota import superseded
 from taskgate.domain.entities import Agent, AgentStatus, Session
 from taskgate.domain.errors import ConflictError, InvalidInput, InvalidTransition, TaskgateError
 from taskgate.domain.states import SessionState, Trigger
@@ -235,7 +236,7 @@ class AgentRuns:
             current = [a for a in agents if a.run == run]
             if session.state != SessionState.EXECUTING or any(a.status in LIVE for a in current):
                 return
-            failed = [a for a in current if a.status != AgentStatus.COMPLETED]
+            failed = [a for a in current if a.status != AgentStatus.COMPLETED and not superseded(a)]
             crashpoints.reached("agents.ended")
             await self._conclude(session, failed)
 
@@ -259,12 +260,16 @@ class AgentRuns:
                               expected_version=session.version, changes=note)  # fmt: skip
         return cmd
 
+    async def _previous_kinds(self, session_id: str) -> list[AgentType]:
+        """The agent types of the session's last run (a relaunch after a budget stop runs them afresh)."""
+        return [self._type_or_default(a.agent_type) for a in await self._previous_run(session_id)]
+
     async def _previous_run(self, session_id: str) -> list[Agent]:
         """The agents of the session's last run."""
         async with self._uow(write=False) as uow:
             agents = await uow.agents.of_session(session_id)
         run = max((a.run for a in agents), default=0)
-        return [a for a in agents if a.run == run]
+        return [a for a in agents if a.run == run and not superseded(a)]
 
 
 LAUNCH = "launch"  # state_data key: the agent run a transition owes ({run, agents, instructions}), see `_owed`

@@ -22,10 +22,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
+from taskgate.application.agents.budgets import AgentBudgets
 from taskgate.application.agents.hooks import AgentHooks
 from taskgate.application.agents.outputs import OutputService
 from taskgate.application.agents.ports import AgentEndpoint, AgentRunner, RunHooks, Sandboxes
 from taskgate.application.agents.processes import LIVE, AgentProcesses
+from taskgate.application.agents.quotas import AgentQuotas
 from taskgate.application.agents.runs import CONTINUES, LAUNCH, AgentRuns
 from taskgate.application.agents.setups import check_endpoint
 from taskgate.application.agents.stopping import AgentStops
@@ -36,7 +38,9 @@ from taskgate.application.sessions.commands import FireResult, FireTrigger
 from taskgate.application.sessions.effects import NOTHING, Aftermath
 from taskgate.application.sessions.engine import SessionService
 from taskgate.domain.agents.kinds import AgentType
+from taskgate.domain.agents.quota import superseded
 from taskgate.domain.agents.stalls import ProgressWatch
+from taskgate.domain.budgets import NO_BUDGETS
 from taskgate.domain.entities import Agent, AgentStatus, Project, Session
 from taskgate.domain.errors import InvalidInput
 from taskgate.domain.states import FORGE_ROUNDS, TERMINAL_STATES, SessionState, Trigger
@@ -67,7 +71,7 @@ class Launched:
     agents: list[Agent]
 
 
-class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
+class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks, AgentBudgets, AgentQuotas):
     """Launches and supervises agents; also the session effects that stop or relaunch them."""
 
     def __init__(
@@ -101,6 +105,7 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
         self._progress: dict[str, ProgressWatch] = {}  # agent id → its stall watch, while it is watched
         self._stalls: dict[str, str] = {}  # agent id → why it stalled, until its end is recorded
         self._sandboxes: Sandboxes | None = None  # None: agents run unconfined (the fakes of the unit tests)
+        self.use_budgets(NO_BUDGETS, {})  # none until the composition root gives them (`use_budgets`)
         for name in options.default_agents:
             self._type(name)
 
@@ -228,12 +233,16 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
         return None  # agents are checked when they are launched (`check_installed`)
 
     def wants_before(self, trigger: Trigger) -> bool:
-        return trigger in _RELAUNCH_ON
+        # resume: the run a budget stopped (only with budgets set: else a resume reads nothing before it)
+        return trigger in _RELAUNCH_ON or (trigger == Trigger.RESUME and self._budgets.set)
 
     async def before(self, session: Session, cmd: FireTrigger) -> FireTrigger:
         """request_changes and retry record the relaunch they owe (the previous run's agents, with the operator's
         instructions, or for a retry why the session failed) in their own transaction; `after` then launches
-        what was recorded. A workflow session's retry is the workflow engine's: it runs the step again."""
+        what was recorded. A workflow session's retry is the workflow engine's: it runs the step again. A resume
+        relaunches only the run a budget stopped (application/agents/budgets.py)."""
+        if cmd.trigger == Trigger.RESUME.value:
+            return await self._resume_after_budget(session, cmd)
         previous = await self._previous_run(session.id)
         kinds = [self._type_or_default(a.agent_type) for a in previous]
         if not kinds or (cmd.trigger == Trigger.RETRY.value and session.workflow_stack):
@@ -258,6 +267,8 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
         elif trigger in _RELAUNCH_ON:
             crashpoints.reached("decide.request_changes" if trigger == Trigger.REQUEST_CHANGES else "retry.recorded")
             await self._launch_owed(result.session)
+        elif trigger == Trigger.RESUME and result.session.state == SessionState.EXECUTING:
+            await self._launch_owed(result.session)  # the run a budget stopped, when its resume recorded one
         if result.session.state in TERMINAL_STATES and self._sandboxes is not None:
             await self._sandboxes.discard(result.session.id)  # its agents ended and their work came home
         return NOTHING
@@ -277,7 +288,10 @@ class AgentService(AgentRuns, AgentStops, AgentProcesses, AgentHooks):
         if not current or any(a.status in LIVE for a in current):
             return NOTHING  # nothing ran (an older release's execute) or still running: the sweeper watches it
         # the follow-up, not a fire: the engine resumes under the session's lock and fires it itself
-        return Aftermath(self._conclusion(session, [a for a in current if a.status != AgentStatus.COMPLETED]))
+        failed = [a for a in current if a.status != AgentStatus.COMPLETED and not superseded(a)]
+        if all(superseded(a) for a in current):  # cut off in a quota wait, before its relaunch: not a success
+            failed = current
+        return Aftermath(self._conclusion(session, failed))
 
     # -- internals ---------------------------------------------------------------------------------------------
 

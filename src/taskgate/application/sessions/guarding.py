@@ -16,6 +16,8 @@ from taskgate.application.sessions.commands import (
 from taskgate.application.sessions.guards import PolicyCheck
 from taskgate.application.sessions.policy_book import PolicyEntry
 from taskgate.domain import writebacks as wb
+from taskgate.domain.agents.usage import Usage
+from taskgate.domain.budgets import Amount, Spent, holds_reservation
 from taskgate.domain.entities import (
     DecisionKind,
     Plan,
@@ -27,10 +29,12 @@ from taskgate.domain.errors import (
 from taskgate.domain.policies.facts import (
     NEEDS_APPROVALS,
     NEEDS_OPERATOR,
+    NEEDS_SPEND,
     NEEDS_TRACKER,
     NO_SLOW_FACTS,
     GuardFacts,
     SlowFacts,
+    SpendFacts,
     Verdict,
 )
 from taskgate.domain.session_fsm import TransitionSpec
@@ -50,6 +54,8 @@ class SessionGuarding:
         cmd: FireTrigger,
         needs: frozenset[str] = frozenset(),
         slow: SlowFacts | None = None,
+        *,
+        dry: bool = False,
     ) -> GuardFacts:
         if plan is None and session.plan_id is not None:  # not locked for this trigger: a plain read will do
             plan = await uow.plans.get(session.plan_id)
@@ -63,6 +69,7 @@ class SessionGuarding:
         if NEEDS_TRACKER in needs:
             rows = await uow.writebacks.list(states=wb.OPEN_STATES, task_ids=[session.task_id], limit=5)
             owed = tuple(row.describe() for row in rows)
+        spend = await self._spend_facts(uow, session, lock=not dry) if NEEDS_SPEND in needs else None
         approvals: tuple[str, ...] = ()
         if NEEDS_APPROVALS in needs:
             stored = await uow.decisions.approvals(session.id, session.version)
@@ -80,8 +87,33 @@ class SessionGuarding:
             operator_sessions_in_wip=operator_wip,
             approvals=approvals,
             tracker_owed=owed,
+            spend=spend,
             slow=slow or NO_SLOW_FACTS,
         )
+
+    async def _spend_facts(self, uow: UnitOfWork, session: Session, *, lock: bool) -> SpendFacts:
+        """The project's agents' spend and the sessions holding a reservation (`domain/budgets.py`).
+
+        Why two concurrent starts cannot both take the last of a budget: a firing start locks the project's row
+        here (after the session, operator and plan rows: the one lock order) before it reads the spend, and
+        holds it until its transition commits, with the session in progress (so holding its reservation). A
+        second start of the project waits on that lock and then reads the first one's reservation. On SQLite the
+        write transaction (`BEGIN IMMEDIATE`) already serialises every start. A dry run (`lock` off) only reads.
+        """
+        await uow.projects.get(session.project_id, lock=lock)
+        agents = await uow.agents.of_project(session.project_id)
+        statuses: dict[str, list[str]] = {}
+        spent = []
+        for agent, task_id in agents:
+            statuses.setdefault(agent.session_id, []).append(agent.status.value)
+            used = Usage.of(agent.report)
+            amount = Amount(used.tokens, used.cost_usd or 0.0)
+            spent.append(Spent(agent.session_id, task_id, agent.agent_type, agent.completed_at or agent.started_at,
+                               amount))  # fmt: skip
+        in_progress = await uow.sessions.list(project_id=session.project_id, states=set(WIP_STATES))
+        reserving = tuple((s.id, s.task_id) for s in in_progress
+                          if s.id != session.id and holds_reservation(True, statuses.get(s.id, ())))  # fmt: skip
+        return SpendFacts(tuple(spent), reserving, self._clock.now().date())
 
     async def _project_name(self, uow: UnitOfWork, project_id: int) -> str | None:
         """The project's name when some project has policies of its own (else every project shares one set)."""
@@ -116,7 +148,9 @@ class SessionGuarding:
         async with self._uow(write=False) as uow:
             return await self._guards.evaluate(
                 prepared.row,
-                lambda needs: self._fire_facts(uow, prepared.session, None, prepared.row, cmd, needs, prepared.slow),
+                lambda needs: self._fire_facts(
+                    uow, prepared.session, None, prepared.row, cmd, needs, prepared.slow, dry=True
+                ),
                 project=prepared.project,
                 overrides=cmd.overrides,
             )

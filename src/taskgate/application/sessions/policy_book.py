@@ -57,8 +57,11 @@ class PolicyBook:
         projects: Mapping[str, ProjectPolicies] | None = None,
         *,
         branch_pattern: str | None = None,
+        extra: Sequence[Policy] = (),
     ) -> None:
-        """`branch_pattern`: the default regex of `branch_naming` (the shape of the configured git pattern).
+        """`branch_pattern`: the default regex of `branch_naming` (the shape of the configured git pattern);
+        `extra`: policies every project has besides the built-in ones, configured elsewhere (`budget`, from
+        `[budgets]`).
 
         Raises: InvalidInput naming the first unknown policy, unknown setting or invalid value.
         """
@@ -66,6 +69,7 @@ class PolicyBook:
         self._projects = dict(projects or {})
         self._base = {"branch_naming": {"pattern": branch_pattern}} if branch_pattern else {}
         self._fixed: list[Policy] | None = None
+        self._extra = list(extra)
         self._cache: dict[str | None, list[PolicyEntry]] = {}
         for name in self._defaults:
             _known(name, "policies")
@@ -112,7 +116,7 @@ class PolicyBook:
     def _build(self, project: str | None) -> list[PolicyEntry]:
         if self._fixed is not None:
             return [PolicyEntry(p, True) for p in self._fixed]
-        entries = [PolicyEntry(OneActiveSessionPerTask(), True)]
+        entries = [PolicyEntry(OneActiveSessionPerTask(), True), *(PolicyEntry(p, True) for p in self._extra)]
         own = self._projects[project].policies if project is not None else {}
         for name in BUILTIN:
             options = {**self._base.get(name, {}), **self._defaults.get(name, {}), **own.get(name, {})}

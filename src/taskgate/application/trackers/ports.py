@@ -22,7 +22,7 @@ from taskgate.domain.writebacks import Writeback
 
 class ProjectRepository(Protocol):
     async def add(self, name: str, key: str, root_path: str, created_at: datetime) -> Project: ...
-    async def get(self, project_id: int) -> Project:
+    async def get(self, project_id: int, *, lock: bool = False) -> Project:
         """Raises: ProjectNotFound."""
 
     async def find(

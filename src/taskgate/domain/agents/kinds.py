@@ -50,6 +50,11 @@ class AgentType:
     # are not progress (a CLI retrying its connection).
     stall_s: float = DEFAULT_STALL_S
     stall_patterns: tuple[str, ...] = ()
+    # A failed run whose log ends with a line matching `quota_patterns` (the API's rate limit, usage limit, quota):
+    # launched again after `quota_wait_s` (doubled each time), at most `quota_retries` times (domain/agents/quota.py)
+    quota_patterns: tuple[str, ...] = ()
+    quota_retries: int = 3
+    quota_wait_s: float = 30.0
     setup: str = "none"  # one of SETUPS: "codex" gives each agent a private CODEX_HOME with its model provider
     ignored: tuple[str, ...] = ()  # folders the CLI keeps in the worktree, made ignored by git (domain/agents/setups)
     endpoint: tuple[str, ...] = ()  # variables its model endpoint is read from (by the CLI, or by taskgate for it)
@@ -102,6 +107,9 @@ class AgentType:
         if self.stall_s < 0:
             raise InvalidInput(f"agents.{self.name}.stall_s must be 0 (off) or positive")
         compile_patterns(self.stall_patterns, f"agents.{self.name}.stall_patterns")
+        compile_patterns(self.quota_patterns, f"agents.{self.name}.quota_patterns")
+        if self.quota_retries < 0 or self.quota_wait_s < 0:
+            raise InvalidInput(f"agents.{self.name}: quota_retries and quota_wait_s must be 0 or positive")
 
 
 def check_template(template: str, where: str, known: frozenset[str] = PLACEHOLDERS) -> None:

@@ -50,6 +50,7 @@ class Preset:
     timeout_s: float = 3600.0
     stall_s: float = DEFAULT_STALL_S
     stall_patterns: tuple[str, ...] = ()  # output lines that are no progress: the CLI retrying its connection
+    quota_patterns: tuple[str, ...] = ()  # lines at a failed run's end that say the API's quota ran out (quota.py)
     setup: str = "none"  # what taskgate writes for the CLI before it starts (domain/agents/setups.py)
     ignored: tuple[str, ...] = ()  # folders the CLI keeps in the worktree, made ignored by git
     endpoint: tuple[str, ...] = ()  # variables the model endpoint is read from (by the CLI, or by taskgate for it)
@@ -62,8 +63,9 @@ class Preset:
         return AgentType(self.name, self.command, dict(self.env), self.timeout_s, credentials=self.credentials,
                          mcp=self.mcp, output_format=self.output_format, needs_one_of=self.needs_one_of,
                          logins=self.logins, stall_s=self.stall_s, stall_patterns=self.stall_patterns,
-                         setup=self.setup, ignored=self.ignored, endpoint=self.endpoint,
-                         endpoint_keys=self.endpoint_keys, hosts=self.hosts, resume=self.resume)  # fmt: skip
+                         quota_patterns=self.quota_patterns, setup=self.setup, ignored=self.ignored,
+                         endpoint=self.endpoint, endpoint_keys=self.endpoint_keys, hosts=self.hosts,
+                         resume=self.resume)  # fmt: skip
 
 
 # What each CLI prints while it retries a model endpoint it cannot reach (seen with Claude Code 2.1.330, Codex
@@ -82,6 +84,18 @@ _AIDER_RETRIES = (
     r"servers are down or overloaded",
     r"^Retrying in [\d.]+ seconds",
 )
+
+# What each CLI says when the model API refuses for a rate limit, a usage limit or a quota (domain/agents/quota.py).
+_QUOTA_WORDS = r"(\b429\b|[Rr]ate[ _-]?limit|[Uu]sage limit|[Qq]uota)"
+_CLAUDE_QUOTA = (  # keys in any order: its `result` line ends with "type" (seen with Claude Code 2.1.330)
+    r'"error_status"\s*:\s*429',  # an api_retry event
+    r'"error"\s*:\s*"rate_limit"',
+    r'"api_error_status"\s*:\s*429',  # the result of a run that gave up
+    r'"api_error_type"\s*:\s*"rate_limit_error"',
+    r'"result"\s*:\s*"[^"]*([Uu]sage limit|[Rr]ate limit|[Qq]uota)',
+)
+_CODEX_QUOTA = (r'"type"\s*:\s*"(error|turn\.failed)".*' + _QUOTA_WORDS,)
+_AIDER_QUOTA = (r"litellm\.RateLimitError", r"RateLimitError")
 
 # fmt: off
 _SCRIPTS = "{catalogue_dir}/agents"
@@ -114,6 +128,7 @@ PRESETS: dict[str, Preset] = {
             stall_patterns=_CLAUDE_RETRIES,
             # its conversation is kept under $HOME/.claude/projects/<worktree>/ and keeps its id when resumed
             resume=("--resume", "{conversation_id}"),
+            quota_patterns=_CLAUDE_QUOTA,
         ),
         Preset(
             "codex",
@@ -140,6 +155,7 @@ PRESETS: dict[str, Preset] = {
             stall_patterns=_CODEX_RETRIES,
             # `codex exec [options] resume ID PROMPT`: the thread is kept in the CODEX_HOME of the agent that began it
             resume=("resume", "{conversation_id}"),
+            quota_patterns=_CODEX_QUOTA,
         ),
         Preset(
             "aider",
@@ -157,6 +173,7 @@ PRESETS: dict[str, Preset] = {
             install="python3 -m pip install aider-chat",
             mcp="none",
             stall_patterns=_AIDER_RETRIES,
+            quota_patterns=_AIDER_QUOTA,
             output_format="aider",
             ignored=(".aider.tags.cache.v4",),  # its repository map's cache, kept in the worktree's top
             endpoint=("OPENAI_API_BASE", "OPENAI_BASE_URL"),  # litellm reads either for OpenAI-compatible models

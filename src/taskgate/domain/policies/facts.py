@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import ClassVar, Protocol, runtime_checkable
 
+from taskgate.domain.budgets import Spent
 from taskgate.domain.entities import GuardResult, Operator, Plan, Project, Session, Task, TaskStatus
 from taskgate.domain.policies.violations import Severity, Violation
 from taskgate.domain.session_fsm import TransitionSpec
@@ -27,6 +28,9 @@ NEEDS_TEST_RUN = "test_run"  # the project's test command run in the worktree (s
 
 
 NEEDS_TRACKER = "tracker"  # status writes still owed to the external tracker for the task (database)
+
+
+NEEDS_SPEND = "spend"  # the project's agents' reported spend and the sessions holding reservations (database)
 
 
 SLOW_NEEDS = frozenset({NEEDS_WORKSPACE, NEEDS_TEST_RUN})
@@ -101,6 +105,16 @@ NO_SLOW_FACTS = SlowFacts()
 
 
 @dataclass(frozen=True, slots=True)
+class SpendFacts:
+    """What the project's agents reported they spent, and the sessions holding a reservation (`domain/budgets.py`),
+    read under the project's row lock."""
+
+    spent: tuple[Spent, ...] = ()
+    reserving: tuple[tuple[str, str], ...] = ()  # (session id, task id)
+    today: date | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GuardFacts:
     """Everything a built-in policy may look at. Fields a policy does not `need` keep their defaults."""
 
@@ -116,6 +130,7 @@ class GuardFacts:
     operator: Operator | None = None
     operator_sessions_in_wip: int = 0
     approvals: tuple[str, ...] = ()
+    spend: SpendFacts | None = None  # budgets' facts (NEEDS_SPEND)
     tracker_owed: tuple[str, ...] = ()  # write-backs still owed to the tracker, one line each (tracker_in_sync)
     slow: SlowFacts = NO_SLOW_FACTS
 

@@ -125,7 +125,7 @@ def session_fire(
         _report(outcome)
 
 
-_RELAUNCHING = frozenset({"retry", "request_changes"})
+_RELAUNCHING = frozenset({"retry", "request_changes", "resume"})  # resume: the run a budget stopped (budgets.md)
 
 
 def _print_fired(result) -> None:

@@ -84,6 +84,12 @@ class SqlAlchemyAgentRepository(SqlRepository):
         stmt = select(t.agents).where(c.status == AgentStatus.RUNNING.value, last_seen < before)
         return [_agent(r) for r in await self._all(stmt.order_by(c.session_id, c.id))]
 
+    async def of_project(self, project_id: int) -> list[tuple[Agent, str]]:
+        c, s = t.agents.c, t.sessions.c
+        stmt = select(t.agents, s.task_id.label("of_task")).join(t.sessions, s.id == c.session_id)
+        stmt = stmt.where(s.project_id == project_id)
+        return [(_agent(r), r["of_task"]) for r in await self._all(stmt.order_by(c.id))]
+
     async def ended(self, *, project_id: int | None = None, since: datetime | None = None) -> list[tuple[Agent, str]]:
         c, s = t.agents.c, t.sessions.c
         stmt = select(t.agents, s.task_id.label("of_task")).join(t.sessions, s.id == c.session_id)

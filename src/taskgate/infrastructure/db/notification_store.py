@@ -1,4 +1,4 @@
-"""The notifier's cursor and queue (0025, docs/notifications.md)."""
+"""The notifier's cursor and queue (0024, docs/notifications.md)."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ PLAN_BY_ID_FOR_UPDATE = PLAN_BY_ID.with_for_update()
 SET_PLAN_STATUS = update(t.plans).where(_p.id == bindparam("match_id"))
 
 PROJECT_BY_ID = select(t.projects).where(t.projects.c.id == bindparam("id"))
+PROJECT_BY_ID_FOR_UPDATE = PROJECT_BY_ID.with_for_update()
 
 TASK_BY_ID = select(t.tasks).where(_t.id == bindparam("id"))
 TASK_BY_ID_FOR_UPDATE = TASK_BY_ID.with_for_update()

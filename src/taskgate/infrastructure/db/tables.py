@@ -419,7 +419,7 @@ tracker_polls = Table(
     Column("report", JSON, nullable=False),
 )
 
-# -- Notifications (0025, docs/notifications.md) ---------------------------------------------------------------------
+# -- Notifications (0024, docs/notifications.md) ---------------------------------------------------------------------
 # The notifier's cursor over the events log (one row, "events"), and one row per (channel, event) notice: pending until
 # its channel's batch is sent. A channel is a hash of its Apprise URL (application/notifications/notifier.py), so no
 # secret of the URL is stored.

@@ -28,10 +28,10 @@ class SqlAlchemyProjectRepository(SqlRepository):
             id=result.inserted_primary_key[0], name=name, key=key, root_path=root_path, created_at=created_at
         )
 
-    async def get(self, project_id: int) -> Project:
+    async def get(self, project_id: int, *, lock: bool = False) -> Project:
         if not storable(project_id):
             raise ProjectNotFound(project_id)
-        row = await self._one(sql.PROJECT_BY_ID, {"id": project_id})
+        row = await self._one(self._pick(sql.PROJECT_BY_ID, sql.PROJECT_BY_ID_FOR_UPDATE, lock), {"id": project_id})
         if row is None:
             raise ProjectNotFound(project_id)
         return _project(row)

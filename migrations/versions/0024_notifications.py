@@ -5,7 +5,7 @@ per (channel, event) notice: pending until its batch is sent, then sent (or fail
 its attempts, next try and last error for `taskgate notify status`. A channel is a hash of its Apprise URL, so
 no secret of the URL is stored.
 
-Revision ID: 0025
+Revision ID: 0024
 Revises: 0023
 Create Date: 2026-11-29 07:00:00
 """
@@ -17,7 +17,7 @@ from alembic import op
 
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
-revision = "0025"
+revision = "0024"
 down_revision = "0023"
 branch_labels = None
 depends_on = None
