@@ -62,9 +62,11 @@ class PausableCluster(Cluster):
         _wait_until_listening(self.processes[n], self.ports[n], log)
 
     def pause(self, n: int) -> None:
-        """SIGSTOP node `n`. On SQLite, between two of its transactions: a process stopped inside a write
+        """SIGSTOP node `n`, between two of its transactions. On SQLite a process stopped inside a write
         transaction keeps the database's one write lock, and every other node waits for it (SQLite has no way to
         take a lock back from a live process; several nodes on one SQLite file are one machine's, docs/nodes.md).
+        On PostgreSQL one stopped inside a transaction keeps its row locks (a lease's, say), and the other node's
+        sweep waits on them: a network partition would end the connection, a SIGSTOP does not.
         What the tests are about is the writes a paused node begins *after* it continues: those are fenced."""
         process = self.processes[n]
         assert process is not None and process.poll() is None
@@ -72,7 +74,9 @@ class PausableCluster(Cluster):
         deadline = time.monotonic() + 30
         while True:
             os.kill(process.pid, signal.SIGSTOP)
-            if path is None or _write_lock_free(path):
+            if path is None and _pg_transactions_open(self.base["TASKGATE_DATABASE_URL"]) == 0:
+                return
+            if path is not None and _write_lock_free(path):
                 return
             os.kill(process.pid, signal.SIGCONT)  # stopped inside a write: let it commit, then try again
             assert time.monotonic() < deadline, f"node {n} never left its write transactions"
@@ -86,6 +90,18 @@ class PausableCluster(Cluster):
 
 def _sqlite_path(url: str) -> Path | None:
     return Path(url.split(":///", 1)[1]) if url.startswith("sqlite") else None
+
+
+def _pg_transactions_open(url: str) -> int:
+    """How many other connections to the PostgreSQL database of `url` are inside a transaction (a stopped process's
+    would stay so, holding its locks); the other node's come and go."""
+    rest = url.split("://", 1)[1]
+    server, database = rest.rsplit("/", 1)
+    query = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+             "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL")  # fmt: skip
+    done = subprocess.run(["psql", f"postgresql://{server}/{database}", "-Atc", query], capture_output=True,
+                          text=True, timeout=30, check=True)  # fmt: skip
+    return int(done.stdout.strip())
 
 
 def _write_lock_free(path: Path) -> bool:

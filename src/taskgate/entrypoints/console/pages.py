@@ -41,19 +41,24 @@ def routes(console: Console) -> dict[str, Any]:
             return v.page("empty.html")
         project = await v.app.tracker.resolve_project(q.get("project") or projects[0].name)
         filters = BoardFilter(_int(q.get("plan"), "plan"), q.get("operator") or None)
+        mark = await console.feed.current()  # before the reads: a write between them still refreshes the page
         shown = await console.board_query().board(project.id, filters)
         template = "_board.html" if v.request.headers.get("x-console-live") else "board.html"
         # the cards whose agents wait on an answer (the sub-state waiting_for_operator): few, read in one query
         asking = {q.session_id for q in await v.app.questions.open()} if v.app.questions is not None else set()
-        return v.page(template, board=shown, projects=projects, mark=await console.feed.current(),
+        return v.page(template, board=shown, projects=projects, mark=mark,
                       may_start=await v.may(Capability.START), asking=asking)  # fmt: skip
 
     @page(console)
     async def session(v: Visit) -> Response:
         sid = await _session_id(v, Capability.READ_SESSION)
+        # The live feed's mark is read BEFORE the page's reads: a write committed between the session read and the
+        # step runs' read (the workflow engine opening an approval) is then past the mark and refreshes the page;
+        # read after, the page kept the half-old view (the stack still `pending`) and never refreshed.
+        mark = await console.feed.current()
         values = await _session_values(v, sid)
         template = "_session.html" if v.request.headers.get("x-console-live") else "session.html"
-        return v.page(template, mark=await console.feed.current(), **values)
+        return v.page(template, mark=mark, **values)
 
     @page(console)
     async def review(v: Visit) -> Response:
