@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from taskgate.domain.errors import InvalidInput
-from taskgate.infrastructure.settings import PROJECT_CONFIG
+from taskgate.infrastructure.config_lookup import PROJECT_CONFIG
 from taskgate.infrastructure.workflow_files import BUILTIN_CATALOGUE
 
 FOLDER = PROJECT_CONFIG.parent

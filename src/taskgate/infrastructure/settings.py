@@ -25,11 +25,9 @@ from taskgate.domain.agents.presets import PRESETS
 from taskgate.domain.budgets import Budgets, parse_budgets
 from taskgate.domain.entities import TaskStatus
 from taskgate.domain.errors import InvalidInput
+from taskgate.infrastructure.config_lookup import PROJECT_DATA_DIR, config_base, find_config_file
 
-DEFAULT_CONFIG = Path("config") / "taskgate.toml"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-PROJECT_CONFIG = Path(".taskgate") / "taskgate.toml"  # what `taskgate init` writes into a repository
-PROJECT_DATA_DIR = Path(".taskgate") / "data"  # the default data dir beside it (ignored by git: .taskgate/.gitignore)
 
 
 class OperatorSettings(BaseModel):
@@ -748,35 +746,6 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'taskgate.db').resolve()}"
-
-
-def find_config_file(cwd: Path | None = None) -> Path | None:
-    """`TASKGATE_CONFIG` if set (it must exist), else `.taskgate/taskgate.toml` in `cwd` or the nearest folder
-    above it, else `config/taskgate.toml` in `cwd`; None when there is none.
-
-    Raises: InvalidInput when TASKGATE_CONFIG names a missing file.
-    """
-    explicit = os.environ.get("TASKGATE_CONFIG")
-    if explicit:
-        path = Path(explicit).expanduser().resolve()
-        if not path.is_file():
-            raise InvalidInput(f"TASKGATE_CONFIG={explicit} does not exist")
-        return path
-    start = (cwd or Path.cwd()).resolve()
-    for folder in (start, *start.parents):
-        if (folder / PROJECT_CONFIG).is_file():
-            return folder / PROJECT_CONFIG
-        if folder == start and (start / DEFAULT_CONFIG).is_file():
-            return start / DEFAULT_CONFIG
-    return None
-
-
-def config_base(path: Path | None, cwd: Path | None = None) -> Path:
-    """The folder relative paths of a config file resolve against: the one holding `.taskgate/` or `config/` (the
-    repository's root), else the file's own folder; the current folder when no file was loaded."""
-    if path is None:
-        return cwd or Path.cwd()
-    return path.parent.parent if path.parent.name in ("config", ".taskgate") else path.parent
 
 
 def load_settings(cwd: Path | None = None, **overrides: Any) -> Settings:

@@ -3,9 +3,9 @@ any moment rebuilt by replaying its log (`replay`)."""
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 
+from taskgate.application.sessions import references
 from taskgate.application.sessions.commands import (
     SessionPage,
 )
@@ -16,7 +16,6 @@ from taskgate.domain.entities import (
 )
 from taskgate.domain.errors import (
     InvalidInput,
-    SessionNotFound,
     TaskgateError,
 )
 from taskgate.domain.session_fsm import find_transition, prior_state_after
@@ -32,18 +31,12 @@ class SessionReads:
 
         Raises: InvalidInput (too short or ambiguous), SessionNotFound.
         """
-        ref = ref.strip().lower()
-        if _FULL_ID.fullmatch(ref):
-            return ref  # nothing to resolve; whatever reads or fires next raises SessionNotFound if it is unknown
-        if len(ref) < 4:
-            raise InvalidInput(f"session id '{ref}' is too short; give at least 4 characters")
+        prefix = references.prefix_of(ref)
+        if prefix is None:
+            return ref.strip().lower()  # nothing to resolve; what reads or fires next raises SessionNotFound if unknown
         async with self._uow(write=False) as uow:
-            matches = await uow.sessions.ids_with_prefix(ref, limit=2)
-        if not matches:
-            raise SessionNotFound(ref)
-        if len(matches) > 1 and ref not in matches:
-            raise InvalidInput(f"session id prefix '{ref}' is ambiguous ({', '.join(matches)}, ...)")
-        return ref if ref in matches else matches[0]
+            matches = await uow.sessions.ids_with_prefix(prefix, limit=2)
+        return references.pick(prefix, matches)
 
     async def get(self, session_id: str) -> Session:
         """Raises: SessionNotFound."""
@@ -101,9 +94,6 @@ class SessionReads:
     ) -> list[Session]:
         async with self._uow(write=False) as uow:
             return await uow.sessions.list(project_id=project_id, states=states)
-
-
-_FULL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def replay(rows: list[TransitionRecord]) -> SessionState:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from taskgate.application.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from taskgate.application.trackers.ports import TrackerPoll
+from taskgate.application.trackers.project_choice import choose_project, key_of, numeric_ref
 from taskgate.application.trackers.sync import TrackerSync, sync_task_if_unknown
 from taskgate.application.workspaces.ports import VcsProvider
 from taskgate.domain.bounds import IDS, PRIORITIES, ROW_LIMITS
@@ -179,15 +180,7 @@ class TrackerService:
             if ref is not None:
                 return await self._find_ref(uow, ref)
             projects = await uow.projects.list()
-        if len(projects) == 1:
-            return projects[0]
-        here = Path(cwd).resolve() if cwd else None
-        holding = [p for p in projects if here and (here == Path(p.root_path) or Path(p.root_path) in here.parents)]
-        if len(holding) == 1:
-            return holding[0]
-        if not projects:
-            raise ProjectNotFound("(none registered; run `taskgate init PATH`)")
-        raise InvalidInput(f"{len(projects)} projects exist; choose one with --project NAME")
+        return choose_project(projects, cwd)
 
     async def list_projects(self) -> list[Project]:
         async with self._uow(write=False) as uow:
@@ -364,9 +357,9 @@ class TrackerService:
 
     @staticmethod
     async def _find_ref(uow: UnitOfWork, ref: str) -> Project:
-        if ref.isascii() and ref.isdigit():  # not '²': str.isdigit() accepts it, int() does not
-            return await uow.projects.get(int(ref))
-        found = await uow.projects.find(name=ref) or await uow.projects.find(key=ref.upper())
+        if (ident := numeric_ref(ref)) is not None:
+            return await uow.projects.get(ident)
+        found = await uow.projects.find(name=ref) or await uow.projects.find(key=key_of(ref))
         if found is None:
             raise ProjectNotFound(ref)
         return found

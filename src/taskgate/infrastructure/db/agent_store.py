@@ -13,17 +13,18 @@ from sqlalchemy.exc import IntegrityError
 from taskgate.domain.entities import OPEN_STEP_STATUSES, Agent, AgentStatus, StepRun, StepStatus
 from taskgate.domain.errors import SessionNotFound, StepRunNotFound
 from taskgate.domain.policies.facts import TestRun
+from taskgate.infrastructure.db import read_statements as reads
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.repository_base import SqlRepository, storable
+from taskgate.infrastructure.db.row_maps import agent_of
 
 _AGENT_FIELDS = tuple(f.name for f in fields(Agent))
 # Not ended: a lost agent (its node was marked down) may still run under a supervisor that was only slow to beat
 _UNENDED = (AgentStatus.QUEUED.value, AgentStatus.RUNNING.value, AgentStatus.LOST.value)
 
 
-def _agent(row: Any) -> Agent:
-    return Agent(**{**{name: row[name] for name in _AGENT_FIELDS}, "status": AgentStatus(row["status"])})
+_agent = agent_of  # rows in, records out: shared with the engine-free read path (row_maps.py)
 
 
 class SqlAlchemyAgentRepository(SqlRepository):
@@ -32,9 +33,7 @@ class SqlAlchemyAgentRepository(SqlRepository):
         await self._conn.execute(insert(t.agents), {**values, "status": agent.status.value})
 
     async def of_session(self, session_id: str) -> list[Agent]:
-        c = t.agents.c
-        stmt = select(t.agents).where(c.session_id == session_id).order_by(c.id)
-        return [_agent(r) for r in await self._all(stmt)]
+        return [_agent(r) for r in await self._all(reads.AGENTS_OF_SESSION, {"session_id": session_id})]
 
     async def many(self, agent_ids: Sequence[str]) -> list[Agent]:
         if not agent_ids:

@@ -9,16 +9,18 @@ from typing import Any
 from sqlalchemy import func, select, update
 
 from taskgate.application.forge.ports import PullRequestRecord
+from taskgate.infrastructure.db import read_statements as reads
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.repository_base import TERMINAL, SqlRepository
+from taskgate.infrastructure.db.row_maps import pull_request_of
 
 _COLUMNS = tuple(f.name for f in fields(PullRequestRecord))
 
 
 class SqlAlchemyPullRequestRepository(SqlRepository):
     async def get(self, session_id: str) -> PullRequestRecord | None:
-        row = await self._one(select(t.pull_requests).where(t.pull_requests.c.session_id == session_id))
+        row = await self._one(reads.PULL_REQUEST_OF_SESSION, {"session_id": session_id})
         return _record(row) if row else None
 
     async def save(self, record: PullRequestRecord) -> None:
@@ -87,5 +89,4 @@ class SqlAlchemyPullRequestRepository(SqlRepository):
         return {row[0]: row[1] for row in rows}
 
 
-def _record(row: Any) -> PullRequestRecord:
-    return PullRequestRecord(**{name: row[name] for name in _COLUMNS})
+_record = pull_request_of  # rows in, records out: shared with the engine-free read path (row_maps.py)

@@ -9,9 +9,11 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
-from taskgate.domain.questions import Question, QuestionKind, QuestionStatus
+from taskgate.domain.questions import Question, QuestionStatus
+from taskgate.infrastructure.db import read_statements as reads
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.repository_base import SqlRepository
+from taskgate.infrastructure.db.row_maps import question_of
 
 _Q = t.operator_questions
 _COLUMNS = tuple(f.name for f in fields(Question) if f.name != "extra")
@@ -23,10 +25,7 @@ def _row(question: Question) -> dict[str, Any]:
     return values | {"kind": question.kind.value, "status": question.status.value, "choices": list(question.choices)}
 
 
-def _question(row: Any) -> Question:
-    values = {name: row[name] for name in _COLUMNS}
-    return Question(**values | {"kind": QuestionKind(row["kind"]), "status": QuestionStatus(row["status"]),
-                                "choices": tuple(row["choices"] or ())})  # fmt: skip
+_question = question_of  # rows in, records out: shared with the engine-free read path (row_maps.py)
 
 
 class SqlAlchemyQuestionRepository(SqlRepository):
@@ -38,10 +37,9 @@ class SqlAlchemyQuestionRepository(SqlRepository):
         return _question(row) if row is not None else None
 
     async def open(self, session_ids: Sequence[str] | None = None) -> list[Question]:
-        stmt = select(_Q).where(_Q.c.status == _OPEN)
-        if session_ids is not None:
-            stmt = stmt.where(_Q.c.session_id.in_(list(session_ids)))
-        return [_question(r) for r in await self._all(stmt.order_by(_Q.c.asked_at, _Q.c.id))]
+        if session_ids is None:
+            return [_question(r) for r in await self._all(reads.OPEN_QUESTIONS)]
+        return [_question(r) for r in await self._all(reads.OPEN_QUESTIONS_OF, {"session_ids": list(session_ids)})]
 
     async def of_session(self, session_id: str, limit: int = 50) -> list[Question]:
         stmt = select(_Q).where(_Q.c.session_id == session_id).order_by(_Q.c.asked_at.desc(), _Q.c.id.desc())

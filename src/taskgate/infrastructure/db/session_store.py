@@ -14,6 +14,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from taskgate.application.sessions.ports import TransitionQuery
+from taskgate.application.sessions.references import upper_bound
 from taskgate.domain.entities import (
     Compensation,
     Decision,
@@ -25,10 +26,12 @@ from taskgate.domain.entities import (
 )
 from taskgate.domain.errors import AlreadyExists, ConcurrentModification, SessionAlreadyActive, SessionNotFound
 from taskgate.domain.states import SessionState
+from taskgate.infrastructure.db import read_statements as reads
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
 from taskgate.infrastructure.db.connections import AnyConnection
 from taskgate.infrastructure.db.repository_base import TERMINAL, SqlRepository
+from taskgate.infrastructure.db.row_maps import session_of
 
 
 class SqlAlchemySessionRepository(SqlRepository):
@@ -83,6 +86,11 @@ class SqlAlchemySessionRepository(SqlRepository):
         self, *, project_id: int | None = None, plan_id: int | None = None, states: set[SessionState] | None = None
     ) -> list[Session]:
         c = t.sessions.c
+        if project_id is not None and plan_id is None:  # the CLI's listings: statements shared with its fast path
+            if states is None:
+                return [_session(r) for r in await self._all(reads.SESSIONS_OF_PROJECT, {"project_id": project_id})]
+            params = {"project_id": project_id, "states": [s.value for s in states]}
+            return [_session(r) for r in await self._all(reads.SESSIONS_OF_PROJECT_IN, params)]
         stmt = select(t.sessions)
         if project_id is not None:
             stmt = stmt.where(c.project_id == project_id)
@@ -102,10 +110,8 @@ class SqlAlchemySessionRepository(SqlRepository):
         return [r["id"] for r in await self._all(stmt)]
 
     async def ids_with_prefix(self, prefix: str, limit: int) -> list[str]:
-        c = t.sessions.c
-        upper = prefix + "\uffff"  # a range scan on the primary key instead of LIKE (no wildcard escaping)
-        rows = await self._all(select(c.id).where(c.id >= prefix, c.id < upper).order_by(c.id).limit(limit))
-        return [r["id"] for r in rows]
+        params = {"prefix": prefix, "upper": upper_bound(prefix), "limit": limit}
+        return [r["id"] for r in await self._all(reads.SESSION_IDS_WITH_PREFIX, params)]
 
     async def count_in_states(self, plan_id: int, states: frozenset[SessionState]) -> int:
         params = {"plan_id": plan_id, "states": [s.value for s in states]}
@@ -267,10 +273,7 @@ def _changed_values(session: Session, before: Session) -> dict[str, Any]:
     return values
 
 
-def _session(row: Any) -> Session:
-    values = {name: row[name] for name in _SESSION_FIELDS}
-    prior = row["prior_state"]
-    return Session(state=SessionState(row["state"]), prior_state=SessionState(prior) if prior else None, **values)
+_session = session_of  # rows in, records out: shared with the engine-free read path (row_maps.py)
 
 
 _RECORD_FIELDS = tuple(f.name for f in fields(TransitionRecord) if f.name != "seq")

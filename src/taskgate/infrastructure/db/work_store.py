@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, exists, insert, or_, select, update
+from sqlalchemy import insert, select, update
 
 from taskgate.application.trackers.ports import TaskFacts
-from taskgate.domain.beads import WAITS_FOR_ANY
 from taskgate.domain.entities import Plan, PlanStatus, Project, Task, TaskStatus
 from taskgate.domain.errors import PlanNotFound, ProjectNotFound, TaskNotFound
 from taskgate.domain.policies.facts import BlockerFact
 from taskgate.domain.states import SessionState
+from taskgate.infrastructure.db import read_statements as reads
 from taskgate.infrastructure.db import statements as sql
 from taskgate.infrastructure.db import tables as t
-from taskgate.infrastructure.db.repository_base import TERMINAL, SqlRepository, storable
+from taskgate.infrastructure.db.repository_base import SqlRepository, storable
+from taskgate.infrastructure.db.row_maps import PROJECT_FIELDS, TASK_COLUMNS, project_of, task_of, with_blockers
 
 
 class SqlAlchemyProjectRepository(SqlRepository):
@@ -37,13 +37,18 @@ class SqlAlchemyProjectRepository(SqlRepository):
         return _project(row)
 
     async def find(self, *, name: str | None = None, root_path: str | None = None, key: str | None = None):
-        c = t.projects.c
-        column, value = (c.name, name) if name is not None else (c.root_path, root_path) if root_path else (c.key, key)
-        row = await self._one(select(t.projects).where(column == value))
+        stmt, value = (
+            (reads.PROJECT_BY_NAME, name)
+            if name is not None
+            else (reads.PROJECT_BY_ROOT, root_path)
+            if root_path
+            else (reads.PROJECT_BY_KEY, key)
+        )
+        row = await self._one(stmt, {"value": value})
         return _project(row) if row else None
 
     async def list(self) -> list[Project]:
-        return [_project(r) for r in await self._all(select(t.projects).order_by(t.projects.c.id))]
+        return [_project(r) for r in await self._all(reads.PROJECTS)]
 
     async def archive(self, project_id: int, at: datetime) -> None:
         await self._conn.execute(update(t.projects).where(t.projects.c.id == project_id).values(archived_at=at))
@@ -110,44 +115,12 @@ class SqlAlchemyTaskRepository(SqlRepository):
         return await self._with_blockers(await self._all(stmt.order_by(t.tasks.c.created_at, t.tasks.c.id)))
 
     async def ready(self, project_id: int, limit: int | None = None) -> list[Task]:
-        tk, dep, s, pl = t.tasks, t.task_dependencies, t.sessions, t.plans
-        blocker = t.tasks.alias("blocker")
-        has_active_session = exists().where(and_(s.c.task_id == tk.c.id, s.c.state.not_in(TERMINAL)))
-        in_closed_plan = exists().where(and_(pl.c.id == tk.c.plan_id, pl.c.status == PlanStatus.CLOSED.value))
-        # An any-children gate (Beads' waits-for with gate any-children) opens once one of its children is done:
-        # its rows block only while none of them is completed. Every other row blocks while its task is open.
-        dep_any, done_any = t.task_dependencies.alias("dep_any"), t.tasks.alias("done_any")
-        gate_open = exists().where(
-            and_(
-                dep_any.c.task_id == tk.c.id,
-                dep_any.c.type == WAITS_FOR_ANY,
-                dep_any.c.depends_on_id == done_any.c.id,
-                done_any.c.status == TaskStatus.COMPLETED.value,
-            )
-        )
-        has_open_blocker = exists().where(
-            and_(
-                dep.c.task_id == tk.c.id,
-                dep.c.depends_on_id == blocker.c.id,
-                blocker.c.status != TaskStatus.COMPLETED.value,
-                or_(dep.c.type != WAITS_FOR_ANY, ~gate_open),
-            )
-        )
-        stmt = (
-            select(tk)
-            .where(
-                tk.c.project_id == project_id,
-                tk.c.status == TaskStatus.OPEN.value,
-                tk.c.hold.is_(None),  # the tracker keeps it out of its ready set (hooked, pinned, an epic, …)
-                ~has_active_session,
-                ~has_open_blocker,
-                ~in_closed_plan,  # plan_open refuses to start them
-            )
-            .order_by(tk.c.priority, tk.c.created_at, tk.c.id)
-        )
-        if limit is not None:
-            stmt = stmt.limit(limit)  # a top-N sort in the database: the first page of 80,000 issues stays fast
-        return await self._with_blockers(await self._all(stmt))
+        """Open tasks without an active session whose blockers are all completed (read_statements.READY_TASKS)."""
+        if limit is None:
+            rows = await self._all(reads.READY_TASKS, {"project_id": project_id})
+        else:
+            rows = await self._all(reads.READY_TASKS_FIRST, {"project_id": project_id, "limit": limit})
+        return await self._with_blockers(rows)
 
     async def facts(self, task_id: str, plan_id: int | None, states: frozenset[SessionState]) -> TaskFacts:
         params = {"task_id": task_id, "plan_id": plan_id, "states": [s.value for s in states]}
@@ -176,11 +149,7 @@ class SqlAlchemyTaskRepository(SqlRepository):
     async def _with_blockers(self, rows: list[Any]) -> list[Task]:
         if not rows:
             return []
-        links = await self._all(sql.BLOCKER_IDS, {"ids": [r["id"] for r in rows]})
-        blockers: dict[str, list[str]] = {}
-        for link in links:
-            blockers.setdefault(link["task_id"], []).append(link["depends_on_id"])
-        return [_task(r, sorted(blockers.get(r["id"], []))) for r in rows]
+        return with_blockers(rows, await self._all(sql.BLOCKER_IDS, {"ids": [r["id"] for r in rows]}))
 
     async def get_many(self, task_ids: list[str]) -> list[Task]:
         rows = []
@@ -233,16 +202,5 @@ class SqlAlchemyTaskRepository(SqlRepository):
         return links
 
 
-def _project(row: Any) -> Project:
-    values = {name: row[name] for name in _PROJECT_FIELDS}
-    return Project(**values, config=row["config"] or {})
-
-
-_PROJECT_FIELDS = ("id", "name", "key", "root_path", "created_at", "archived_at")
-
-
-_TASK_COLUMNS = tuple(f.name for f in fields(Task) if f.name != "blockers")  # blockers live in task_dependencies
-
-
-def _task(row: Any, blockers: list[str]) -> Task:
-    return Task(**{**row, "status": TaskStatus(row["status"]), "blockers": blockers})
+# Rows in, records out: shared with the engine-free read path (row_maps.py).
+_project, _task, _PROJECT_FIELDS, _TASK_COLUMNS = project_of, task_of, PROJECT_FIELDS, TASK_COLUMNS
