@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import codecs
 import csv
 import dataclasses
@@ -13,24 +12,27 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from taskgate.application.sessions.guards import PolicyCheck
-from taskgate.application.sessions.policy_book import PolicyEntry
-from taskgate.application.workspaces.context import ProjectContext
-from taskgate.application.workspaces.ports import WorkspaceContext
-from taskgate.application.workspaces.reconcile import WorktreeRow
 from taskgate.domain.access import effective_permissions
 from taskgate.domain.agents import usage
 from taskgate.domain.agents.reports import AgentReport
 from taskgate.domain.agents.transcripts import Transcript, result_of
 from taskgate.domain.entities import Agent, Operator, Outcome, Session, StepRun, Task, TransitionRecord
 from taskgate.domain.policies.facts import TestRun
+from taskgate.domain.questions import Question
+
+if TYPE_CHECKING:  # only named in annotations: the read commands' fast path prints without loading them
+    from taskgate.application.sessions.guards import PolicyCheck
+    from taskgate.application.sessions.policy_book import PolicyEntry
+    from taskgate.application.workspaces.context import ProjectContext
+    from taskgate.application.workspaces.ports import WorkspaceContext
+    from taskgate.application.workspaces.reconcile import WorktreeRow
 
 # CSI (colours, cursor moves), OSC (titles, hyperlinks, clipboard) ended by BEL or ST, DCS/SOS/PM/APC ended by ST,
 # and the other escape sequences; then every other control character but newline and tab (C0, DEL, C1 with U+0085),
@@ -496,6 +498,8 @@ class TerminalSafeStream:
 
 async def follow_agents(app: Any, session_id: str, *, until: Awaitable[Any], interval: float = 0.5) -> None:
     """A live Rich view of the session's agents, refreshed from the database until `until` completes."""
+    import asyncio  # not at the top: the read commands' fast path prints without the event loop
+
     from rich.live import Live
 
     done = asyncio.ensure_future(until)
@@ -610,6 +614,8 @@ async def follow_steps(
 ) -> None:
     """Print each step run of the session as it starts and ends, polling the database until `until` completes
     (and once more after). Runs already in `known` (see `step_marks`) are printed only when they change."""
+    import asyncio  # not at the top: the read commands' fast path prints without the event loop
+
     done = asyncio.ensure_future(until)
     seen = dict(known or {})
     while True:
@@ -776,3 +782,23 @@ def pull_request_json(record: Any) -> dict[str, Any] | None:
         return None
     keys = ("number", "url", "branch", "base", "pushed", "pushed_at", "status", "observed_at", "note", "error")
     return {key: jsonable(getattr(record, key)) for key in keys}
+
+
+def question_json(question: Question) -> dict:
+    """A question as --json shows it."""
+    return jsonable(question) | {"kind": question.kind.value, "status": question.status.value,
+                                 "choices": list(question.choices)}  # fmt: skip
+
+
+def question_line(question: Question) -> str:
+    """`q-1a2b3c (session 1a2b3c4d, until 10:30:00Z): Which colour? [red / blue]`"""
+    until = question.deadline.strftime("%H:%M:%SZ")
+    return f"{question.id} (session {question.session_id[:8]}, until {until}): {question.describe()}"
+
+
+def emit(value: object, as_json: bool, as_table: Callable[[], object]) -> None:
+    """Print `value` as JSON, or the renderable `as_table()` builds."""
+    if as_json:
+        print_json(value)
+    else:
+        console.print(as_table())

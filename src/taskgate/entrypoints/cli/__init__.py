@@ -12,7 +12,7 @@ import os
 import sys
 from importlib import import_module
 
-from taskgate.entrypoints.cli import commands, help_page
+from taskgate.entrypoints.cli import commands, fast_reads, help_page
 
 
 def main() -> None:
@@ -24,6 +24,8 @@ def main() -> None:
             sys.stderr.write(text)
             raise SystemExit(2)
         sys.stdout.write(text)
+        return
+    if fast_reads.answer(argv):  # session list / show, task ready: read without the engine when they can be
         return
     _load(commands.modules_for(commands.command_in(argv)[0]))
     from taskgate.entrypoints.cli.common import app

@@ -21,7 +21,7 @@ from taskgate.domain.entities import Project
 from taskgate.domain.errors import InvalidInput, TaskgateError
 from taskgate.entrypoints import render
 from taskgate.entrypoints.cli import commands
-from taskgate.entrypoints.render import console, err_console, terminal_safe
+from taskgate.entrypoints.render import err_console, terminal_safe
 
 if TYPE_CHECKING:
     from taskgate.bootstrap import App
@@ -100,8 +100,10 @@ def run(work: Callable[[App], Awaitable[T]]) -> T:
     async def main() -> T:
         from taskgate.bootstrap import bootstrap, load_settings  # only commands that open taskgate load these
         from taskgate.entrypoints.mcp.agent_endpoint import serve_agents_locally
+        from taskgate.infrastructure.quick_reads import remember
 
         services = await bootstrap(load_settings())
+        remember(services.settings)  # this configuration started: read commands may now skip loading it
         serve_agents_locally(services)  # agents this command launches reach taskgate's MCP tools through it
         try:
             return await work(services)
@@ -140,12 +142,7 @@ def run_in_project(project: str | None, work: Callable[[App, Project], Awaitable
     return run(with_project)
 
 
-def emit(value: object, as_json: bool, as_table: Callable[[], object]) -> None:
-    """Print `value` as JSON, or the renderable `as_table()` builds."""
-    if as_json:
-        render.print_json(value)
-    else:
-        console.print(as_table())
+emit = render.emit  # Print a value as JSON, or the renderable a function builds (render.py)
 
 
 def _timestamp_or_fail(text: str | None) -> datetime | None:

@@ -19,16 +19,7 @@ if TYPE_CHECKING:
     from taskgate.bootstrap import App
 
 
-def question_json(question: Question) -> dict:
-    """A question as --json shows it."""
-    return render.jsonable(question) | {"kind": question.kind.value, "status": question.status.value,
-                                        "choices": list(question.choices)}  # fmt: skip
-
-
-def question_line(question: Question) -> str:
-    """`q-1a2b3c (session 1a2b3c4d, until 10:30:00Z): Which colour? [red / blue]`"""
-    until = question.deadline.strftime("%H:%M:%SZ")
-    return f"{question.id} (session {question.session_id[:8]}, until {until}): {question.describe()}"
+question_json, question_line = render.question_json, render.question_line  # where callers found them
 
 
 @session_app.command("answer")

@@ -40,7 +40,7 @@ from taskgate.entrypoints.cli.driving import (
 )
 from taskgate.entrypoints.cli.interrupts import INTERRUPTED_EXIT, Interrupted, interruptible, print_stopped
 from taskgate.entrypoints.cli.logs import latest_run
-from taskgate.entrypoints.cli.questions import question_json, question_line
+from taskgate.entrypoints.cli.session_page import print_session
 from taskgate.entrypoints.render import console, err_console, terminal_safe
 
 if TYPE_CHECKING:
@@ -150,34 +150,7 @@ def session_show(session_id: Annotated[str, typer.Argument()], as_json: JsonOpt 
         asked = await services.questions.open([session.id]) if services.questions is not None else []
         return session, agents, pull, asked
 
-    session, agents, pull, asked = run(work)
-    if as_json:
-        extra = {"usage": session_usage(agents), "pull_request": render.pull_request_json(pull),
-                 "waiting_for_operator": [question_json(q) for q in asked]}  # fmt: skip
-        render.print_json({**render.session_json(session), **extra})
-        return
-    allowed = session_fsm.allowed_triggers(session.state, session.prior_state)
-    for key, value in render.jsonable(session).items():
-        shown = escape(str(value)) if value not in (None, {}, []) else "-"  # state_data holds people's text
-        console.print(f"[bold]{key:>17}[/bold]  {shown}", highlight=False)
-    if session.escalated_at is not None:
-        at, short = session.escalated_at.isoformat(timespec="seconds"), session.id[:8]
-        note = f"waiting too long for a decision: taskgate session decide {short} approve|request_changes|reject"
-        console.print(f"[bold]{'escalated':>17}[/bold]  [bold red]{at}[/bold red] ({note})", highlight=False)
-    if lost := session.state_data.get("tracker_lost"):
-        note = f"{lost.get('issue')} {lost.get('why')} (on_issue_gone = {lost.get('policy')})"
-        console.print(f"[bold]{'tracker':>17}[/bold]  [bold red]{escape(note)}[/bold red]", highlight=False)
-    console.print(f"[bold]{'next triggers':>17}[/bold]  {', '.join(allowed) or '-'}", highlight=False)
-    for q in asked:  # the sub-state waiting_for_operator (docs/questions.md)
-        line = f"{question_line(q)} (taskgate session answer {session.id[:8]} <answer>)"
-        console.print(f"[bold]{'waiting_for_operator':>17}[/bold]  [bold yellow]{escape(line)}[/bold yellow]",
-                      highlight=False)  # fmt: skip
-    if pull is not None:
-        console.print(f"[bold]{'pull request':>17}[/bold]  {escape(render.pull_request_line(pull))}", highlight=False)
-    for label, line in render.usage_lines(agents):
-        console.print(f"[bold]{label:>17}[/bold]  {escape(line)}", highlight=False)
-    for index, line in enumerate(render.conversation_lines(agents)):  # what each run continued (resuming)
-        console.print(f"[bold]{'conversation' if index == 0 else '':>17}[/bold]  {escape(line)}", highlight=False)
+    print_session(*run(work), as_json=as_json)
 
 
 @session_app.command("status")

@@ -1,0 +1,71 @@
+"""What the engine-free read path needs of the settings, remembered from the last full start that loaded them.
+
+Loading the settings (pydantic models, every check) costs more than a read command may take. So each command
+that opened taskgate the full way writes down the few facts a read needs (the database, the SQLite busy timeout,
+whether any tracker is read live), keyed by everything that decides the settings: the folder the command ran in,
+the config file found from it (its path and content) and every `TASKGATE_*` variable. A
+read command computes the same key from what it sees; only when an entry for that key exists (a full start has
+loaded and checked exactly this configuration) does it skip loading the settings. Any change to the file or the
+environment is a new key, so the next command takes the full path (which reports a bad configuration as ever)
+and remembers the new facts. Entries are written whole (write, then rename), so a reader never sees half of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from taskgate.domain.errors import TaskgateError
+from taskgate.infrastructure.config_lookup import find_config_file
+
+_FORMAT = 1  # raise when the facts change shape: older entries then miss
+
+
+def cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/taskgate/settings`, else `~/.cache/taskgate/settings`."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "taskgate" / "settings"
+
+
+def key(cwd: Path | None = None) -> str:
+    """The key of the configuration a command in `cwd` (default: the current folder) would load.
+
+    Raises: InvalidInput when TASKGATE_CONFIG names a missing file (as loading the settings would).
+    """
+    here = (cwd or Path.cwd()).resolve()
+    path = find_config_file(here)
+    seen = {
+        "format": _FORMAT,
+        "cwd": str(here),
+        "config": str(path) if path else None,
+        # the content, not its modification time: two writes within one clock tick of the file system keep it
+        "file": hashlib.sha256(path.read_bytes()).hexdigest() if path else None,
+        "env": sorted((name, value) for name, value in os.environ.items() if name.startswith("TASKGATE_")),
+    }
+    return hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def recall(cwd: Path | None = None) -> dict[str, Any] | None:
+    """The facts remembered for the configuration a command in `cwd` would load; None when there are none (or
+    they cannot be read: the caller then loads the settings)."""
+    try:
+        return json.loads((cache_dir() / f"{key(cwd)}.json").read_text())
+    except (OSError, ValueError, TaskgateError):
+        return None
+
+
+def remember(facts: dict[str, Any], cwd: Path | None = None) -> None:
+    """Write down `facts` for the configuration a command in `cwd` loaded. Best effort: a cache that cannot be
+    written only means the next read command loads the settings again."""
+    try:
+        folder = cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        name = key(cwd)
+        temporary = folder / f".{name}.{os.getpid()}.tmp"
+        temporary.write_text(json.dumps(facts))
+        temporary.replace(folder / f"{name}.json")  # atomic: a reader sees the old entry or the whole new one
+    except (OSError, ValueError, TaskgateError):
+        return
