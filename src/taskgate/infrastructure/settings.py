@@ -15,6 +15,7 @@ import hashlib
 import os
 import re
 import socket
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ from taskgate.domain.agents.presets import PRESETS
 from taskgate.domain.budgets import Budgets, parse_budgets
 from taskgate.domain.entities import TaskStatus
 from taskgate.domain.errors import InvalidInput
+from taskgate.infrastructure import settings_cache
 from taskgate.infrastructure.config_lookup import PROJECT_DATA_DIR, config_base, find_config_file
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -108,10 +110,15 @@ class HooksSettings(BaseModel):
 NotifyKind = Literal["decision", "question", "agent", "ci", "budget"]  # domain/notifications.py KINDS
 
 
+# Set while loading a configuration that started before (settings_cache.py: same file content, environment and
+# folder), whose channels were checked then: importing Apprise to check them again cost every command ~0.2 s.
+_CHANNELS_CHECKED: ContextVar[bool] = ContextVar("channels_checked", default=False)
+
+
 def _apprise_channels(value: list[SecretStr], where: str) -> list[SecretStr]:
     """Each channel an Apprise URL Apprise can send to, checked at load time (Apprise loads only when some are set).
     The error names the entry by its index and shows it masked, never in full."""
-    if not value:
+    if not value or _CHANNELS_CHECKED.get():
         return value
     from taskgate.infrastructure.apprise_notify import check_channel
 
@@ -757,10 +764,13 @@ def load_settings(cwd: Path | None = None, **overrides: Any) -> Settings:
     """
     path = find_config_file(cwd)
     base = config_base(path, cwd)
+    checked = _CHANNELS_CHECKED.set(not overrides and settings_cache.recall(cwd) is not None)
     try:
         settings = _settings_class(path)(**overrides)
     except ValueError as exc:
         raise InvalidInput(f"invalid configuration ({path or 'defaults'}): {_first_error(exc)}") from None
+    finally:
+        _CHANNELS_CHECKED.reset(checked)
     if path is not None and path.parent.name == ".taskgate" and "data_dir" not in settings.model_fields_set:
         settings = settings.model_copy(update={"data_dir": PROJECT_DATA_DIR})
     data_dir = settings.data_dir if settings.data_dir.is_absolute() else (base / settings.data_dir)

@@ -73,3 +73,28 @@ def test_a_send_error_is_scrubbed_of_the_urls_user_password_path_and_query_value
     for secret in ("hookuser", "pw-S3cr3t", "KEY-abcdef", "tok-98765"):
         assert secret not in clean
     assert "hooks.example:8080" in clean and "500" in clean
+
+
+def test_a_configuration_that_started_before_loads_without_apprise(tmp_path, monkeypatch):
+    """Channels are checked once per configuration: once a full start of it remembered it (settings_cache.py),
+    loading it again does not import Apprise (~0.2 s of every command); any edit of the file checks them again."""
+    import subprocess
+    import sys
+
+    from taskgate.infrastructure import settings_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    write_config(tmp_path, '[notify]\nchannels = ["json://127.0.0.1:9/hook"]\n')
+    probe = "import sys; from taskgate.infrastructure.settings import load_settings; load_settings(); "
+    probe += "print('apprise' in sys.modules)"
+
+    def loads_apprise() -> bool:
+        done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True)
+        return done.stdout.strip() == "True"
+
+    assert loads_apprise()  # never started: checked
+    settings_cache.remember({"database_url": "sqlite:///x"}, tmp_path)
+    assert not loads_apprise()
+    write_config(tmp_path, '[notify]\nchannels = ["bogus://pw-S3cr3t"]\n')  # edited: a new configuration
+    with pytest.raises(InvalidInput, match="notify.channels"):
+        load_settings(tmp_path)
