@@ -47,6 +47,7 @@ lint: $(DEV)
 # 1,000,000 chained records and verifies them three times (~12 min).
 bench: $(DEV)
 	$(BIN)/python benchmarks/hot_path.py
+	$(BIN)/python benchmarks/cli_reads.py
 	$(BIN)/python benchmarks/hot_path_floors.py
 	$(BIN)/python benchmarks/audit_queries.py
 	$(BIN)/python benchmarks/audit_verify.py --runs 3 --links
