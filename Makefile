@@ -45,7 +45,7 @@ lint: $(DEV)
 # and issue 21's audit chaining cost (audit_cost) three times each and prints them as one table with their same-run
 # baselines; hot_path_floors.py what the missed rows would cost without taskgate's code; audit_verify.py builds
 # 1,000,000 chained records and verifies them three times (~12 min); console.py the board at 10,000 sessions, three
-# runs on SQLite and three on PostgreSQL (~2 min each, database taskgate_bench_board).
+# runs on SQLite and three on PostgreSQL (~1 min a run; database taskgate_bench_board).
 bench: $(DEV)
 	$(BIN)/python benchmarks/hot_path.py
 	$(BIN)/python benchmarks/hot_path_floors.py
