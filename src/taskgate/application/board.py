@@ -61,14 +61,18 @@ class Card:
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """One column: its cards on the page shown (`page`, from 1), out of `count` sessions in `pages` pages."""
+    """One column: its cards on the page shown (`page`, from 1), out of `count` sessions."""
 
     key: str
     title: str
     cards: list[Card]
     count: int = 0
     page: int = 1
-    pages: int = 1
+
+    @property
+    def pages(self) -> int:
+        """How many pages the column has (at least one, empty or not)."""
+        return _last_page(self.count)
 
     @property
     def first(self) -> int:
@@ -146,17 +150,13 @@ class BoardQuery:
             operators = await uow.sessions.operators_of_project(project_id)
             ready = await uow.tasks.ready(project_id, None if filters.plan_id else READY_SHOWN + 1)
         ready = [t for t in ready if filters.plan_id is None or t.plan_id == filters.plan_id]
-        names = {p.id: p.name for p in plans}
-        limit = self._wip_limit(project.name)
-        columns = []
-        for key, title, states in COLUMNS:
-            count = _count(counts, states)
-            cards = [_card(s, tasks.get(s.task_id), running, names) for s in shown[key]]
-            columns.append(Column(key, title, cards, count, pages[key], _last_page(count)))
+        names, limit = {p.id: p.name for p in plans}, self._wip_limit(project.name)
+        sizes = {key: _count(counts, states) for key, _title, states in COLUMNS}
+        cards = {key: [_card(s, tasks.get(s.task_id), running, names) for s in mine] for key, mine in shown.items()}
         return Board(
             project_id=project_id,
             project=project.name,
-            columns=columns,
+            columns=[Column(key, title, cards[key], sizes[key], pages[key]) for key, title, _states in COLUMNS],
             plans=[PlanLoad(p.id, p.name, p.status.value, loads.get(p.id, 0), limit) for p in plans],
             ready_tasks=ready[:READY_SHOWN],
             more_ready=len(ready) > READY_SHOWN,
