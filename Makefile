@@ -44,7 +44,8 @@ lint: $(DEV)
 # hot_path.py runs issue 20's rows (transition_cost, mcp_latency, decision_latency, workflow_overhead, cli_startup)
 # and issue 21's audit chaining cost (audit_cost) three times each and prints them as one table with their same-run
 # baselines; hot_path_floors.py what the missed rows would cost without taskgate's code; audit_verify.py builds
-# 1,000,000 chained records and verifies them three times (~12 min).
+# 1,000,000 chained records and verifies them three times (~12 min); console.py the board at 10,000 sessions, three
+# runs on SQLite and three on PostgreSQL (~1 min a run; database taskgate_bench_board).
 bench: $(DEV)
 	$(BIN)/python benchmarks/hot_path.py
 	$(BIN)/python benchmarks/cli_reads.py
@@ -55,7 +56,8 @@ bench: $(DEV)
 	$(BIN)/python benchmarks/audit_link_batches.py
 	$(BIN)/python benchmarks/worktree_cost.py
 	$(BIN)/python benchmarks/recovery.py
-	$(BIN)/python benchmarks/console.py
+	$(BIN)/python benchmarks/console.py --repeat 3 --runs 10 --moves 20
+	$(BIN)/python benchmarks/console.py --repeat 3 --runs 10 --moves 20 --postgres
 	$(BIN)/python benchmarks/beads_import.py
 	$(BIN)/python benchmarks/node_throughput.py
 	$(BIN)/python benchmarks/failover.py

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -356,6 +357,32 @@ class InMemorySessionRepository(_Repo):
 
     async def count_of_operator(self, operator_id: str, states: frozenset[SessionState]) -> int:
         return sum(1 for x in self.store.sessions.values() if x.operator_id == operator_id and x.state in states)
+
+    async def count_by_state(self, project_id, *, plan_id=None, operator_id=None) -> dict[SessionState, int]:
+        return dict(Counter(s.state for s in self._narrowed(project_id, plan_id, operator_id)))
+
+    async def page_in_states(
+        self, project_id, states, *, offset, limit, plan_id=None, operator_id=None
+    ) -> list[Session]:
+        found = [s for s in self._narrowed(project_id, plan_id, operator_id) if s.state in states]
+        found.sort(key=lambda s: (s.updated_at, s.id), reverse=True)
+        return [copy.deepcopy(s) for s in found[offset : offset + limit]]
+
+    async def count_by_plan(self, project_id, states) -> dict[int, int]:
+        mine = self._narrowed(project_id, None, None)
+        return dict(Counter(s.plan_id for s in mine if s.plan_id is not None and s.state in states))
+
+    async def operators_of_project(self, project_id) -> list[str]:
+        return sorted({s.operator_id for s in self._narrowed(project_id, None, None) if s.operator_id})
+
+    def _narrowed(self, project_id, plan_id, operator_id) -> list[Session]:
+        return [
+            s
+            for s in self.store.sessions.values()
+            if s.project_id == project_id
+            and (plan_id is None or s.plan_id == plan_id)
+            and (operator_id is None or s.operator_id == operator_id)
+        ]
 
 
 class InMemoryTransitionLog(_Repo):

@@ -1,9 +1,19 @@
 """The console's board read model (application/board.py) on every backend: columns by state, WIP per plan against
-the limit, ready tasks, filters, and the event high-water mark that live pages poll."""
+the limit, ready tasks, filters, the columns paged and counted in SQL, and the event high-water mark that live
+pages poll."""
 
 from __future__ import annotations
 
-from taskgate.application.board import BoardFilter, BoardQuery
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from taskgate.application.board import PAGE_SIZE, BoardFilter, BoardQuery, ColumnPage
+from taskgate.domain.entities import Session, Task, TaskStatus
+from taskgate.domain.errors import InvalidInput
+from taskgate.domain.states import SessionState
 from taskgate.infrastructure.system import SystemClock
 from tests.builders import fire, seed, start
 
@@ -67,3 +77,77 @@ async def test_the_ready_column_shows_the_hundred_most_urgent_and_says_there_are
     await start(services, seeded.tasks[0])
     board = await board_of(services).board(seeded.project.id)
     assert len(board.ready_tasks) == 100 and not board.more_ready
+
+
+async def stored_sessions(services, seeded, spread: dict[SessionState, int], operator: str = "alice") -> list[Session]:
+    """Sessions written straight through a unit of work (each on a task of its own), `spread` of them per state;
+    each moved a minute after the one before, in the order of `spread`."""
+    at, made = datetime(2026, 11, 1, tzinfo=UTC), []
+    async with services.uow(write=True) as uow:
+        for state, count in spread.items():
+            for _ in range(count):
+                at += timedelta(minutes=1)
+                task = Task(f"PG-{len(made)}-{operator}", seeded.project.id, seeded.plan.id, f"paged {len(made)}", "",
+                            2, TaskStatus.OPEN, at)  # fmt: skip
+                session = Session(str(uuid.uuid4()), task.id, seeded.project.id, seeded.plan.id, operator, state, 5,
+                                  at, at)  # fmt: skip
+                await uow.tasks.add(task)
+                await uow.sessions.add(session)
+                made.append(session)
+        await uow.commit()
+    return made
+
+
+async def test_columns_are_counted_and_paged_in_sql_the_most_recently_moved_first(services, git_repo) -> None:
+    seeded = await seed(services, git_repo, tasks=0)
+    S = SessionState
+    made = await stored_sessions(services, seeded, {S.EXECUTING: PAGE_SIZE * 2 + 7, S.FAILED: 3, S.SUSPENDED: 2,
+                                                    S.COMPLETED: 1})  # fmt: skip
+    executing = [s.id for s in reversed(made[: PAGE_SIZE * 2 + 7])]
+    query = board_of(services)
+
+    first = await query.board(seeded.project.id)
+    by_key = {c.key: c for c in first.columns}
+    assert {k: c.count for k, c in by_key.items() if c.count} == {"executing": 107, "stopped": 5, "done": 1}
+    assert [c.session_id for c in by_key["executing"].cards] == executing[:PAGE_SIZE]
+    assert (by_key["executing"].page, by_key["executing"].pages, by_key["stopped"].pages) == (1, 3, 1)
+    assert [c.state for c in by_key["stopped"].cards] == ["suspended", "suspended", "failed", "failed", "failed"]
+
+    last = await query.board(seeded.project.id, paged=ColumnPage("executing", 3))
+    column = next(c for c in last.columns if c.key == "executing")
+    assert [c.session_id for c in column.cards] == executing[PAGE_SIZE * 2 :]
+    assert (column.page, column.first, column.count) == (3, PAGE_SIZE * 2 + 1, 107)
+    assert [c.title for c in column.cards][:1] == ["paged 6"]  # the cards' tasks are read for the page shown
+    assert next(c for c in last.columns if c.key == "stopped").page == 1
+
+
+async def test_the_counts_follow_the_filters_and_the_plans_count_their_sessions_in_progress(services, git_repo):
+    seeded = await seed(services, git_repo, tasks=0)
+    await services.tracker.ensure_operator("bob")
+    await stored_sessions(services, seeded, {SessionState.EXECUTING: 4, SessionState.READY: 2})
+    await stored_sessions(services, seeded, {SessionState.VERIFYING: 3}, operator="bob")
+    query = board_of(services)
+
+    everyone = await query.board(seeded.project.id)
+    bobs = await query.board(seeded.project.id, BoardFilter(operator_id="bob"))
+    elsewhere = await query.board(seeded.project.id, BoardFilter(plan_id=seeded.plan.id + 1))
+    assert {c.key: c.count for c in everyone.columns if c.count} == {"ready": 2, "executing": 4, "verifying": 3}
+    assert {c.key: c.count for c in bobs.columns if c.count} == {"verifying": 3}
+    assert [c.count for c in elsewhere.columns] == [0] * len(elsewhere.columns)
+    assert everyone.operators == bobs.operators == ["alice", "bob"]
+    assert [(p.name, p.in_progress) for p in everyone.plans] == [("Phase 1", 7)]  # ready is not in progress
+
+
+@pytest.mark.parametrize(
+    ("paged", "message"),
+    [
+        (ColumnPage("executing", 0), "has 1 page(s) of 50 cards: there is no page 0"),
+        (ColumnPage("executing", 2), "there is no page 2"),
+        (ColumnPage("nowhere", 1), "the board has no column 'nowhere'"),
+    ],
+)
+async def test_a_page_out_of_range_or_of_no_column_is_refused_by_name(services, git_repo, paged, message) -> None:
+    seeded = await seed(services, git_repo, tasks=0)
+    await stored_sessions(services, seeded, {SessionState.EXECUTING: 3})
+    with pytest.raises(InvalidInput, match=re.escape(message)):
+        await board_of(services).board(seeded.project.id, paged=paged)

@@ -96,5 +96,5 @@ def test_a_configuration_that_started_before_loads_without_apprise(tmp_path, mon
     settings_cache.remember({"database_url": "sqlite:///x"}, tmp_path)
     assert not loads_apprise()
     write_config(tmp_path, '[notify]\nchannels = ["bogus://pw-S3cr3t"]\n')  # edited: a new configuration
-    with pytest.raises(InvalidInput, match="notify.channels"):
+    with pytest.raises(InvalidInput, match=r"notify\.channels"):
         load_settings(tmp_path)

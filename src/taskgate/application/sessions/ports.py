@@ -52,6 +52,31 @@ class SessionRepository(Protocol):
     async def count_of_operator(self, operator_id: str, states: frozenset[SessionState]) -> int:
         """Sessions of the operator (any project) in `states` (operator_capacity)."""
 
+    async def count_by_state(
+        self, project_id: int, *, plan_id: int | None = None, operator_id: str | None = None
+    ) -> dict[SessionState, int]:
+        """The project's sessions per state (states with none are left out), narrowed to a plan and an operator
+        when given."""
+
+    async def page_in_states(
+        self,
+        project_id: int,
+        states: frozenset[SessionState],
+        *,
+        offset: int,
+        limit: int,
+        plan_id: int | None = None,
+        operator_id: str | None = None,
+    ) -> list[Session]:
+        """`limit` of the project's sessions in `states` from `offset`, the most recently moved first (updated_at,
+        then id, descending), narrowed to a plan and an operator when given."""
+
+    async def count_by_plan(self, project_id: int, states: frozenset[SessionState]) -> dict[int, int]:
+        """The project's sessions in `states` per plan id (plans with none, and sessions of no plan, left out)."""
+
+    async def operators_of_project(self, project_id: int) -> list[str]:
+        """The operators holding at least one of the project's sessions, sorted."""
+
 
 class TransitionLog(Protocol):
     async def append(self, record: TransitionRecord) -> int:

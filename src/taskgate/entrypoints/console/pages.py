@@ -6,6 +6,7 @@ proofs are `audit_status`'s)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -13,7 +14,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
-from taskgate.application.board import BoardFilter
+from taskgate.application.board import PAGE_SIZE, BoardFilter, ColumnPage
 from taskgate.application.sessions.ports import TransitionQuery
 from taskgate.application.timestamps import parse_timestamp
 from taskgate.bootstrap import App
@@ -41,13 +42,14 @@ def routes(console: Console) -> dict[str, Any]:
             return v.page("empty.html")
         project = await v.app.tracker.resolve_project(q.get("project") or projects[0].name)
         filters = BoardFilter(_int(q.get("plan"), "plan"), q.get("operator") or None)
+        paged = _column_page(q.get("column"), q.get("page"))
         mark = await console.feed.current()  # before the reads: a write between them still refreshes the page
-        shown = await console.board_query().board(project.id, filters)
+        shown = await console.board_query().board(project.id, filters, paged)
         template = "_board.html" if v.request.headers.get("x-console-live") else "board.html"
         # the cards whose agents wait on an answer (the sub-state waiting_for_operator): few, read in one query
         asking = {q.session_id for q in await v.app.questions.open()} if v.app.questions is not None else set()
-        return v.page(template, board=shown, projects=projects, mark=mark,
-                      may_start=await v.may(Capability.START), asking=asking)  # fmt: skip
+        return v.page(template, board=shown, projects=projects, mark=mark, may_start=await v.may(Capability.START),
+                      asking=asking, page_link=_page_link(project.name, filters), page_size=PAGE_SIZE)  # fmt: skip
 
     @page(console)
     async def session(v: Visit) -> Response:
@@ -188,6 +190,27 @@ def _int(text: str | None, name: str) -> int | None:
     if not text.isdigit() or len(text) > 9:
         raise InvalidInput(f"{name} must be a whole number, not {text!r}")
     return int(text)
+
+
+def _column_page(column: str | None, page: str | None) -> ColumnPage | None:
+    """The `column` and `page` of the board's address. Raises: InvalidInput (a page that is not a whole number, a
+    page without its column or the other way round)."""
+    if not column and not page:
+        return None
+    if not column or not page:
+        raise InvalidInput("a board page needs both `column` and `page` (e.g. ?column=executing&page=2)")
+    return ColumnPage(column, _int(page, "page") or 0)
+
+
+def _page_link(project: str, filters: BoardFilter) -> Callable[[str, int], str]:
+    """The board's address with page `n` of column `key` (the project and filters kept), at that column."""
+    kept = [("project", project), ("plan", filters.plan_id), ("operator", filters.operator_id)]
+
+    def link(key: str, n: int) -> str:
+        pairs = [(k, x) for k, x in kept if x is not None] + ([("column", key), ("page", n)] if n > 1 else [])
+        return f"/?{urlencode(pairs)}#col-{key}"
+
+    return link
 
 
 def _download(name: str) -> dict[str, str]:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 _ADVISORY_LOCK_ID = 7_274_283  # arbitrary constant shared by every taskgate process
 
-SCHEMA_HEAD = "0024"
+SCHEMA_HEAD = "0025"
 """The newest migration. Every CLI command checks the database against it before importing Alembic (which
 costs ~0.5 s of start-up); a test keeps it equal to the head of the migration scripts."""
 

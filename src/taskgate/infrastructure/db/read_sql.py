@@ -4,7 +4,7 @@ The SQLite text of the CLI's read statements, for the engine-free read path (fas
 """
 # ruff: noqa: E501
 
-SCHEMA_HEAD = "0024"  # the schema these statements read (migrations.py)
+SCHEMA_HEAD = "0025"  # the schema these statements read (migrations.py)
 
 # fmt: off
 SQLITE = {

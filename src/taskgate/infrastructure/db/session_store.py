@@ -122,6 +122,51 @@ class SqlAlchemySessionRepository(SqlRepository):
         stmt = select(func.count()).where(c.operator_id == operator_id, c.state.in_([s.value for s in states]))
         return (await self._conn.execute(stmt)).scalar_one()
 
+    async def count_by_state(
+        self, project_id: int, *, plan_id: int | None = None, operator_id: str | None = None
+    ) -> dict[SessionState, int]:
+        """The project's sessions per state, narrowed to a plan and an operator when given: one GROUP BY (the
+        board's column counts), covered by `ix_sessions_project_state_updated` when not narrowed."""
+        c = t.sessions.c
+        stmt = select(c.state, func.count().label("n")).where(*_narrowed(project_id, plan_id, operator_id))
+        return {SessionState(r["state"]): int(r["n"]) for r in await self._all(stmt.group_by(c.state))}
+
+    async def page_in_states(
+        self,
+        project_id: int,
+        states: frozenset[SessionState],
+        *,
+        offset: int,
+        limit: int,
+        plan_id: int | None = None,
+        operator_id: str | None = None,
+    ) -> list[Session]:
+        """`limit` of the project's sessions in `states` from `offset`, the most recently moved first (`updated_at`,
+        then id, descending): one page of a board column."""
+        c = t.sessions.c
+        stmt = (
+            select(t.sessions)
+            .where(*_narrowed(project_id, plan_id, operator_id), c.state.in_([s.value for s in states]))
+            .order_by(c.updated_at.desc(), c.id.desc())
+            .offset(offset)
+            .limit(limit)
+        )
+        return [_session(r) for r in await self._all(stmt)]
+
+    async def count_by_plan(self, project_id: int, states: frozenset[SessionState]) -> dict[int, int]:
+        """The project's sessions in `states` per plan (sessions of no plan are left out): one GROUP BY."""
+        c = t.sessions.c
+        stmt = select(c.plan_id, func.count().label("n")).where(
+            c.project_id == project_id, c.plan_id.is_not(None), c.state.in_([s.value for s in states])
+        )
+        return {int(r["plan_id"]): int(r["n"]) for r in await self._all(stmt.group_by(c.plan_id))}
+
+    async def operators_of_project(self, project_id: int) -> list[str]:
+        """The operators holding at least one of the project's sessions, by name."""
+        c = t.sessions.c
+        stmt = select(c.operator_id).where(c.project_id == project_id, c.operator_id.is_not(None)).distinct()
+        return [r["operator_id"] for r in await self._all(stmt.order_by(c.operator_id))]
+
 
 class SqlAlchemyTransitionLog(SqlRepository):
     async def append(self, record: TransitionRecord) -> int:
@@ -271,6 +316,16 @@ def _changed_values(session: Session, before: Session) -> dict[str, Any]:
     values = {name: value for name, value in _session_values(session, _SCALAR_FIELDS).items() if value != old[name]}
     values.update(version=session.version, state_data=session.state_data, workflow_stack=session.workflow_stack)
     return values
+
+
+def _narrowed(project_id: int, plan_id: int | None, operator_id: str | None) -> list[Any]:
+    c = t.sessions.c
+    where = [c.project_id == project_id]
+    if plan_id is not None:
+        where.append(c.plan_id == plan_id)
+    if operator_id is not None:
+        where.append(c.operator_id == operator_id)
+    return where
 
 
 _session = session_of  # rows in, records out: shared with the engine-free read path (row_maps.py)

@@ -150,6 +150,7 @@ sessions = Table(
     Column("deadline", UtcDateTime, nullable=True),
     Column("node_id", String(200), nullable=True),  # the node holding its worktree (None: before 0013)
     Index("ix_sessions_plan_state", "plan_id", "state"),
+    Index("ix_sessions_project_state_updated", "project_id", "state", "updated_at"),  # the board (0025)
     Index("ix_sessions_task_id", "task_id"),
     # Backstop for "one active session per task": the guard reads under a lock, the index makes it impossible.
     Index(
