@@ -24,7 +24,6 @@ from taskgate.domain.agents import usage
 from taskgate.domain.agents.reports import AgentReport
 from taskgate.domain.agents.transcripts import Transcript, result_of
 from taskgate.domain.entities import Agent, Operator, Outcome, Session, StepRun, Task, TransitionRecord
-from taskgate.domain.policies.facts import TestRun
 from taskgate.domain.questions import Question
 
 if TYPE_CHECKING:  # only named in annotations: the read commands' fast path prints without loading them
@@ -33,6 +32,7 @@ if TYPE_CHECKING:  # only named in annotations: the read commands' fast path pri
     from taskgate.application.workspaces.context import ProjectContext
     from taskgate.application.workspaces.ports import WorkspaceContext
     from taskgate.application.workspaces.reconcile import WorktreeRow
+    from taskgate.domain.policies.facts import TestRun
 
 # CSI (colours, cursor moves), OSC (titles, hyperlinks, clipboard) ended by BEL or ST, DCS/SOS/PM/APC ended by ST,
 # and the other escape sequences; then every other control character but newline and tab (C0, DEL, C1 with U+0085),

@@ -7,19 +7,20 @@ dicts `fast_reads.py` builds from sqlite3), its values already converted to Pyth
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from taskgate.application.forge.ports import PullRequestRecord
 from taskgate.domain.entities import Agent, AgentStatus, Project, Session, Task, TaskStatus
 from taskgate.domain.questions import Question, QuestionKind, QuestionStatus
 from taskgate.domain.states import SessionState
+
+if TYPE_CHECKING:
+    from taskgate.application.forge.ports import PullRequestRecord
 
 SESSION_FIELDS = tuple(f.name for f in fields(Session) if f.name not in {"state", "prior_state"})
 PROJECT_FIELDS = ("id", "name", "key", "root_path", "created_at", "archived_at")
 TASK_COLUMNS = tuple(f.name for f in fields(Task) if f.name != "blockers")  # blockers live in task_dependencies
 AGENT_FIELDS = tuple(f.name for f in fields(Agent))
 QUESTION_COLUMNS = tuple(f.name for f in fields(Question) if f.name != "extra")
-PULL_REQUEST_COLUMNS = tuple(f.name for f in fields(PullRequestRecord))
 
 
 def session_of(row: Any) -> Session:
@@ -62,4 +63,6 @@ def question_of(row: Any) -> Question:
 
 def pull_request_of(row: Any) -> PullRequestRecord:
     """A `pull_requests` row as a PullRequestRecord."""
-    return PullRequestRecord(**{name: row[name] for name in PULL_REQUEST_COLUMNS})
+    from taskgate.application.forge.ports import PullRequestRecord  # here: the forge's models only when one is read
+
+    return PullRequestRecord(**{f.name: row[f.name] for f in fields(PullRequestRecord)})
