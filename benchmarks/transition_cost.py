@@ -165,6 +165,9 @@ def describe_sql(statement: str) -> str:
     """'SELECT sessions', 'UPDATE tasks', 'BEGIN IMMEDIATE', ...: the verb and the table it names first."""
     words = statement.replace("(", " ").split()
     verb = words[0].upper()
+    if verb == "WITH":  # PostgreSQL's merged writes (pg_writes.py): name each data-modifying CTE
+        inner = [describe_sql(part) for part in statement.split(" AS (")[1:]]
+        return "WITH " + " + ".join(name for name in inner if not name.startswith("SELECT"))
     marker = {"SELECT": "FROM", "INSERT": "INTO", "UPDATE": "UPDATE", "DELETE": "FROM"}.get(verb)
     upper = [w.upper() for w in words]
     if marker is None or marker not in upper:
@@ -177,21 +180,30 @@ def statement_log(database: Database) -> Iterator[list[str]]:
     """Collect the SQL statements sent to the driver while the block runs (first words only).
 
     On SQLite, sqlite3's own trace callback sees every statement, the hot ones taskgate runs on the driver
-    directly and BEGIN/COMMIT included; on PostgreSQL, SQLAlchemy's `before_cursor_execute` (COMMIT is not a
-    cursor statement there: the caller adds it).
+    directly and BEGIN/COMMIT included; on PostgreSQL, asyncpg's query loggers (`add_query_logger`, on each
+    connection checked out meanwhile) see every query sent to the server, each one round trip: BEGIN and COMMIT,
+    the statements taskgate runs on asyncpg directly and those through SQLAlchemy.
     """
     seen: list[str] = []
     engine = getattr(database.engine, "sync_engine", database.engine)  # async (PostgreSQL) or inline (SQLite)
     if not database.is_sqlite:
+        logged: list[Any] = []
 
-        def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-            seen.append(describe_sql(statement))
+        def record(query: Any) -> None:
+            seen.append(describe_sql(query.query.strip().rstrip(";")))
 
-        event.listen(engine, "before_cursor_execute", record)
+        def on_pg_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+            raw = dbapi_connection.driver_connection
+            raw.add_query_logger(record)
+            logged.append(raw)
+
+        event.listen(engine, "checkout", on_pg_checkout)
         try:
             yield seen
         finally:
-            event.remove(engine, "before_cursor_execute", record)
+            event.remove(engine, "checkout", on_pg_checkout)
+            for raw in logged:
+                raw.remove_query_logger(record)
         return
 
     def trace(statement: str) -> None:
@@ -418,7 +430,8 @@ async def count_statements(stack: Stack, session_id: str) -> dict[str, tuple[lis
     for trigger in ("start", "plan_complete"):
         with statement_log(stack.database) as seen, round_trips() as trips:
             await fire(stack, session_id, trigger)()
-        found[trigger] = (seen if stack.database.is_sqlite else [*seen, "COMMIT"], trips)
+            await asyncio.sleep(0.01)  # asyncpg calls its query loggers soon after the query, not in it
+        found[trigger] = (seen, trips)
     return found
 
 

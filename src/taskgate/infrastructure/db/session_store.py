@@ -72,11 +72,15 @@ class SqlAlchemySessionRepository(SqlRepository):
         else:
             params = _session_values(session, _MUTABLE_FIELDS)
         params.update(match_id=session.id, match_version=expected_version)
-        if (await self._conn.execute(sql.UPDATE_SESSION, params)).rowcount != 1:
+
+        def conflict() -> ConcurrentModification:
             self._known.pop(session.id, None)
-            raise ConcurrentModification(
+            return ConcurrentModification(
                 f"session {session.id} changed concurrently (expected version {expected_version})"
             )
+
+        # On PostgreSQL the check may come with the unit's next write (pg_writes.py), still before its COMMIT
+        await self._write(sql.UPDATE_SESSION, params, expect=1, error=conflict)
         self._known[session.id] = session
 
     async def list(
@@ -150,7 +154,7 @@ class SqlAlchemyTransitionLog(SqlRepository):
 class SqlAlchemyEventLog(SqlRepository):
     async def append(self, kind: str, at: datetime, payload: dict[str, Any], session_id: str | None = None) -> None:
         values = {"kind": kind, "at": at, "payload": payload, "session_id": session_id}
-        await self._conn.execute(sql.INSERT_EVENT, values)
+        await self._write(sql.INSERT_EVENT, values)
 
     async def list(self, session_id=None, limit=100, *, kind=None, since=None, until=None) -> list[dict[str, Any]]:
         c = t.events.c

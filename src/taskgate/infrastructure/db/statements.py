@@ -192,3 +192,13 @@ HOT = (
 def hot_statements() -> tuple[Any, ...]:
     """The statements SQLite's driver runs directly (`HOT`)."""
     return HOT
+
+
+# Run on asyncpg directly inside a PostgreSQL write unit of work (pg_writes.py): a transition's statements, with the
+# row locks it takes on PostgreSQL (SQLite's write lock needs none).
+PG_HOT = (*HOT, SESSION_BY_ID_FOR_UPDATE, PLAN_BY_ID_FOR_UPDATE, OPERATOR_ID_FOR_UPDATE, PROJECT_BY_ID_FOR_UPDATE)
+
+
+def pg_hot_statements() -> tuple[Any, ...]:
+    """The statements a PostgreSQL write unit of work runs on asyncpg directly (`PG_HOT`)."""
+    return PG_HOT

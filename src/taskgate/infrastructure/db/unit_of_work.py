@@ -59,7 +59,10 @@ class SqlAlchemyUnitOfWork:
                 self._member = await groups.join()
                 self._bind(self._member.conn)
                 return self
-            self._conn = await self._db.open(write=self._write)
+            if self._write and not self._db.is_sqlite:  # the transaction on asyncpg (pg_writes.py)
+                self._conn = await self._db.open_pg_writer()
+            else:
+                self._conn = await self._db.open(write=self._write)
         except DBAPIError as exc:
             raise _translate(exc) from exc
         self._bind(self._conn)
