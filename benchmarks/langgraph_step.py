@@ -30,24 +30,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import time
 import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypedDict
 
 import asyncpg
 from bench_support import PG_BENCH_URL, emit_row, reset_pg_schema_async
 from transition_cost import (
+    WALK,
     Latency,
     bare_pg_transition,
+    bare_pg_walk,
     bare_rows,
+    collect_setup_garbage,
     count_statements,
     fire,
     median_ms,
     open_stack,
     percentile,
-    pg_throughput,
     ready_sessions,
+    run_walks,
     timed_cpu,
 )
 
@@ -161,6 +167,77 @@ def report(result: Latency, lg_wall: list[int], lg_cpu: list[int]) -> None:
         print(f"  {trigger}: {len(statements)} round trips: {', '.join(statements)}")
 
 
+def server_cpu_s(database: str) -> float:
+    """CPU seconds used so far by the PostgreSQL processes serving `database` (its backends; the server's shared
+    processes, WAL writer included, are left out: they serve every database of the server)."""
+    import psutil
+
+    total = 0.0
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info["cmdline"] or ())
+        if cmdline.startswith("postgres:") and f" {database} " in cmdline:
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                total += times.user + times.system
+    return total
+
+
+@dataclass
+class Run:
+    """One side of the concurrent row: transitions per second, and CPU per transition of the client's one thread
+    (the event loop) and of the database's backends, in milliseconds."""
+
+    rate: float
+    client_ms: float
+    server_ms: float
+
+
+async def concurrent(url: str, sessions: int) -> tuple[Run, Run, int]:
+    """Ours (200 walks through `SessionService.fire`, asyncio.gather) and the floor (the same number of UPDATE +
+    INSERT transactions on an asyncpg pool of 30, the same concurrency), each with its CPU per transition."""
+    await reset_pg_schema_async(url)
+    database = url.rsplit("/", 1)[1]
+    stack = await open_stack(url)
+    total = sessions * len(WALK)
+    try:
+        ids = await ready_sessions(stack, sessions)
+        cpu, server = time.thread_time(), server_cpu_s(database)
+        elapsed, failed = await run_walks(stack, ids)
+        ours = Run(total / elapsed, (time.thread_time() - cpu) / total * 1e3,
+                   (server_cpu_s(database) - server) / total * 1e3)  # fmt: skip
+        rows = await bare_rows(stack, ids)
+    finally:
+        await stack.database.dispose()
+    created = datetime.now(UTC)
+    pool = await asyncpg.create_pool(url.replace("+asyncpg", ""), min_size=10, max_size=30)
+    try:
+        collect_setup_garbage()
+        cpu, server = time.thread_time(), server_cpu_s(database)
+        begin = time.perf_counter()
+        await asyncio.gather(*(bare_pg_walk(pool, row, created) for row in rows))
+        elapsed = time.perf_counter() - begin
+        floor = Run(total / elapsed, (time.thread_time() - cpu) / total * 1e3,
+                    (server_cpu_s(database) - server) / total * 1e3)  # fmt: skip
+    finally:
+        await pool.close()
+    return ours, floor, failed
+
+
+def report_concurrent(sessions: int, ours: Run, floor: Run, failed: int) -> None:
+    """The row, and what bounds each side: at most one core for the client's one event loop, two for everything."""
+    print(f"\n== {sessions} concurrent sessions × {len(WALK)} transitions ==")
+    for name, run in (("ours", ours), ("floor", floor)):
+        both = run.client_ms + run.server_ms
+        print(
+            f"  {name:5} {run.rate:7.0f} transitions/s   CPU per transition: client {run.client_ms:.3f} ms, "
+            f"PostgreSQL backends {run.server_ms:.3f} ms   → bound by one client core {1e3 / run.client_ms:6.0f}/s, "
+            f"by both cores {2e3 / both:6.0f}/s"
+        )
+    print(f"  ours ÷ floor {ours.rate / floor.rate:5.2f}×   failed walks {failed}/{sessions}")
+    emit_row(f"{sessions} concurrent sessions, PostgreSQL, vs one tx per transition", ours.rate, floor.rate, "tx/s",
+             THROUGHPUT_GOAL)  # fmt: skip
+
+
 def main() -> None:
     """Latency rows, then the 200-concurrent row, with the load average around them."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -173,13 +250,7 @@ def main() -> None:
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
     report(*asyncio.run(measure(args.pg_url, args.n, args.warmup)))
     if args.sessions:
-        ours, floor, failed = asyncio.run(pg_throughput(args.pg_url, args.sessions))
-        print(
-            f"\n== {args.sessions} concurrent sessions × 6 transitions ==\n  ours {ours:7.0f} transitions/s   floor "
-            f"{floor:7.0f} tx/s   ours ÷ floor {ours / floor:5.2f}×   failed walks {failed}/{args.sessions}"
-        )
-        emit_row(f"{args.sessions} concurrent sessions, PostgreSQL, vs one tx per transition", ours, floor, "tx/s",
-                 THROUGHPUT_GOAL)  # fmt: skip
+        report_concurrent(args.sessions, *asyncio.run(concurrent(args.pg_url, args.sessions)))
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\nload average after: {load}; total {time.monotonic() - started:.1f} s")
 
