@@ -180,14 +180,18 @@ def statement_log(database: Database) -> Iterator[list[str]]:
     """Collect the SQL statements sent to the driver while the block runs (first words only).
 
     On SQLite, sqlite3's own trace callback sees every statement, the hot ones taskgate runs on the driver
-    directly and BEGIN/COMMIT included; on PostgreSQL, asyncpg's query loggers (`add_query_logger`, on each
-    connection checked out meanwhile) see every query sent to the server, each one round trip: BEGIN and COMMIT,
-    the statements taskgate runs on asyncpg directly and those through SQLAlchemy.
+    directly and BEGIN/COMMIT included. On PostgreSQL each statement is one round trip, seen in one of two places:
+    asyncpg's query loggers (`add_query_logger`, on each connection checked out meanwhile) see what is sent through
+    `Connection.execute`/`fetch` (BEGIN and COMMIT, and the statements taskgate runs on asyncpg directly), and
+    SQLAlchemy's `before_cursor_execute` what its adapter sends (on prepared statements, which asyncpg does not log).
+    The list gives the first group, then the second: asyncpg calls its loggers soon after a query, not in it, so the
+    order across the two is not kept.
     """
     seen: list[str] = []
     engine = getattr(database.engine, "sync_engine", database.engine)  # async (PostgreSQL) or inline (SQLite)
     if not database.is_sqlite:
         logged: list[Any] = []
+        through_sqlalchemy: list[str] = []
 
         def record(query: Any) -> None:
             seen.append(describe_sql(query.query.strip().rstrip(";")))
@@ -197,13 +201,19 @@ def statement_log(database: Database) -> Iterator[list[str]]:
             raw.add_query_logger(record)
             logged.append(raw)
 
+        def on_cursor(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            through_sqlalchemy.append(f"{describe_sql(statement)} (SQLAlchemy)")
+
         event.listen(engine, "checkout", on_pg_checkout)
+        event.listen(engine, "before_cursor_execute", on_cursor)
         try:
             yield seen
         finally:
             event.remove(engine, "checkout", on_pg_checkout)
+            event.remove(engine, "before_cursor_execute", on_cursor)
             for raw in logged:
                 raw.remove_query_logger(record)
+            seen.extend(through_sqlalchemy)
         return
 
     def trace(statement: str) -> None:

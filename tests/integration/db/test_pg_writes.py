@@ -249,3 +249,14 @@ async def test_concurrent_starts_commit_each_event_with_its_log_row(sql_services
     assert log == {("start", "applied"): 3, ("start", "blocked"): 47}
     assert events == {"session.transition": 3, "session.blocked": 47}
     assert in_progress == 3
+
+
+async def test_a_unit_whose_connection_was_lost_is_not_put_back_into_the_pool(db: Database) -> None:
+    unit = SqlAlchemyUnitOfWork(db, write=True)
+    with pytest.raises(Exception):  # noqa: B017 - whatever the lost connection raises; the pool is what is checked
+        async with unit:
+            unit._conn._raw.terminate()
+    assert db.engine.pool.checkedout() == 0
+    async with SqlAlchemyUnitOfWork(db, write=True) as again:  # the pool serves a working connection
+        assert await again.events.high_water() >= 0
+        await again.commit()

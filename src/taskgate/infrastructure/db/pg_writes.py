@@ -32,6 +32,7 @@ A write unit of work now runs on `PgWriteConnection`:
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -98,6 +99,7 @@ class PgWriteConnection:
         self._conn, self._raw, self._statements = conn, raw, statements
         self._transaction: Any = None
         self._pending: list[_Deferred] = []
+        self._broken = False  # a ROLLBACK failed: the connection is not put back into the pool
 
     async def begin(self) -> None:
         """BEGIN on the driver connection (READ COMMITTED, the server's default)."""
@@ -212,6 +214,7 @@ class PgWriteConnection:
             try:
                 await transaction.rollback()
             except Exception as exc:
+                self._broken = True
                 raise _wrapped("ROLLBACK", (), exc) from exc
 
     async def close(self) -> None:
@@ -219,10 +222,10 @@ class PgWriteConnection:
         not know of it), and a connection that cannot roll back is invalidated rather than pooled."""
         try:
             if self._transaction is not None:
-                try:
+                with contextlib.suppress(DBAPIError):  # a failed ROLLBACK marks it broken: invalidated below
                     await self.rollback()
-                except DBAPIError:
-                    await self._conn.invalidate()
+            if self._broken:
+                await self._conn.invalidate()
         finally:
             await self._conn.close()
 

@@ -104,9 +104,11 @@ class SqlAlchemyUnitOfWork:
                 assert self._db.groups is not None
                 await self._db.groups.rollback(member)
             elif self._conn is not None:
-                if not self._committed and self._conn.in_transaction():
-                    await self._conn.rollback()
-                await self._conn.close()
+                try:
+                    if not self._committed and self._conn.in_transaction():
+                        await self._conn.rollback()
+                finally:  # a rollback that failed (a connection lost, a cancelled statement) still gives it back
+                    await self._conn.close()
         finally:
             self._conn = None
         if isinstance(exc, DBAPIError):
