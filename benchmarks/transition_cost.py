@@ -21,6 +21,7 @@ import gc
 import json
 import math
 import os
+import re
 import statistics
 import tempfile
 import time
@@ -165,9 +166,9 @@ def describe_sql(statement: str) -> str:
     """'SELECT sessions', 'UPDATE tasks', 'BEGIN IMMEDIATE', ...: the verb and the table it names first."""
     words = statement.replace("(", " ").split()
     verb = words[0].upper()
-    if verb == "WITH":  # PostgreSQL's merged writes (pg_writes.py): name each data-modifying CTE
-        inner = [describe_sql(part) for part in statement.split(" AS (")[1:]]
-        return "WITH " + " + ".join(name for name in inner if not name.startswith("SELECT"))
+    if verb == "WITH":  # PostgreSQL's merged locks and writes: name each CTE (pg_writes.py, statements.py)
+        inner = [describe_sql(part) for part in re.split(r" AS (?:MATERIALIZED\s*)?\(", statement)[1:]]
+        return "WITH " + " + ".join(inner)
     marker = {"SELECT": "FROM", "INSERT": "INTO", "UPDATE": "UPDATE", "DELETE": "FROM"}.get(verb)
     upper = [w.upper() for w in words]
     if marker is None or marker not in upper:

@@ -260,3 +260,63 @@ async def test_a_unit_whose_connection_was_lost_is_not_put_back_into_the_pool(db
     async with SqlAlchemyUnitOfWork(db, write=True) as again:  # the pool serves a working connection
         assert await again.events.high_water() >= 0
         await again.commit()
+
+
+async def _holds(check: asyncpg.Connection, table: str, key: str) -> bool:
+    """Whether another transaction holds the row's lock (a FOR UPDATE NOWAIT from `check` is refused)."""
+    async with check.transaction():
+        try:
+            await check.execute(f"SELECT 1 FROM {table} WHERE id = {key} FOR UPDATE NOWAIT")
+        except asyncpg.LockNotAvailableError:
+            return True
+    return False
+
+
+@pytest.mark.parametrize(
+    ("held", "expected"),
+    [
+        # the statement waits for the row another transaction holds, and holds exactly the locks before it
+        (("sessions", "'w-s-2'"), {"sessions": False, "operators": False, "plans": False}),
+        (("operators", "'pgw-op'"), {"sessions": True, "operators": False, "plans": False}),
+        (("plans", "9001"), {"sessions": True, "operators": True, "plans": False}),
+    ],
+)
+async def test_a_transition_takes_its_row_locks_in_one_statement_in_the_one_lock_order(
+    db: Database, pg_url: str, held: tuple[str, str], expected: dict[str, bool]
+) -> None:
+    setup = await db.open_pg_writer()
+    await seed(setup)
+    await setup.commit()
+    await setup.close()
+    dsn = pg_url.replace("+asyncpg", "")
+    holder, check = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    writer = await db.open_pg_writer()
+    try:
+        await holder.execute(f"BEGIN; SELECT 1 FROM {held[0]} WHERE id = {held[1]} FOR UPDATE")
+        params = {"id": "w-s-2", "operator_id": "pgw-op", "session_operator": False, "plan": True}
+        locking = asyncio.create_task(writer.execute(sql.LOCK_FOR_TRANSITION, params))
+        for _ in range(100):  # until it waits on the held row's lock
+            waiting = await check.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH locked_%'"
+            )
+            if waiting:
+                break
+            await asyncio.sleep(0.02)
+        assert waiting == 1 and not locking.done()
+        others = {("sessions", "'w-s-2'"), ("operators", "'pgw-op'"), ("plans", "9001")} - {held}
+        assert {table: await _holds(check, table, key) for table, key in others} == {
+            table: wanted for table, wanted in expected.items() if table != held[0]
+        }
+        await holder.execute("ROLLBACK")
+        row = (await locking).mappings().first()
+        assert (row["id"], row["operator_rows"], row["p_id"]) == ("w-s-2", 1, 9001)
+        assert all([await _holds(check, table, key) for table, key in others | {held}])  # all three now
+    finally:
+        await writer.close()
+        await holder.execute("ROLLBACK")  # a no-op when it rolled back already
+        await holder.execute("DELETE FROM sessions WHERE project_id = 9001; DELETE FROM task_dependencies "
+                             "WHERE task_id LIKE 'W-%'; DELETE FROM tasks WHERE project_id = 9001; "
+                             "DELETE FROM plans WHERE id = 9001; DELETE FROM projects WHERE id = 9001; "
+                             "DELETE FROM operators WHERE id = 'pgw-op'")  # fmt: skip
+        await holder.close()
+        await check.close()

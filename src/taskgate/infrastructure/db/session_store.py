@@ -13,12 +13,14 @@ from typing import Any
 from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from taskgate.application.sessions.ports import TransitionQuery
+from taskgate.application.sessions.ports import TransitionLocks, TransitionQuery
 from taskgate.domain.entities import (
     Compensation,
     Decision,
     DecisionKind,
     Outcome,
+    Plan,
+    PlanStatus,
     Session,
     SessionSnapshot,
     TransitionRecord,
@@ -53,6 +55,38 @@ class SqlAlchemySessionRepository(SqlRepository):
             raise SessionNotFound(session_id)
         session = self._known[session_id] = _session(row)
         return session
+
+    async def lock_for_transition(
+        self, session_id: str, operator_id: str | None, *, session_operator: bool, plan: bool
+    ) -> TransitionLocks:
+        """The session, operator and plan rows a transition locks, in that order. PostgreSQL takes the three in one
+        statement (`statements.LOCK_FOR_TRANSITION`, which says why the order holds); SQLite's unit of work holds the
+        write lock already, so it reads them one by one. Raises: SessionNotFound."""
+        if self._dialect != "postgresql":
+            return await self._lock_one_by_one(session_id, operator_id, session_operator=session_operator, plan=plan)
+        params = {"id": session_id, "operator_id": operator_id, "session_operator": session_operator, "plan": plan}
+        row = await self._one(sql.LOCK_FOR_TRANSITION, params)
+        if row is None:
+            raise SessionNotFound(session_id)
+        session = self._known[session_id] = _session(row)
+        wanted = operator_id or (session.operator_id if session_operator else None)
+        locked = None
+        if row["p_id"] is not None:
+            locked = Plan(row["p_id"], row["p_project_id"], row["p_name"], PlanStatus(row["p_status"]),
+                          row["p_created_at"])  # fmt: skip
+        return TransitionLocks(session, wanted is None or row["operator_rows"] == 1, locked)
+
+    async def _lock_one_by_one(
+        self, session_id: str, operator_id: str | None, *, session_operator: bool, plan: bool
+    ) -> TransitionLocks:
+        session = await self.get(session_id, lock=True)
+        wanted = operator_id or (session.operator_id if session_operator else None)
+        found = wanted is None or await self._one(sql.OPERATOR_ID_FOR_UPDATE, {"id": wanted}) is not None
+        locked = None
+        if plan and session.plan_id is not None:
+            row = await self._one(sql.PLAN_BY_ID, {"id": session.plan_id})
+            locked = Plan(row["id"], row["project_id"], row["name"], PlanStatus(row["status"]), row["created_at"])
+        return TransitionLocks(session, found, locked)
 
     async def update(self, session: Session, expected_version: int) -> None:
         """Write the session's mutable columns, if its row is still at `expected_version`. Its identity (id, task,
