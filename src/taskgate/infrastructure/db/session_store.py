@@ -62,7 +62,8 @@ class SqlAlchemySessionRepository(SqlRepository):
         """The session, operator and plan rows a transition locks, in that order. PostgreSQL takes the three in one
         statement (`statements.LOCK_FOR_TRANSITION`, which says why the order holds); SQLite's unit of work holds the
         write lock already, so it reads them one by one. Raises: SessionNotFound."""
-        if self._dialect != "postgresql":
+        if self._dialect != "postgresql" or not (plan or operator_id or session_operator):
+            # SQLite; or only the session to lock, which its own statement does for less than the three CTEs
             return await self._lock_one_by_one(session_id, operator_id, session_operator=session_operator, plan=plan)
         params = {"id": session_id, "operator_id": operator_id, "session_operator": session_operator, "plan": plan}
         row = await self._one(sql.LOCK_FOR_TRANSITION, params)
