@@ -181,6 +181,16 @@ async def test_two_held_writes_to_one_row_apply_in_order(conn: PgWriteConnection
     assert (await conn.exec_driver_sql("SELECT status FROM tasks WHERE id = 'W-2'")).scalar_one() == "pending_review"
 
 
+async def test_a_write_run_now_after_a_held_one_of_its_kind_is_not_merged_with_it(conn: PgWriteConnection) -> None:
+    sent = statements_sent(conn)
+    await conn.defer(sql.SET_TASK_STATUS, {"match_id": "W-2", "status": "in_progress"})
+    result = await conn.execute(sql.SET_TASK_STATUS, {"match_id": "W-2", "status": "pending_review"})
+    assert result.rowcount == 1
+    await asyncio.sleep(0.01)
+    assert [s.split(" ")[0] for s in sent] == ["UPDATE", "UPDATE"]
+    assert (await conn.exec_driver_sql("SELECT status FROM tasks WHERE id = 'W-2'")).scalar_one() == "pending_review"
+
+
 async def test_a_driver_error_is_raised_as_sqlalchemy_raises_it(conn: PgWriteConnection) -> None:
     record = {
         "session_id": "no-such-session", "trigger": "suspend", "from_state": "executing", "to_state": "suspended",

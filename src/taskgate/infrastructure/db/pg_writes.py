@@ -137,7 +137,9 @@ class PgWriteConnection:
         if self._statements.runs(statement, parameters):
             prepared = self._statements.prepared(statement, parameters)
             sql, args = prepared.arguments(parameters)
-            if self._pending and not prepared.writes:
+            # a read never shares a statement with the writes before it (it would not see them), nor a write one of
+            # its own kind (two updates of one row in one statement apply in no defined order)
+            if self._pending and (not prepared.writes or any(d.statement is statement for d in self._pending)):
                 await self.flush()
             return await self._run(prepared, sql, args)
         await self.flush()
