@@ -15,6 +15,7 @@ Rows come on SQLite (the default) and on PostgreSQL where they apply (`--skip-pg
 | workflow engine bare agent step vs one transition (SQLite, PostgreSQL) | workflow_overhead.py |
 | `taskgate --help` vs `python -c pass`; `serve` until `tools/list` vs a bare MCPServer | cli_startup.py |
 | issue 21: a transition plus its share of the audit linker vs alone; 200 walks (SQLite, PostgreSQL) | audit_cost.py |
+| issue 43: PostgreSQL `start`, `plan_complete` vs a LangGraph step, vs bare asyncpg; 200 walks | langgraph_step.py |
 
 Run:  .venv/bin/python benchmarks/hot_path.py [--runs 3] [--skip-pg]      (~15 min on 2 cores; `make bench`)
 """
@@ -63,6 +64,7 @@ def scripts(skip_pg: bool) -> list[list[str]]:
             ["decision_latency.py", "--n", "30", "--warmup", "5", "--postgres"],
             ["workflow_overhead.py", "--runs", "3", "--postgres"],
             ["audit_cost.py", "--n", "750", "--walks", "200", "--postgres"],
+            ["langgraph_step.py", "--n", "300", "--warmup", "30"],
         ]
     return found
 

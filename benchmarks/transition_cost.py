@@ -21,6 +21,7 @@ import gc
 import json
 import math
 import os
+import re
 import statistics
 import tempfile
 import time
@@ -165,6 +166,9 @@ def describe_sql(statement: str) -> str:
     """'SELECT sessions', 'UPDATE tasks', 'BEGIN IMMEDIATE', ...: the verb and the table it names first."""
     words = statement.replace("(", " ").split()
     verb = words[0].upper()
+    if verb == "WITH":  # PostgreSQL's merged locks and writes: name each CTE (pg_writes.py, statements.py)
+        inner = [describe_sql(part) for part in re.split(r" AS (?:MATERIALIZED\s*)?\(", statement)[1:]]
+        return "WITH " + " + ".join(inner)
     marker = {"SELECT": "FROM", "INSERT": "INTO", "UPDATE": "UPDATE", "DELETE": "FROM"}.get(verb)
     upper = [w.upper() for w in words]
     if marker is None or marker not in upper:
@@ -177,21 +181,40 @@ def statement_log(database: Database) -> Iterator[list[str]]:
     """Collect the SQL statements sent to the driver while the block runs (first words only).
 
     On SQLite, sqlite3's own trace callback sees every statement, the hot ones taskgate runs on the driver
-    directly and BEGIN/COMMIT included; on PostgreSQL, SQLAlchemy's `before_cursor_execute` (COMMIT is not a
-    cursor statement there: the caller adds it).
+    directly and BEGIN/COMMIT included. On PostgreSQL each statement is one round trip, seen in one of two places:
+    asyncpg's query loggers (`add_query_logger`, on each connection checked out meanwhile) see what is sent through
+    `Connection.execute`/`fetch` (BEGIN and COMMIT, and the statements taskgate runs on asyncpg directly), and
+    SQLAlchemy's `before_cursor_execute` what its adapter sends (on prepared statements, which asyncpg does not log).
+    The list gives the first group, then the second: asyncpg calls its loggers soon after a query, not in it, so the
+    order across the two is not kept.
     """
     seen: list[str] = []
     engine = getattr(database.engine, "sync_engine", database.engine)  # async (PostgreSQL) or inline (SQLite)
     if not database.is_sqlite:
+        logged: list[Any] = []
+        through_sqlalchemy: list[str] = []
 
-        def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-            seen.append(describe_sql(statement))
+        def record(query: Any) -> None:
+            seen.append(describe_sql(query.query.strip().rstrip(";")))
 
-        event.listen(engine, "before_cursor_execute", record)
+        def on_pg_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+            raw = dbapi_connection.driver_connection
+            raw.add_query_logger(record)
+            logged.append(raw)
+
+        def on_cursor(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            through_sqlalchemy.append(f"{describe_sql(statement)} (SQLAlchemy)")
+
+        event.listen(engine, "checkout", on_pg_checkout)
+        event.listen(engine, "before_cursor_execute", on_cursor)
         try:
             yield seen
         finally:
-            event.remove(engine, "before_cursor_execute", record)
+            event.remove(engine, "checkout", on_pg_checkout)
+            event.remove(engine, "before_cursor_execute", on_cursor)
+            for raw in logged:
+                raw.remove_query_logger(record)
+            seen.extend(through_sqlalchemy)
         return
 
     def trace(statement: str) -> None:
@@ -418,7 +441,8 @@ async def count_statements(stack: Stack, session_id: str) -> dict[str, tuple[lis
     for trigger in ("start", "plan_complete"):
         with statement_log(stack.database) as seen, round_trips() as trips:
             await fire(stack, session_id, trigger)()
-        found[trigger] = (seen if stack.database.is_sqlite else [*seen, "COMMIT"], trips)
+            await asyncio.sleep(0.01)  # asyncpg calls its query loggers soon after the query, not in it
+        found[trigger] = (seen, trips)
     return found
 
 

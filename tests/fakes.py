@@ -21,7 +21,7 @@ from typing import Any
 from taskgate.application.forge.ports import PullRequestRecord
 from taskgate.application.nodes.ports import Lease, NodeRecord
 from taskgate.application.notifications.ports import QueuedNotice
-from taskgate.application.sessions.ports import TestOutcome, TransitionQuery
+from taskgate.application.sessions.ports import TestOutcome, TransitionLocks, TransitionQuery
 from taskgate.application.trackers.ports import TaskFacts, TrackerPoll
 from taskgate.application.webhooks.ports import Delivery, OutboxEvent
 from taskgate.application.workspaces.ports import (
@@ -325,6 +325,15 @@ class InMemorySessionRepository(_Repo):
         if session_id not in self.store.sessions:
             raise SessionNotFound(session_id)
         return copy.deepcopy(self.store.sessions[session_id])
+
+    async def lock_for_transition(
+        self, session_id: str, operator_id: str | None, *, session_operator: bool, plan: bool
+    ) -> TransitionLocks:
+        session = await self.get(session_id)  # the fake's write units are serialised already
+        wanted = operator_id or (session.operator_id if session_operator else None)
+        found = wanted is None or wanted in self.store.operators
+        locked = self.store.plans.get(session.plan_id) if plan and session.plan_id is not None else None
+        return TransitionLocks(session, found, copy.deepcopy(locked))
 
     async def update(self, session: Session, expected_version: int) -> None:
         stored = self.store.sessions.get(session.id)

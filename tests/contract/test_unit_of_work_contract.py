@@ -174,10 +174,16 @@ async def test_session_updates_check_the_expected_version(services):
         await uow.sessions.add(original)
         moved = replace(original, state=SessionState.PLANNING, prior_state=None, version=2, state_data={"k": [1, "ü"]})
         await uow.sessions.update(moved, expected_version=1)
-        with pytest.raises(ConcurrentModification):
-            await uow.sessions.update(replace(moved, version=3), expected_version=1)
         await uow.commit()
+    # A stale update fails its unit of work before the commit: at once, or (PostgreSQL holds the UPDATE to send it
+    # with the unit's next write, infrastructure/db/pg_writes.py) at the latest when the unit commits.
+    with pytest.raises(ConcurrentModification):
+        async with services.uow(write=True) as uow:
+            await uow.sessions.update(replace(moved, version=3, state_data={"stale": True}), expected_version=1)
+            await uow.events.append("stale.update", moved.updated_at, {}, moved.id)
+            await uow.commit()
     async with services.uow(write=False) as uow:
+        assert await uow.events.list(moved.id) == []  # nothing of the failed unit was stored
         stored = await uow.sessions.get("s-1", lock=False)
         assert stored == moved
         assert await uow.sessions.count_in_states(plan_id, WIP_STATES) == 1

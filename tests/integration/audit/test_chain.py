@@ -374,6 +374,9 @@ async def test_a_record_whose_transaction_commits_after_a_later_one_is_not_skipp
     [session] = await busy(sql_services, git_repo, sessions=1)
     async with sql_services.uow(write=True) as a:
         await a.events.append("test.noted", SystemClock().now(), {"note": "A"}, session.id)
+        # PostgreSQL's unit holds an event's INSERT for its next statement (pg_writes.py): a read sends it, so A
+        # has taken its id before B
+        await a.events.high_water()
         async with sql_services.uow(write=True) as b:
             await b.events.append("test.noted", SystemClock().now(), {"note": "B"}, session.id)
             await b.commit()

@@ -9,7 +9,8 @@ SQLite takes the database write lock up front (`BEGIN IMMEDIATE`, with an in-pro
 coroutines queue instead of busy-polling, and queued writers sharing one COMMIT); PostgreSQL locks rows
 with `SELECT … FOR UPDATE`. `_transact` locks the session row first, then the operator's row (decisions,
 starts), then (only for transitions that enter the WIP window or complete a task) the plan row, always in
-that order (`_lock_for`), so concurrent `start`s of one plan count WIP one at a time and cannot deadlock.
+that order (`_lock_for`; on PostgreSQL one statement takes all three, in that order), so concurrent `start`s of one
+plan count WIP one at a time and cannot deadlock. The guard facts are read after the locks, in a statement of its own.
 `create_session` locks the task row, and a partial unique index on `sessions(task_id) WHERE state NOT IN
 (completed, cancelled)` backs up "one active session per task".
 """
@@ -34,13 +35,13 @@ from taskgate.application.sessions.effects import NoEffects, SessionEffects
 from taskgate.application.sessions.guarding import SessionGuarding
 from taskgate.application.sessions.guards import GuardEvaluator
 from taskgate.application.sessions.machine import SessionMachine
+from taskgate.application.sessions.ports import TransitionLocks
 from taskgate.application.sessions.reads import SessionReads
 from taskgate.application.sessions.records import SessionRecords, _with_changes
 from taskgate.application.sessions.starts import SessionStarts
 from taskgate.domain.entities import (
     GuardResult,
     Outcome,
-    Plan,
     Session,
     how_it_got_there,
 )
@@ -48,6 +49,7 @@ from taskgate.domain.errors import (
     ConcurrentModification,
     InvalidInput,
     InvalidTransition,
+    OperatorNotFound,
     PolicyViolation,
     TaskgateError,
 )
@@ -57,12 +59,17 @@ from taskgate.domain.policies.facts import (
     Verdict,
 )
 from taskgate.domain.policies.violations import Violation
-from taskgate.domain.session_fsm import TransitionSpec, allowed_triggers, find_transition
+from taskgate.domain.session_fsm import TRANSITIONS, TransitionSpec, allowed_triggers, find_transition
 from taskgate.domain.states import SessionState, Trigger
 
 
 def _needs_plan_lock(row: TransitionSpec) -> bool:
     return row.enters_wip or row.dest == SessionState.COMPLETED
+
+
+# Triggers some row of which locks the plan: their fire locks it with the session, before the row is known (a lock
+# a row turns out not to need is only held until the commit; the order of the locks is the same either way)
+_MAY_LOCK_PLAN = frozenset(row.trigger for row in TRANSITIONS if _needs_plan_lock(row))
 
 
 class SessionService(SessionRecords, SessionGuarding, SessionStarts, SessionReads):
@@ -248,10 +255,13 @@ class SessionService(SessionRecords, SessionGuarding, SessionStarts, SessionRead
         async with self._uow(write=True) as uow:
             if cmd.authorize is not None:
                 await cmd.authorize(uow)
-            session = await uow.sessions.get(cmd.session_id, lock=True)
+            locks = await self._lock_for(uow, trigger, cmd)
+            session = locks.session
             await refuse_unless_held(uow, session, self.node_id)
             row = await self._row(uow, session, trigger, cmd.expected_version)
-            plan = await self._lock_for(uow, session, row, cmd)
+            if not locks.operator_found:
+                raise OperatorNotFound(cmd.decision.operator_id if cmd.decision else session.operator_id)
+            plan = locks.plan if _needs_plan_lock(row) else None
             verdict = Verdict()
             project = await self._project_name(uow, session.project_id)
 
@@ -272,18 +282,20 @@ class SessionService(SessionRecords, SessionGuarding, SessionStarts, SessionRead
             return await self._apply(uow, session, plan, row, new_state, cmd, verdict)
 
     @staticmethod
-    async def _lock_for(uow: UnitOfWork, session: Session, row: TransitionSpec, cmd: FireTrigger) -> Plan | None:
-        """The row locks a transition takes after its session's, always in this order (session, operator,
-        plan), so that two transactions never wait on each other in a cycle. Returns the plan when locked."""
-        if cmd.decision is not None:  # one decision at a time per operator, across processes too
-            await uow.operators.lock(cmd.decision.operator_id)
-        elif row.trigger == Trigger.START and session.operator_id is not None:
-            # operator_capacity counts the operator's sessions in progress across plans: starts of one
-            # operator queue on its row (after the session's, before the plan's)
-            await uow.operators.lock(session.operator_id)
-        if _needs_plan_lock(row) and session.plan_id is not None:
-            return await uow.plans.get(session.plan_id, lock=True)
-        return None
+    async def _lock_for(uow: UnitOfWork, trigger: Trigger, cmd: FireTrigger) -> TransitionLocks:
+        """The row locks a transition takes, always in this order (session, operator, plan), so that two
+        transactions never wait on each other in a cycle; on PostgreSQL one statement takes them all.
+
+        The operator's row: a decision's operator (one decision at a time per operator, across processes too), or
+        for a `start` the session's own operator (operator_capacity counts the operator's sessions in progress
+        across plans: starts of one operator queue on its row, after the session's, before the plan's). The plan's
+        row when the trigger may enter the WIP window or complete a task."""
+        return await uow.sessions.lock_for_transition(
+            cmd.session_id,
+            cmd.decision.operator_id if cmd.decision is not None else None,
+            session_operator=cmd.decision is None and trigger == Trigger.START,
+            plan=trigger in _MAY_LOCK_PLAN,
+        )
 
     # -- internals ---------------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from typing import Protocol
 
 from taskgate.domain.entities import (
     Decision,
+    Plan,
     Session,
     SessionSnapshot,
     TransitionRecord,
@@ -30,12 +31,29 @@ class TransitionQuery:
     limit: int = 1000
 
 
+@dataclass(frozen=True, slots=True)
+class TransitionLocks:
+    """What `SessionRepository.lock_for_transition` locked: the session, whether the operator's row asked for was
+    there (True when none was asked for), and the session's plan (None when not asked for, or the session has none)."""
+
+    session: Session
+    operator_found: bool
+    plan: Plan | None
+
+
 class SessionRepository(Protocol):
     async def add(self, session: Session) -> None:
         """Raises: SessionAlreadyActive when the task already has a non-terminal session."""
 
     async def get(self, session_id: str, *, lock: bool = False) -> Session:
         """Raises: SessionNotFound. `lock` holds the row until the unit of work ends."""
+
+    async def lock_for_transition(
+        self, session_id: str, operator_id: str | None, *, session_operator: bool, plan: bool
+    ) -> TransitionLocks:
+        """Lock, in the one lock order, the session's row, then the operator's (`operator_id`, else the session's own
+        operator when `session_operator`), then the session's plan's (when `plan`), each until the unit of work ends.
+        Raises: SessionNotFound."""
 
     async def update(self, session: Session, expected_version: int) -> None:
         """Write `session` if the stored version is still `expected_version`. Raises: ConcurrentModification."""

@@ -54,9 +54,10 @@ class SessionRecords:
             at=self._clock.now(),
             to_state=session.state,
         )
-        await uow.transitions.append(record)
         payload = {"trigger": row.trigger.value, "violations": [v.describe() for v in verdict.blocking()]}
+        # the event first: a unit may hold it and send it with the log row, one statement (PostgreSQL: pg_writes.py)
         await uow.events.append("session.blocked", record.at, payload, session.id)
+        await uow.transitions.append(record)
         await uow.commit()
         _log.info("'%s' blocked on session %s: %s", row.trigger.value, session.id, "; ".join(payload["violations"]))
 
@@ -85,12 +86,14 @@ class SessionRecords:
         if new_state in TERMINAL_STATES and await uow.tokens.revoke_for_session(session.id, now):
             # the session ended: every token scoped to it dies with this commit, and the audit log says so
             await uow.events.append("token.revoked", now, {"why": "session ended"}, session.id)
-        record = _record(updated, row, session.state, Outcome.APPLIED, cmd.actor, cmd.reason, verdict, at=now)
-        record = replace(record, seq=await uow.transitions.append(record))
         moved = {"trigger": row.trigger.value, "from": session.state.value, "to": new_state.value}
         if verdict.bypassed:  # an operator overrode policies: say which violations were let through
             moved["bypassed"] = [v.describe() for v in verdict.bypassed]
         await uow.events.append("session.transition", now, moved, session.id)
+        # the log row last: its seq is the one result waited for, so the writes before it (the session, task, plan,
+        # event) can go with it as one statement (PostgreSQL: pg_writes.py)
+        record = _record(updated, row, session.state, Outcome.APPLIED, cmd.actor, cmd.reason, verdict, at=now)
+        record = replace(record, seq=await uow.transitions.append(record))
         await uow.commit()
         return FireResult(updated, record)
 

@@ -38,6 +38,8 @@ from taskgate.infrastructure.db.driver_statements import DriverStatements, run_b
 
 if TYPE_CHECKING:  # the asyncio extension (and the ORM it pulls in) loads only for PostgreSQL: ~70 ms of start-up
     from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from taskgate.infrastructure.db.pg_writes import PgWriteConnection
 from taskgate.infrastructure.db.connections import AnyConnection, InlineConnection
 
 SUPPORTED = {
@@ -94,7 +96,15 @@ class Database:
         else:
             from sqlalchemy.ext.asyncio import create_async_engine
 
+            from taskgate.infrastructure.db.pg_writes import PgStatements
+            from taskgate.infrastructure.db.statements import pg_hot_statements
+
             self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=max_overflow)
+            # Write units run their transaction on asyncpg (pg_writes.py): SQLAlchemy's adapter must not begin one of
+            # its own on the connection, so their connections are checked out in AUTOCOMMIT (same pool; SQLAlchemy
+            # resets the level when the connection goes back).
+            self._pg_writer_engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+            self._pg_statements = PgStatements(self.engine.dialect, pg_hot_statements())
 
     @property
     def is_sqlite(self) -> bool:
@@ -120,6 +130,22 @@ class Database:
             await conn.begin()
             return conn
         return await self._open_sqlite_writer()
+
+    async def open_pg_writer(self) -> PgWriteConnection:
+        """PostgreSQL: a connection in a new transaction run on asyncpg, for a write unit of work (pg_writes.py).
+
+        The caller must `close()` it (which rolls back a transaction left open)."""
+        from taskgate.infrastructure.db.pg_writes import PgWriteConnection
+
+        conn = await self._pg_writer_engine.connect()
+        try:
+            raw = (await conn.get_raw_connection()).driver_connection
+            writer = PgWriteConnection(conn, raw, self._pg_statements)
+            await writer.begin()
+        except BaseException:
+            await conn.close()
+            raise
+        return writer
 
     async def _open_sqlite_writer(self) -> InlineConnection:
         """A pooled connection of its own in `BEGIN IMMEDIATE` (a migration's). Raises: as `open`."""

@@ -11,6 +11,7 @@ on SQLite the unit of work already holds the database write lock (`BEGIN IMMEDIA
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Select
@@ -43,3 +44,22 @@ class SqlRepository:
 
     async def _all(self, stmt: Any, params: dict[str, Any] | None = None) -> list[Any]:
         return list((await self._conn.execute(stmt, params)).mappings().all())
+
+    async def _write(
+        self,
+        stmt: Any,
+        params: dict[str, Any],
+        *,
+        expect: int | None = None,
+        error: Callable[[], Exception] | None = None,
+    ) -> None:
+        """A write whose result the caller does not need now. PostgreSQL's write unit holds it and sends it with the
+        next write (pg_writes.py: one statement for the transition's writes); elsewhere it runs now. `expect`: the row
+        count it must have, else `error()` is raised (now, or when it is sent, before COMMIT either way)."""
+        defer = getattr(self._conn, "defer", None)
+        if defer is not None and await defer(stmt, params, expect, error):
+            return
+        result = await self._conn.execute(stmt, params)
+        if expect is not None and result.rowcount != expect:
+            assert error is not None
+            raise error()

@@ -13,13 +13,15 @@ from typing import Any
 from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from taskgate.application.sessions.ports import TransitionQuery
+from taskgate.application.sessions.ports import TransitionLocks, TransitionQuery
 from taskgate.application.sessions.references import upper_bound
 from taskgate.domain.entities import (
     Compensation,
     Decision,
     DecisionKind,
     Outcome,
+    Plan,
+    PlanStatus,
     Session,
     SessionSnapshot,
     TransitionRecord,
@@ -57,6 +59,39 @@ class SqlAlchemySessionRepository(SqlRepository):
         session = self._known[session_id] = _session(row)
         return session
 
+    async def lock_for_transition(
+        self, session_id: str, operator_id: str | None, *, session_operator: bool, plan: bool
+    ) -> TransitionLocks:
+        """The session, operator and plan rows a transition locks, in that order. PostgreSQL takes the three in one
+        statement (`statements.LOCK_FOR_TRANSITION`, which says why the order holds); SQLite's unit of work holds the
+        write lock already, so it reads them one by one. Raises: SessionNotFound."""
+        if self._dialect != "postgresql" or not (plan or operator_id or session_operator):
+            # SQLite; or only the session to lock, which its own statement does for less than the three CTEs
+            return await self._lock_one_by_one(session_id, operator_id, session_operator=session_operator, plan=plan)
+        params = {"id": session_id, "operator_id": operator_id, "session_operator": session_operator, "plan": plan}
+        row = await self._one(sql.LOCK_FOR_TRANSITION, params)
+        if row is None:
+            raise SessionNotFound(session_id)
+        session = self._known[session_id] = _session(row)
+        wanted = operator_id or (session.operator_id if session_operator else None)
+        locked = None
+        if row["p_id"] is not None:
+            locked = Plan(row["p_id"], row["p_project_id"], row["p_name"], PlanStatus(row["p_status"]),
+                          row["p_created_at"])  # fmt: skip
+        return TransitionLocks(session, wanted is None or row["operator_rows"] == 1, locked)
+
+    async def _lock_one_by_one(
+        self, session_id: str, operator_id: str | None, *, session_operator: bool, plan: bool
+    ) -> TransitionLocks:
+        session = await self.get(session_id, lock=True)
+        wanted = operator_id or (session.operator_id if session_operator else None)
+        found = wanted is None or await self._one(sql.OPERATOR_ID_FOR_UPDATE, {"id": wanted}) is not None
+        locked = None
+        if plan and session.plan_id is not None:
+            row = await self._one(sql.PLAN_BY_ID, {"id": session.plan_id})
+            locked = Plan(row["id"], row["project_id"], row["name"], PlanStatus(row["status"]), row["created_at"])
+        return TransitionLocks(session, found, locked)
+
     async def update(self, session: Session, expected_version: int) -> None:
         """Write the session's mutable columns, if its row is still at `expected_version`. Its identity (id, task,
         project, plan, creation time) is written once, by `add`: a SET of the primary key, even to the same
@@ -75,11 +110,15 @@ class SqlAlchemySessionRepository(SqlRepository):
         else:
             params = _session_values(session, _MUTABLE_FIELDS)
         params.update(match_id=session.id, match_version=expected_version)
-        if (await self._conn.execute(sql.UPDATE_SESSION, params)).rowcount != 1:
+
+        def conflict() -> ConcurrentModification:
             self._known.pop(session.id, None)
-            raise ConcurrentModification(
+            return ConcurrentModification(
                 f"session {session.id} changed concurrently (expected version {expected_version})"
             )
+
+        # On PostgreSQL the check may come with the unit's next write (pg_writes.py), still before its COMMIT
+        await self._write(sql.UPDATE_SESSION, params, expect=1, error=conflict)
         self._known[session.id] = session
 
     async def list(
@@ -201,7 +240,7 @@ class SqlAlchemyTransitionLog(SqlRepository):
 class SqlAlchemyEventLog(SqlRepository):
     async def append(self, kind: str, at: datetime, payload: dict[str, Any], session_id: str | None = None) -> None:
         values = {"kind": kind, "at": at, "payload": payload, "session_id": session_id}
-        await self._conn.execute(sql.INSERT_EVENT, values)
+        await self._write(sql.INSERT_EVENT, values)
 
     async def list(self, session_id=None, limit=100, *, kind=None, since=None, until=None) -> list[dict[str, Any]]:
         c = t.events.c

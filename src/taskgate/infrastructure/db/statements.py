@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, literal, literal_column, select, update
+from sqlalchemy import Boolean, String, bindparam, case, func, insert, literal, literal_column, select, true, update
 
 from taskgate.domain.audit.chain import GENESIS
 from taskgate.infrastructure.db import tables as t
@@ -192,3 +192,58 @@ HOT = (
 def hot_statements() -> tuple[Any, ...]:
     """The statements SQLite's driver runs directly (`HOT`)."""
     return HOT
+
+
+def _lock_for_transition() -> Any:
+    """PostgreSQL: a transition's row locks in one statement, in the one lock order: the session, then the operator
+    (`operator_id`, else the session's own when `session_operator`), then the session's plan (when `plan`); returns
+    the session's row, how many operator rows it locked, and the plan's row (`p_*`, NULLs without one).
+
+    Why the order holds: each lock is taken by the LockRows node of its own MATERIALIZED CTE, and each CTE's rows
+    need the one before it. The operator's and the plan's CTEs join the session's CTE, so no operator or plan row
+    comes out of them (to be locked) before the session's CTE has run and locked its row; the plan's CTE has a
+    one-time filter on the count of the operator's CTE, which the executor evaluates before it reads a plan row. A
+    wait on any lock re-reads that row at its newest version (EvalPlanQual), as separate statements would.
+    tests/integration/db/test_pg_writes.py holds each row from another connection and checks which locks the
+    statement holds while it waits."""
+    session = SESSION_BY_ID_FOR_UPDATE.cte("locked_session").prefix_with("MATERIALIZED")
+    own = case((bindparam("session_operator", type_=Boolean), session.c.operator_id))
+    wanted = func.coalesce(bindparam("operator_id", type_=String), own)
+    operator = (
+        select(_op.id)
+        .select_from(t.operators.join(session, _op.id == wanted))
+        .with_for_update(of=t.operators)
+        .cte("locked_operator")
+        .prefix_with("MATERIALIZED")
+    )
+    operator_rows = select(func.count()).select_from(operator).scalar_subquery()
+    plan = (
+        select(t.plans)
+        .select_from(t.plans.join(session, _p.id == session.c.plan_id))
+        .where(bindparam("plan", type_=Boolean), operator_rows >= literal_column("0"))
+        .with_for_update(of=t.plans)
+        .cte("locked_plan")
+        .prefix_with("MATERIALIZED")
+    )
+    return select(session, operator_rows.label("operator_rows"), *(c.label(f"p_{c.name}") for c in plan.c)).select_from(
+        session.outerjoin(plan, true())
+    )
+
+
+LOCK_FOR_TRANSITION = _lock_for_transition()
+
+# Run on asyncpg directly inside a PostgreSQL write unit of work (pg_writes.py): a transition's statements, with the
+# row locks it takes on PostgreSQL (SQLite's write lock needs none).
+PG_HOT = (
+    *HOT,
+    SESSION_BY_ID_FOR_UPDATE,
+    PLAN_BY_ID_FOR_UPDATE,
+    OPERATOR_ID_FOR_UPDATE,
+    PROJECT_BY_ID_FOR_UPDATE,
+    LOCK_FOR_TRANSITION,
+)
+
+
+def pg_hot_statements() -> tuple[Any, ...]:
+    """The statements a PostgreSQL write unit of work runs on asyncpg directly (`PG_HOT`)."""
+    return PG_HOT

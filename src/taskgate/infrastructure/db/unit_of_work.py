@@ -59,7 +59,10 @@ class SqlAlchemyUnitOfWork:
                 self._member = await groups.join()
                 self._bind(self._member.conn)
                 return self
-            self._conn = await self._db.open(write=self._write)
+            if self._write and not self._db.is_sqlite:  # the transaction on asyncpg (pg_writes.py)
+                self._conn = await self._db.open_pg_writer()
+            else:
+                self._conn = await self._db.open(write=self._write)
         except DBAPIError as exc:
             raise _translate(exc) from exc
         self._bind(self._conn)
@@ -101,9 +104,11 @@ class SqlAlchemyUnitOfWork:
                 assert self._db.groups is not None
                 await self._db.groups.rollback(member)
             elif self._conn is not None:
-                if not self._committed and self._conn.in_transaction():
-                    await self._conn.rollback()
-                await self._conn.close()
+                try:
+                    if not self._committed and self._conn.in_transaction():
+                        await self._conn.rollback()
+                finally:  # a rollback that failed (a connection lost, a cancelled statement) still gives it back
+                    await self._conn.close()
         finally:
             self._conn = None
         if isinstance(exc, DBAPIError):

@@ -85,7 +85,7 @@ class SqlAlchemyPlanRepository(SqlRepository):
         return [Plan(r["id"], r["project_id"], r["name"], PlanStatus(r["status"]), r["created_at"]) for r in rows]
 
     async def set_status(self, plan_id: int, status: PlanStatus) -> None:
-        await self._conn.execute(sql.SET_PLAN_STATUS, {"match_id": plan_id, "status": status.value})
+        await self._write(sql.SET_PLAN_STATUS, {"match_id": plan_id, "status": status.value})
 
 
 class SqlAlchemyTaskRepository(SqlRepository):
@@ -140,7 +140,7 @@ class SqlAlchemyTaskRepository(SqlRepository):
         return [BlockerFact(r["id"], TaskStatus(r["status"])) for r in rows]
 
     async def set_status(self, task_id: str, status: TaskStatus) -> None:
-        await self._conn.execute(sql.SET_TASK_STATUS, {"match_id": task_id, "status": status.value})
+        await self._write(sql.SET_TASK_STATUS, {"match_id": task_id, "status": status.value})
 
     async def count_unfinished(self, plan_id: int) -> int:
         params = {"plan_id": plan_id, "finished": TaskStatus.COMPLETED.value}
