@@ -101,6 +101,8 @@ def hostile(tmp_path: Path, listener) -> tuple[Cli, dict]:
         '[sandbox]\nmode = "bwrap"\npids = 200\nmemory_mb = 512\n'
     )
     cli.env["TASKGATE_CONFIG"] = str(config)
+    # taskgate's own settings cache (settings_cache.py) lives outside the home these tests watch for the agent
+    cli.env["XDG_CACHE_HOME"] = str(tmp_path / "xdg-cache")
     return cli, paths
 
 

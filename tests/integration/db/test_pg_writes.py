@@ -330,3 +330,24 @@ async def test_a_transition_takes_its_row_locks_in_one_statement_in_the_one_lock
                              "DELETE FROM operators WHERE id = 'pgw-op'")  # fmt: skip
         await holder.close()
         await check.close()
+
+
+def test_a_merged_statement_locks_the_audited_tables_in_the_linkers_order() -> None:
+    """The event is written before the log row, but the statement names transition_log's CTE first: PostgreSQL
+    locks a statement's tables in CTE order, and the linker's LOCK TABLE takes transition_log before events (the
+    other order deadlocked with it). Each write keeps its number and its own parameters."""
+    from taskgate.infrastructure.db.pg_writes import _Deferred, _merge
+
+    held = [
+        _Deferred(None, "UPDATE sessions SET version = $1 WHERE id = $2", [2, "s"], 1, None),
+        _Deferred(None, "INSERT INTO events (kind) VALUES ($1)", ["session.transition"], None, None),
+        _Deferred(None, "INSERT INTO decisions (kind) VALUES ($1)", ["approve"], None, None),
+        _Deferred(None, "INSERT INTO transition_log (trigger) VALUES ($1)", ["start"], None, None),
+    ]
+    sql, args = _merge(held, None, None, None)
+    assert args == [2, "s", "session.transition", "approve", "start"]
+    positions = [sql.index(f"INSERT INTO {table}") for table in ("transition_log", "decisions", "events")]
+    assert positions == sorted(positions) and sql.index("UPDATE sessions") < positions[0]
+    assert "w1 AS (INSERT INTO events (kind) VALUES ($3)" in sql and "w3 AS (INSERT INTO transition_log" in sql
+    assert sql.endswith("SELECT (SELECT count(*) FROM w0) AS n0, (SELECT count(*) FROM w1) AS n1, "
+                        "(SELECT count(*) FROM w2) AS n2, (SELECT count(*) FROM w3) AS n3")  # fmt: skip

@@ -301,6 +301,9 @@ async def test_an_event_committed_after_a_newer_one_is_not_skipped_on_postgresql
         await slow.__aenter__()
         try:
             await slow.events.append("session.created", clock.now(), {}, "slow")  # id 1, not committed yet
+            # PostgreSQL's unit holds an event's INSERT for its next statement (pg_writes.py): a read sends it, so
+            # the slow writer has taken id 1 and holds its lock, as a writer with more to do would
+            await slow.events.high_water()
             await append(services, clock, "session.transition")  # id 2, committed
             enqueuing = asyncio.create_task(dispatcher(services.uow, clock, subscriber(receiver)).enqueue_new())
             done, _ = await asyncio.wait({enqueuing}, timeout=0.3)

@@ -235,6 +235,17 @@ class PgWriteConnection:
         return self._transaction is not None
 
 
+_AUDITED_ORDER = ("transition_log", "decisions", "events")  # the linker's LOCK TABLE order (audit_link_store.py)
+_TARGET = re.compile(r'^\s*(?:INSERT\s+INTO|UPDATE)\s+"?(\w+)"?', re.IGNORECASE)
+
+
+def _lock_rank(sql: str) -> int:
+    """Where a write goes in a merged statement: other tables first, then the audited ones in the linker's order."""
+    found = _TARGET.match(sql)
+    table = found.group(1) if found else ""
+    return _AUDITED_ORDER.index(table) + 1 if table in _AUDITED_ORDER else 0
+
+
 def _merge(
     pending: list[_Deferred], prepared: _PgPrepared | None, sql: str | None, args: list[Any] | None
 ) -> tuple[str, list[Any]]:
@@ -246,13 +257,22 @@ def _merge(
     if prepared is not None:
         assert sql is not None and args is not None
         writes.append((sql, args))
-    for number, (text, values) in enumerate(writes):
-        offset = len(all_args)
-        renumbered = _PLACEHOLDER.sub(lambda m, o=offset: f"${int(m.group(1)) + o}", text)
+    # PostgreSQL locks a statement's tables as it parses its CTEs, in their order. The linker takes SHARE locks on
+    # the audited tables in _AUDITED_ORDER (audit_link_store.py); a statement inserting the event before the log
+    # row held ROW EXCLUSIVE on events while it waited for transition_log, which the linker held while it waited
+    # for events: a deadlock. So the CTEs go in that order whatever order the unit wrote in (they are independent:
+    # none reads another's rows), each keeping its number, so the counts below stay in the order written.
+    order = sorted(range(len(writes)), key=lambda n: (_lock_rank(writes[n][0]), n))
+    offsets = {}
+    for number, (_text, values) in enumerate(writes):
+        offsets[number] = len(all_args)
+        all_args.extend(values)
+    for number in order:
+        text = writes[number][0]
+        renumbered = _PLACEHOLDER.sub(lambda m, o=offsets[number]: f"${int(m.group(1)) + o}", text)
         if " RETURNING " not in renumbered:
             renumbered += " RETURNING 1"
         parts.append(f"w{number} AS ({renumbered})")
-        all_args.extend(values)
     counts = ", ".join(f"(SELECT count(*) FROM w{n}) AS n{n}" for n in range(len(writes)))
     last = len(writes) - 1
     if prepared is not None and prepared.returns:
