@@ -24,14 +24,13 @@ import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import BinaryIO
 
 import anyio
 import pydantic_core
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.server.mcpserver import MCPServer
 from mcp.shared.message import SessionMessage
 from mcp_types import (
     INTERNAL_ERROR,
@@ -48,22 +47,28 @@ from pydantic import ValidationError
 _log = logging.getLogger("taskgate.mcp.stdio")
 
 
-async def run_stdio(server: MCPServer) -> None:
-    """Serve `server` over this process's stdin and stdout until stdin closes."""
-    with _claimed_stdio() as (wire_in, wire_out):
-        async with stdio_transport(wire_in, wire_out) as (read_stream, write_stream):
-            # What `MCPServer.run_stdio_async` does, with this transport: that method hard-wires the SDK's.
-            lowlevel = server._lowlevel_server
-            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
-
-
 ServerStreams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
 
 
+Written = Callable[[SessionMessage], None]
+"""Told of each message once its line is written (and flushed) to the client."""
+
+
+async def serve_over_stdio(serve: Callable[[ServerStreams], Awaitable[None]], written: Written | None = None) -> None:
+    """Run `serve` on the server's streams over this process's stdin and stdout until it returns; the replies it
+    handed over are written by then. `written` is told of each message written."""
+    with _claimed_stdio() as (wire_in, wire_out):
+        async with stdio_transport(wire_in, wire_out, written) as streams:
+            await serve(streams)
+
+
 @asynccontextmanager
-async def stdio_transport(wire_in: BinaryIO, wire_out: BinaryIO) -> AsyncIterator[ServerStreams]:
+async def stdio_transport(
+    wire_in: BinaryIO, wire_out: BinaryIO, written: Written | None = None
+) -> AsyncIterator[ServerStreams]:
     """The server's streams over two byte streams, one JSON-RPC message per line each way. Lines that are not
-    messages are answered here (module docstring) and never reach the server."""
+    messages are answered here (module docstring) and never reach the server. `written` is told of each message
+    once it is written."""
     read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
 
@@ -81,6 +86,8 @@ async def stdio_transport(wire_in: BinaryIO, wire_out: BinaryIO) -> AsyncIterato
             async for message in write_receive:
                 if line := encode(message):
                     await anyio.to_thread.run_sync(_send, wire_out, line)
+                    if written is not None:
+                        written(message)
 
     async with anyio.create_task_group() as writing:
         writing.start_soon(write)
@@ -181,3 +188,12 @@ def _claimed_stdio() -> Iterator[tuple[BinaryIO, BinaryIO]]:
     finally:
         os.dup2(wire_in, 0)
         os.dup2(wire_out, 1)
+
+
+def plain_logging() -> None:
+    """WARNING and up, as plain lines on stderr (never on the wire). Without this the SDK's `MCPServer` installs
+    rich's handler at INFO: every transition then renders two INFO lines of the `transitions` library (~1.4 ms
+    each, on the event loop) and every crash a rich traceback (~2 s)."""
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
