@@ -24,11 +24,14 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import BinaryIO
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import pydantic_core
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
@@ -74,7 +77,7 @@ async def stdio_transport(
 
     async def read(replies: MemoryObjectSendStream[SessionMessage]) -> None:
         async with read_send, replies:
-            while line := await anyio.to_thread.run_sync(wire_in.readline, abandon_on_cancel=True):
+            async for line in _lines(wire_in):
                 message = read_line(line)
                 if isinstance(message, JSONRPCError):  # not a message: answered here, the server never sees it
                     await replies.send(SessionMessage(message))
@@ -98,6 +101,28 @@ async def stdio_transport(
             finally:
                 reading.cancel_scope.cancel()  # the server is done; a read still blocked is abandoned
                 write_send.close()
+
+
+async def _lines(wire_in: BinaryIO) -> AsyncIterator[bytes]:
+    """The lines of `wire_in` until it ends, read by a daemon thread: serve may end while the client still holds
+    stdin open (a start that failed, front.py), and a read blocked in a worker thread of anyio's would then keep
+    the process from exiting. The thread hands over one line at a time, so the client is read no faster than
+    served."""
+    send, receive = anyio.create_memory_object_stream[bytes](0)
+    token = anyio.lowlevel.current_token()
+
+    def pump() -> None:
+        try:
+            while line := wire_in.readline():
+                anyio.from_thread.run(send.send, line, token=token)
+            anyio.from_thread.run_sync(send.close, token=token)
+        except BaseException:  # nobody reads any more (the server, the loop are done), or the wire is gone
+            return
+
+    threading.Thread(target=pump, name="taskgate-stdin", daemon=True).start()
+    async with receive:
+        async for line in receive:
+            yield line
 
 
 def read_line(line: bytes) -> SessionMessage | JSONRPCError | None:
