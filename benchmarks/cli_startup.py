@@ -8,8 +8,12 @@ Each row times whole processes, launched from here (wall time from `Popen` to ex
   files, no database);
 - `taskgate serve` until `tools/list` answers vs a bare `MCPServer` with one tool on stdio, same SDK (goal
   ≤ 1.2×): both get `initialize`, `notifications/initialized` and `tools/list` on stdin at once, and the clock
-  stops when the `tools/list` reply is read. `serve` runs on a SQLite database migrated beforehand (its start
-  checks the schema, runs start-up recovery and beats once before it answers, as in use).
+  stops when the `tools/list` reply is read. `serve` runs on a SQLite database migrated beforehand, with its
+  local operator registered (as `taskgate init` leaves it): it answers both from its tool table and reads the
+  operator's roles to filter the list, then opens the database (schema check, start-up recovery, a heartbeat)
+  behind them (issue 43);
+- `taskgate serve` until its first tool call answers vs the same bare server (no goal; what the opening costs
+  the first call): the same lines and a `tools/call` of `ping` at once, the clock stopping at the call's reply.
 
 Each round runs the pair A B A B … `--n` times and prints both medians and the ratio of the medians; the rows
 are the medians over `--rounds` rounds. Everything runs in a temporary directory with no config file; bytecode
@@ -67,6 +71,7 @@ HANDSHAKE = [
     {"jsonrpc": "2.0", "method": "notifications/initialized"},
     {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
 ]
+FIRST_CALL = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "ping", "arguments": {}}}
 GOALS = {"taskgate --help": 3.0, "taskgate serve until tools/list": 1.2}
 ROWS: list[str] = []
 """The summary table's rows, one per pair."""
@@ -91,26 +96,28 @@ def run_to_exit(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float,
     return time.perf_counter() - start, _cpu_of_children() - cpu
 
 
-def run_to_tools(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
-    """Seconds from launch of the MCP server `argv` until its `tools/list` reply is read, and the CPU seconds it
-    used in all (it is then stopped by closing its stdin: its shutdown is in the CPU figure, not in the time)."""
+def run_to_tools(argv: list[str], env: dict[str, str], cwd: Path, first_call: bool = False) -> tuple[float, float]:
+    """Seconds from launch of the MCP server `argv` until its `tools/list` reply is read (with `first_call`: its
+    reply to a `ping` call sent with it), and the CPU seconds it used in all (it is then stopped by closing its
+    stdin: its shutdown is in the CPU figure, not in the time)."""
     cpu, start = _cpu_of_children(), time.perf_counter()
     server = subprocess.Popen(
         argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
     assert server.stdin is not None and server.stdout is not None
+    messages, awaited = [*HANDSHAKE, FIRST_CALL] if first_call else HANDSHAKE, 3 if first_call else 2
     try:
-        server.stdin.write(b"".join(json.dumps(message).encode() + b"\n" for message in HANDSHAKE))
+        server.stdin.write(b"".join(json.dumps(message).encode() + b"\n" for message in messages))
         server.stdin.flush()
         while True:
             line = server.stdout.readline()
             if not line:
-                raise RuntimeError(f"{argv[0]} closed its stdout before answering tools/list")
+                raise RuntimeError(f"{argv[0]} closed its stdout before answering request {awaited}")
             reply = json.loads(line)
-            if reply.get("id") == 2:
+            if reply.get("id") == awaited:
                 elapsed = time.perf_counter() - start
-                if "tools" not in reply.get("result", {}):
-                    raise RuntimeError(f"tools/list failed: {reply}")
+                if reply.get("result", {}).get("isError", "error" in reply):
+                    raise RuntimeError(f"request {awaited} failed: {reply}")
                 break
     finally:
         server.stdin.close()
@@ -158,6 +165,19 @@ def _figures(ma: float, ca: float, mb: float, cb: float) -> str:
     )
 
 
+def initialised_repo(repo: Path, env: dict[str, str]) -> Path:
+    """A git repository set up as a user does (`taskgate init .`: config, database migrated, the local operator an
+    admin)."""
+    repo.mkdir()
+    for argv in (
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "-c", "user.email=b@b", "-c", "user.name=b", "commit", "-q", "--allow-empty", "-m", "start"],
+        [TASKGATE, "init", "."],
+    ):
+        subprocess.run(argv, env=env, cwd=repo, check=True, capture_output=True)
+    return repo
+
+
 def main() -> None:
     """Run every row and print the summary table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -185,11 +205,19 @@ def main() -> None:
         pair("taskgate fsm", command("fsm"), python_pass, args.n, args.rounds)
         pair("taskgate workflow validate", command("workflow", "validate"), python_pass, args.n, args.rounds)
         if not args.skip_serve:
-            subprocess.run([TASKGATE, "project", "list"], env=env, cwd=root, check=True, capture_output=True)
+            repo = initialised_repo(root / "repo", env)
+            bare = [PYTHON, str(root / "bare_server.py")]
             pair(
                 "taskgate serve until tools/list",
-                lambda: run_to_tools([TASKGATE, "serve"], env, root),
-                lambda: run_to_tools([PYTHON, str(root / "bare_server.py")], env, root),
+                lambda: run_to_tools([TASKGATE, "serve"], env, repo),
+                lambda: run_to_tools(bare, env, repo),
+                args.n,
+                args.rounds,
+            )
+            pair(
+                "taskgate serve until a first call",
+                lambda: run_to_tools([TASKGATE, "serve"], env, repo, first_call=True),
+                lambda: run_to_tools(bare, env, repo, first_call=True),
                 args.n,
                 args.rounds,
             )

@@ -16,6 +16,8 @@ goal, and the headroom: how much time (or CPU) taskgate's own code may take at m
 - **serve** (`taskgate serve until tools/list ≤ 1.2× a bare MCPServer`): the bare server of `cli_startup.py`
   against the same server that first imports SQLAlchemy with its SQLite dialect and opens the database file
   (`create_engine`, connect, `SELECT 1`): what serve cannot skip before it can answer a tool call that reads state.
+  Since issue 43 serve answers `tools/list` before that (its front, from the generated tool table), so this floor
+  now bounds its first tool call, not the row; `cli_startup.py` measures both.
 - **sqlite** (`200 concurrent sessions, SQLite ≥ 2× the floor`): the real `SessionService.fire` walks of
   `transition_cost.py` (200 sessions × 6 transitions, `asyncio.gather`, commit groups) as shipped, then again with
   every call into the sqlite3 driver timed (a `sqlite3.Connection` subclass as the engine's connection factory, in

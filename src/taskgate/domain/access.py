@@ -13,6 +13,7 @@ plans, tasks or policy.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -85,8 +86,13 @@ def required_permission(capability: Capability, trigger: Trigger | None = None) 
 
 def effective_permissions(operator: Operator) -> frozenset[Permission]:
     """The permissions of the operator's roles plus those granted to it alone."""
-    granted = {Permission(p) for p in operator.permissions if p in Permission._value2member_map_}
-    for role in operator.roles:
+    return permissions_of(operator.roles, operator.permissions)
+
+
+def permissions_of(roles: Iterable[str], permissions: Iterable[str]) -> frozenset[Permission]:
+    """The permissions of `roles` plus `permissions` (as stored: names a later release may not know are skipped)."""
+    granted = {Permission(p) for p in permissions if p in Permission._value2member_map_}
+    for role in roles:
         if role in Role._value2member_map_:
             granted |= ROLE_PERMISSIONS[Role(role)]
     return frozenset(granted)

@@ -17,17 +17,27 @@ import re
 import socket
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
-from taskgate.domain.agents.presets import PRESETS
-from taskgate.domain.budgets import Budgets, parse_budgets
 from taskgate.domain.entities import TaskStatus
 from taskgate.domain.errors import InvalidInput
 from taskgate.infrastructure import settings_cache
 from taskgate.infrastructure.config_lookup import PROJECT_DATA_DIR, config_base, find_config_file
+
+# The agents' presets and the budgets' rules load when a config names them: `serve` over stdio reads these settings
+# before it answers its first tool list (entrypoints/mcp/front.py), and each would add ~5 ms there.
+if TYPE_CHECKING:
+    from taskgate.domain.budgets import Budgets
+
+
+def _presets() -> dict[str, Any]:
+    from taskgate.domain.agents.presets import PRESETS
+
+    return PRESETS
+
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -541,8 +551,8 @@ class AgentSettings(BaseModel):
     @field_validator("preset")
     @classmethod
     def _known_preset(cls, value: str | None) -> str | None:
-        if value is not None and value not in PRESETS:
-            raise ValueError(f"unknown preset {value!r}; known: {', '.join(sorted(PRESETS))}")
+        if value is not None and value not in _presets():
+            raise ValueError(f"unknown preset {value!r}; known: {', '.join(sorted(_presets()))}")
         return value
 
     @field_validator("credentials")
@@ -671,6 +681,10 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _budgets_valid(self) -> Settings:
+        if not self.budgets and not any(p.budgets for p in self.projects.values()):
+            return self  # nothing to check: the built-in defaults are valid
+        from taskgate.domain.budgets import parse_budgets
+
         try:
             parse_budgets(self.budgets, {name: p.budgets for name, p in self.projects.items()})
         except InvalidInput as exc:
@@ -679,15 +693,17 @@ class Settings(BaseSettings):
 
     def budget_book(self) -> Budgets:
         """`[budgets]` with each project's own table over it (checked when the settings were loaded)."""
+        from taskgate.domain.budgets import parse_budgets
+
         return parse_budgets(self.budgets, {name: p.budgets for name, p in self.projects.items()})
 
     @model_validator(mode="after")
     def _agents_have_commands(self) -> Settings:
         for name, agent in self.agents.items():
-            if agent.command is None and agent.preset is None and name not in PRESETS:
+            if agent.command is None and agent.preset is None and name not in _presets():
                 raise ValueError(
                     f'agents.{name}: give a command, or name a preset (preset = "claude"); '
-                    f"presets: {', '.join(sorted(PRESETS))}"
+                    f"presets: {', '.join(sorted(_presets()))}"
                 )
         return self
 

@@ -4,7 +4,8 @@ one-line reason on error.
 `main()` loads only what the command line needs. The top-level help (`taskgate`, `--help`, `-h`) is printed from
 `commands.py` without Typer (`help_page.py`); a command loads Typer and the module(s) that define it
 (`commands.modules_for`), not the others; and the database layer and the MCP SDK load only when a command opens
-taskgate (`common.run`) or serves. `app`, the Typer app with every command registered, loads on first use."""
+taskgate (`common.run`) or serves. `taskgate serve` (stdio) starts without Typer (`serve_stdio.py`): an MCP client
+waits for its tool list. `app`, the Typer app with every command registered, loads on first use."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ def main() -> None:
             sys.stderr.write(text)
             raise SystemExit(2)
         sys.stdout.write(text)
+        return
+    if commands.command_in(argv) == ("serve", []):
+        from taskgate.entrypoints.cli.serve_stdio import serve_stdio
+
+        serve_stdio(commands.root_option(argv, "--config"))
         return
     if fast_reads.answer(argv):  # session list / show, task ready: read without the engine when they can be
         return

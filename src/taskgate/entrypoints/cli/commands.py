@@ -101,6 +101,23 @@ def command_in(argv: list[str]) -> tuple[str | None, list[str]]:
     return None, []
 
 
+def root_option(argv: list[str], flag: str) -> str | None:
+    """The value given to the root option `flag` before the command (`--config PATH` or `--config=PATH`; the last
+    one wins), or None."""
+    value, index = None, 0
+    while index < len(argv):
+        word = argv[index]
+        if word == flag and index + 1 < len(argv):
+            value, index = argv[index + 1], index + 2
+        elif word.startswith(flag + "="):
+            value, index = word.partition("=")[2], index + 1
+        elif word in {option.flag for option in ROOT_OPTIONS} and index + 1 < len(argv):
+            index += 2
+        else:
+            return value
+    return value
+
+
 def modules_for(name: str | None) -> tuple[str, ...]:
     """The modules to load for the top-level word `name`: its own, or all of them for anything else (no command,
     an unknown name: the full Typer app then says what is wrong, with the whole list)."""

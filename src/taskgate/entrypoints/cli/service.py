@@ -51,13 +51,15 @@ def serve(
     port: Annotated[int | None, typer.Option(help="HTTP port (default: mcp.port, 8765).")] = None,
 ) -> None:
     """Run the MCP server: over stdio as the local operator, or over HTTP for token holders."""
-    from taskgate.entrypoints.mcp.runner import serve_http, serve_stdio
-
     try:
         settings = load_settings()
         if http:
+            from taskgate.entrypoints.mcp.runner import serve_http
+
             serve_http(settings, host or settings.mcp.host, port or settings.mcp.port)
         else:
+            from taskgate.entrypoints.mcp.front import serve_stdio  # `taskgate serve` alone comes by main()
+
             serve_stdio(settings)
     except TaskgateError as exc:
         fail(str(exc))

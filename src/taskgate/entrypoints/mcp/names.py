@@ -10,6 +10,7 @@ style works with a server in either style. `tests/mcp/test_docs_mcp.py` keeps do
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Literal
 
@@ -65,8 +66,6 @@ COLON: dict[str, str] = {
 """Underscore name → colon name; a tool not listed has one name in both styles (ping, save_output,
 query_workflows, query_checklists, add_workflow_to_session, add_checklist_to_session)."""
 
-_MENTION = re.compile(r"(?<![\w:])(" + "|".join(sorted(COLON, key=len, reverse=True)) + r")(?![\w:])")
-
 
 def tool_name(name: str, style: ToolNames) -> str:
     """The name the server registers a tool under in `style`."""
@@ -77,7 +76,13 @@ def renamed(text: str, style: ToolNames) -> str:
     """`text` (instructions, a description, an error) with every tool it names written in `style`."""
     if style != "colon":
         return text
-    return _MENTION.sub(lambda m: COLON[m.group(1)], text)
+    return _mention().sub(lambda m: COLON[m.group(1)], text)
+
+
+@functools.cache
+def _mention() -> re.Pattern[str]:
+    """Any tool's underscore name as a whole word; compiled on first use (not on serve's path in underscore style)."""
+    return re.compile(r"(?<![\w:])(" + "|".join(sorted(COLON, key=len, reverse=True)) + r")(?![\w:])")
 
 
 def canonical(name: str) -> str:

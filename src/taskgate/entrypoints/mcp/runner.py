@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+from mcp.server.mcpserver import MCPServer
 
 from taskgate.bootstrap import (
     App,
@@ -28,7 +29,7 @@ from taskgate.domain.access import Principal
 from taskgate.domain.errors import InvalidInput
 from taskgate.entrypoints.mcp.agent_endpoint import FixedEndpoint, serve_agents_locally
 from taskgate.entrypoints.mcp.server import build_server, http_app
-from taskgate.entrypoints.mcp.stdio import run_stdio
+from taskgate.entrypoints.mcp.stdio import plain_logging
 
 
 class _OpenApp:
@@ -186,22 +187,12 @@ async def _stop_webhooks(delivering: tuple[asyncio.Event, asyncio.Task[None]] | 
         await task
 
 
-def _plain_logging() -> None:
-    """WARNING and up, as plain lines on stderr. Without this the SDK's `MCPServer` installs rich's handler at
-    INFO: every transition then renders two INFO lines of the `transitions` library (~1.4 ms each, on the event
-    loop) and every crash a rich traceback (~2 s)."""
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
-
-
-def serve_stdio(settings: Settings) -> None:
-    """MCP over stdin/stdout; the caller is the configured local operator. Our transport, not the SDK's: that
-    one leaves a line it cannot parse unanswered (see stdio.py)."""
-    _plain_logging()
-    opener = _OpenApp(settings)
+def stdio_server(settings: Settings) -> MCPServer:
+    """The full server of `serve` over stdio, as the configured local operator; front.py answers before it is
+    open and hands it the rest. Our transport, not the SDK's: that one leaves a line it cannot parse unanswered
+    (see stdio.py)."""
     principal = Principal.operator(settings.operator.default)
-    anyio.run(run_stdio, build_server(opener, local_principal=principal, tool_names=settings.mcp.tool_names))
+    return build_server(_OpenApp(settings), local_principal=principal, tool_names=settings.mcp.tool_names)
 
 
 def serve_http(
@@ -217,7 +208,7 @@ def serve_http(
 
     from taskgate.entrypoints.console.app import beside_mcp, console_app  # HTTP only: stdio serves no console
 
-    _plain_logging()
+    plain_logging()
     _port_free(host, port)
     url = f"http://{host}:{port}/mcp"
     local = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/mcp"

@@ -24,24 +24,15 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import ListToolsResult
 
-from taskgate import __version__
 from taskgate.bootstrap import App
 from taskgate.domain.access import Principal
 from taskgate.domain.errors import Unauthenticated
 from taskgate.entrypoints.mcp import session_items
 from taskgate.entrypoints.mcp.annotations import AGENT_TOOLS, annotated, visible_to_operator
 from taskgate.entrypoints.mcp.calls import PRINCIPAL_SCOPE_KEY, Runtime, crashed, wrapped_by_tool_errors
+from taskgate.entrypoints.mcp.handshake import server_keywords
 from taskgate.entrypoints.mcp.names import ToolNames, canonical, renamed, tool_name
 from taskgate.entrypoints.mcp.tools import TOOLS
-
-INSTRUCTIONS = """taskgate runs AI coding agents in guarded, audited sessions, one per task.
-Typical flow: project_init (once) → plan_add → task_add → project_ready_tasks → project_session_start(task_id)
-→ session_execute(session_id) (agents work; when they end the session is verifying) → session_review(session_id)
-→ project_decide(session_id, approve | request_changes with instructions | reject) → project_session_merge
-(rebases if needed, merges, then cleans up by itself) → session_history.
-project_sessions_ready lists what waits for a decision. session_status lists the triggers allowed next.
-Refusals (WIP limit, blocked task, wrong state) come back as tool errors that say why and what to do; they change
-nothing. audit_query answers who did what, when."""
 
 
 def build_server(
@@ -64,17 +55,7 @@ def build_server(
         async with open_app() as app:
             yield Runtime(app, local_principal)
 
-    # WARNING, not the SDK's INFO: the SDK installs Rich logging, and the `transitions` library logs two INFO
-    # lines per transition, which Rich rendered on the event loop for ~1.4 ms each (measured).
-    server = TaskgateServer(
-        tool_names,
-        "taskgate",
-        version=__version__,
-        instructions=renamed(INSTRUCTIONS, tool_names),
-        lifespan=lifespan,
-        title="taskgate: guarded, audited sessions for AI coding agents",
-        log_level="WARNING",
-    )
+    server = TaskgateServer(tool_names, lifespan=lifespan, **server_keywords(tool_names))
     if tool_names == "colon":  # the seed's names: the SDK warns that ':' is outside SEP-986; that is the point
         logging.getLogger("mcp.shared.tool_name_validation").setLevel(logging.ERROR)
     for fn in TOOLS:

@@ -24,14 +24,16 @@ import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import BinaryIO
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import pydantic_core
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.server.mcpserver import MCPServer
 from mcp.shared.message import SessionMessage
 from mcp_types import (
     INTERNAL_ERROR,
@@ -48,28 +50,34 @@ from pydantic import ValidationError
 _log = logging.getLogger("taskgate.mcp.stdio")
 
 
-async def run_stdio(server: MCPServer) -> None:
-    """Serve `server` over this process's stdin and stdout until stdin closes."""
-    with _claimed_stdio() as (wire_in, wire_out):
-        async with stdio_transport(wire_in, wire_out) as (read_stream, write_stream):
-            # What `MCPServer.run_stdio_async` does, with this transport: that method hard-wires the SDK's.
-            lowlevel = server._lowlevel_server
-            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
-
-
 ServerStreams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
 
 
+Written = Callable[[SessionMessage], None]
+"""Told of each message once its line is written (and flushed) to the client."""
+
+
+async def serve_over_stdio(serve: Callable[[ServerStreams], Awaitable[None]], written: Written | None = None) -> None:
+    """Run `serve` on the server's streams over this process's stdin and stdout until it returns; the replies it
+    handed over are written by then. `written` is told of each message written."""
+    with _claimed_stdio() as (wire_in, wire_out):
+        async with stdio_transport(wire_in, wire_out, written) as streams:
+            await serve(streams)
+
+
 @asynccontextmanager
-async def stdio_transport(wire_in: BinaryIO, wire_out: BinaryIO) -> AsyncIterator[ServerStreams]:
+async def stdio_transport(
+    wire_in: BinaryIO, wire_out: BinaryIO, written: Written | None = None
+) -> AsyncIterator[ServerStreams]:
     """The server's streams over two byte streams, one JSON-RPC message per line each way. Lines that are not
-    messages are answered here (module docstring) and never reach the server."""
+    messages are answered here (module docstring) and never reach the server. `written` is told of each message
+    once it is written."""
     read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
 
     async def read(replies: MemoryObjectSendStream[SessionMessage]) -> None:
         async with read_send, replies:
-            while line := await anyio.to_thread.run_sync(wire_in.readline, abandon_on_cancel=True):
+            async for line in _lines(wire_in):
                 message = read_line(line)
                 if isinstance(message, JSONRPCError):  # not a message: answered here, the server never sees it
                     await replies.send(SessionMessage(message))
@@ -81,6 +89,8 @@ async def stdio_transport(wire_in: BinaryIO, wire_out: BinaryIO) -> AsyncIterato
             async for message in write_receive:
                 if line := encode(message):
                     await anyio.to_thread.run_sync(_send, wire_out, line)
+                    if written is not None:
+                        written(message)
 
     async with anyio.create_task_group() as writing:
         writing.start_soon(write)
@@ -91,6 +101,28 @@ async def stdio_transport(wire_in: BinaryIO, wire_out: BinaryIO) -> AsyncIterato
             finally:
                 reading.cancel_scope.cancel()  # the server is done; a read still blocked is abandoned
                 write_send.close()
+
+
+async def _lines(wire_in: BinaryIO) -> AsyncIterator[bytes]:
+    """The lines of `wire_in` until it ends, read by a daemon thread: serve may end while the client still holds
+    stdin open (a start that failed, front.py), and a read blocked in a worker thread of anyio's would then keep
+    the process from exiting. The thread hands over one line at a time, so the client is read no faster than
+    served."""
+    send, receive = anyio.create_memory_object_stream[bytes](0)
+    token = anyio.lowlevel.current_token()
+
+    def pump() -> None:
+        try:
+            while line := wire_in.readline():
+                anyio.from_thread.run(send.send, line, token=token)
+            anyio.from_thread.run_sync(send.close, token=token)
+        except BaseException:  # nobody reads any more (the server, the loop are done), or the wire is gone
+            return
+
+    threading.Thread(target=pump, name="taskgate-stdin", daemon=True).start()
+    async with receive:
+        async for line in receive:
+            yield line
 
 
 def read_line(line: bytes) -> SessionMessage | JSONRPCError | None:
@@ -181,3 +213,12 @@ def _claimed_stdio() -> Iterator[tuple[BinaryIO, BinaryIO]]:
     finally:
         os.dup2(wire_in, 0)
         os.dup2(wire_out, 1)
+
+
+def plain_logging() -> None:
+    """WARNING and up, as plain lines on stderr (never on the wire). Without this the SDK's `MCPServer` installs
+    rich's handler at INFO: every transition then renders two INFO lines of the `transitions` library (~1.4 ms
+    each, on the event loop) and every crash a rich traceback (~2 s)."""
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )

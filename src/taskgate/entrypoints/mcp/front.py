@@ -1,0 +1,243 @@
+"""`taskgate serve` over stdio answers `initialize` and `tools/list` before its database is open.
+
+Why: Codex builds its first turn's tool list about 1.1 s after spawning its MCP servers, and serve took ~1.8 s
+to list its tools (its modules and SQLAlchemy imported, the database opened, recovery, a heartbeat), so Codex
+offered none of taskgate's tools on that turn (issue 43; docs/decisions.md, "serve answers before its database
+is open").
+
+How: `FrontServer` is an `MCPServer` built with the full server's keywords (handshake.server_keywords), so
+`initialize` answers the same. It lists the tools from the generated table (handshake.py), filtered as the full
+server filters them for the local operator, whose roles it reads with sqlite3 (infrastructure/sqlite_roster.py;
+for another database, or one it cannot read, the list waits for the opened one). Meanwhile `Opening` builds the
+full server (its modules imported in a worker thread) and enters its lifespan: the database opened and
+migrated, start-up recovery, the first heartbeat, the background loops, as before. Everything else (tool calls,
+resources, prompts, and `tools/list` once it is open) waits for it and is handed to the full server with that
+lifespan's state. The opening starts when the first `tools/list` is answered, when a request needs it, or
+`OPEN_AFTER_S` after start, whichever comes first: started at once, its imports would hold the GIL while the
+front answers.
+
+When the opening fails, its error goes to stderr at once; tool calls are answered with it (a tool error naming
+the problem), and serve then stops and exits non-zero, after the first such answer or when stdin closes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from mcp.types import INTERNAL_ERROR, CallToolResult, ListToolsResult, TextContent
+from mcp_types import JSONRPCError, JSONRPCResponse, RequestId
+
+from taskgate.domain.access import permissions_of
+from taskgate.domain.errors import TaskgateError
+from taskgate.entrypoints.mcp.annotations import visible_to_operator
+from taskgate.entrypoints.mcp.handshake import listed_tools, server_keywords, table_rows
+from taskgate.entrypoints.mcp.names import ToolNames
+from taskgate.entrypoints.mcp.stdio import ServerStreams, plain_logging, serve_over_stdio
+from taskgate.infrastructure.sqlite_roster import CannotTell, operator_grants
+
+if TYPE_CHECKING:
+    from taskgate.infrastructure.settings import Settings
+
+OPEN_AFTER_S = 0.5
+"""At the latest, the opening starts this long after serve starts, whatever the client asks."""
+
+_log = logging.getLogger("taskgate.mcp")
+
+
+class OpeningFailed(TaskgateError):
+    """The full server or its services could not be opened; the message names the problem."""
+
+
+class Opening:
+    """The full server, built and its lifespan entered in the background; what waits for it awaits `ready()`."""
+
+    def __init__(self, build: Callable[[], MCPServer], open_after_s: float = OPEN_AFTER_S) -> None:
+        self._build, self._open_after_s = build, open_after_s
+        self._go, self._done, self._closing = anyio.Event(), anyio.Event(), anyio.Event()
+        self.server: MCPServer | None = None
+        self.state: Any = None
+        self.error: OpeningFailed | None = None
+        self.refused: set[RequestId] = set()  # tool calls answered with the error
+        self.told = anyio.Event()  # one of them was written: serve stops
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the full server is open (its lifespan entered)."""
+        return self.server is not None
+
+    def start(self) -> None:
+        """Start opening now, if it has not started yet."""
+        self._go.set()
+
+    async def run(self) -> None:
+        """Open the full server when asked (or after `open_after_s`) and hold it open until `close()`."""
+        with anyio.move_on_after(self._open_after_s):
+            await self._go.wait()
+        try:
+            server = await anyio.to_thread.run_sync(self._build)  # imports that would hold up the event loop
+            lowlevel = server._lowlevel_server
+            async with lowlevel.lifespan(lowlevel) as state:
+                self.server, self.state = server, state
+                self._done.set()
+                await self._closing.wait()
+        except Exception as exc:
+            if self.server is not None:  # closing failed: the answers were given; say it, as before
+                _log.exception("taskgate serve: closing failed")
+                return
+            self.error = OpeningFailed(f"taskgate serve could not open its database and services: "
+                                       f"{type(exc).__name__}: {exc}")  # fmt: skip
+            _log.error("%s", self.error, exc_info=exc)
+        finally:
+            self._done.set()
+
+    async def ready(self) -> tuple[MCPServer, Any]:
+        """The full server and its lifespan's state, once open (the opening starts now if it has not).
+
+        Raises: OpeningFailed when it could not be opened.
+        """
+        self.start()
+        await self._done.wait()
+        if self.error is not None:
+            raise self.error
+        assert self.server is not None
+        return self.server, self.state
+
+    async def close(self) -> None:
+        """Close the full server (its services stop and the database closes), opening it first if it never was:
+        serve's start-up work (recovery, a bad database's error) happens whenever serve ran."""
+        self.start()
+        await self._done.wait()
+        self._closing.set()
+
+
+class FrontServer(MCPServer):
+    """Answers `initialize` and `tools/list` from the handshake; hands everything else to the full server."""
+
+    def __init__(self, opening: Opening, *, tool_names: ToolNames, operator_id: str, database_url: str) -> None:
+        super().__init__(lifespan=self._hold, **server_keywords(tool_names))
+        self.opening, self.style = opening, tool_names
+        self._operator_id, self._database_url = operator_id, database_url
+        self._rows = table_rows()
+        self._lists: set[RequestId] = set()  # tools/list requests answered from the table
+
+    def written(self, message: SessionMessage) -> None:
+        """Told by the transport of each message written: once a tools/list answered here is out, the opening
+        starts (its imports would hold the GIL while the answer is encoded); once a tool call refused for a failed
+        opening is out, serve may stop."""
+        answer = message.message
+        if not isinstance(answer, JSONRPCResponse | JSONRPCError):
+            return
+        if answer.id in self._lists:
+            self.opening.start()
+        if answer.id in self.opening.refused:
+            self.opening.told.set()
+
+    @asynccontextmanager
+    async def _hold(self, _server: MCPServer) -> AsyncIterator[Opening]:
+        async with anyio.create_task_group() as group:
+            group.start_soon(self.opening.run)
+            try:
+                yield self.opening
+            finally:
+                with anyio.CancelScope(shield=True):  # serve may end cancelled: the services still close
+                    await self.opening.close()
+
+    async def _handle_list_tools(self, ctx: Any, params: Any) -> ListToolsResult:
+        if not self.opening.is_open:
+            try:
+                keep = self._visible()
+            except CannotTell as exc:
+                _log.debug("tools/list waits for the database: %s", exc)
+            else:
+                if ctx.request_id is not None:
+                    self._lists.add(ctx.request_id)
+                return ListToolsResult(tools=listed_tools(self._rows, self.style, keep))
+        return await self._handed("_handle_list_tools", ctx, params)
+
+    def _visible(self) -> frozenset[str] | None:
+        """The tools the local operator may use (as `server.TaskgateServer` lists them), or None (every tool) when
+        it is not registered. Raises: CannotTell when the roster cannot be read here."""
+        grants = operator_grants(self._database_url, self._operator_id)
+        if grants is None:
+            return None
+        permissions = permissions_of(*grants)
+        return frozenset(row["name"] for row in self._rows if visible_to_operator(row["name"], permissions))
+
+    async def _handle_call_tool(self, ctx: Any, params: Any) -> Any:
+        try:
+            server, state = await self.opening.ready()
+        except OpeningFailed as exc:
+            if ctx.request_id is not None:
+                self.opening.refused.add(ctx.request_id)
+            return CallToolResult(content=[TextContent(type="text", text=str(exc))], is_error=True)
+        return await server._handle_call_tool(dataclasses.replace(ctx, lifespan_context=state), params)
+
+    async def _handed(self, name: str, ctx: Any, params: Any) -> Any:
+        """What the full server's handler `name` answers, once it is open. Raises: MCPError when it failed to."""
+        try:
+            server, state = await self.opening.ready()
+        except OpeningFailed as exc:
+            raise MCPError(INTERNAL_ERROR, str(exc)) from None
+        return await getattr(server, name)(dataclasses.replace(ctx, lifespan_context=state), params)
+
+    async def _handle_list_resources(self, ctx: Any, params: Any) -> Any:
+        return await self._handed("_handle_list_resources", ctx, params)
+
+    async def _handle_read_resource(self, ctx: Any, params: Any) -> Any:
+        return await self._handed("_handle_read_resource", ctx, params)
+
+    async def _handle_list_resource_templates(self, ctx: Any, params: Any) -> Any:
+        return await self._handed("_handle_list_resource_templates", ctx, params)
+
+    async def _handle_list_prompts(self, ctx: Any, params: Any) -> Any:
+        return await self._handed("_handle_list_prompts", ctx, params)
+
+    async def _handle_get_prompt(self, ctx: Any, params: Any) -> Any:
+        return await self._handed("_handle_get_prompt", ctx, params)
+
+
+async def serve(front: FrontServer, streams: ServerStreams) -> None:
+    """Serve one client over `streams` until it leaves or, when the opening failed, until a tool call was told."""
+    read, write = streams
+    lowlevel = front._lowlevel_server
+    async with anyio.create_task_group() as group:
+
+        async def run() -> None:
+            await lowlevel.run(read, write, lowlevel.create_initialization_options())
+            group.cancel_scope.cancel()
+
+        group.start_soon(run)
+        await front.opening.told.wait()
+        group.cancel_scope.cancel()
+
+
+def serve_stdio(settings: Settings) -> None:
+    """MCP over stdin/stdout as the configured local operator, answering before the full server is open.
+
+    Raises: OpeningFailed when the full server could not be opened (after the replies are written: serve exits
+    non-zero, as it did when it opened first).
+    """
+    plain_logging()
+    front = FrontServer(
+        Opening(lambda: _full_server(settings)),
+        tool_names=settings.mcp.tool_names,
+        operator_id=settings.operator.default,
+        database_url=settings.resolved_database_url,
+    )
+    anyio.run(serve_over_stdio, lambda streams: serve(front, streams), front.written)
+    if front.opening.error is not None:
+        raise front.opening.error
+
+
+def _full_server(settings: Settings) -> MCPServer:
+    from taskgate.entrypoints.mcp.runner import stdio_server  # the services, SQLAlchemy, the tools: in the thread
+
+    return stdio_server(settings)
