@@ -64,8 +64,11 @@ def remember(facts: dict[str, Any], cwd: Path | None = None) -> None:
         folder = cache_dir()
         folder.mkdir(parents=True, exist_ok=True)
         name = key(cwd)
+        text = json.dumps(facts)
+        if (folder / f"{name}.json").is_file() and (folder / f"{name}.json").read_text() == text:
+            return  # every command that opens taskgate comes here: unchanged facts are not written again
         temporary = folder / f".{name}.{os.getpid()}.tmp"
-        temporary.write_text(json.dumps(facts))
+        temporary.write_text(text)
         temporary.replace(folder / f"{name}.json")  # atomic: a reader sees the old entry or the whole new one
     except (OSError, ValueError, TaskgateError):
         return
