@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from types import TracebackType
 
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -105,8 +106,14 @@ class SqlAlchemyUnitOfWork:
                 await self._db.groups.rollback(member)
             elif self._conn is not None:
                 try:
-                    if not self._committed and self._conn.in_transaction():
+                    if not self._committed and self._conn.in_transaction() and exc is None:
                         await self._conn.rollback()
+                    elif not self._committed and self._conn.in_transaction():
+                        # the unit ends on `exc` (a cancelled task, an error): a rollback that fails too (asyncpg
+                        # closes a connection whose statement was cancelled) must not replace it; close() below
+                        # invalidates a connection that could not roll back
+                        with contextlib.suppress(DBAPIError):
+                            await self._conn.rollback()
                 finally:  # a rollback that failed (a connection lost, a cancelled statement) still gives it back
                     await self._conn.close()
         finally:
