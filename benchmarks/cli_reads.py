@@ -7,9 +7,10 @@ from launch to exit, alternating with `python -c pass` on the same interpreter (
 rounds; the row is the median of the rounds' median ratios). The same commands with `TASKGATE_FULL_READS=1` (the
 full path: settings models, SQLAlchemy's asyncio engine, Alembic's check) are timed too, for the before/after.
 Bytecode is cached under the run's folder after a warm-up, so the figures are what a user sees from the second
-run on; the load average is printed before and after.
+run on; the load average is printed before and after. With `--postgres` the repository's database is PostgreSQL
+(TASKGATE_DATABASE_URL, its schema reset first), read by the fast path with asyncpg alone.
 
-Run:  .venv/bin/python benchmarks/cli_reads.py [--n 9] [--rounds 3]     (~1.5 min on a 2-vCPU machine)
+Run:  .venv/bin/python benchmarks/cli_reads.py [--n 9] [--rounds 3] [--postgres [URL]]   (~1.5 min on 2 vCPUs)
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_support import emit_row, git_repo
+from bench_support import emit_row, git_repo, reset_pg_schema
 
 TASKGATE = str(Path(sys.executable).with_name("taskgate"))
+PG_READS_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/taskgate_bench_reads"
 GOAL = 15.0
 
 
@@ -88,14 +90,20 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=9, help="pairs per round (default 9)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--sessions", type=int, default=50, help="sessions in the repository (default 50)")
+    parser.add_argument("--postgres", nargs="?", const=PG_READS_URL, default=None,
+                        help=f"on PostgreSQL at this URL (default {PG_READS_URL}; its schema is reset)")  # fmt: skip
     args = parser.parse_args()
-    print(f"cli_reads: {args.sessions} sessions, {args.rounds} rounds of {args.n} pairs; {load()}")
+    store = "PostgreSQL" if args.postgres else "SQLite"
+    print(f"cli_reads: {args.sessions} sessions on {store}, {args.rounds} rounds of {args.n} pairs; {load()}")
     with tempfile.TemporaryDirectory(prefix="taskgate-reads-") as tmp:
         root = Path(tmp)
         repo = git_repo(root)
         env = {k: v for k, v in os.environ.items() if not k.startswith("TASKGATE_")}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env |= {"PYTHONPYCACHEPREFIX": str(root / "pycache"), "XDG_CACHE_HOME": str(root / "cache"), "COLUMNS": "200"}
+        if args.postgres:
+            reset_pg_schema(args.postgres)
+            env["TASKGATE_DATABASE_URL"] = os.environ["TASKGATE_DATABASE_URL"] = args.postgres
         subprocess.run([TASKGATE, "init", "."], cwd=repo, env=env, check=True, capture_output=True)
         config = repo / ".taskgate" / "taskgate.toml"
         text = config.read_text()
@@ -108,8 +116,8 @@ def main() -> None:
                     "task ready": ["task", "ready"]}  # fmt: skip
         full = env | {"TASKGATE_FULL_READS": "1"}
         for label, words in commands.items():
-            pair(f"taskgate {label} ({args.sessions} sessions)", [TASKGATE, *words], env, repo, args.n, args.rounds,
-                 GOAL)  # fmt: skip
+            pair(f"taskgate {label} ({args.sessions} sessions, {store})", [TASKGATE, *words], env, repo, args.n,
+                 args.rounds, GOAL)  # fmt: skip
         for label, words in commands.items():
             pair(f"  the full path: {label}", [TASKGATE, *words], full, repo, max(3, args.n // 3), args.rounds, None)
     print(load())

@@ -1,6 +1,7 @@
 """`session list`, `session show` and `task ready` through the real `taskgate` executable: the fast path (no engine)
 prints exactly what the full path prints, answers without loading SQLAlchemy, and never answers from a
 configuration it has not seen start: an edited config file, another environment or a new cache goes the full way.
+Each on the embedded SQLite file and on PostgreSQL (TASKGATE_DATABASE_URL with a password, as a team sets it).
 """
 
 from __future__ import annotations
@@ -8,13 +9,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 
-from tests.conftest import make_git_repo
+from tests.conftest import SQL_BACKENDS, make_git_repo, pg_admin, pg_database_url
 
 TASKGATE = str(Path(sys.executable).with_name("taskgate"))
+PASSWORD = "n0t-in-the-cache"  # the test server trusts local connections: asyncpg is given it, never asked for it
 
 
 class Repo:
@@ -36,9 +40,29 @@ class Repo:
         return done.stdout
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Repo:
+@pytest.fixture(params=SQL_BACKENDS)
+def repo(request: pytest.FixtureRequest, tmp_path: Path):
+    if request.param == "sqlite":
+        yield _filled(Repo(make_git_repo(tmp_path / "shop"), tmp_path / "cache"))
+        return
+    request.getfixturevalue("pg_url")  # the test server is up
+    name = f"taskgate_fast_reads_{uuid.uuid4().hex[:8]}"
+    pg_admin(f'CREATE DATABASE "{name}"')
     made = Repo(make_git_repo(tmp_path / "shop"), tmp_path / "cache")
+    url = make_url(pg_database_url(name)).set(password=PASSWORD).render_as_string(hide_password=False)
+    made.env["TASKGATE_DATABASE_URL"] = url
+    try:
+        yield _filled(made)
+    finally:
+        pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def sqlite_repo(tmp_path: Path) -> Repo:
+    return _filled(Repo(make_git_repo(tmp_path / "shop"), tmp_path / "cache"))
+
+
+def _filled(made: Repo) -> Repo:
     made.ok("init", ".")
     for title in ("paint the fence", "fix the gate", "oil the hinge"):
         made.ok("task", "add", title)
@@ -47,6 +71,11 @@ def repo(tmp_path: Path) -> Repo:
     started = made.ok("session", "start", "SHOP-3", "--json")
     made.session = started.split('"id": "', 1)[1][:36]  # type: ignore[attr-defined]
     return made
+
+
+def _loaded(done: subprocess.CompletedProcess[str], module: str) -> bool:
+    """Whether `-X importtime` says `module` was imported."""
+    return any(line.rsplit("|", 1)[-1].strip() == module for line in done.stderr.splitlines())
 
 
 def _loaded_sqlalchemy(done: subprocess.CompletedProcess[str]) -> bool:
@@ -67,13 +96,17 @@ def test_fast_and_full_paths_print_the_same(repo: Repo) -> None:
         assert (fast.returncode, fast.stdout, fast.stderr) == (full.returncode, full.stdout, full.stderr), args
     assert "SHOP-1" in repo.ok("task", "ready") and "SHOP-4" not in repo.ok("task", "ready")  # blocked by SHOP-1
     assert sid in repo.ok("session", "show", sid[:6]) and "planning" in repo.ok("session", "list")
+    remembered = [path.read_text() for path in (repo.root.parent / "cache").rglob("*.json")]
+    assert remembered and not any(PASSWORD in text for text in remembered)
 
 
 def test_the_fast_path_loads_no_engine_and_the_full_path_does(repo: Repo) -> None:
     for args in (["session", "list"], ["session", "show", repo.session[:8]], ["task", "ready"]):  # type: ignore[attr-defined]
         fast = repo.run(*args, importtime=True)
         assert fast.returncode == 0 and not _loaded_sqlalchemy(fast), args
-        assert " pydantic_settings" not in fast.stderr and " asyncio" not in fast.stderr.replace("|", " ")
+        assert not _loaded(fast, "pydantic_settings") and not _loaded(fast, "alembic")
+        on_postgresql = "TASKGATE_DATABASE_URL" in repo.env  # asyncpg (and so asyncio), alone
+        assert _loaded(fast, "asyncio") == on_postgresql and _loaded(fast, "asyncpg") == on_postgresql
     assert _loaded_sqlalchemy(repo.run("session", "list", full=True, importtime=True))
     helped = repo.run("session", "list", "--help")  # not one of its options: Typer's help, as ever
     assert helped.returncode == 0 and "Usage:" in helped.stdout and "--all" in helped.stdout
@@ -92,7 +125,8 @@ def test_an_edited_config_or_environment_goes_the_full_way(repo: Repo) -> None:
     assert not _loaded_sqlalchemy(repo.run("task", "ready", importtime=True))
 
 
-def test_another_database_in_the_environment_is_never_read_from_the_old_one(repo: Repo, tmp_path: Path) -> None:
+def test_another_database_in_the_environment_is_never_read_from_the_old_one(sqlite_repo: Repo, tmp_path: Path) -> None:
+    repo = sqlite_repo
     assert "SHOP-2" in repo.ok("session", "list")
     repo.env["TASKGATE_DATA_DIR"] = str(tmp_path / "elsewhere")
     done = repo.run("session", "list")

@@ -4,15 +4,25 @@ SQLAlchemy, asyncio or Alembic on the path, so they answer in about the time Pyt
 They read the embedded SQLite database read-only, with the statements the repositories run (compiled ahead of
 time: db/read_sql.py), mapped by the repositories' own mappings (db/row_maps.py), and choose projects and
 sessions by the services' own rules (application/trackers/project_choice.py, application/sessions/references.py).
-Whenever this path cannot answer exactly as the full path would, it raises `Unavailable` and the command runs the
-full way: no settings remembered for this configuration (settings_cache.py), PostgreSQL, a database missing or
-not at the schema head, a tracker read live, or any error (the full path reports it in its own words).
+The embedded SQLite file is read with sqlite3 (db/fast_reads.py), a PostgreSQL database with asyncpg alone
+(db/pg_reads.py). Whenever this path cannot answer exactly as the full path would, it raises `Unavailable` and
+the command runs the full way: no settings remembered for this configuration (settings_cache.py), a database
+missing, unreachable or not at the schema head, a tracker read live, a PostgreSQL password that is not in
+TASKGATE_DATABASE_URL, or any error (the full path reports it in its own words).
+
+Passwords are never remembered: the database URL is written down without its password (`***` in its place).
+When the password is needed, it is taken from TASKGATE_DATABASE_URL, the one place besides the config file the
+full path takes the URL from, and only when that variable is the remembered URL but for its password (it is part
+of the remembered configuration's key, so it is the very URL the full start checked). A password in the config
+file leaves PostgreSQL reads to the full path; one in ~/.pgpass or PGPASSWORD is asyncpg's, as there.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from taskgate.application.sessions import references
 from taskgate.application.trackers.project_choice import choose_project, key_of, numeric_ref
@@ -28,6 +38,7 @@ from taskgate.infrastructure.db.fast_reads import SqliteReads, Unavailable
 __all__ = ["QuickReads", "Unavailable", "remember"]
 
 _SQLITE = "sqlite:///"
+_HIDDEN = "***"
 _ACTIVE = [s.value for s in SessionState if s not in TERMINAL_STATES]
 
 
@@ -40,22 +51,48 @@ def facts_of(settings: Any) -> dict[str, Any]:
     """What this path needs of `settings` (taskgate's Settings)."""
     trackers = [settings.tracker, *(p.tracker for p in settings.projects.values() if p.tracker is not None)]
     return {
-        "database_url": settings.resolved_database_url,
+        "database_url": without_password(settings.resolved_database_url),
         "busy_timeout_ms": settings.sqlite.busy_timeout_ms,
         "live_tracker": any(tracker.kind != "builtin" for tracker in trackers),
     }
 
 
+def without_password(url: str) -> str:
+    """`url` with its password, if any, replaced by `***`."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user.partition(':')[0]}:{_HIDDEN}@{host}"))
+
+
+def with_password(remembered: str) -> str:
+    """The database URL whose password `remembered` hides: TASKGATE_DATABASE_URL when it is that URL.
+
+    Raises: Unavailable when the password cannot be had here (it is in the config file).
+    """
+    if urlsplit(remembered).password != _HIDDEN:
+        return remembered
+    for name, value in os.environ.items():  # the settings read variable names regardless of case
+        if name.upper() == "TASKGATE_DATABASE_URL" and without_password(value) == remembered:
+            return value
+    raise Unavailable("the database password is not in TASKGATE_DATABASE_URL")
+
+
 class QuickReads:
-    """One read-only snapshot of the embedded database; `close()` it when done."""
+    """One read-only snapshot of taskgate's database; `close()` it when done."""
 
     def __init__(self, facts: dict[str, Any]) -> None:
         """On the database `facts` name (what `remember` wrote down)."""
         url = facts["database_url"]
-        if not url.startswith(_SQLITE):
-            raise Unavailable("not the embedded SQLite database")
         self._facts = facts
-        self._db = SqliteReads(Path(url.removeprefix(_SQLITE)), facts["busy_timeout_ms"])
+        self._db: Any
+        if url.startswith(_SQLITE):
+            self._db = SqliteReads(Path(url.removeprefix(_SQLITE)), facts["busy_timeout_ms"])
+        else:
+            from taskgate.infrastructure.db.pg_reads import PgReads  # asyncpg: only for PostgreSQL
+
+            self._db = PgReads(with_password(url))
 
     def close(self) -> None:
         """End the snapshot."""

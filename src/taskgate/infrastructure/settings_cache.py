@@ -8,20 +8,28 @@ read command computes the same key from what it sees; only when an entry for tha
 loaded and checked exactly this configuration) does it skip loading the settings. Any change to the file or the
 environment is a new key, so the next command takes the full path (which reports a bad configuration as ever)
 and remembers the new facts. Entries are written whole (write, then rename), so a reader never sees half of one.
+
+The folder is pruned whenever an entry is written: entries of an older format (format 1 held a PostgreSQL URL's
+password; the facts now never do, quick_reads.facts_of) and entries not used for `STALE_AFTER_S` go. An entry is
+touched when it is recalled, so one in use stays.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from taskgate.domain.errors import TaskgateError
 from taskgate.infrastructure.config_lookup import find_config_file
 
-_FORMAT = 1  # raise when the facts change shape: older entries then miss
+_FORMAT = 2  # raise when the facts change shape: older entries then miss, and are pruned
+STALE_AFTER_S = 30 * 24 * 3600
+"""An entry not recalled or written for this long is removed the next time any entry is written."""
 
 
 def cache_dir() -> Path:
@@ -43,7 +51,8 @@ def key(cwd: Path | None = None) -> str:
         "config": str(path) if path else None,
         # the content, not its modification time: two writes within one clock tick of the file system keep it
         "file": hashlib.sha256(path.read_bytes()).hexdigest() if path else None,
-        "env": sorted((name, value) for name, value in os.environ.items() if name.startswith("TASKGATE_")),
+        # any case: the settings read `taskgate_database_url` as they read TASKGATE_DATABASE_URL
+        "env": sorted((name, value) for name, value in os.environ.items() if name.upper().startswith("TASKGATE_")),
     }
     return hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -52,9 +61,16 @@ def recall(cwd: Path | None = None) -> dict[str, Any] | None:
     """The facts remembered for the configuration a command in `cwd` would load; None when there are none (or
     they cannot be read: the caller then loads the settings)."""
     try:
-        return json.loads((cache_dir() / f"{key(cwd)}.json").read_text())
+        path = cache_dir() / f"{key(cwd)}.json"
+        entry = json.loads(path.read_text())
     except (OSError, ValueError, TaskgateError):
         return None
+    if not isinstance(entry, dict) or entry.get("format") != _FORMAT:
+        return None
+    if time.time() - path.stat().st_mtime > STALE_AFTER_S / 30:  # at most once a day: a read writes nothing else
+        with contextlib.suppress(OSError):
+            os.utime(path)
+    return entry["facts"]
 
 
 def remember(facts: dict[str, Any], cwd: Path | None = None) -> None:
@@ -64,11 +80,27 @@ def remember(facts: dict[str, Any], cwd: Path | None = None) -> None:
         folder = cache_dir()
         folder.mkdir(parents=True, exist_ok=True)
         name = key(cwd)
-        text = json.dumps(facts)
+        text = json.dumps({"format": _FORMAT, "facts": facts})
         if (folder / f"{name}.json").is_file() and (folder / f"{name}.json").read_text() == text:
             return  # every command that opens taskgate comes here: unchanged facts are not written again
         temporary = folder / f".{name}.{os.getpid()}.tmp"
         temporary.write_text(text)
+        os.chmod(temporary, 0o600)  # it names the user's databases and folders
         temporary.replace(folder / f"{name}.json")  # atomic: a reader sees the old entry or the whole new one
     except (OSError, ValueError, TaskgateError):
         return
+    prune(folder)
+
+
+def prune(folder: Path) -> None:
+    """Remove the entries in `folder` of an older format or unused for STALE_AFTER_S. Best effort: an entry
+    that cannot be read or removed is left (a concurrent writer's temporary file is never touched)."""
+    now = time.time()
+    for path in folder.glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            if now - path.stat().st_mtime > STALE_AFTER_S:
+                path.unlink()
+                continue
+            entry = json.loads(path.read_text())
+            if not isinstance(entry, dict) or entry.get("format") != _FORMAT:
+                path.unlink()

@@ -65,8 +65,7 @@ class SqliteReads:
         """The rows of statement `name` with `params` (a list for a parameter that expands, `IN (…)`), each a
         dict of column → value as SQLAlchemy would give it."""
         text, columns, fixed = SQLITE[name]
-        values = {**fixed, **params}
-        text = _EXPANDING.sub(lambda found: _expand(found.group(1), values), text)
+        text, values = expanded(text, {**fixed, **params})
         try:
             raw = self._conn.execute(text, values).fetchall()
         except sqlite3.Error as exc:
@@ -77,6 +76,13 @@ class SqliteReads:
     def close(self) -> None:
         """End the read transaction and close the connection."""
         self._conn.close()
+
+
+def expanded(text: str, values: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """`text` with each list parameter's `__[POSTCOMPILE_name]` made one `:name__n` parameter per item, as
+    SQLAlchemy expands it, and the values to go with it. Raises: Unavailable for an empty list."""
+    values = dict(values)
+    return _EXPANDING.sub(lambda found: _expand(found.group(1), values), text), values
 
 
 def _expand(name: str, values: dict[str, Any]) -> str:
