@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -396,3 +397,34 @@ async def test_a_record_whose_transaction_commits_after_a_later_one_is_not_skipp
 def _json(value):
     """A JSON column as raw SQL reads it back: text on SQLite, decoded on PostgreSQL."""
     return json.loads(value) if isinstance(value, str) else value
+
+
+@pytest.mark.parametrize("sql_services", ["postgresql"], indirect=True)
+async def test_a_writer_that_inserts_its_event_before_its_log_row_never_deadlocks_with_the_linker(
+    sql_services, git_repo, key
+):
+    # An approval writes its decision and its events, then its log row (application/sessions/records.py): the
+    # reverse of the linker's LOCK TABLE order (transition_log, decisions, events). The linker holding SHARE on
+    # transition_log waits for the writer's events; the writer then waits for transition_log. The linker gives way
+    # (its short lock timeout, below the deadlock detector's second), the writer commits at once, and the linker,
+    # trying again, links the writer's records too.
+    [session] = await busy(sql_services, git_repo, sessions=1)
+    async with sql_services.uow(write=False) as unit:
+        [last] = await unit.transitions.history(session.id, limit=1)
+    loop = asyncio.get_running_loop()
+    async with sql_services.uow(write=True) as writer:
+        await writer.events.append("test.noted", SystemClock().now(), {"note": "W"}, session.id)
+        await writer.events.high_water()  # the event's INSERT is sent: ROW EXCLUSIVE on events is held
+        async with sql_services.uow(write=True) as other:  # a committed record: the linker has work, takes its lock
+            await other.events.append("test.noted", SystemClock().now(), {"note": "B"}, session.id)
+            await other.commit()
+        linking = asyncio.create_task(link_pending(sql_services.uow))
+        await asyncio.sleep(0.1)  # the linker has SHARE on transition_log and waits for events
+        began = loop.time()
+        await writer.transitions.append(replace(last, seq=None, at=SystemClock().now()))
+        await writer.commit()
+        waited = loop.time() - began
+    assert waited < 0.8, f"the writer waited {waited:.2f} s: the deadlock detector's second, not the linker, ended it"
+    assert await asyncio.wait_for(linking, 15) == 3  # B's, and the writer's event and log row once it committed
+    report = await ledger_of(sql_services, key).verify(Scope(session_id=session.id), record=False)
+    assert report.ok, [f.describe() for f in report.findings]

@@ -26,8 +26,11 @@ import logging
 from collections.abc import Iterator
 
 from taskgate.application.audit.ports import AuditUnitOfWorkFactory
+from taskgate.domain.errors import ConcurrentModification
 
 LINK_BATCH = 500  # records per table per transaction: on SQLite a batch holds the write lock (~20 ms for 500)
+TOPS_PATIENCE_S = 10.0
+"""How long a linker keeps trying to read the committed tops while writers hold the audited tables."""
 
 _log = logging.getLogger("taskgate.audit")
 
@@ -35,8 +38,7 @@ _log = logging.getLogger("taskgate.audit")
 async def link_pending(uow: AuditUnitOfWorkFactory, *, batch: int = LINK_BATCH) -> int:
     """Link every audited record committed before this call (and any committed meanwhile within the tops read);
     returns how many were linked. Nothing pending costs one read."""
-    async with uow(write=False) as unit:  # PostgreSQL: the SHARE lock, if taken, ends with this transaction
-        tops = await unit.audit.committed_tops()
+    tops = await _committed_tops(uow)
     if tops is None:
         return 0
     total, more = 0, True
@@ -47,6 +49,23 @@ async def link_pending(uow: AuditUnitOfWorkFactory, *, batch: int = LINK_BATCH) 
                 await unit.commit()
         total += linked
     return total
+
+
+async def _committed_tops(uow: AuditUnitOfWorkFactory) -> dict[str, int] | None:
+    """The tops no uncommitted record can be below (None: nothing pending). On PostgreSQL the SHARE lock gives way
+    after a short wait rather than deadlock with a writer (audit_link_store.py, `_LOCK_TIMEOUT`): it is tried again,
+    with a growing pause, for up to TOPS_PATIENCE_S. Raises: ConcurrentModification when it never got the lock."""
+    loop = asyncio.get_running_loop()
+    deadline, pause = loop.time() + TOPS_PATIENCE_S, 0.01
+    while True:
+        try:
+            async with uow(write=False) as unit:  # PostgreSQL: the SHARE lock, if taken, ends with this transaction
+                return await unit.audit.committed_tops()
+        except ConcurrentModification:
+            if loop.time() + pause > deadline:
+                raise
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.5)
 
 
 @contextlib.contextmanager

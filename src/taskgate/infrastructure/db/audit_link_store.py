@@ -93,7 +93,13 @@ _JSON_COLUMNS = {
 _HEADS_CHUNK = 500  # chains per IN list: well inside SQLite's and asyncpg's parameter limits
 _c = t.audit_chains.c
 _HEADS = select(_c.chain_id, _c.seq, _c.hash, _c.link_no).where(_c.chain_id.in_(bindparam("chains", expanding=True)))
-_LOCK_TIMEOUT = "5s"  # a SHARE lock queued behind a long writer would hold up every writer queued behind it
+# How long the SHARE lock may wait. Short, and below PostgreSQL's deadlock_timeout (1 s by default): a writer that
+# inserted into a later table of the three before an earlier one (an approval writes its decision and its event,
+# then its log row: application/sessions/records.py) holds what this lock waits for while it waits for what this
+# lock holds. Timing out first, the linker gives way (its transaction ends, the writer goes on) and tries again
+# (linking.link_pending), where the deadlock detector would have failed one of the two after a second. Short also
+# because every writer queued behind a waiting SHARE lock waits with it.
+_LOCK_TIMEOUT = "200ms"
 
 
 class AuditLinkStore(SqlRepository):
