@@ -142,12 +142,25 @@ async def test_the_counts_follow_the_filters_and_the_plans_count_their_sessions_
     ("paged", "message"),
     [
         (ColumnPage("executing", 0), "has 1 page(s) of 50 cards: there is no page 0"),
-        (ColumnPage("executing", 2), "there is no page 2"),
         (ColumnPage("nowhere", 1), "the board has no column 'nowhere'"),
     ],
 )
-async def test_a_page_out_of_range_or_of_no_column_is_refused_by_name(services, git_repo, paged, message) -> None:
+async def test_a_page_before_the_first_or_of_no_column_is_refused_by_name(services, git_repo, paged, message) -> None:
     seeded = await seed(services, git_repo, tasks=0)
     await stored_sessions(services, seeded, {SessionState.EXECUTING: 3})
     with pytest.raises(InvalidInput, match=re.escape(message)):
         await board_of(services).board(seeded.project.id, paged=paged)
+
+
+async def test_a_page_past_a_columns_last_shows_its_last(services, git_repo) -> None:
+    # a column shrinks under the page an operator watches: the live refresh asks for the same page again
+    seeded = await seed(services, git_repo, tasks=0)
+    await stored_sessions(services, seeded, {SessionState.EXECUTING: 53})
+
+    async def executing(page: int):
+        board = await board_of(services).board(seeded.project.id, paged=ColumnPage("executing", page))
+        return next(c for c in board.columns if c.key == "executing")
+
+    second, past = await executing(2), await executing(7)
+    assert (second.page, len(second.cards), second.count) == (2, 3, 53)
+    assert past.page == 2 and [c.session_id for c in past.cards] == [c.session_id for c in second.cards]

@@ -131,8 +131,8 @@ class BoardQuery:
         """The project's board, narrowed by plan and operator when `filters` say so, with the page `paged` of one
         column (the others on their first page).
 
-        Raises: InvalidInput when `paged` names no column, a page before the first, or one past the column's
-        last; NotFound when there is no such project."""
+        Raises: InvalidInput when `paged` names no column or a page before the first (a page past the column's
+        last shows its last); NotFound when there is no such project."""
         filters = filters or BoardFilter()
         narrow = {"plan_id": filters.plan_id, "operator_id": filters.operator_id}
         async with self._uow(write=False) as uow:  # one read transaction: one consistent picture
@@ -192,9 +192,11 @@ def _pages(counts: dict[SessionState, int], paged: ColumnPage | None) -> dict[st
         raise InvalidInput(f"the board has no column {paged.column[:40]!r} (its columns: {keys})")
     key, title, states = found
     last = _last_page(_count(counts, states))
-    if not 1 <= paged.page <= last:
+    if paged.page < 1:
         raise InvalidInput(f"column {title!r} has {last} page(s) of {PAGE_SIZE} cards: there is no page {paged.page}")
-    pages[key] = paged.page
+    # past the last: the last. A column shrinks under the page an operator watches (the live refresh fetches the
+    # same address again), and an old link outlives its column's size: both show what is left, not an error
+    pages[key] = min(paged.page, last)
     return pages
 
 
