@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from taskgate.domain.agents.transcripts import Transcript, final_message  # noqa: E402
-from taskgate.entrypoints.render import readable_log  # noqa: E402
+from taskgate.entrypoints.agent_lines import readable_log  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "agent_output"
 

@@ -10,14 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskgate.domain.entities import Agent, AgentStatus
-from taskgate.entrypoints.render import (
-    TerminalSafeStream,
-    agent_line,
-    agents_table,
-    last_line_read,
-    report_cell,
-    terminal_safe,
-)
+from taskgate.entrypoints.agent_lines import agent_line, agents_table, last_line_read, report_cell
+from taskgate.entrypoints.render import TerminalSafeStream, terminal_safe
 
 NASTY = (
     "\x1b[31mred\x1b[0m \x1b[2J\x1b[H"  # colour, clear screen, cursor home

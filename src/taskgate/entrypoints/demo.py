@@ -28,8 +28,8 @@ from taskgate.bootstrap import BUILTIN_CATALOGUE, App, bootstrap, build_agents, 
 from taskgate.domain.agents.kinds import AgentType
 from taskgate.domain.entities import Session
 from taskgate.domain.errors import PolicyViolation
+from taskgate.entrypoints.agent_lines import agents_table
 from taskgate.entrypoints.render import (
-    agents_table,
     console,
     context_panel,
     review_table,

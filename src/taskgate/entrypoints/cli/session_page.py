@@ -13,7 +13,7 @@ from taskgate.domain import session_fsm
 from taskgate.domain.agents.usage import session_usage
 from taskgate.domain.entities import Agent, Session
 from taskgate.domain.questions import Question
-from taskgate.entrypoints import render
+from taskgate.entrypoints import agent_lines, render
 from taskgate.entrypoints.render import console, question_json, question_line
 
 
@@ -45,7 +45,7 @@ def print_session(
                       highlight=False)  # fmt: skip
     if pull is not None:
         console.print(f"[bold]{'pull request':>17}[/bold]  {escape(render.pull_request_line(pull))}", highlight=False)
-    for label, line in render.usage_lines(agents):
+    for label, line in agent_lines.usage_lines(agents):
         console.print(f"[bold]{label:>17}[/bold]  {escape(line)}", highlight=False)
-    for index, line in enumerate(render.conversation_lines(agents)):  # what each run continued (resuming)
+    for index, line in enumerate(agent_lines.conversation_lines(agents)):  # what each run continued (resuming)
         console.print(f"[bold]{'conversation' if index == 0 else '':>17}[/bold]  {escape(line)}", highlight=False)

@@ -17,7 +17,7 @@ from taskgate.domain.agents.usage import session_usage
 from taskgate.domain.entities import Project, Session
 from taskgate.domain.states import SessionState
 from taskgate.domain.workflows.visibility import Viewer
-from taskgate.entrypoints import render
+from taskgate.entrypoints import agent_lines, render
 from taskgate.entrypoints.cli.common import (
     JsonOpt,
     ProjectOpt,
@@ -110,7 +110,7 @@ def session_fire(
         if outcome is None and trigger in _RELAUNCHING and services.workflows is not None:
             # retry and request_changes relaunched the session's agents in this process: supervise them to the end
             done = services.workflows.wait(full_id)
-            following = done if as_json else render.follow_agents(services, full_id, until=done)
+            following = done if as_json else agent_lines.follow_agents(services, full_id, until=done)
             if isinstance(stopped := await interruptible(services, full_id, actor, following), Interrupted):
                 return result, stopped  # Ctrl-C stopped what it relaunched (cli/interrupts.py)
         return result, outcome
@@ -176,10 +176,10 @@ def session_status(session_id: Annotated[str, typer.Argument()], as_json: JsonOp
     render.print_workflow_status(session, view)
     latest = {a.id for a in latest_run(agents)}
     for agent in agents:  # each with what its CLI reported: final message (whole for the latest run), usage
-        console.print(f"  {render.agent_line(agent)}", markup=False, highlight=False, soft_wrap=True)
-        for line in render.result_lines(agent) if agent.id in latest else []:
+        console.print(f"  {agent_lines.agent_line(agent)}", markup=False, highlight=False, soft_wrap=True)
+        for line in agent_lines.result_lines(agent) if agent.id in latest else []:
             console.print(f"    │ {line}", markup=False, highlight=False, soft_wrap=True)
-    for label, line in render.usage_lines(agents):
+    for label, line in agent_lines.usage_lines(agents):
         console.print(f"  {label}: {line}", markup=False, highlight=False, soft_wrap=True)
     for line in render.sandbox_lines(refused):
         console.print(terminal_safe(f"  {line}"), style="yellow", markup=False, highlight=False, soft_wrap=True)
@@ -247,7 +247,7 @@ def session_decide(
         if as_json or result.session.state != SessionState.EXECUTING:
             await services.workflows.wait(full_id)
         else:
-            await render.follow_agents(services, full_id, until=services.workflows.wait(full_id))
+            await agent_lines.follow_agents(services, full_id, until=services.workflows.wait(full_id))
         return result, None
 
     result, outcome = run(work)
@@ -308,7 +308,7 @@ def session_execute(
             return await _outcome(services, full_id)
         console.print(f"session {full_id[:8]} is executing; {len(launched.agents)} agent(s) launched")
         if wait:  # Ctrl-C stops the agents (their MCP endpoint is this process's): cli/interrupts.py
-            following = render.follow_agents(services, full_id, until=services.agents.wait(full_id))
+            following = agent_lines.follow_agents(services, full_id, until=services.agents.wait(full_id))
             if isinstance(done := await interruptible(services, full_id, actor, following), Interrupted):
                 return done
         else:
@@ -345,7 +345,7 @@ def session_watch(
             while any(a.status.value in {"queued", "running"} for a in await services.agents.agents(full_id)):
                 await asyncio.sleep(interval)
 
-        await render.follow_agents(services, full_id, until=settled(), interval=interval)
+        await agent_lines.follow_agents(services, full_id, until=settled(), interval=interval)
         return await services.sessions.get(full_id)
 
     session = run(work)
@@ -418,7 +418,7 @@ def session_review(
         return
     console.print(render.review_table(review))
     for agent in agents:  # the last run's agents: what each said it did, and what it cost
-        console.print(render.agent_line(agent), markup=False, highlight=False, soft_wrap=True)
+        console.print(agent_lines.agent_line(agent), markup=False, highlight=False, soft_wrap=True)
     _print_owed(owed)
     if patch:
         console.print(review.patch + ("\n[yellow](patch truncated)[/yellow]" if review.patch_truncated else ""),

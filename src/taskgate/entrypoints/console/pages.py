@@ -22,9 +22,10 @@ from taskgate.domain.access import Capability
 from taskgate.domain.agents.transcripts import result_of
 from taskgate.domain.errors import InvalidInput, NotFound
 from taskgate.domain.session_fsm import allowed_triggers
+from taskgate.entrypoints.agent_lines import readable_log, usage_lines
 from taskgate.entrypoints.console.diff_view import parse_patch
 from taskgate.entrypoints.console.web import SECURITY_HEADERS, Console, Visit, page
-from taskgate.entrypoints.render import jsonable, readable_log, sandbox_lines, transitions_csv, usage_lines
+from taskgate.entrypoints.render import jsonable, sandbox_lines, transitions_csv
 
 AUDIT_LIMIT = 1000
 LOGS_SHOWN = 12  # the session page shows the logs of its last agents (the others: `taskgate session logs`)
