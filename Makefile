@@ -51,6 +51,7 @@ lint: $(DEV)
 bench: $(DEV)
 	$(BIN)/python benchmarks/hot_path.py
 	$(BIN)/python benchmarks/cli_reads.py
+	$(BIN)/python benchmarks/cli_reads.py --postgres
 	$(BIN)/python benchmarks/hot_path_floors.py
 	$(BIN)/python benchmarks/audit_queries.py
 	$(BIN)/python benchmarks/audit_verify.py --runs 3 --links
