@@ -44,7 +44,7 @@ lint: $(DEV)
 # hot_path.py runs issue 20's rows (transition_cost, mcp_latency, decision_latency, workflow_overhead, cli_startup),
 # issue 21's audit chaining cost (audit_cost) and issue 43's PostgreSQL rows against LangGraph and bare asyncpg
 # (langgraph_step) three times each and prints them as one table with their same-run baselines; cli_reads.py the
-# read commands with 50 sessions against python -c pass; hot_path_floors.py what the missed rows would cost without
+# read commands with 50 sessions against python -c pass, on SQLite and on PostgreSQL (taskgate_bench_reads); hot_path_floors.py what the missed rows would cost without
 # taskgate's code; audit_verify.py builds 1,000,000 chained records and verifies them three times (~12 min);
 # console.py the board at 10,000 sessions, three runs on SQLite and three on PostgreSQL (~1 min a run; database
 # taskgate_bench_board).
