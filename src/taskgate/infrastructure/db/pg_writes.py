@@ -45,6 +45,8 @@ from taskgate.infrastructure.db.driver_statements import DriverResult, _Prepared
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
+    from taskgate.infrastructure.db.pg_kept import KeptWriterConnections
+
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 _LOCKING_CLASSES = ("40", "55", "57", "08", "53")  # serialization/deadlock, lock not available, cancel, connection
 
@@ -95,8 +97,8 @@ class PgWriteConnection:
     """A PostgreSQL write unit of work's connection: the `AsyncConnection` surface the repositories use, with the
     transaction and the hot statements on asyncpg (see the module docstring)."""
 
-    def __init__(self, conn: AsyncConnection, raw: Any, statements: PgStatements) -> None:
-        self._conn, self._raw, self._statements = conn, raw, statements
+    def __init__(self, conn: AsyncConnection, raw: Any, statements: PgStatements, kept: KeptWriterConnections) -> None:
+        self._conn, self._raw, self._statements, self._kept = conn, raw, statements, kept
         self._transaction: Any = None
         self._pending: list[_Deferred] = []
         self._broken = False  # a ROLLBACK failed: the connection is not put back into the pool
@@ -220,8 +222,9 @@ class PgWriteConnection:
                 raise _wrapped("ROLLBACK", (), exc) from exc
 
     async def close(self) -> None:
-        """Give the connection back; a transaction still open is rolled back first (SQLAlchemy's reset on return does
-        not know of it), and a connection that cannot roll back is invalidated rather than pooled."""
+        """Give the connection back (kept for the next write unit, or to the pool: pg_kept.py); a transaction still
+        open is rolled back first (SQLAlchemy's reset on return does not know of it), and a connection that cannot
+        roll back is invalidated rather than pooled."""
         try:
             if self._transaction is not None:
                 with contextlib.suppress(DBAPIError):  # a failed ROLLBACK marks it broken: invalidated below
@@ -229,7 +232,9 @@ class PgWriteConnection:
             if self._broken:
                 await self._conn.invalidate()
         finally:
-            await self._conn.close()
+            # not kept when the ROLLBACK failed, or when this close was interrupted before its transaction ended
+            reusable = not self._broken and self._transaction is None
+            await self._kept.give_back(self._conn, self._raw, reusable=reusable)
 
     def in_transaction(self) -> bool:
         return self._transaction is not None
