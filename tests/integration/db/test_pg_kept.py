@@ -1,6 +1,6 @@
 """PostgreSQL write units' connections kept between units (infrastructure/db/pg_kept.py): the next write unit takes a
-clean one, never one with a transaction open, a lost one or one whose unit did not end; no more than the bound are
-kept; `dispose` gives them back to the pool."""
+clean one, never one with a transaction open or one lost (in its unit or while kept); no more than the bound are kept;
+`dispose` gives them back to the pool."""
 
 from __future__ import annotations
 
@@ -53,6 +53,12 @@ async def test_a_lost_connection_is_not_kept(db: Database) -> None:
             lost.terminate()
     assert db._pg_writers.drivers() == []
     assert await _unit_driver(db) is not lost
+
+
+async def test_a_connection_lost_while_kept_is_not_handed_out(db: Database) -> None:
+    kept = await _unit_driver(db)
+    kept.terminate()  # as when the server goes away while no unit uses it
+    assert await _unit_driver(db) is not kept
 
 
 async def test_no_more_than_the_bound_are_kept_and_dispose_gives_them_back(db: Database) -> None:

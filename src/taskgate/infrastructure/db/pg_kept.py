@@ -11,7 +11,8 @@ What is kept is exactly what the pool would hand out again: a connection with no
 `is_in_transaction()`, SQLAlchemy's own autobegun marker rolled back: a no-op in AUTOCOMMIT), not closed, not
 invalidated. Nothing session-scoped is set by a unit (`SET LOCAL` and `pg_advisory_xact_lock` end with the
 transaction), so the pool's reset on return (a ROLLBACK on the adapter, which has no transaction of its own here) had
-nothing to undo. A unit whose ROLLBACK failed invalidates its connection (pg_writes.py) and never reaches this list.
+nothing to undo. A unit whose ROLLBACK failed invalidates its connection (pg_writes.py) and never reaches this list;
+one found closed when taken (lost while kept: a server restart) is invalidated, never handed out.
 
 Why a kept connection cannot starve the pool's other users: at most `keep` (2, or the pool's size if smaller) are
 held idle, out of `pool_size + max_overflow`; a reader waits for one only when every other connection is in use, as it
@@ -23,6 +24,7 @@ event loop are never handed to another (asyncpg connections belong to the loop t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -42,8 +44,14 @@ class KeptWriterConnections:
     async def take(self) -> tuple[AsyncConnection, Any]:
         """A connection in AUTOCOMMIT and its asyncpg connection, with no transaction open."""
         loop = asyncio.get_running_loop()
-        if self._idle and self._loop is loop:
-            return self._idle.pop()
+        while self._idle and self._loop is loop:
+            conn, raw = self._idle.pop()
+            if not raw.is_closed():
+                return conn, raw
+            # lost while kept (the server restarted, or closed it): invalidated, so the pool does not hand it out
+            with contextlib.suppress(Exception):
+                await conn.invalidate()
+            await conn.close()
         if self._loop is not None and self._loop is not loop and self._loop.is_closed():
             # kept by a loop that has ended (one asyncio.run after another): they cannot be used or closed from here;
             # forgotten, the pool's finalizer reclaims them, and this loop may keep its own
@@ -60,9 +68,12 @@ class KeptWriterConnections:
         the pool)."""
         loop = asyncio.get_running_loop()
         if reusable and not conn.closed and not conn.invalidated and not raw.is_closed():
-            if conn.in_transaction():  # SQLAlchemy's autobegun marker of a statement sent through it: no-op here
-                await conn.rollback()
-            if not raw.is_in_transaction() and len(self._idle) < self._keep and self._loop in (None, loop):
+            try:
+                if conn.in_transaction():  # SQLAlchemy's autobegun marker of a statement sent through it: a no-op
+                    await conn.rollback()
+            except Exception:  # not kept: the close below gives it back to the pool (or raises what is wrong)
+                reusable = False
+            if reusable and not raw.is_in_transaction() and len(self._idle) < self._keep and self._loop in (None, loop):
                 self._loop = loop
                 self._idle.append((conn, raw))
                 return
