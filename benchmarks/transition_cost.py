@@ -182,9 +182,10 @@ def statement_log(database: Database) -> Iterator[list[str]]:
 
     On SQLite, sqlite3's own trace callback sees every statement, the hot ones taskgate runs on the driver
     directly and BEGIN/COMMIT included. On PostgreSQL each statement is one round trip, seen in one of two places:
-    asyncpg's query loggers (`add_query_logger`, on each connection checked out meanwhile) see what is sent through
-    `Connection.execute`/`fetch` (BEGIN and COMMIT, and the statements taskgate runs on asyncpg directly), and
-    SQLAlchemy's `before_cursor_execute` what its adapter sends (on prepared statements, which asyncpg does not log).
+    asyncpg's query loggers (`add_query_logger`, on each connection checked out meanwhile or kept by the write
+    units: pg_kept.py) see what is sent through `Connection.execute`/`fetch` (BEGIN and COMMIT, and the statements
+    taskgate runs on asyncpg directly), and SQLAlchemy's `before_cursor_execute` what its adapter sends (on prepared
+    statements, which asyncpg does not log).
     The list gives the first group, then the second: asyncpg calls its loggers soon after a query, not in it, so the
     order across the two is not kept.
     """
@@ -205,6 +206,9 @@ def statement_log(database: Database) -> Iterator[list[str]]:
         def on_cursor(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
             through_sqlalchemy.append(f"{describe_sql(statement)} (SQLAlchemy)")
 
+        for raw in database._pg_writers.drivers():  # write units' connections kept checked out (pg_kept.py)
+            raw.add_query_logger(record)
+            logged.append(raw)
         event.listen(engine, "checkout", on_pg_checkout)
         event.listen(engine, "before_cursor_execute", on_cursor)
         try:

@@ -96,6 +96,7 @@ class Database:
         else:
             from sqlalchemy.ext.asyncio import create_async_engine
 
+            from taskgate.infrastructure.db.pg_kept import KEEP, KeptWriterConnections
             from taskgate.infrastructure.db.pg_writes import PgStatements
             from taskgate.infrastructure.db.statements import pg_hot_statements
 
@@ -103,7 +104,9 @@ class Database:
             # Write units run their transaction on asyncpg (pg_writes.py): SQLAlchemy's adapter must not begin one of
             # its own on the connection, so their connections are checked out in AUTOCOMMIT (same pool; SQLAlchemy
             # resets the level when the connection goes back).
-            self._pg_writer_engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+            self._pg_writers = KeptWriterConnections(
+                self.engine.execution_options(isolation_level="AUTOCOMMIT"), min(KEEP, pool_size)
+            )
             self._pg_statements = PgStatements(self.engine.dialect, pg_hot_statements())
 
     @property
@@ -137,13 +140,12 @@ class Database:
         The caller must `close()` it (which rolls back a transaction left open)."""
         from taskgate.infrastructure.db.pg_writes import PgWriteConnection
 
-        conn = await self._pg_writer_engine.connect()
+        conn, raw = await self._pg_writers.take()  # a kept one, or one from the pool (pg_kept.py)
+        writer = PgWriteConnection(conn, raw, self._pg_statements, self._pg_writers)
         try:
-            raw = (await conn.get_raw_connection()).driver_connection
-            writer = PgWriteConnection(conn, raw, self._pg_statements)
             await writer.begin()
         except BaseException:
-            await conn.close()
+            await self._pg_writers.give_back(conn, raw, reusable=False)
             raise
         return writer
 
@@ -205,6 +207,7 @@ class Database:
             writer, self._writer = self._writer, None
             writer.sync_connection.close()
         if not self.is_sqlite:
+            await self._pg_writers.close()
             await self.engine.dispose()
         else:
             self.engine.dispose()

@@ -45,6 +45,8 @@ from taskgate.infrastructure.db.driver_statements import DriverResult, _Prepared
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
+    from taskgate.infrastructure.db.pg_kept import KeptWriterConnections
+
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 _LOCKING_CLASSES = ("40", "55", "57", "08", "53")  # serialization/deadlock, lock not available, cancel, connection
 
@@ -95,8 +97,8 @@ class PgWriteConnection:
     """A PostgreSQL write unit of work's connection: the `AsyncConnection` surface the repositories use, with the
     transaction and the hot statements on asyncpg (see the module docstring)."""
 
-    def __init__(self, conn: AsyncConnection, raw: Any, statements: PgStatements) -> None:
-        self._conn, self._raw, self._statements = conn, raw, statements
+    def __init__(self, conn: AsyncConnection, raw: Any, statements: PgStatements, kept: KeptWriterConnections) -> None:
+        self._conn, self._raw, self._statements, self._kept = conn, raw, statements, kept
         self._transaction: Any = None
         self._pending: list[_Deferred] = []
         self._broken = False  # a ROLLBACK failed: the connection is not put back into the pool
@@ -220,8 +222,9 @@ class PgWriteConnection:
                 raise _wrapped("ROLLBACK", (), exc) from exc
 
     async def close(self) -> None:
-        """Give the connection back; a transaction still open is rolled back first (SQLAlchemy's reset on return does
-        not know of it), and a connection that cannot roll back is invalidated rather than pooled."""
+        """Give the connection back (kept for the next write unit, or to the pool: pg_kept.py); a transaction still
+        open is rolled back first (SQLAlchemy's reset on return does not know of it), and a connection that cannot
+        roll back is invalidated rather than pooled."""
         try:
             if self._transaction is not None:
                 with contextlib.suppress(DBAPIError):  # a failed ROLLBACK marks it broken: invalidated below
@@ -229,7 +232,9 @@ class PgWriteConnection:
             if self._broken:
                 await self._conn.invalidate()
         finally:
-            await self._conn.close()
+            # not kept when the ROLLBACK failed, or when this close was interrupted before its transaction ended
+            reusable = not self._broken and self._transaction is None
+            await self._kept.give_back(self._conn, self._raw, reusable=reusable)
 
     def in_transaction(self) -> bool:
         return self._transaction is not None
@@ -251,35 +256,55 @@ def _merge(
 ) -> tuple[str, list[Any]]:
     """One statement: each waiting write as a CTE returning a row per row written, the last write (if any) too, and a
     SELECT of their row counts, then the last write's own returned columns (one row per returned row; a row of NULLs
-    when it returned none)."""
-    parts, all_args = [], []
+    when it returned none). Its arguments are the writes' own, in the order written."""
     writes = [(d.sql, d.args) for d in pending]
     if prepared is not None:
         assert sql is not None and args is not None
         writes.append((sql, args))
+    texts = tuple((text, len(values)) for text, values in writes)
+    all_args = [value for _text, values in writes for value in values]
+    returns = prepared is not None and prepared.returns
+    # The text depends only on the writes' texts (and whether the last returns rows): a transition's is built once,
+    # not per transition (~40 µs of renumbering). A walk of a session sends ~14 distinct ones; the bound only keeps
+    # an unforeseen variety from growing the dict without end.
+    key = (texts, returns)
+    merged = _MERGED.get(key)
+    if merged is None:
+        if len(_MERGED) >= _MERGED_MAX:
+            _MERGED.clear()
+        merged = _MERGED[key] = _merged_text(texts, returns)
+    return merged, all_args
+
+
+_MERGED: dict[tuple[tuple[tuple[str, int], ...], bool], str] = {}
+_MERGED_MAX = 512
+
+
+def _merged_text(texts: tuple[tuple[str, int], ...], returns: bool) -> str:
+    """`_merge`'s statement for writes of these texts and numbers of arguments, in this order."""
+    parts = []
     # PostgreSQL locks a statement's tables as it parses its CTEs, in their order. The linker takes SHARE locks on
     # the audited tables in _AUDITED_ORDER (audit_link_store.py); a statement inserting the event before the log
     # row held ROW EXCLUSIVE on events while it waited for transition_log, which the linker held while it waited
     # for events: a deadlock. So the CTEs go in that order whatever order the unit wrote in (they are independent:
     # none reads another's rows), each keeping its number, so the counts below stay in the order written.
-    order = sorted(range(len(writes)), key=lambda n: (_lock_rank(writes[n][0]), n))
-    offsets = {}
-    for number, (_text, values) in enumerate(writes):
-        offsets[number] = len(all_args)
-        all_args.extend(values)
+    order = sorted(range(len(texts)), key=lambda n: (_lock_rank(texts[n][0]), n))
+    offsets, offset = [], 0
+    for _text, arity in texts:
+        offsets.append(offset)
+        offset += arity
     for number in order:
-        text = writes[number][0]
-        renumbered = _PLACEHOLDER.sub(lambda m, o=offsets[number]: f"${int(m.group(1)) + o}", text)
+        renumbered = _PLACEHOLDER.sub(lambda m, o=offsets[number]: f"${int(m.group(1)) + o}", texts[number][0])
         if " RETURNING " not in renumbered:
             renumbered += " RETURNING 1"
         parts.append(f"w{number} AS ({renumbered})")
-    counts = ", ".join(f"(SELECT count(*) FROM w{n}) AS n{n}" for n in range(len(writes)))
-    last = len(writes) - 1
-    if prepared is not None and prepared.returns:
+    counts = ", ".join(f"(SELECT count(*) FROM w{n}) AS n{n}" for n in range(len(texts)))
+    last = len(texts) - 1
+    if returns:
         tail = f"SELECT c.*, w{last}.* FROM (SELECT {counts}) AS c LEFT JOIN w{last} ON true"
     else:
         tail = f"SELECT {counts}"
-    return f"WITH {', '.join(parts)} {tail}", all_args
+    return f"WITH {', '.join(parts)} {tail}"
 
 
 def _result(prepared: _PgPrepared, rows: list[tuple[Any, ...]], count: int) -> DriverResult:
