@@ -81,8 +81,8 @@ class FakeGrantsMemory:
     def recall(self) -> Remembered | None:
         return self.remembered
 
-    def remember(self, grants: Any) -> None:
-        self.written.append(grants)
+    def remember(self, found: Remembered) -> None:
+        self.written.append(found)
 
 
 async def test_where_the_roster_cannot_be_read_the_front_lists_from_remembered_grants_and_remembers_the_real_ones(
@@ -96,7 +96,7 @@ async def test_where_the_roster_cannot_be_read_the_front_lists_from_remembered_g
     async with Client(full) as client:
         expected = [wire(tool) for tool in (await client.list_tools()).tools]
     built: list[str] = []
-    memory = FakeGrantsMemory(Remembered((["reviewer"], [])))
+    memory = FakeGrantsMemory(Remembered("rev", "underscore", None, (["reviewer"], [])))
     front = FrontServer(Opening(_builder(app, "rev", built), open_after_s=600), tool_names="underscore",
                         operator_id="rev", database_url=sql_services.url, memory=memory)  # fmt: skip
     async with Client(front) as client:
@@ -106,7 +106,8 @@ async def test_where_the_roster_cannot_be_read_the_front_lists_from_remembered_g
         with anyio.fail_after(30):
             while not memory.written:
                 await anyio.sleep(0.01)
-    assert memory.written == [(["reviewer"], [])]
+    roster = sql_services.url if sql_services.backend == "sqlite" else None  # never a PostgreSQL URL
+    assert memory.written == [Remembered("rev", "underscore", roster, (["reviewer"], []))]
 
 
 def test_answering_tools_list_imports_neither_the_services_nor_sqlalchemy(tmp_path) -> None:

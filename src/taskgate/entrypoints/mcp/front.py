@@ -12,7 +12,8 @@ for another database (PostgreSQL), or one it cannot read, it lists what the gran
 allow (infrastructure/grants_cache.py), and with none remembered the list waits for the opened database. Once the
 database is open, the front remembers the grants it has and, when a list it answered before differs from what the
 full server now lists, sends `notifications/tools/list_changed` (serve over stdio advertises `tools.listChanged`
-for this). Meanwhile `Opening` builds the
+for this). When that memory also holds the operator, the tool-name style and the SQLite file, serve answers without
+loading its settings at all (`serve_stdio_remembered`): they load in the opening. Meanwhile `Opening` builds the
 full server (its modules imported in a worker thread) and enters its lifespan: the database opened and
 migrated, start-up recovery, the first heartbeat, the background loops, as before. Everything else (tool calls,
 resources, prompts, and `tools/list` once it is open) waits for it and is handed to the full server with that
@@ -42,12 +43,12 @@ from mcp.types import INTERNAL_ERROR, CallToolResult, ListToolsResult, TextConte
 from mcp_types import JSONRPCError, JSONRPCResponse, RequestId
 
 from taskgate.domain.access import permissions_of
-from taskgate.domain.errors import TaskgateError
+from taskgate.domain.errors import InvalidInput, TaskgateError
 from taskgate.entrypoints.mcp.annotations import visible_to_operator
 from taskgate.entrypoints.mcp.handshake import listed_tools, server_keywords, table_rows
 from taskgate.entrypoints.mcp.names import ToolNames
 from taskgate.entrypoints.mcp.stdio import ServerStreams, plain_logging, serve_over_stdio
-from taskgate.infrastructure.grants_cache import Grants, Remembered, RememberedGrants
+from taskgate.infrastructure.grants_cache import Grants, Remembered, RememberedGrants, roster_url
 from taskgate.infrastructure.sqlite_roster import CannotTell, operator_grants
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ class GrantsMemory(Protocol):
 
     def recall(self) -> Remembered | None: ...
 
-    def remember(self, grants: Grants | None) -> None: ...
+    def remember(self, found: Remembered) -> None: ...
 
 
 class Opening:
@@ -151,9 +152,11 @@ class FrontServer(MCPServer):
         *,
         tool_names: ToolNames,
         operator_id: str,
-        database_url: str,
+        database_url: str | None,
         memory: GrantsMemory | None = None,
     ) -> None:
+        """As the local operator `operator_id` on `database_url` (None: not a SQLite file, whose URL serve did not
+        need to know yet), with the grants remembered in `memory`."""
         super().__init__(lifespan=self._hold, **server_keywords(tool_names))
         self.opening, self.style = opening, tool_names
         self._operator_id, self._database_url, self._memory = operator_id, database_url, memory
@@ -211,10 +214,12 @@ class FrontServer(MCPServer):
         """The local operator's grants as known before the database is open: read from the SQLite file, else as the
         last opening remembered them. Raises: CannotTell when neither can say."""
         try:
+            if self._database_url is None:
+                raise CannotTell("not a SQLite file")
             return operator_grants(self._database_url, self._operator_id)
         except CannotTell:
             remembered = self._memory.recall() if self._memory is not None else None
-            if remembered is None:
+            if remembered is None or remembered.operator_id != self._operator_id:
                 raise
             return remembered.grants
 
@@ -240,7 +245,8 @@ class FrontServer(MCPServer):
                 operator = next((o for o in await state.app.operators.list() if o.id == self._operator_id), None)
                 grants = None if operator is None else (list(operator.roles), list(operator.permissions))
                 if self._memory is not None:
-                    self._memory.remember(grants)
+                    roster = None if self._database_url is None else roster_url(self._database_url)
+                    self._memory.remember(Remembered(self._operator_id, self.style, roster, grants))
                 if not self._shown - {self._visible(grants)}:
                     return
                 if self.tells_writes and self._unwritten:
@@ -308,14 +314,46 @@ def serve_stdio(settings: Settings) -> None:
     Raises: OpeningFailed when the full server could not be opened (after the replies are written: serve exits
     non-zero, as it did when it opened first).
     """
+    _serve_stdio(settings.operator.default, settings.mcp.tool_names, settings.resolved_database_url,
+                 lambda: _full_server(settings))  # fmt: skip
+
+
+def serve_stdio_remembered(load: Callable[[], Settings]) -> None:
+    """`serve_stdio` with the settings `load()` gives, loaded in the opening when the last opening of this
+    configuration remembered what the front needs (infrastructure/grants_cache.py: the operator, the tool-name
+    style, the SQLite file), else first. Loading them is the largest part of the front's own start (~55 ms).
+
+    Raises: InvalidInput when the settings are invalid and nothing was remembered; OpeningFailed when the full
+    server could not be opened, the settings included (after the replies are written).
+    """
+    known = RememberedGrants().recall()
+    if known is None:
+        serve_stdio(load())
+        return
+    style: Any = known.tool_names
+    _serve_stdio(known.operator_id, style, known.roster_url, lambda: _full_server(_as_remembered(load(), known)))
+
+
+def _as_remembered(settings: Settings, known: Remembered) -> Settings:
+    """`settings`, once checked to be what the front answered with. Raises: InvalidInput when they are not (the
+    key covers the config file and the environment's `TASKGATE_*`; a file the config names may still change)."""
+    loaded = (settings.operator.default, settings.mcp.tool_names, roster_url(settings.resolved_database_url))
+    if loaded != (known.operator_id, known.tool_names, known.roster_url):
+        RememberedGrants().forget()  # the next serve loads its settings first, and remembers them anew
+        raise InvalidInput("the configuration changed while serve started (its operator, tool names or database "
+                           "are not those it answered with): start serve again")  # fmt: skip
+    return settings
+
+
+def _serve_stdio(operator_id: str, tool_names: ToolNames, database_url: str | None,
+                 build: Callable[[], MCPServer]) -> None:  # fmt: skip
     plain_logging()
-    operator_id = settings.operator.default
     front = FrontServer(
-        Opening(lambda: _full_server(settings)),
-        tool_names=settings.mcp.tool_names,
+        Opening(build),
+        tool_names=tool_names,
         operator_id=operator_id,
-        database_url=settings.resolved_database_url,
-        memory=RememberedGrants(operator_id),
+        database_url=database_url,
+        memory=RememberedGrants(),
     )
     front.tells_writes = True
     anyio.run(serve_over_stdio, lambda streams: serve(front, streams), front.written)
