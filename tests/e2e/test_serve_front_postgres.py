@@ -6,7 +6,8 @@ ever. With nothing remembered (the first serve of a configuration), the list wai
 
 Each test has a PostgreSQL database of its own, a repository set up with `taskgate init .` on it (its operator alice,
 an admin), a cache folder of its own, and drives the real console script with JSON-RPC lines (a 2025 handshake, as
-Codex and Claude Code speak it). The database is held shut by a transaction that locks `alembic_version`: serve's
+Codex and Claude Code speak it), or with the SDK's client (the 2026 protocol, where the notification comes on a
+`subscriptions/listen` stream). The database is held shut by a transaction that locks `alembic_version`: serve's
 opening reads it first (the schema check)."""
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from typing import Any
 import anyio
 import asyncpg
 import pytest
+from mcp.client import Client  # not `from mcp import`: ruff's isort would take `mcp` for the tests/mcp package
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.subscriptions import ToolsListChanged
 from sqlalchemy.engine import make_url
 
 from taskgate.domain.access import permissions_of
@@ -248,3 +252,23 @@ async def test_the_first_serve_of_a_configuration_waits_for_postgresql_to_list_i
     assert serve.notifications == []
     assert remembered_grants(env) == [[["admin"], ["admin", "approve", "override", "read", "write"]]]
     assert "Traceback" not in errlog.read_text()
+
+
+async def test_a_client_of_the_2026_protocol_hears_of_changed_grants_on_its_subscriptions_listen_stream(
+    repo: tuple[Path, dict[str, str]], pg_database: str, tmp_path: Path
+) -> None:
+    """From 2026-07-28 on, change notifications travel only on a `subscriptions/listen` stream the client opened."""
+    path, env = repo
+    errlog = tmp_path / "serve.stderr"
+    assert await serve_once(path, env, errlog) == EVERY_TOOL
+    await make_reviewer(pg_database)
+    params = StdioServerParameters(command=TASKGATE, args=["serve"], env=env, cwd=str(path))
+    with errlog.open("a") as err:
+        async with Client(stdio_client(params, errlog=err), read_timeout_seconds=BOUND_S) as client:
+            assert client.protocol_version == "2026-07-28"
+            async with client.listen(tools_list_changed=True) as changes:
+                assert [tool.name for tool in (await client.list_tools()).tools] == EVERY_TOOL
+                with anyio.fail_after(BOUND_S):
+                    event = await anext(aiter(changes))
+                assert isinstance(event, ToolsListChanged)
+                assert [tool.name for tool in (await client.list_tools()).tools] == REVIEWER_TOOLS
