@@ -91,6 +91,7 @@ class RememberedGrants:
             path.parent.mkdir(parents=True, exist_ok=True)
             temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp")
             temporary.write_text(text)
+            os.chmod(temporary, 0o600)  # it names the user's operator and, on SQLite, database file
             temporary.replace(path)  # atomic: a reader sees the old entry or the whole new one
         except (OSError, ValueError, TaskgateError):
             return
