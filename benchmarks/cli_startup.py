@@ -15,13 +15,18 @@ Each row times whole processes, launched from here (wall time from `Popen` to ex
 - `taskgate serve` until its first tool call answers vs the same bare server (no goal; what the opening costs
   the first call): the same lines and a `tools/call` of `ping` at once, the clock stopping at the call's reply.
 
+With `--postgres [URL]` both serve rows run on PostgreSQL (default database `taskgate_bench_front`, its schema
+`public` dropped and recreated first: never point it at a database you care about). Nothing reads PostgreSQL in
+time for the first list, so serve lists what the local operator's grants remembered at its last opening allow
+(infrastructure/grants_cache.py); the warm-up run is the one that remembers them, as a user's first serve does.
+
 Each round runs the pair A B A B … `--n` times and prints both medians and the ratio of the medians; the rows
 are the medians over `--rounds` rounds. Everything runs in a temporary directory with no config file; bytecode
 is cached under it (`PYTHONPYCACHEPREFIX`, after one warm-up run of each command), so the figures are the
 start-up a user sees from the second run on, whatever `PYTHONDONTWRITEBYTECODE` says here. The load average
 is printed at the start and the end: on a shared machine it says how far to trust the figures.
 
-Run:  .venv/bin/python benchmarks/cli_startup.py [--n 9] [--rounds 3] [--skip-serve]
+Run:  .venv/bin/python benchmarks/cli_startup.py [--n 9] [--rounds 3] [--skip-serve | --serve-only] [--postgres [URL]]
       (~1 min on a 2-vCPU machine, most of it `serve`)
 """
 
@@ -39,7 +44,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench_support import emit_row
+from bench_support import emit_row, reset_pg_schema
 
 TASKGATE = str(Path(sys.executable).with_name("taskgate"))
 PYTHON = sys.executable
@@ -73,6 +78,8 @@ HANDSHAKE = [
 ]
 FIRST_CALL = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "ping", "arguments": {}}}
 GOALS = {"taskgate --help": 3.0, "taskgate serve until tools/list": 1.2}
+PG_FRONT_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/taskgate_bench_front"
+"""The database `--postgres` resets and uses by default (created on first use)."""
 ROWS: list[str] = []
 """The summary table's rows, one per pair."""
 
@@ -184,15 +191,22 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=9, help="runs of each command per round (default 9)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--skip-serve", action="store_true", help="only the CLI rows")
+    parser.add_argument("--serve-only", action="store_true", help="only the serve rows")
+    parser.add_argument("--postgres", nargs="?", const=PG_FRONT_URL, default=None, metavar="URL",
+                        help=f"serve on PostgreSQL (default {PG_FRONT_URL}; its schema is reset)")  # fmt: skip
     args = parser.parse_args()
 
-    print(f"cli_startup: {args.rounds} rounds of {args.n} runs each; {load()}")
+    store = "PostgreSQL" if args.postgres else "SQLite"
+    print(f"cli_startup: {args.rounds} rounds of {args.n} runs each; serve on {store}; {load()}")
     with tempfile.TemporaryDirectory(prefix="taskgate-startup-") as tmp:
         root = Path(tmp)
         env = {k: v for k, v in os.environ.items() if not k.startswith("TASKGATE_")}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env |= {"PYTHONPYCACHEPREFIX": str(root / "pycache"), "TASKGATE_DATA_DIR": str(root / "data")}
-        env |= {"COLUMNS": "120"}
+        env |= {"COLUMNS": "120", "XDG_CACHE_HOME": str(root / "cache")}  # what taskgate remembers: this run's own
+        if args.postgres:
+            reset_pg_schema(args.postgres)
+            env["TASKGATE_DATABASE_URL"] = args.postgres
         (root / "bare_server.py").write_text(BARE_SERVER)
 
         def python_pass() -> float:
@@ -201,9 +215,10 @@ def main() -> None:
         def command(*words: str) -> Callable[[], float]:
             return lambda: run_to_exit([TASKGATE, *words], env, root)
 
-        pair("taskgate --help", command("--help"), python_pass, args.n, args.rounds)
-        pair("taskgate fsm", command("fsm"), python_pass, args.n, args.rounds)
-        pair("taskgate workflow validate", command("workflow", "validate"), python_pass, args.n, args.rounds)
+        if not args.serve_only:
+            pair("taskgate --help", command("--help"), python_pass, args.n, args.rounds)
+            pair("taskgate fsm", command("fsm"), python_pass, args.n, args.rounds)
+            pair("taskgate workflow validate", command("workflow", "validate"), python_pass, args.n, args.rounds)
         if not args.skip_serve:
             repo = initialised_repo(root / "repo", env)
             bare = [PYTHON, str(root / "bare_server.py")]

@@ -34,7 +34,8 @@ def initialised_repo(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "start"],
                    cwd=repo, check=True)  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASKGATE_")} | {
-        "TASKGATE_OPERATOR__DEFAULT": "alice"
+        "TASKGATE_OPERATOR__DEFAULT": "alice",
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),  # what taskgate remembers: this test's own
     }
     done = subprocess.run([TASKGATE, "init", "."], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -116,3 +117,68 @@ async def test_a_database_taskgate_cannot_open_fails_the_first_tool_call_by_name
     assert code == 1
     last = err.decode().strip().splitlines()[-1]
     assert last.startswith("error: taskgate serve could not open its database") and "9999_future" in last, last
+
+
+HANDSHAKE = [
+    {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+     "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+]  # fmt: skip
+CALL = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "plan_list", "arguments": {}}}
+
+
+async def serve_lines(repo: Path, env: dict[str, str], lines: list[dict]) -> tuple[dict, int, str]:
+    """Run serve on `lines`, stdin closed once each request is answered (or serve left), to its exit: its replies
+    by id, its exit code, its stderr."""
+    server = await asyncio.create_subprocess_exec(
+        TASKGATE, "serve", cwd=repo, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, limit=2**24,
+    )  # fmt: skip
+    assert server.stdin is not None and server.stdout is not None and server.stderr is not None
+    asked, replies = {line["id"] for line in lines if "id" in line}, {}
+    try:
+        with anyio.fail_after(BOUND_S):
+            server.stdin.write(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+            await server.stdin.drain()
+            while not asked <= replies.keys() and (line := await server.stdout.readline()):
+                reply = json.loads(line)
+                replies[reply.get("id")] = reply
+            server.stdin.close()
+            err = await server.stderr.read()
+            code = await server.wait()
+    finally:
+        if server.returncode is None:
+            server.kill()
+            await server.wait()
+    return replies, code, err.decode()
+
+
+async def test_serve_answers_from_what_its_last_opening_remembered_and_forgets_it_when_the_settings_say_otherwise(
+    tmp_path: Path,
+) -> None:
+    """The second serve of a configuration answers before loading its settings, with the operator and tool-name
+    style its last opening remembered; settings that, once loaded, say otherwise fail the opening by name, and the
+    next serve loads them first again."""
+    repo, env = initialised_repo(tmp_path)
+    replies, code, err = await serve_lines(repo, env, HANDSHAKE)
+    assert code == 0, err
+    (entry,) = (tmp_path / "cache" / "taskgate" / "grants").glob("*.json")
+    remembered = json.loads(entry.read_text())
+    assert remembered["operator_id"] == "alice" and remembered["tool_names"] == "underscore"
+    assert remembered["roster_url"].startswith("sqlite:///") and remembered["grants"][0] == ["admin"]
+    entry.write_text(json.dumps(remembered | {"tool_names": "colon"}))  # as if another configuration had written it
+
+    replies, code, err = await serve_lines(repo, env, [*HANDSHAKE, CALL])
+    names = [tool["name"] for tool in replies[2]["result"]["tools"]]
+    assert "project:init" in names and "project_init" not in names  # answered as remembered, settings not loaded
+    told = replies[3]["result"]
+    assert told["isError"] and "configuration changed while serve started" in told["content"][0]["text"], told
+    assert code == 1
+    assert not entry.exists()
+
+    replies, code, err = await serve_lines(repo, env, [*HANDSHAKE, CALL])
+    assert code == 0, err
+    assert [tool["name"] for tool in replies[2]["result"]["tools"]] == [row["name"] for row in table_rows()]
+    assert not replies[3]["result"]["isError"], replies[3]
+    assert json.loads(entry.read_text())["tool_names"] == "underscore"

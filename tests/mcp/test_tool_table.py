@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import pytest
 from mcp.client import Client
 
@@ -20,6 +21,7 @@ from taskgate.entrypoints.mcp.front import FrontServer, Opening
 from taskgate.entrypoints.mcp.handshake import listed_tools, table_rows
 from taskgate.entrypoints.mcp.server import build_server
 from taskgate.entrypoints.mcp.tool_table import registered_rows, wire
+from taskgate.infrastructure.grants_cache import Remembered
 from tests.mcp.conftest import app_of
 
 REGENERATE = "python -m taskgate.entrypoints.mcp.tool_table"
@@ -68,6 +70,44 @@ async def test_each_operator_is_listed_by_the_front_what_the_full_server_lists_i
         assert listed == expected, who
         if sql_services.backend == "sqlite":
             assert built_first == [], "SQLite: listed before the full server was built"
+
+
+class FakeGrantsMemory:
+    """The front's memory of grants (infrastructure/grants_cache.py), in a dict."""
+
+    def __init__(self, remembered: Remembered | None = None) -> None:
+        self.remembered, self.written = remembered, []
+
+    def recall(self) -> Remembered | None:
+        return self.remembered
+
+    def remember(self, found: Remembered) -> None:
+        self.written.append(found)
+
+
+async def test_where_the_roster_cannot_be_read_the_front_lists_from_remembered_grants_and_remembers_the_real_ones(
+    sql_services,
+) -> None:
+    """On PostgreSQL the front lists what the remembered grants allow before the full server is built; once it is
+    open the real grants are remembered, and the list is what the full server lists."""
+    await sql_services.operators.add(AddOperator("rev", ["reviewer"], actor="operator:setup"))
+    app = app_of(sql_services)
+    full = _full(app, "rev", "underscore")
+    async with Client(full) as client:
+        expected = [wire(tool) for tool in (await client.list_tools()).tools]
+    built: list[str] = []
+    memory = FakeGrantsMemory(Remembered("rev", "underscore", None, (["reviewer"], [])))
+    front = FrontServer(Opening(_builder(app, "rev", built), open_after_s=600), tool_names="underscore",
+                        operator_id="rev", database_url=sql_services.url, memory=memory)  # fmt: skip
+    async with Client(front) as client:
+        assert [wire(tool) for tool in (await client.list_tools()).tools] == expected
+        assert built == [], "listed before the full server was built"
+        await client.call_tool("ping", {})  # opens the full server
+        with anyio.fail_after(30):
+            while not memory.written:
+                await anyio.sleep(0.01)
+    roster = sql_services.url if sql_services.backend == "sqlite" else None  # never a PostgreSQL URL
+    assert memory.written == [Remembered("rev", "underscore", roster, (["reviewer"], []))]
 
 
 def test_answering_tools_list_imports_neither_the_services_nor_sqlalchemy(tmp_path) -> None:
