@@ -4,10 +4,12 @@ only, and never a PostgreSQL URL (a password may be in it)."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
+from taskgate.infrastructure import settings_cache
 from taskgate.infrastructure.grants_cache import Remembered, RememberedGrants, cache_dir, roster_url
 
 PG = "postgresql+asyncpg://alice:s3cret@db.example:5432/taskgate"
@@ -52,3 +54,12 @@ def test_a_forgotten_or_unreadable_entry_is_nothing_remembered() -> None:
     (entry,) = cache_dir().glob("*.json")
     entry.write_text('{"format": 2, "operator_id": "alice"}')  # half an entry (never written so: still not read)
     assert memory.recall() is None
+
+
+def test_entries_unused_for_a_month_are_pruned_when_another_is_written(tmp_path: Path) -> None:
+    RememberedGrants(tmp_path / "old").remember(Remembered("alice", "underscore", None, None))
+    (old,) = cache_dir().glob("*.json")
+    month_ago = time.time() - settings_cache.STALE_AFTER_S - 60
+    os.utime(old, (month_ago, month_ago))
+    RememberedGrants().remember(Remembered("bob", "underscore", None, None))
+    assert not old.exists() and RememberedGrants().recall() is not None

@@ -73,6 +73,7 @@ class RememberedGrants:
             remembered = Remembered(**(entry | {"grants": grants}))
             if remembered.tool_names not in ("underscore", "colon") or not isinstance(remembered.operator_id, str):
                 return None
+            settings_cache.touch(self._path())  # in use: not pruned
             return remembered
         except (OSError, ValueError, TypeError, KeyError, AttributeError, TaskgateError):
             return None
@@ -95,6 +96,7 @@ class RememberedGrants:
             temporary.replace(path)  # atomic: a reader sees the old entry or the whole new one
         except (OSError, ValueError, TaskgateError):
             return
+        settings_cache.prune(path.parent, _FORMAT)  # older formats and configurations unused for a month
 
     def forget(self) -> None:
         """Remove the entry (it no longer says what this configuration loads). Best effort."""

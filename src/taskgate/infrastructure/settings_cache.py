@@ -67,10 +67,16 @@ def recall(cwd: Path | None = None) -> dict[str, Any] | None:
         return None
     if not isinstance(entry, dict) or entry.get("format") != _FORMAT:
         return None
-    if time.time() - path.stat().st_mtime > STALE_AFTER_S / 30:  # at most once a day: a read writes nothing else
-        with contextlib.suppress(OSError):
-            os.utime(path)
+    touch(path)
     return entry["facts"]
+
+
+def touch(path: Path) -> None:
+    """Mark the entry at `path` as in use (it is not pruned for STALE_AFTER_S), at most once a day: a read writes
+    nothing else."""
+    with contextlib.suppress(OSError):
+        if time.time() - path.stat().st_mtime > STALE_AFTER_S / 30:
+            os.utime(path)
 
 
 def remember(facts: dict[str, Any], cwd: Path | None = None) -> None:
@@ -89,12 +95,13 @@ def remember(facts: dict[str, Any], cwd: Path | None = None) -> None:
         temporary.replace(folder / f"{name}.json")  # atomic: a reader sees the old entry or the whole new one
     except (OSError, ValueError, TaskgateError):
         return
-    prune(folder)
+    prune(folder, _FORMAT)
 
 
-def prune(folder: Path) -> None:
-    """Remove the entries in `folder` of an older format or unused for STALE_AFTER_S. Best effort: an entry
-    that cannot be read or removed is left (a concurrent writer's temporary file is never touched)."""
+def prune(folder: Path, current: int) -> None:
+    """Remove the entries in `folder` whose format is not `current`, or unused for STALE_AFTER_S (grants_cache.py
+    prunes its own folder so too). Best effort: an entry that cannot be read or removed is left (a concurrent
+    writer's temporary file is never touched)."""
     now = time.time()
     for path in folder.glob("*.json"):
         with contextlib.suppress(OSError, ValueError):
@@ -102,5 +109,5 @@ def prune(folder: Path) -> None:
                 path.unlink()
                 continue
             entry = json.loads(path.read_text())
-            if not isinstance(entry, dict) or entry.get("format") != _FORMAT:
+            if not isinstance(entry, dict) or entry.get("format") != current:
                 path.unlink()
