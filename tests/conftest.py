@@ -176,6 +176,19 @@ def pg_database_url(name: str) -> str:
     return make_url(server_url()).set(database=name).render_as_string(hide_password=False)
 
 
+def migrate_pg(url: str) -> None:
+    """Migrate the PostgreSQL database at `url` to the schema head with the real migrations."""
+
+    async def migrate() -> None:
+        db = Database(url)
+        try:
+            await migrations.upgrade(db)
+        finally:
+            await db.dispose()
+
+    run_in_fresh_loop(migrate)
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A throwaway PostgreSQL database for this test process, migrated once, dropped at the end.
@@ -191,16 +204,9 @@ def pg_url() -> Iterator[str]:
     except RuntimeError as exc:
         pytest.fail(f"PostgreSQL is required for the test suite: {exc}")
 
-    async def migrate() -> None:
-        db = Database(url)
-        try:
-            await migrations.upgrade(db)
-        finally:
-            await db.dispose()
-
     try:
         pg_admin(f'CREATE DATABASE "{name}"')
-        run_in_fresh_loop(migrate)
+        migrate_pg(url)
     except (OSError, StorageError, asyncpg.PostgresError) as exc:
         pytest.fail(f"PostgreSQL is required for the test suite and is unreachable at {server_url()}: {exc}")
     yield url

@@ -26,8 +26,9 @@ HOLD_S = 2.0  # how long the test keeps the database locked after the tool call 
 BOUND_S = 60.0
 
 
-def initialised_repo(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """A git repository set up with `taskgate init .` (its operator alice, an admin), and the environment."""
+def initialised_repo(tmp_path: Path, **more_env: str) -> tuple[Path, dict[str, str]]:
+    """A git repository set up with `taskgate init .` (its operator alice, an admin), and the environment (with
+    `more_env`, e.g. TASKGATE_DATABASE_URL)."""
     repo = tmp_path / "shop"
     repo.mkdir()
     subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
@@ -36,6 +37,7 @@ def initialised_repo(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASKGATE_")} | {
         "TASKGATE_OPERATOR__DEFAULT": "alice",
         "XDG_CACHE_HOME": str(tmp_path / "cache"),  # what taskgate remembers: this test's own
+        **more_env,
     }
     done = subprocess.run([TASKGATE, "init", "."], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -35,6 +34,7 @@ from taskgate.domain.access import permissions_of
 from taskgate.entrypoints.mcp.annotations import visible_to_operator
 from taskgate.entrypoints.mcp.handshake import table_rows
 from tests.conftest import pg_admin, pg_database_url
+from tests.e2e.test_serve_front import initialised_repo
 
 TASKGATE = str(Path(sys.executable).with_name("taskgate"))
 HOLD_S = 2.0  # how long the database stays locked while the test checks what was (not) answered
@@ -55,19 +55,7 @@ def pg_database() -> Iterator[str]:
 @pytest.fixture
 def repo(tmp_path: Path, pg_database: str) -> tuple[Path, dict[str, str]]:
     """A git repository set up with `taskgate init .` on the test's database, and its environment."""
-    repo = tmp_path / "shop"
-    repo.mkdir()
-    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
-    subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "start"],
-                   cwd=repo, check=True)  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKGATE_")} | {
-        "TASKGATE_OPERATOR__DEFAULT": "alice",
-        "TASKGATE_DATABASE_URL": pg_database,
-        "XDG_CACHE_HOME": str(tmp_path / "cache"),  # the settings and grants remembered: this test's own
-    }
-    done = subprocess.run([TASKGATE, "init", "."], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return repo, env
+    return initialised_repo(tmp_path, TASKGATE_DATABASE_URL=pg_database)
 
 
 def remembered_grants(env: dict[str, str]) -> list[Any]:

@@ -9,13 +9,11 @@ import asyncio
 import asyncpg
 import pytest
 
-from taskgate.infrastructure.db import migrations
-from taskgate.infrastructure.db.engine import Database
 from taskgate.infrastructure.db.fast_reads import Unavailable
 from taskgate.infrastructure.db.pg_reads import PgReads, connect_kwargs, numbered
 from taskgate.infrastructure.db.read_sql import SCHEMA_HEAD
 from taskgate.infrastructure.quick_reads import facts_of, with_password, without_password
-from tests.conftest import pg_admin, pg_database_url
+from tests.conftest import migrate_pg, pg_admin, pg_database_url
 
 
 @pytest.fixture(scope="module")
@@ -25,15 +23,7 @@ def migrated(pg_url: str):
     url = pg_database_url(name)
     pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     pg_admin(f'CREATE DATABASE "{name}"')
-
-    async def migrate() -> None:
-        db = Database(url)
-        try:
-            await migrations.upgrade(db)
-        finally:
-            await db.dispose()
-
-    asyncio.run(migrate())
+    migrate_pg(url)
     yield url
     pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

@@ -70,12 +70,18 @@ class SqliteReads:
             raw = self._conn.execute(text, values).fetchall()
         except sqlite3.Error as exc:
             raise Unavailable(f"cannot read: {exc}") from None
-        kinds = [(key, _CONVERT.get(kind)) for key, kind in columns]
-        return [{key: convert(v) if convert else v for (key, convert), v in zip(kinds, row)} for row in raw]  # noqa: B905
+        return as_records(columns, raw, _CONVERT)
 
     def close(self) -> None:
         """End the read transaction and close the connection."""
         self._conn.close()
+
+
+def as_records(columns: Any, raw: Any, convert: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each driver row of `raw` as a dict of column → value as SQLAlchemy would give it: `columns` are read_sql.py's
+    (name, kind) pairs, `convert` the driver's function per kind."""
+    kinds = [(key, convert.get(kind)) for key, kind in columns]
+    return [{key: fn(v) if fn else v for (key, fn), v in zip(kinds, row, strict=True)} for row in raw]
 
 
 def expanded(text: str, values: dict[str, Any]) -> tuple[str, dict[str, Any]]:

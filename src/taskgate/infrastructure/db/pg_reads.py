@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 
 import asyncpg
 
-from taskgate.infrastructure.db.fast_reads import Unavailable, expanded
+from taskgate.infrastructure.db.fast_reads import Unavailable, as_records, expanded
 from taskgate.infrastructure.db.read_sql import POSTGRESQL, SCHEMA_HEAD
 
 CONNECT_TIMEOUT_S = 5.0
@@ -117,8 +117,7 @@ class PgReads:
             raw = self._run(self._conn.fetch(text, *args))
         except _ERRORS as exc:
             raise Unavailable(f"cannot read: {type(exc).__name__}: {exc}") from None
-        kinds = [(key, _CONVERT.get(kind)) for key, kind in columns]
-        return [{key: convert(v) if convert else v for (key, convert), v in zip(kinds, row)} for row in raw]  # noqa: B905
+        return as_records(columns, raw, _CONVERT)
 
     def close(self) -> None:
         """End the snapshot (nothing was written: the transaction is read-only) and close the connection."""
